@@ -1,0 +1,3 @@
+"""GPU admission webhook: policy engine, admission server and tools around it."""
+
+__version__ = "0.1.0"

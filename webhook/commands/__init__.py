@@ -1,0 +1,1 @@
+"""One module per ``gpu-webhook`` command, found by ``webhook.cli`` at start-up."""

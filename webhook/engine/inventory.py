@@ -1,0 +1,320 @@
+"""An immutable snapshot of what the cluster's nodes offer, and the questions policy asks.
+
+Admission cost must not grow with the cluster. Nodes are folded into *shapes* (nodes that
+differ only in per-node identity labels such as the hostname), per-resource orderings are
+computed once per snapshot, and the answer for one placement (node selector, required
+affinity, tolerations) is memoised: pods of one workload share their placement.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.engine.quantity import QuantityError, parse_quantity
+from webhook.engine.selectors import Labels, terms_match, tolerates
+
+# Taints that the node lifecycle controller sets while a node's condition is bad. They come
+# and go, and the scheduler simply waits; counting them would deny pods during a blip.
+CONDITION_TAINT_PREFIX = "node.kubernetes.io/"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+ALWAYS_IDENTITY_LABELS = frozenset({"kubernetes.io/hostname"})
+_PLACEMENT_CACHE_SIZE = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """What policy needs of one node (or of a node pool that may appear)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    # Extended resources by name; "cpu" in millicores; "memory" in bytes.
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+    capacity: Mapping[str, int] = field(default_factory=dict)
+    # Set for a node pool declared in rule files: a cluster that scales from zero may
+    # create up to ``count`` such nodes when a pod waits for one.
+    pool: str = ""
+    count: int = 1
+
+
+def _amount(name: str, raw: object) -> int | None:
+    try:
+        value = parse_quantity(raw)
+    except QuantityError:
+        return None
+    if name == "cpu":
+        value *= 1000
+    return int(value)
+
+
+def resources_from_json(raw: object) -> dict[str, int]:
+    """Keep cpu, memory and extended resources; skip what policy never asks about."""
+    if not isinstance(raw, Mapping):
+        return {}
+    out: dict[str, int] = {}
+    for name, quantity in raw.items():
+        if name in ("cpu", "memory") or "/" in name:
+            amount = _amount(name, quantity)
+            if amount is not None:
+                out[str(name)] = amount
+    return out
+
+
+def taints_from_json(raw: object) -> tuple[Taint, ...]:
+    if not isinstance(raw, list):
+        return ()
+    return tuple(
+        Taint(key=str(t.get("key", "")), value=str(t.get("value") or ""), effect=str(t["effect"]))
+        for t in raw
+        if isinstance(t, Mapping) and t.get("effect")
+    )
+
+
+def node_from_json(raw: Mapping[str, Any]) -> Node:
+    """Read a ``v1.Node`` as the API server sends it; tolerant of missing parts."""
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+    labels = meta.get("labels") or {}
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return Node(
+        name=str(meta.get("name", "")),
+        labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
+        taints=taints_from_json(spec.get("taints")),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready,
+        allocatable=resources_from_json(status.get("allocatable")),
+        capacity=resources_from_json(status.get("capacity")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a pod may go: what the scheduler's filters read from its spec."""
+
+    node_selector: Mapping[str, str]
+    required_terms: Sequence[Mapping[str, Any]] | None
+    tolerations: Sequence[Mapping[str, Any]]
+
+    @classmethod
+    def of(cls, spec: Mapping[str, Any]) -> Placement:
+        selector = spec.get("nodeSelector")
+        affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ) or {}
+        terms = affinity.get("nodeSelectorTerms") if isinstance(affinity, Mapping) else None
+        tolerations = spec.get("tolerations")
+        return cls(
+            node_selector=selector if isinstance(selector, Mapping) else {},
+            required_terms=terms if isinstance(terms, list) else None,
+            tolerations=[t for t in tolerations if isinstance(t, Mapping)]
+            if isinstance(tolerations, list)
+            else [],
+        )
+
+    def key(self) -> str:
+        return json.dumps(
+            [self.node_selector, self.required_terms, self.tolerations],
+            sort_keys=True,
+            default=str,
+        )
+
+    def names_nodes(self, identity: frozenset[str]) -> bool:
+        if any(k in identity for k in self.node_selector):
+            return True
+        for term in self.required_terms or ():
+            if term.get("matchFields"):
+                return True
+            if any(
+                isinstance(e, Mapping) and e.get("key") in identity
+                for e in term.get("matchExpressions") or ()
+            ):
+                return True
+        return False
+
+    def admits(self, labels: Labels, name: str, taints: Sequence[Taint]) -> bool:
+        for k, v in self.node_selector.items():
+            if labels.get(k) != str(v):
+                return False
+        if self.required_terms is not None and not terms_match(self.required_terms, labels, name):
+            return False
+        return all(self._tolerated(t) for t in taints)
+
+    def _tolerated(self, taint: Taint) -> bool:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            return True
+        if taint.key.startswith(CONDITION_TAINT_PREFIX) and taint.key != UNSCHEDULABLE_TAINT:
+            return True
+        return any(
+            tolerates(t, key=taint.key, value=taint.value, effect=taint.effect)
+            for t in self.tolerations
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Nodes alike in all that placement reads, except their identity labels."""
+
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    allocatable: Mapping[str, int]
+    members: tuple[Node, ...]
+    pool: str
+
+    @property
+    def example(self) -> Node:
+        return self.members[0]
+
+    @property
+    def node_count(self) -> int:
+        return sum(n.count for n in self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """The answer to "what is the largest node this pod can use for this resource"."""
+
+    node: Node | None
+    amount: int
+
+
+class Inventory:
+    """A frozen snapshot; build a new one for every change, never mutate one."""
+
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        *,
+        resource_version: str = "",
+        source: str = "",
+    ) -> None:
+        self.nodes: tuple[Node, ...] = tuple(nodes)
+        self.resource_version = resource_version
+        self.source = source
+        self.identity_labels = _identity_labels(self.nodes)
+        self.shapes: tuple[Shape, ...] = _shapes(self.nodes, self.identity_labels)
+        totals: Counter[str] = Counter()
+        for node in self.nodes:
+            for name, amount in node.allocatable.items():
+                totals[name] += amount * node.count
+        self._totals = dict(totals)
+        self.resource_names = frozenset(n for n, a in totals.items() if a > 0 and "/" in n)
+        self._by_resource: dict[str, tuple[int, ...]] = {}
+        for name in self.resource_names:
+            self._by_resource[name] = _largest_first(self.shapes, name)
+        # A memo, not state: safe to share between threads (plain dict get/set only).
+        self._placements: dict[str, frozenset[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def with_nodes(self, extra: Iterable[Node]) -> Inventory:
+        """This snapshot plus node pools declared in rule files."""
+        extra = tuple(extra)
+        if not extra:
+            return self
+        return Inventory(
+            self.nodes + extra, resource_version=self.resource_version, source=self.source
+        )
+
+    def total(self, resource: str) -> int:
+        return self._totals.get(resource, 0)
+
+    def admitted_shapes(self, placement: Placement) -> frozenset[int]:
+        key = placement.key()
+        hit = self._placements.get(key)
+        if hit is not None:
+            return hit
+        result = frozenset(
+            i for i, shape in enumerate(self.shapes) if self._shape_admits(shape, placement)
+        )
+        if len(self._placements) >= _PLACEMENT_CACHE_SIZE:
+            self._placements = {}
+        self._placements[key] = result
+        return result
+
+    def _shape_admits(self, shape: Shape, placement: Placement) -> bool:
+        if shape.unschedulable:
+            return False
+        # Members differ only in identity labels: one member answers for all unless the
+        # placement names nodes (a hostname selector, matchFields on metadata.name).
+        members = (
+            shape.members if placement.names_nodes(self.identity_labels) else shape.members[:1]
+        )
+        return any(placement.admits(node.labels, node.name, shape.taints) for node in members)
+
+    def largest(self, resource: str, placement: Placement | None = None) -> Fit:
+        """The node with the most allocatable ``resource`` that the placement admits."""
+        admitted = None if placement is None else self.admitted_shapes(placement)
+        for index in self._by_resource.get(resource, ()):
+            if admitted is None or index in admitted:
+                shape = self.shapes[index]
+                return Fit(node=shape.example, amount=shape.allocatable[resource])
+        return Fit(node=None, amount=0)
+
+    def admitted(self, resource: str, placement: Placement) -> list[Shape]:
+        """Shapes offering ``resource`` that the placement admits, largest first."""
+        admitted = self.admitted_shapes(placement)
+        return [self.shapes[i] for i in self._by_resource.get(resource, ()) if i in admitted]
+
+
+def _largest_first(shapes: Sequence[Shape], resource: str) -> tuple[int, ...]:
+    offering = [i for i, shape in enumerate(shapes) if shape.allocatable.get(resource, 0) > 0]
+    return tuple(sorted(offering, key=lambda i: -shapes[i].allocatable[resource]))
+
+
+def _identity_labels(nodes: Sequence[Node]) -> frozenset[str]:
+    """Label keys that name a node rather than describe it (hostname, instance id, ...).
+
+    Found by counting: a key with a different value on most nodes cannot help group them.
+    """
+    if len(nodes) < 8:
+        return ALWAYS_IDENTITY_LABELS
+    values: dict[str, set[str]] = {}
+    for node in nodes:
+        for key, value in node.labels.items():
+            values.setdefault(key, set()).add(value)
+    threshold = max(8, len(nodes) // 4)
+    return ALWAYS_IDENTITY_LABELS | {k for k, v in values.items() if len(v) > threshold}
+
+
+def _shapes(nodes: Sequence[Node], identity: frozenset[str]) -> tuple[Shape, ...]:
+    groups: dict[tuple[Any, ...], list[Node]] = {}
+    for node in nodes:
+        labels = tuple(sorted((k, v) for k, v in node.labels.items() if k not in identity))
+        key = (
+            labels,
+            node.taints,
+            node.unschedulable,
+            tuple(sorted(node.allocatable.items())),
+            node.pool,
+        )
+        groups.setdefault(key, []).append(node)
+    return tuple(
+        Shape(
+            labels=dict(key[0]),
+            taints=key[1],
+            unschedulable=key[2],
+            allocatable=dict(key[3]),
+            members=tuple(members),
+            pool=key[4],
+        )
+        for key, members in groups.items()
+    )
