@@ -44,6 +44,12 @@ class WorkloadKind:
     locations: tuple[TemplateLocation, ...]
     # DaemonSets make a pod per node: no replica count to multiply.
     per_node: bool = False
+    # The resource name in webhook rules; every kind here follows the lower-case-plus-s rule.
+    plural: str = ""
+
+    @property
+    def resource(self) -> str:
+        return self.plural or self.kind.lower() + "s"
 
 
 @dataclass(frozen=True, slots=True)

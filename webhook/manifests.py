@@ -1,0 +1,159 @@
+"""Reading Kubernetes manifests from files: multi-document YAML, JSON and ``List`` kinds.
+
+Errors name the file and line and never escape as tracebacks: a broken file is reported and
+the rest still load.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One object read from a file; ``index`` counts documents from 1 within the file."""
+
+    source: str
+    index: int
+    obj: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestError:
+    source: str
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{where}: {self.message}"
+
+
+class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader):  # type: ignore[misc]
+    """Safe loading, with timestamps left as the strings Kubernetes keeps them as."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    key: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def parse_text(text: str, source: str) -> tuple[list[Document], list[ManifestError]]:
+    """All objects in ``text``; ``List`` kinds are expanded into their items."""
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            loaded: list[object] = [json.loads(text)]
+        except json.JSONDecodeError as exc:
+            # JSON is YAML: fall through so that YAML-ish files starting with { still load.
+            if stripped.startswith("{") and not _looks_like_yaml(text):
+                return [], [ManifestError(source, f"not valid JSON: {exc.msg}", exc.lineno)]
+            return _parse_yaml(text, source)
+        return _documents(loaded, source)
+    return _parse_yaml(text, source)
+
+
+def _looks_like_yaml(text: str) -> bool:
+    return "\n" in text.strip() and ":" in text.splitlines()[-1]
+
+
+def _parse_yaml(text: str, source: str) -> tuple[list[Document], list[ManifestError]]:
+    try:
+        loaded = list(yaml.load_all(text, Loader=_Loader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        message = f"not valid YAML: {problem}" + (f" ({context})" if context else "")
+        return [], [ManifestError(source, message, mark.line + 1 if mark else None)]
+    return _documents(loaded, source)
+
+
+def _documents(loaded: list[object], source: str) -> tuple[list[Document], list[ManifestError]]:
+    docs: list[Document] = []
+    errors: list[ManifestError] = []
+    for raw in loaded:
+        if raw is None:
+            continue
+        if not isinstance(raw, Mapping):
+            errors.append(
+                ManifestError(source, f"document {len(docs) + 1} is not an object but {_kind(raw)}")
+            )
+            continue
+        list_kind = str(raw.get("kind", ""))
+        if list_kind.endswith("List") and isinstance(raw.get("items"), list):
+            # The API server leaves kind and apiVersion out of a typed list's items.
+            item_kind = list_kind.removesuffix("List")
+            for item in raw["items"]:
+                if not isinstance(item, Mapping):
+                    continue
+                if item_kind and "kind" not in item:
+                    filled = {"apiVersion": raw.get("apiVersion", "v1"), "kind": item_kind}
+                    docs.append(Document(source, len(docs) + 1, {**filled, **item}))
+                else:
+                    docs.append(Document(source, len(docs) + 1, item))
+            continue
+        docs.append(Document(source, len(docs) + 1, raw))
+    return docs, errors
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    return type(value).__name__
+
+
+def expand_paths(paths: list[str]) -> Iterator[str]:
+    """Files as given, directories walked in name order for manifest files, ``-`` as stdin."""
+    for raw in paths:
+        if raw == "-":
+            yield raw
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            for child in sorted(path.rglob("*")):
+                if child.is_file() and child.suffix in MANIFEST_SUFFIXES:
+                    yield str(child)
+        else:
+            yield raw
+
+
+def read_source(source: str) -> tuple[str | None, ManifestError | None]:
+    try:
+        if source == "-":
+            return sys.stdin.read(), None
+        return Path(source).read_text(encoding="utf-8-sig"), None
+    except FileNotFoundError:
+        return None, ManifestError(source, "no such file")
+    except IsADirectoryError:
+        return None, ManifestError(source, "is a directory")
+    except UnicodeDecodeError as exc:
+        return None, ManifestError(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+    except OSError as exc:
+        return None, ManifestError(source, f"cannot be read: {exc.strerror}")
+
+
+def load_manifests(paths: list[str]) -> tuple[list[Document], list[ManifestError]]:
+    docs: list[Document] = []
+    errors: list[ManifestError] = []
+    for source in expand_paths(paths):
+        text, error = read_source(source)
+        if error is not None or text is None:
+            errors.append(error or ManifestError(source, "empty"))
+            continue
+        found, problems = parse_text(text, source)
+        docs.extend(found)
+        errors.extend(problems)
+    return docs, errors
