@@ -1,0 +1,95 @@
+"""Outcomes as values: findings, and the one function that turns them into a decision."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Action = Literal["deny", "warn", "audit"]
+MAX_WARNING = 119  # the API server shows warnings under 120 characters best
+_AUDIT_KEY = re.compile(r"[^a-z0-9.-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A check that failed (or could not be evaluated) for one object.
+
+    ``rule`` is ``builtin`` or the GPUPolicy's name; ``check`` names the check; ``message``
+    says what is wrong and what to change; ``summary`` is its short form for warnings.
+    """
+
+    rule: str
+    check: str
+    action: Action
+    message: str
+    summary: str
+    path: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.rule}/{self.check}"
+
+    @property
+    def warning(self) -> str:
+        return shorten(f"{self.id}: {self.summary}")
+
+    @property
+    def audit_key(self) -> str:
+        key = _AUDIT_KEY.sub("-", f"{self.rule}.{self.check}".lower()).strip("-.")
+        return key[:63].rstrip("-.")
+
+
+def shorten(text: str, limit: int = MAX_WARNING) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    findings: tuple[Finding, ...] = ()
+    warnings: tuple[str, ...] = ()
+    audit: Mapping[str, str] = field(default_factory=dict)
+    patch: Sequence[Mapping[str, Any]] = ()
+    # For people reading ``gpu-webhook check`` output; not sent to the API server.
+    notices: tuple[str, ...] = ()
+    mutated: Mapping[str, Any] | None = None
+    # Whether the kind holds pod templates this engine understands.
+    understood: bool = True
+
+    @property
+    def denials(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.action == "deny")
+
+    @property
+    def message(self) -> str:
+        """The denial message for ``status.message``: every reason, each with its fix."""
+        return "; ".join(f"[{f.id}] {f.message}" for f in self.denials)
+
+    @property
+    def rules_fired(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(f.id for f in self.findings))
+
+
+def decide(
+    findings: Sequence[Finding],
+    *,
+    patch: Sequence[Mapping[str, Any]],
+    mutated: Mapping[str, Any] | None,
+    notices: Sequence[str] = (),
+    extra_warnings: Sequence[str] = (),
+) -> Decision:
+    unique = tuple(dict.fromkeys(findings))
+    warnings = [f.warning for f in unique if f.action == "warn"]
+    warnings.extend(shorten(w) for w in extra_warnings)
+    audit = {f.audit_key: shorten(f.message, 1000) for f in unique if f.action == "audit"}
+    return Decision(
+        allowed=not any(f.action == "deny" for f in unique),
+        findings=unique,
+        warnings=tuple(dict.fromkeys(warnings)),
+        audit=audit,
+        patch=tuple(patch),
+        notices=tuple(notices),
+        mutated=mutated,
+    )

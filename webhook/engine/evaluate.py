@@ -1,0 +1,286 @@
+"""The engine's entry point: one object, the policy and a snapshot in; a decision out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.checks import (
+    Scope,
+    capacity_findings,
+    quantity_findings,
+    rule_findings,
+)
+from webhook.engine.decision import Decision, Finding, decide
+from webhook.engine.gpus import PodGPUs, pod_gpus
+from webhook.engine.inventory import Inventory, Placement
+from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
+from webhook.engine.patch import Editor
+from webhook.engine.policy import Policy, Rule
+from webhook.engine.workloads import PodTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What the engine needs of an admission request (or of a file being checked)."""
+
+    object: Mapping[str, Any]
+    namespace: str = ""
+    operation: str = "CREATE"
+    old_object: Mapping[str, Any] | None = None
+    namespace_labels: Mapping[str, str] | None = None
+
+    @property
+    def effective_namespace(self) -> str:
+        meta = self.object.get("metadata")
+        own = meta.get("namespace") if isinstance(meta, Mapping) else None
+        return self.namespace or (str(own) if own else "default")
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryView:
+    """The inventory as the engine may use it: a snapshot, none at all, or a broken one."""
+
+    snapshot: Inventory | None
+    problem: str = ""  # set when a configured inventory is unavailable (never synced, stale)
+
+
+NO_INVENTORY = InventoryView(None)
+_with_pools: tuple[int, int, Inventory] | None = None
+
+
+def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
+    """The snapshot plus declared node pools, built once per (snapshot, policy) pair."""
+    global _with_pools  # noqa: PLW0603 - a memo; evaluation stays a function of its inputs
+    if view.snapshot is None or view.problem or not policy.node_pools:
+        return None if view.problem else view.snapshot
+    memo = _with_pools
+    if memo is not None and memo[0] == id(view.snapshot) and memo[1] == id(policy):
+        return memo[2]
+    combined = view.snapshot.with_nodes(policy.node_pools)
+    _with_pools = (id(view.snapshot), id(policy), combined)
+    return combined
+
+
+def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
+    obj = request.object
+    templates = policy.kinds.templates(obj)
+    if templates is None:
+        return Decision(allowed=True, mutated=obj, understood=False)
+    snapshot = _inventory(inventory, policy)
+    editor = Editor(obj)
+    findings: list[Finding] = []
+    per_pod: list[tuple[PodTemplate, PodGPUs]] = []
+    for template in templates:
+        if _unchanged(request, template):
+            continue
+        pod = _evaluate_template(
+            request, template, policy=policy, snapshot=snapshot, editor=editor, findings=findings
+        )
+        per_pod.append((template, pod))
+    gpu_pods = [p for _, p in per_pod if p.total or p.problems]
+    notices: list[str] = []
+    warnings: list[str] = []
+    if gpu_pods:
+        if inventory.problem:
+            _inventory_unavailable(inventory.problem, policy, findings, warnings)
+        elif snapshot is None:
+            notices.append("capacity checks skipped: no node inventory given")
+        else:
+            findings.extend(_workload_findings(per_pod, snapshot, policy))
+    findings.extend(_workload_rule_findings(request, per_pod, policy))
+    return decide(
+        findings, patch=editor.ops, mutated=editor.doc, notices=notices, extra_warnings=warnings
+    )
+
+
+def _unchanged(request: Request, template: PodTemplate) -> bool:
+    """On UPDATE, a template equal to the old one is not judged again: an unrelated update
+    of an old object must not be blocked by a rule added since."""
+    if request.operation != "UPDATE" or request.old_object is None:
+        return False
+    old: Any = request.old_object
+    for part in template.path:
+        if isinstance(old, Mapping):
+            old = old.get(part)
+        elif isinstance(old, list) and isinstance(part, int) and part < len(old):
+            old = old[part]
+        else:
+            return False
+    if template.pod_spec or not template.path:
+        return bool(old == template.template) if template.path else _same_pod(old, template)
+    return bool(old == template.template)
+
+
+def _same_pod(old: Any, template: PodTemplate) -> bool:
+    # A Pod's spec is immutable but for a few fields; its labels may change.
+    return (
+        isinstance(old, Mapping)
+        and old.get("spec") == template.spec
+        and (
+            (old.get("metadata") or {}).get("labels")
+            == (template.template.get("metadata") or {}).get("labels")
+        )
+    )
+
+
+def _matching_rules(
+    request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy
+) -> list[Rule]:
+    namespace = request.effective_namespace
+    labels = template.labels
+    resources = pod.resources
+    total = pod.total
+    return [
+        rule
+        for rule in policy.rules
+        if rule.match.matches(
+            namespace=namespace,
+            namespace_labels=request.namespace_labels,
+            pod_labels=labels,
+            resources=resources,
+            gpu_count=total,
+        )
+    ]
+
+
+def _evaluate_template(
+    request: Request,
+    template: PodTemplate,
+    *,
+    policy: Policy,
+    snapshot: Inventory | None,
+    editor: Editor,
+    findings: list[Finding],
+) -> PodGPUs:
+    settings = policy.settings
+    spec_path = template.spec_path
+    pod = pod_gpus(template.spec, settings.gpu_resources)
+    if not pod.total and not pod.problems and not policy.rules:
+        return pod
+    rules = _matching_rules(request, template, pod, policy)
+    for rule in rules:
+        if rule.mutations.places:
+            apply_placement(editor, spec_path, rule.mutations)
+    if settings.actions.get("requestsWithoutLimits") == "repair":
+        for container, problem in pod.problems:
+            if problem.check == "requestsWithoutLimits":
+                repair_requests_only(editor, spec_path, container, problem.resource)
+                findings.append(
+                    Finding(
+                        "builtin",
+                        "requestsWithoutLimits",
+                        "warn",
+                        f'container "{container.name}" requested {problem.resource} without a '
+                        "limit; the request was copied into limits. Set the limit yourself.",
+                        f'container "{container.name}": {problem.resource} limit set from request',
+                        ".".join(map(str, (*spec_path, *container.path))),
+                    )
+                )
+    for rule in rules:
+        apply_containers(editor, spec_path, pod, rule.mutations, inventory=snapshot)
+    spec = editor.get(spec_path)
+    scope = Scope(
+        where=".".join(map(str, spec_path)),
+        spec=spec,
+        labels=template.labels,
+        pod=pod,
+        placement=Placement.of(spec),
+        settings=settings,
+    )
+    findings.extend(quantity_findings(scope, settings))
+    if snapshot is not None and pod.total:
+        findings.extend(capacity_findings(scope, snapshot, settings))
+    for rule in rules:
+        findings.extend(rule_findings(scope, rule, inventory=snapshot))
+    return pod
+
+
+def _inventory_unavailable(
+    problem: str, policy: Policy, findings: list[Finding], warnings: list[str]
+) -> None:
+    if policy.settings.inventory_failure_mode == "deny":
+        findings.append(
+            Finding(
+                "builtin",
+                "capacity",
+                "deny",
+                f"GPU capacity cannot be checked: {problem}. Retry when the webhook's node "
+                "inventory is back, or ask an admin to set inventoryFailureMode: allow.",
+                f"GPU capacity not checked: {problem}",
+            )
+        )
+    else:
+        warnings.append(f"GPU capacity not checked: {problem}")
+
+
+def _workload_findings(
+    per_pod: list[tuple[PodTemplate, PodGPUs]], snapshot: Inventory, policy: Policy
+) -> list[Finding]:
+    """Replicas times GPUs per pod against every GPU in the cluster: a warning by default,
+    since nodes may be added, but a job that can never start all its workers hangs."""
+    needed: dict[str, int] = {}
+    for template, pod in per_pod:
+        if template.replicas is None or not template.path:
+            continue
+        for resource, count in pod.effective.items():
+            needed[resource] = needed.get(resource, 0) + count * template.replicas
+    findings = []
+    action = policy.settings.actions.get("clusterCapacity", "warn")
+    for resource, need in needed.items():
+        have = snapshot.total(resource)
+        if need > have and resource in snapshot.resource_names:
+            findings.append(
+                Finding(
+                    "builtin",
+                    "clusterCapacity",
+                    "deny" if action == "deny" else ("audit" if action == "audit" else "warn"),
+                    f"all pods of this workload together request {need} {resource}, but the "
+                    f"whole cluster has {have}; not every pod can run at once. Lower replicas "
+                    "or GPUs per pod, or add nodes.",
+                    f"workload needs {need} {resource}, cluster has {have}",
+                )
+            )
+    return findings
+
+
+def _workload_rule_findings(
+    request: Request, per_pod: list[tuple[PodTemplate, PodGPUs]], policy: Policy
+) -> list[Finding]:
+    findings: list[Finding] = []
+    workload = [(t, p) for t, p in per_pod if t.replicas is not None and t.path]
+    if not workload:
+        return findings
+    total = sum(p.total * (t.replicas or 0) for t, p in workload)
+    for rule in policy.rules:
+        for check in rule.checks:
+            if check.kind != "maxGPUsPerWorkload" or total <= check.value:
+                continue
+            if not any(
+                rule.match.matches(
+                    namespace=request.effective_namespace,
+                    namespace_labels=request.namespace_labels,
+                    pod_labels=t.labels,
+                    resources=p.resources,
+                    gpu_count=p.total,
+                )
+                for t, p in workload
+            ):
+                continue
+            message = (
+                f"all pods of this workload together request {total} GPUs; at most "
+                f"{check.value} are allowed per workload here. Lower replicas or GPUs per pod."
+            )
+            if check.message:
+                message += " " + check.message
+            findings.append(
+                Finding(
+                    rule.name,
+                    check.kind,
+                    check.action,
+                    message,
+                    f"workload requests {total} GPUs, at most {check.value}",
+                )
+            )
+    return findings

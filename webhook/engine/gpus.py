@@ -1,0 +1,153 @@
+"""What a pod template asks of GPUs: per container, and the pod's effective request."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from webhook.engine.policy import GPUResources
+from webhook.engine.quantity import QuantityError, parse_quantity
+from webhook.engine.workloads import Path
+
+
+@dataclass(frozen=True, slots=True)
+class QuantityProblem:
+    """A GPU quantity Kubernetes would reject (or, in a template, a controller would)."""
+
+    check: str  # a built-in check name
+    resource: str
+    detail: str
+    request: Fraction | None = None
+    limit: Fraction | None = None
+
+
+@dataclass(slots=True)
+class Container:
+    section: str  # "containers" or "initContainers"
+    index: int
+    name: str
+    body: Mapping[str, Any]
+    sidecar: bool
+    gpus: dict[str, int] = field(default_factory=dict)
+    problems: list[QuantityProblem] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return (self.section, self.index)
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(self.gpus.values())
+
+
+@dataclass(slots=True)
+class PodGPUs:
+    containers: list[Container]
+    effective: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.effective.values())
+
+    @property
+    def resources(self) -> list[str]:
+        return [r for r, n in self.effective.items() if n > 0]
+
+    @property
+    def problems(self) -> list[tuple[Container, QuantityProblem]]:
+        return [(c, p) for c in self.containers for p in c.problems]
+
+
+def _section(resources: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = resources.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _container(
+    body: Mapping[str, Any], *, section: str, index: int, gpus: GPUResources
+) -> Container:
+    resources = body.get("resources")
+    resources = resources if isinstance(resources, Mapping) else {}
+    requests, limits = _section(resources, "requests"), _section(resources, "limits")
+    container = Container(
+        section=section,
+        index=index,
+        name=str(body.get("name", "")),
+        body=body,
+        sidecar=section == "initContainers" and body.get("restartPolicy") == "Always",
+    )
+    names = [n for n in (*requests, *limits) if gpus.is_gpu(n)]
+    for name in dict.fromkeys(names):
+        _read(container, name, requests.get(name), limits.get(name))
+    return container
+
+
+def _read(container: Container, name: str, raw_request: object, raw_limit: object) -> None:
+    def parse(raw: object, what: str) -> Fraction | None:
+        if raw is None:
+            return None
+        try:
+            return parse_quantity(raw)
+        except QuantityError:
+            container.problems.append(
+                QuantityProblem("invalidQuantity", name, f"{what} {raw!r} is not a quantity")
+            )
+            return None
+
+    request, limit = parse(raw_request, "request"), parse(raw_limit, "limit")
+    if container.problems and container.problems[-1].resource == name:
+        return
+    amount = request if request is not None else limit
+    if amount is None:
+        return
+    problems = container.problems
+    if request is not None and limit is None:
+        problems.append(QuantityProblem("requestsWithoutLimits", name, "", request=request))
+    elif request is not None and limit is not None and request != limit:
+        problems.append(
+            QuantityProblem("requestsNotEqualLimits", name, "", request=request, limit=limit)
+        )
+    for value in {v for v in (request, limit) if v is not None}:
+        if value < 0:
+            problems.append(QuantityProblem("negativeQuantity", name, "", request=value))
+        elif value.denominator != 1:
+            problems.append(QuantityProblem("fractionalQuantity", name, "", request=value))
+    if amount > 0:
+        # A fractional request still reserves at least that share: round up for capacity.
+        container.gpus[name] = -(-amount.numerator // amount.denominator)
+
+
+def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources) -> PodGPUs:
+    """Containers' GPU asks and the effective pod request, as the scheduler computes it.
+
+    For each resource: max(the largest init container plus the sidecars started before
+    it, the app containers plus all sidecars). Limits stand in for missing requests, as
+    the API server defaults them on pods (and controllers do from templates).
+    """
+    containers: list[Container] = []
+    for section in ("initContainers", "containers"):
+        items = spec.get(section)
+        if isinstance(items, list):
+            containers.extend(
+                _container(body, section=section, index=i, gpus=gpus)
+                for i, body in enumerate(items)
+                if isinstance(body, Mapping)
+            )
+    effective: dict[str, int] = {}
+    names = {n for c in containers for n in c.gpus}
+    for name in names:
+        sidecars = init_peak = app = 0
+        for c in containers:
+            amount = c.gpus.get(name, 0)
+            if c.section == "initContainers":
+                if c.sidecar:
+                    sidecars += amount
+                    init_peak = max(init_peak, sidecars)
+                else:
+                    init_peak = max(init_peak, sidecars + amount)
+            else:
+                app += amount
+        effective[name] = max(init_peak, app + sidecars)
+    return PodGPUs(containers=containers, effective=effective)

@@ -1,0 +1,326 @@
+"""The JSON Schema of rule files: the one source for validation, editors and docs.
+
+``gpu-webhook rules schema`` prints it; ``schema/rules.schema.json`` is that output,
+shipped so editors validate rule files (a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+API_VERSION = "gpu-webhook.io/v1alpha1"
+ACTIONS = ["deny", "warn", "audit"]
+
+_STR_LIST: dict[str, Any] = {"type": "array", "items": {"type": "string", "minLength": 1}}
+_QUANTITY: dict[str, Any] = {
+    "description": "A Kubernetes quantity such as 16Gi or 512Mi.",
+    "anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 0}],
+}
+_ACTION = {
+    "enum": ACTIONS,
+    "description": "deny: reject; warn: allow with a warning; audit: record",
+}
+
+
+def _obj(
+    properties: dict[str, Any], *, required: list[str] | None = None, **extra: Any
+) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    if required:
+        schema["required"] = required
+    schema.update(extra)
+    return schema
+
+
+_REQUIREMENT = _obj(
+    {
+        "key": {"type": "string", "minLength": 1},
+        "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]},
+        "values": _STR_LIST,
+    },
+    required=["key", "operator"],
+)
+_LABEL_SELECTOR = _obj(
+    {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {
+            "type": "array",
+            "items": _obj(
+                {
+                    "key": {"type": "string", "minLength": 1},
+                    "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                    "values": _STR_LIST,
+                },
+                required=["key", "operator"],
+            ),
+        },
+    }
+)
+_TOLERATION = _obj(
+    {
+        "key": {"type": "string"},
+        "operator": {"enum": ["Exists", "Equal"]},
+        "value": {"type": "string"},
+        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+        "tolerationSeconds": {"type": "integer"},
+    }
+)
+_TAINT = _obj(
+    {
+        "key": {"type": "string", "minLength": 1},
+        "value": {"type": "string"},
+        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+    },
+    required=["key", "effect"],
+)
+_METADATA = _obj(
+    {
+        "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+    required=["name"],
+)
+
+
+def _check(name: str, value: dict[str, Any], description: str) -> dict[str, Any]:
+    return _obj(
+        {
+            name: {**value, "description": description},
+            "action": _ACTION,
+            "message": {"type": "string", "description": "Appended to the finding: how to fix."},
+        },
+        required=[name],
+    )
+
+
+_CHECKS = [
+    _check("maxGPUsPerPod", {"type": "integer", "minimum": 0}, "At most this many GPUs per pod."),
+    _check(
+        "maxGPUsPerContainer", {"type": "integer", "minimum": 0}, "At most this many per container."
+    ),
+    _check(
+        "allowedGPUCounts",
+        {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+        "A GPU container must ask for one of these counts (e.g. 1, 2, 4, 8).",
+    ),
+    _check(
+        "allowedProducts",
+        {**_STR_LIST, "minItems": 1},
+        "GPU products (nvidia.com/gpu.product globs) the pod may land on.",
+    ),
+    _check(
+        "maxSharedGPUs",
+        {"type": "integer", "minimum": 1},
+        "At most this many units of a shared GPU resource per container (1: no more than one).",
+    ),
+    _check(
+        "requiredLabels",
+        {**_STR_LIST, "minItems": 1},
+        "Pod label keys a GPU pod must carry (cost attribution, ownership).",
+    ),
+    _check(
+        "forbiddenResources",
+        {**_STR_LIST, "minItems": 1},
+        "GPU resource name globs that matching pods may not request.",
+    ),
+    _check(
+        "maxGPUsPerWorkload",
+        {"type": "integer", "minimum": 0},
+        "At most this many GPUs for all pods of a workload (replicas times GPUs per pod).",
+    ),
+]
+
+_MATCH = _obj(
+    {
+        "namespaces": {**_STR_LIST, "description": "Namespace names or globs; default all."},
+        "excludeNamespaces": _STR_LIST,
+        "namespaceSelector": _LABEL_SELECTOR,
+        "podSelector": _LABEL_SELECTOR,
+        "resources": {
+            **_STR_LIST,
+            "description": "GPU resource globs; the pod must request one. Default: any GPU.",
+        },
+        "gpuCount": _obj(
+            {"min": {"type": "integer", "minimum": 0}, "max": {"type": "integer", "minimum": 0}},
+            description="Total GPUs the pod requests; default min 1 (GPU pods only).",
+        ),
+    }
+)
+_ENV_VAR = _obj(
+    {
+        "name": {"type": "string", "pattern": "^[-._a-zA-Z][-._a-zA-Z0-9]*$"},
+        "value": {
+            "type": "string",
+            "description": "May use {gpuCount} and {gpuIndexes} (0,1,... inside the container).",
+        },
+        "override": {"type": "boolean", "description": "Replace a value the container sets."},
+    },
+    required=["name", "value"],
+)
+_MUTATE = _obj(
+    {
+        "tolerations": {"type": "array", "items": _TOLERATION},
+        "nodeAffinity": _obj(
+            {
+                "required": {"type": "array", "items": _REQUIREMENT, "minItems": 1},
+                "preferred": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "weight": {"type": "integer", "minimum": 1, "maximum": 100},
+                            "matchExpressions": {
+                                "type": "array",
+                                "items": _REQUIREMENT,
+                                "minItems": 1,
+                            },
+                        },
+                        required=["weight", "matchExpressions"],
+                    ),
+                },
+            }
+        ),
+        "env": _obj(
+            {
+                "hideGPUsFromNonGPUContainers": {
+                    "type": "boolean",
+                    "description": "NVIDIA_VISIBLE_DEVICES=void, CUDA_VISIBLE_DEVICES='' "
+                    "in containers that request no GPU.",
+                },
+                "gpuContainers": {"type": "array", "items": _ENV_VAR},
+            }
+        ),
+        "memoryLimit": _obj(
+            {
+                "fixed": _QUANTITY,
+                "perGPU": _QUANTITY,
+                "inventoryShare": {
+                    "type": "boolean",
+                    "description": "Per-GPU share of the smallest usable node's memory.",
+                },
+            },
+            minProperties=1,
+            maxProperties=1,
+        ),
+        "shm": _obj({"sizeLimit": _QUANTITY}, required=["sizeLimit"]),
+    }
+)
+_GPU_POLICY = _obj(
+    {
+        "order": {"type": "integer", "description": "Lower runs first; ties by name."},
+        "description": {"type": "string"},
+        "match": _MATCH,
+        "validate": {"type": "array", "items": {"oneOf": _CHECKS}},
+        "mutate": _MUTATE,
+    }
+)
+BUILTIN_CHECKS = {
+    "requestsWithoutLimits": "a GPU in requests but not in limits",
+    "requestsNotEqualLimits": "GPU requests differ from limits",
+    "invalidQuantity": "a GPU quantity that is not a number",
+    "fractionalQuantity": "a GPU quantity that is not a whole number",
+    "negativeQuantity": "a negative GPU quantity",
+    "capacity": "more GPUs than the largest node the pod can use",
+    "unknownResource": "a GPU resource that no node advertises",
+    "clusterCapacity": "a workload needs more GPUs than the cluster has",
+}
+_SETTINGS = _obj(
+    {
+        "gpuResources": {
+            "type": "array",
+            "description": "Resource names (globs) that count as GPUs. Replaces the default list.",
+            "items": _obj(
+                {"name": {"type": "string", "minLength": 1}, "shared": {"type": "boolean"}},
+                required=["name"],
+            ),
+        },
+        "checks": _obj(
+            {
+                name: {
+                    "enum": [*ACTIONS, "repair"] if name == "requestsWithoutLimits" else ACTIONS,
+                    "description": text,
+                }
+                for name, text in BUILTIN_CHECKS.items()
+            }
+        ),
+        "inventoryFailureMode": {
+            "enum": ["allow", "deny"],
+            "description": "When the node inventory is unavailable: allow with a warning, or deny.",
+        },
+    }
+)
+_NODE_POOL = _obj(
+    {
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "taints": {"type": "array", "items": _TAINT},
+        "allocatable": {
+            "type": "object",
+            "additionalProperties": _QUANTITY,
+            "minProperties": 1,
+        },
+        "maxNodes": {"type": "integer", "minimum": 1},
+    },
+    required=["allocatable"],
+)
+_WORKLOAD_KIND = _obj(
+    {
+        "group": {"type": "string"},
+        "kind": {"type": "string", "minLength": 1},
+        "templates": {
+            "type": "array",
+            "minItems": 1,
+            "items": _obj(
+                {
+                    "path": {"type": "string", "minLength": 1},
+                    "replicas": _STR_LIST,
+                    "podSpec": {"type": "boolean"},
+                },
+                required=["path"],
+            ),
+        },
+    },
+    required=["group", "kind", "templates"],
+)
+
+
+def _document(kind: str, spec: dict[str, Any], description: str) -> dict[str, Any]:
+    return _obj(
+        {
+            "apiVersion": {"const": API_VERSION},
+            "kind": {"const": kind},
+            "metadata": _METADATA,
+            "spec": spec,
+        },
+        required=["apiVersion", "kind", "metadata", "spec"],
+        description=description,
+    )
+
+
+DOCUMENT_KINDS: dict[str, dict[str, Any]] = {
+    "GPUPolicy": _document(
+        "GPUPolicy", _GPU_POLICY, "Rules: which pods, what to check, what to set."
+    ),
+    "GPUSettings": _document("GPUSettings", _SETTINGS, "Cluster-wide settings; at most one."),
+    "NodePool": _document("NodePool", _NODE_POOL, "Nodes an autoscaler may create on demand."),
+    "WorkloadKind": _document(
+        "WorkloadKind", _WORKLOAD_KIND, "Where a custom resource keeps its pod templates."
+    ),
+}
+
+
+def rules_schema() -> dict[str, Any]:
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://gpu-webhook.io/schemas/rules.schema.json",
+        "title": "gpu-admission-webhook rule file document",
+        "type": "object",
+        "required": ["apiVersion", "kind"],
+        "oneOf": [
+            {"if": {"properties": {"kind": {"const": k}}}, "then": s, "else": False}
+            for k, s in DOCUMENT_KINDS.items()
+        ],
+    }
