@@ -224,9 +224,7 @@ def _selected_products(scope: Scope) -> set[str] | None:
         values = [
             set(map(str, e.get("values") or []))
             for e in term.get("matchExpressions") or []
-            if isinstance(e, Mapping)
-            and e.get("key") == PRODUCT_LABEL
-            and e.get("operator") == "In"
+            if isinstance(e, dict) and e.get("key") == PRODUCT_LABEL and e.get("operator") == "In"
         ]
         if not values:
             return None  # this term allows any product

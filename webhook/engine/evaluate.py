@@ -34,7 +34,7 @@ class Request:
     @property
     def effective_namespace(self) -> str:
         meta = self.object.get("metadata")
-        own = meta.get("namespace") if isinstance(meta, Mapping) else None
+        own = meta.get("namespace") if isinstance(meta, dict) else None
         return self.namespace or (str(own) if own else "default")
 
 
@@ -102,7 +102,7 @@ def _unchanged(request: Request, template: PodTemplate) -> bool:
         return False
     old: Any = request.old_object
     for part in template.path:
-        if isinstance(old, Mapping):
+        if isinstance(old, dict):
             old = old.get(part)
         elif isinstance(old, list) and isinstance(part, int) and part < len(old):
             old = old[part]
@@ -116,7 +116,7 @@ def _unchanged(request: Request, template: PodTemplate) -> bool:
 def _same_pod(old: Any, template: PodTemplate) -> bool:
     # A Pod's spec is immutable but for a few fields; its labels may change.
     return (
-        isinstance(old, Mapping)
+        isinstance(old, dict)
         and old.get("spec") == template.spec
         and (
             (old.get("metadata") or {}).get("labels")

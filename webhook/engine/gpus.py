@@ -62,14 +62,14 @@ class PodGPUs:
 
 def _section(resources: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = resources.get(key)
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict) else {}
 
 
 def _container(
     body: Mapping[str, Any], *, section: str, index: int, gpus: GPUResources
 ) -> Container:
     resources = body.get("resources")
-    resources = resources if isinstance(resources, Mapping) else {}
+    resources = resources if isinstance(resources, dict) else {}
     requests, limits = _section(resources, "requests"), _section(resources, "limits")
     container = Container(
         section=section,
@@ -133,7 +133,7 @@ def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources) -> PodGPUs:
             containers.extend(
                 _container(body, section=section, index=i, gpus=gpus)
                 for i, body in enumerate(items)
-                if isinstance(body, Mapping)
+                if isinstance(body, dict)
             )
     effective: dict[str, int] = {}
     names = {n for c in containers for n in c.gpus}

@@ -62,7 +62,7 @@ def _amount(name: str, raw: object) -> int | None:
 
 def resources_from_json(raw: object) -> dict[str, int]:
     """Keep cpu, memory and extended resources; skip what policy never asks about."""
-    if not isinstance(raw, Mapping):
+    if not isinstance(raw, dict):
         return {}
     out: dict[str, int] = {}
     for name, quantity in raw.items():
@@ -79,7 +79,7 @@ def taints_from_json(raw: object) -> tuple[Taint, ...]:
     return tuple(
         Taint(key=str(t.get("key", "")), value=str(t.get("value") or ""), effect=str(t["effect"]))
         for t in raw
-        if isinstance(t, Mapping) and t.get("effect")
+        if isinstance(t, dict) and t.get("effect")
     )
 
 
@@ -90,12 +90,12 @@ def node_from_json(raw: Mapping[str, Any]) -> Node:
     status = raw.get("status") or {}
     labels = meta.get("labels") or {}
     ready = any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or []
     )
     return Node(
         name=str(meta.get("name", "")),
-        labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
+        labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
         taints=taints_from_json(spec.get("taints")),
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
@@ -118,12 +118,12 @@ class Placement:
         affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution"
         ) or {}
-        terms = affinity.get("nodeSelectorTerms") if isinstance(affinity, Mapping) else None
+        terms = affinity.get("nodeSelectorTerms") if isinstance(affinity, dict) else None
         tolerations = spec.get("tolerations")
         return cls(
-            node_selector=selector if isinstance(selector, Mapping) else {},
+            node_selector=selector if isinstance(selector, dict) else {},
             required_terms=terms if isinstance(terms, list) else None,
-            tolerations=[t for t in tolerations if isinstance(t, Mapping)]
+            tolerations=[t for t in tolerations if isinstance(t, dict)]
             if isinstance(tolerations, list)
             else [],
         )
@@ -142,7 +142,7 @@ class Placement:
             if term.get("matchFields"):
                 return True
             if any(
-                isinstance(e, Mapping) and e.get("key") in identity
+                isinstance(e, dict) and e.get("key") in identity
                 for e in term.get("matchExpressions") or ()
             ):
                 return True

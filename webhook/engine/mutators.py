@@ -28,7 +28,7 @@ def _list(value: object) -> list[Any]:
 
 
 def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict) else {}
 
 
 # --- placement ----------------------------------------------------------------------------
@@ -37,14 +37,12 @@ def _map(value: object) -> Mapping[str, Any]:
 def add_tolerations(editor: Editor, spec_path: Path, wanted: Sequence[Mapping[str, Any]]) -> None:
     for toleration in wanted:
         existing = _list(editor.get((*spec_path, "tolerations")))
-        if not any(isinstance(t, Mapping) and toleration_covers(t, toleration) for t in existing):
+        if not any(isinstance(t, dict) and toleration_covers(t, toleration) for t in existing):
             editor.append((*spec_path, "tolerations"), dict(toleration))
 
 
 def _constrained_keys(term: Mapping[str, Any]) -> set[str]:
-    return {
-        str(e.get("key")) for e in _list(term.get("matchExpressions")) if isinstance(e, Mapping)
-    }
+    return {str(e.get("key")) for e in _list(term.get("matchExpressions")) if isinstance(e, dict)}
 
 
 def add_required_affinity(
@@ -62,7 +60,7 @@ def add_required_affinity(
         editor.add((*required_path, "nodeSelectorTerms"), [{"matchExpressions": wanted}])
         return
     for index, term in enumerate(terms):
-        if not isinstance(term, Mapping):
+        if not isinstance(term, dict):
             continue
         keys = _constrained_keys(term)
         for requirement in wanted:
@@ -106,7 +104,7 @@ def _env_names(editor: Editor, path: Path) -> dict[str, int]:
     return {
         str(e.get("name")): i
         for i, e in enumerate(_list(editor.get((*path, "env"))))
-        if isinstance(e, Mapping)
+        if isinstance(e, dict)
     }
 
 

@@ -30,7 +30,7 @@ class Editor:
     def get(self, path: Path) -> Any:
         node: Any = self.doc
         for part in path:
-            if isinstance(node, Mapping):
+            if isinstance(node, dict):
                 node = node.get(part)
             elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
                 node = node[part]
@@ -47,7 +47,7 @@ class Editor:
         for part in path:
             child = node[part]
             if id(child) not in self._owned:
-                child = dict(child) if isinstance(child, Mapping) else list(child)
+                child = dict(child) if isinstance(child, dict) else list(child)
                 node[part] = child
                 self._owned[id(child)] = child
             node = child

@@ -69,14 +69,14 @@ def term_matches(term: Mapping[str, Any], labels: Labels, name: str) -> bool:
     fields = term.get("matchFields") or []
     if not exprs and not fields:
         return False
-    return all(requirement_matches(e, labels) for e in exprs if isinstance(e, Mapping)) and all(
-        field_matches(f, name) for f in fields if isinstance(f, Mapping)
+    return all(requirement_matches(e, labels) for e in exprs if isinstance(e, dict)) and all(
+        field_matches(f, name) for f in fields if isinstance(f, dict)
     )
 
 
 def terms_match(terms: Sequence[Any], labels: Labels, name: str) -> bool:
     """``requiredDuringSchedulingIgnoredDuringExecution``: the terms are ORed."""
-    return any(isinstance(t, Mapping) and term_matches(t, labels, name) for t in terms)
+    return any(isinstance(t, dict) and term_matches(t, labels, name) for t in terms)
 
 
 def label_selector_matches(selector: Mapping[str, Any] | None, labels: Labels) -> bool:
@@ -89,7 +89,7 @@ def label_selector_matches(selector: Mapping[str, Any] | None, labels: Labels) -
     return all(
         requirement_matches(e, labels)
         for e in selector.get("matchExpressions") or []
-        if isinstance(e, Mapping)
+        if isinstance(e, dict)
     )
 
 

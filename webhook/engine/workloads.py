@@ -70,7 +70,7 @@ class PodTemplate:
         if self.pod_spec:
             return self.template
         spec = self.template.get("spec")
-        return spec if isinstance(spec, Mapping) else {}
+        return spec if isinstance(spec, dict) else {}
 
     @property
     def spec_path(self) -> Path:
@@ -81,8 +81,8 @@ class PodTemplate:
         if self.pod_spec:
             return {}
         meta = self.template.get("metadata")
-        labels = meta.get("labels") if isinstance(meta, Mapping) else None
-        return labels if isinstance(labels, Mapping) else {}
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        return labels if isinstance(labels, dict) else {}
 
     def describe(self) -> str:
         return ".".join(str(p) for p in self.path) or "pod"
@@ -217,7 +217,7 @@ class KindTable:
         found: list[PodTemplate] = []
         for location in kind.locations:
             for path, template in _walk(obj, location.path, ()):
-                if not isinstance(template, Mapping):
+                if not isinstance(template, dict):
                     continue
                 replicas = None if kind.per_node else _replicas(obj, location, path)
                 found.append(
@@ -234,13 +234,13 @@ def _walk(node: object, pattern: tuple[str, ...], at: Path) -> Iterator[tuple[Pa
         return
     head, rest = pattern[0], pattern[1:]
     if head == "*":
-        if isinstance(node, Mapping):
+        if isinstance(node, dict):
             for key in sorted(node, key=str):
                 yield from _walk(node[key], rest, (*at, str(key)))
         elif isinstance(node, list):
             for index, item in enumerate(node):
                 yield from _walk(item, rest, (*at, index))
-    elif isinstance(node, Mapping) and head in node:
+    elif isinstance(node, dict) and head in node:
         yield from _walk(node[head], rest, (*at, head))
 
 
@@ -253,7 +253,7 @@ def _replicas(obj: Mapping[str, Any], location: TemplateLocation, path: Path) ->
         value: object = obj
         for part in pattern:
             key: str | int = next(queue, "*") if part == "*" else part
-            if isinstance(value, Mapping):
+            if isinstance(value, dict):
                 value = value.get(key)
             elif isinstance(value, list) and isinstance(key, int) and key < len(value):
                 value = value[key]
