@@ -40,7 +40,7 @@ class QuantityError(ValueError):
 
 def parse_quantity(value: object) -> Fraction:
     """Parse what a manifest may hold: ``1``, ``"1"``, ``0.5``, ``"500m"``, ``"2Gi"``."""
-    if isinstance(value, bool) or value is None:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise QuantityError(f"{value!r} is not a quantity")
     key = (type(value), value)
     cached = _CACHE.get(key)

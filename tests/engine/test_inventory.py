@@ -1,0 +1,100 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from webhook.engine.inventory import Inventory, Node, Placement, Taint, node_from_json
+
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "apiserver"
+GPU_TAINT = (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
+TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def gpu_node(name: str, gpus: int, product: str, **extra: object) -> Node:
+    labels = {"kubernetes.io/hostname": name, "nvidia.com/gpu.product": product}
+    return Node(name, labels, taints=GPU_TAINT, allocatable={"nvidia.com/gpu": gpus}, **extra)  # type: ignore[arg-type]
+
+
+def placement(**spec: object) -> Placement:
+    return Placement.of({"tolerations": TOLERATE_GPU, **spec})
+
+
+def test_nodes_are_read_from_the_api_servers_own_bytes() -> None:
+    items = json.loads((FIXTURES / "node-list.json").read_text())["items"]
+    nodes = {n.name: n for n in map(node_from_json, items)}
+    mig = nodes["gpu-h100-mig-0"]
+    assert mig.allocatable["nvidia.com/mig-1g.10gb"] == 14
+    assert mig.allocatable["memory"] == 2000 * 2**30
+    assert mig.allocatable["cpu"] == 190_000
+    assert Taint("nvidia.com/gpu", "present", "NoSchedule") in mig.taints
+    assert mig.ready
+    assert "pods" not in mig.allocatable, "resources policy never asks about are dropped"
+
+
+def test_the_largest_node_is_the_largest_the_placement_admits() -> None:
+    inventory = Inventory(
+        [gpu_node("a100", 8, "A100"), gpu_node("t4", 4, "T4"), gpu_node("h100", 16, "H100")]
+    )
+    t4_only = placement(nodeSelector={"nvidia.com/gpu.product": "T4"})
+    assert inventory.largest("nvidia.com/gpu", t4_only).amount == 4
+    assert inventory.largest("nvidia.com/gpu", placement()).node.name == "h100"  # type: ignore[union-attr]
+    assert inventory.largest("nvidia.com/gpu").amount == 16
+
+
+def test_untolerated_taints_and_cordons_exclude_nodes_but_condition_taints_do_not() -> None:
+    not_ready = Taint("node.kubernetes.io/not-ready", "", "NoSchedule")
+    inventory = Inventory(
+        [
+            Node("flaky", {}, taints=(*GPU_TAINT, not_ready), allocatable={"nvidia.com/gpu": 8}),
+            gpu_node("cordoned", 16, "H100", unschedulable=True),
+        ]
+    )
+    assert inventory.largest("nvidia.com/gpu", Placement.of({})).amount == 0
+    assert inventory.largest("nvidia.com/gpu", placement()).amount == 8
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        pytest.param(
+            {"nodeSelector": {"kubernetes.io/hostname": "node-7"}}, 8, id="hostname-selector"
+        ),
+        pytest.param(
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchFields": [
+                                        {
+                                            "key": "metadata.name",
+                                            "operator": "In",
+                                            "values": ["node-2"],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+            4,
+            id="match-fields",
+        ),
+    ],
+)
+def test_placements_that_name_nodes_are_judged_per_node_within_a_shape(
+    spec: dict[str, object], expected: int
+) -> None:
+    nodes = [gpu_node(f"node-{i}", 8 if i % 2 else 4, "A100" if i % 2 else "T4") for i in range(40)]
+    inventory = Inventory(nodes)
+    assert len(inventory.shapes) == 2, "nodes differing only by hostname share a shape"
+    assert inventory.largest("nvidia.com/gpu", placement(**spec)).amount == expected
+
+
+def test_totals_count_declared_pool_nodes_up_to_their_size() -> None:
+    pool = Node("nodepool/h100", {}, allocatable={"nvidia.com/gpu": 8}, pool="h100", count=4)
+    inventory = Inventory([gpu_node("a", 8, "A100")]).with_nodes([pool])
+    assert inventory.total("nvidia.com/gpu") == 40
+    assert inventory.resource_names == {"nvidia.com/gpu"}

@@ -1,0 +1,158 @@
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from webhook.engine.policy import PolicyError
+from webhook.engine.schema import rules_schema
+from webhook.rulefiles import RuleStore, load_policy
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = "apiVersion: gpu-webhook.io/v1alpha1\n"
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(text)
+    return path
+
+
+def problems(directory: Path) -> list[str]:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(str(directory))
+    return [str(p) for p in caught.value.problems]
+
+
+def test_the_shipped_rules_load() -> None:
+    policy = load_policy(str(ROOT / "rules"))
+    assert policy.rule_names == ("nvidia-gpu-taint", "hide-gpus-from-non-gpu-containers")
+
+
+def test_the_shipped_schema_is_the_generated_one() -> None:
+    shipped = json.loads((ROOT / "schema" / "rules.schema.json").read_text())
+    assert shipped == rules_schema(), "run: gpu-webhook rules schema > schema/rules.schema.json"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            HEADER + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n    tolerate: []\n",
+            "a.yaml: doc 1 (GPUPolicy a): spec.mutate: unknown field 'tolerate'",
+            id="unknown-key",
+        ),
+        pytest.param(
+            HEADER + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  order: first\n",
+            "spec.order: 'first' is not of type 'integer'",
+            id="wrong-type",
+        ),
+        pytest.param(
+            HEADER
+            + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  validate:\n    - maxGPUsPerPod: 2\n      action: block\n",
+            "spec.validate[0]",
+            id="bad-action",
+        ),
+        pytest.param(
+            HEADER
+            + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n    memoryLimit: {fixed: lots}\n",
+            "spec.mutate.memoryLimit.fixed: 'lots' is not a Kubernetes quantity",
+            id="bad-quantity",
+        ),
+        pytest.param(
+            "kind: GPUPolicy\nmetadata: {name: a}\n",
+            "apiVersion: must be gpu-webhook.io/v1alpha1",
+            id="no-api-version",
+        ),
+        pytest.param(
+            HEADER + "kind: Gadget\nmetadata: {name: a}\nspec: {}\n",
+            "kind: must be one of",
+            id="unknown-kind",
+        ),
+        pytest.param("a: [\n", "a.yaml:2: not valid YAML", id="not-yaml"),
+    ],
+)
+def test_problems_name_the_file_document_and_field(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    write(tmp_path, "a.yaml", text)
+    assert any(expected in p for p in problems(tmp_path)), problems(tmp_path)
+
+
+def test_every_problem_in_every_file_is_reported_at_once(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", HEADER + "kind: GPUPolicy\nmetadata: {name: a}\nspec: {bogus: 1}\n")
+    write(tmp_path, "b.yaml", HEADER + "kind: NodePool\nmetadata: {name: b}\nspec: {maxNodes: 0}\n")
+    found = problems(tmp_path)
+    assert any("a.yaml" in p for p in found)
+    assert sum("b.yaml" in p for p in found) == 2, "missing allocatable, and maxNodes below 1"
+
+
+CONFLICT = """\
+{header}kind: GPUPolicy
+metadata: {{name: {name}}}
+spec:
+  match: {{namespaces: [{namespace}]}}
+  mutate:
+    env:
+      gpuContainers: [{{name: NCCL_DEBUG, value: {value}}}]
+"""
+
+
+def test_two_rules_that_write_one_field_differently_are_an_error(tmp_path: Path) -> None:
+    write(
+        tmp_path, "a.yaml", CONFLICT.format(header=HEADER, name="a", namespace="ml", value="INFO")
+    )
+    write(
+        tmp_path, "b.yaml", CONFLICT.format(header=HEADER, name="b", namespace="ml-*", value="WARN")
+    )
+    (found,) = problems(tmp_path)
+    assert "b.yaml: doc 1 (GPUPolicy b): spec.mutate.env.gpuContainers[NCCL_DEBUG]" in found
+    assert "conflicts with rule 'a'" in found
+
+
+def test_rules_with_disjoint_namespaces_may_write_different_values(tmp_path: Path) -> None:
+    write(
+        tmp_path, "a.yaml", CONFLICT.format(header=HEADER, name="a", namespace="ml", value="INFO")
+    )
+    write(
+        tmp_path, "b.yaml", CONFLICT.format(header=HEADER, name="b", namespace="web", value="WARN")
+    )
+    assert len(load_policy(str(tmp_path)).rules) == 2
+
+
+def test_a_broken_edit_never_replaces_the_last_good_rules(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules)
+    store = RuleStore(str(rules))
+    good = store.current
+    assert store.reload_if_changed() is None
+    write(rules, "10-nvidia-tolerations.yaml", "kind: [\n")
+    assert store.reload_if_changed() is False
+    assert store.current is good
+    assert store.last_error is not None
+    assert "10-nvidia-tolerations.yaml" in str(store.last_error)
+    shutil.copy(ROOT / "rules" / "10-nvidia-tolerations.yaml", rules)
+    (rules / "20-hide-gpus.yaml").unlink()
+    assert store.reload_if_changed() is True
+    assert store.current.policy.rule_names == ("nvidia-gpu-taint",)
+    assert store.current.generation == good.generation + 1
+
+
+def test_a_configmap_symlink_swap_is_noticed(tmp_path: Path) -> None:
+    """Kubernetes mounts ConfigMaps as ..data -> ..<timestamp>/ and swaps the link."""
+    rules = tmp_path / "mount"
+    first, second = rules / "..2026_11_29_1", rules / "..2026_11_29_2"
+    shutil.copytree(ROOT / "rules", first)
+    shutil.copytree(ROOT / "rules", second)
+    (second / "20-hide-gpus.yaml").unlink()
+    (rules / "..data").symlink_to(first.name)
+    for name in ("00-settings.yaml", "10-nvidia-tolerations.yaml", "20-hide-gpus.yaml"):
+        (rules / name).symlink_to(Path("..data") / name)
+    store = RuleStore(str(rules))
+    assert len(store.current.policy.rules) == 2
+    (rules / "..data_tmp").symlink_to(second.name)
+    (rules / "..data_tmp").replace(rules / "..data")
+    (rules / "20-hide-gpus.yaml").unlink()
+    assert store.reload_if_changed() is True
+    assert store.current.policy.rule_names == ("nvidia-gpu-taint",)
