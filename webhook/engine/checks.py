@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -135,10 +136,11 @@ def _unknown_resource(
     domain = resource.partition("/")[0]
     alike = [n for n in known if n.startswith(domain + "/")] or known
     offered = ", ".join(alike) if alike else "no GPU resources at all"
+    close = difflib.get_close_matches(resource, alike, n=1, cutoff=0.8)
+    hint = f" Did you mean {close[0]}?" if close else " Check the resource name."
     message = (
         f"the pod requests {resource}, which no node advertises; this cluster offers "
-        f"{offered}. Check the resource name"
-        + (" (MIG profiles look like nvidia.com/mig-1g.10gb)." if "mig-" in resource else ".")
+        f"{offered}.{hint}"
     )
     summary = f"{resource} is offered by no node (offered: {offered})"
     return Finding(
