@@ -73,6 +73,7 @@ class PolicyError(Exception):
 
 def glob_matcher(patterns: Iterable[str]) -> Callable[[str], bool]:
     """Exact names go to a set lookup; only real globs pay for a regular expression."""
+    patterns = list(patterns)  # read twice below: a generator would be empty the second time
     exact = {p for p in patterns if not any(c in p for c in "*?[")}
     globs = [p for p in patterns if p not in exact]
     regex = re.compile("|".join(fnmatch.translate(g) for g in globs)) if globs else None
