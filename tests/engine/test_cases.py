@@ -198,5 +198,9 @@ def test_case_directories_hold_only_known_files() -> None:
 def test_shared_rule_directories_and_inventories_are_all_used() -> None:
     used_rules = {_ref(c, "rules.ref") for c in case_dirs() if (c / "rules.ref").is_file()}
     used_inv = {_ref(c, "inventory.ref") for c in case_dirs() if (c / "inventory.ref").is_file()}
-    assert {p.name for p in SHARED_RULES.iterdir()} <= used_rules
-    assert {p.stem for p in SHARED_INVENTORIES.iterdir()} <= used_inv
+    shared_rules = {p.name for p in SHARED_RULES.iterdir()} if SHARED_RULES.is_dir() else set()
+    shared_inv = (
+        {p.stem for p in SHARED_INVENTORIES.iterdir()} if SHARED_INVENTORIES.is_dir() else set()
+    )
+    assert shared_rules <= used_rules
+    assert shared_inv <= used_inv
