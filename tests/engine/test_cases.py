@@ -102,14 +102,16 @@ def finding_keys(decision: Decision) -> list[tuple[str, str, str]]:
 
 
 def _updated_expectations(decision: Decision, old: Mapping[str, Any]) -> dict[str, Any]:
-    kept = {
-        (f.get("rule"), f.get("check"), f.get("action")): f.get("message", "")
-        for f in old.get("findings") or []
-    }
+    kept: dict[tuple[str, str, str], list[str]] = {}
+    for f in old.get("findings") or []:
+        kept.setdefault((f["rule"], f["check"], f["action"]), []).append(f.get("message", ""))
     findings = []
     for f in decision.findings:
-        substring = kept.get((f.rule, f.check, f.action), "")
-        message = substring if substring and substring in f.message else f.message
+        candidates = kept.get((f.rule, f.check, f.action), [])
+        substring = next((s for s in candidates if s and s in f.message), "")
+        if substring:
+            candidates.remove(substring)
+        message = substring or f.message
         findings.append({"rule": f.rule, "check": f.check, "action": f.action, "message": message})
     out: dict[str, Any] = {
         "allowed": decision.allowed,
@@ -204,3 +206,12 @@ def test_shared_rule_directories_and_inventories_are_all_used() -> None:
     )
     assert shared_rules <= used_rules
     assert shared_inv <= used_inv
+
+
+def test_a_patch_path_escapes_a_resource_name_with_a_slash() -> None:
+    _, _, decision = run_case(CASES / "builtin-requests-only-repaired")
+    paths = [op["path"] for op in decision.patch]
+    assert (
+        "/spec/pytorchReplicaSpecs/Master/template/spec/containers/0/resources/limits/nvidia.com~1gpu"
+        in paths
+    )
