@@ -94,6 +94,10 @@ def _node_text(fit: Fit) -> str:
     return f"node {fit.node.name}"
 
 
+# Admits every node a pod could be allowed onto: a cordoned node is no alternative to offer.
+_ANYWHERE = Placement(node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},))
+
+
 def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) -> Iterator[Finding]:
     for resource, need in scope.pod.effective.items():
         if need <= 0:
@@ -104,7 +108,7 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
         fit = inventory.largest(resource, scope.placement)
         if need <= fit.amount:
             continue
-        best = inventory.largest(resource)
+        best = inventory.largest(resource, _ANYWHERE)
         if fit.node is None:
             text = f"the pod requests {need} {resource} but no node it can use offers any."
         else:
@@ -117,7 +121,9 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
                 f" {_node_text(best).capitalize()} has {best.amount}, but the pod's "
                 "nodeSelector, node affinity or tolerations exclude it."
             )
-        if best.amount >= need:
+        if best.amount >= need and fit.amount == 0:
+            text += " Let the pod use that node."
+        elif best.amount >= need:
             text += f" Let the pod use that node, or request at most {fit.amount}."
         else:
             text += (
