@@ -65,12 +65,14 @@ def review(
     api_version = str(source.get("apiVersion", "v1"))
     group = _GROUPS.get(api_version, api_version.partition("/")[0])
     kind = {"group": group, "version": api_version.rpartition("/")[2], "kind": source.get("kind")}
+    meta = source.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
     request: dict[str, Any] = {
         "uid": uid or str(uuid.uuid4()),
         "kind": kind,
         "resource": {**kind, "resource": str(source.get("kind", "")).lower() + "s"},
-        "name": source.get("metadata", {}).get("name", ""),
-        "namespace": source.get("metadata", {}).get("namespace", "default"),
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace", "default"),
         "operation": operation,
         "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
         "object": obj,

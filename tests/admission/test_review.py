@@ -61,6 +61,7 @@ def _with_request(**changes):
         pytest.param(_with_request(uid=None), "request.uid", id="no-uid"),
         pytest.param(_with_request(uid=7), "request.uid", id="numeric-uid"),
         pytest.param(_with_request(operation="PATCH"), "request.operation", id="bad-operation"),
+        pytest.param(_with_request(operation=["CREATE"]), "request.operation", id="list-operation"),
         pytest.param(_with_request(kind="Pod"), "request.kind", id="kind-as-string"),
         pytest.param(_with_request(object=[1]), "request.object must be", id="list-object"),
         pytest.param(_with_request(object="pod"), "request.object must be", id="string-object"),

@@ -62,7 +62,7 @@ def _request(request: Mapping[str, Any]) -> AdmissionRequest:
     if not isinstance(uid, str) or not uid:
         raise ReviewError("request.uid is missing or not a string")
     operation = request.get("operation")
-    if operation not in OPERATIONS:
+    if not isinstance(operation, str) or operation not in OPERATIONS:
         raise ReviewError(f"request.operation must be one of {', '.join(sorted(OPERATIONS))}")
     kind = request.get("kind")
     if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):

@@ -11,11 +11,16 @@ Short-circuits, in order (each answered ``allowed`` with no patch):
 Both return denials: the API server rejects requests-only and fractional GPU pods right
 after the mutating phase, so only a denial from ``/mutate`` reaches the user first.
 ``dryRun`` changes nothing here: the service has no side effects to skip.
+
+An object the engine cannot read (ill-typed fields that only a custom resource can carry at
+this point) is denied with a message that says so, and logged with its traceback: an HTTP
+500 would tell the user nothing but "failed calling webhook".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,7 +33,12 @@ from webhook.engine.evaluate import Request, evaluate
 from webhook.engine.policy import Policy
 from webhook.rulefiles import RuleSet, RuleStore
 
-Verdict = Literal["allowed", "denied", "skipped"]
+Verdict = Literal["allowed", "denied", "skipped", "error"]
+log = logging.getLogger("gpu_webhook.service")
+UNREADABLE = (
+    "gpu-webhook could not evaluate this object ({error}). Its pod template is probably "
+    "malformed (a field of the wrong type); fix it, or report a bug if the object is valid."
+)
 FailureMode = Literal["allow", "deny"]
 
 
@@ -69,7 +79,23 @@ class AdmissionService:
         if skip:
             return _skipped(request, skip)
         ruleset = self.rules.current
-        decision = evaluate(
+        try:
+            decision = self._evaluate(request, ruleset)
+        except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+            # The engine expects objects the API server has decoded; a custom resource may
+            # still carry ill-typed fields at /mutate (its schema is checked afterwards).
+            log.exception("engine failed on %s %s", request.kind, request.uid)
+            error = f"{type(exc).__name__}: {str(exc)[:100]}"
+            body = review_response(
+                request.uid, allowed=False, message=UNREADABLE.format(error=error)
+            )
+            return Outcome(body, "error", rules_generation=ruleset.generation)
+        if not decision.understood:
+            return _skipped(request, "kind")
+        return _answer(request, decision, mutate=mutate, generation=ruleset.generation)
+
+    def _evaluate(self, request: AdmissionRequest, ruleset: RuleSet) -> Decision:
+        return evaluate(
             Request(
                 request.object or {},
                 namespace=request.namespace,
@@ -80,9 +106,6 @@ class AdmissionService:
             policy=self._policy(ruleset),
             inventory=view_of(self.inventory),
         )
-        if not decision.understood:
-            return _skipped(request, "kind")
-        return _answer(request, decision, mutate=mutate, generation=ruleset.generation)
 
     def ready(self) -> tuple[bool, str]:
         """Rules are loaded once the service exists; a live inventory must have synced."""
