@@ -92,7 +92,8 @@ def all_workers_ready() -> bool | None:
 
 
 def worker_exited(pid: int) -> None:
-    """Drop a dead worker's live gauges, so its last values do not linger."""
+    """Drop the live gauges of a process that does not serve (a dead worker, the master),
+    so its values do not linger in what a scrape or a readiness probe sees."""
     directory = multiprocess_dir()
     if directory is not None:
         multiprocess.mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
