@@ -16,6 +16,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from webhook import metrics
+from webhook.admission.response import encode
 from webhook.admission.review import MAX_BODY_BYTES, ReviewError, parse_review, read_uid
 from webhook.admission.service import AdmissionService, Outcome
 from webhook.logs import review_line
@@ -113,7 +114,7 @@ def _admit(service: AdmissionService, endpoint: str, *, mutate: bool) -> Respons
             "duration_ms": round(elapsed * 1000, 3),
         },
     )
-    return Response(json.dumps(outcome.body, separators=(",", ":")), mimetype=JSON)
+    return Response(encode(outcome.body), mimetype=JSON)
 
 
 def _refuse(endpoint: str, code: int, reason: str, started: float, uid: str = "") -> Response:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 REVIEW_LOGGER = "gpu_webhook.review"
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
@@ -32,7 +33,7 @@ class JsonFormatter(logging.Formatter):
             line.update(fields)
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str, ensure_ascii=False)
+        return orjson.dumps(line, default=str).decode()
 
 
 def configure(level: str) -> None:

@@ -20,6 +20,7 @@ import importlib
 import logging
 import os
 import ssl
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ LIVE_MODULE = "webhook.cluster.inventorysource"
 KEEPALIVE_SECONDS = 120
 WORKER_TIMEOUT_SECONDS = 8
 GRACEFUL_TIMEOUT_SECONDS = 20
+GIL_SWITCH_SECONDS = 0.0005
 
 
 class LiveInventoryUnavailable(RuntimeError):
@@ -164,6 +166,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         self.cfg.set("on_exit", self._on_exit)
         self.cfg.set("child_exit", self._child_exit)
         self.cfg.set("worker_exit", self._worker_exit)
+        self.cfg.set("post_fork", self._post_fork)
 
     def load(self) -> WSGIApp:
         app, self._stop_worker = self.app_factory(self.settings)
@@ -196,6 +199,12 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
 
     def _child_exit(self, server: Any, worker: Any) -> None:  # noqa: ARG002
         metrics.worker_exited(worker.pid)
+
+    def _post_fork(self, server: Any, worker: Any) -> None:  # noqa: ARG002
+        # A worker thread busy with a review holds the GIL for up to the switch interval
+        # (5 ms by default) before the thread that polls kept-alive connections runs:
+        # a shorter interval cuts the queueing delay of the next review.
+        sys.setswitchinterval(GIL_SWITCH_SECONDS)
 
     def _worker_exit(self, server: Any, worker: Any) -> None:  # noqa: ARG002
         if self._stop_worker is not None:

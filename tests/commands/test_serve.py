@@ -14,7 +14,6 @@ from tests.builders import (
     FIXTURES,
     INVENTORY,
     RULES,
-    decoded_patch,
     deployment,
     patched,
     pod,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import orjson
 
 from webhook.admission.review import API_VERSION
 
@@ -29,7 +30,7 @@ def review_response(
     if not allowed:
         response["status"] = {"code": DENIED_CODE, "reason": "Forbidden", "message": message}
     if patch:
-        encoded = json.dumps(list(patch), separators=(",", ":")).encode()
+        encoded = orjson.dumps(list(patch), default=_plain)
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(encoded).decode()
     kept = _within_budget(warnings)
@@ -49,3 +50,14 @@ def _within_budget(warnings: Sequence[str]) -> list[str]:
             break
         kept.append(warning)
     return kept
+
+
+def encode(body: Mapping[str, Any]) -> bytes:
+    """The answer as JSON bytes (compact; mappings of any type)."""
+    return orjson.dumps(body, default=_plain)
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"cannot encode {type(value).__name__}")
