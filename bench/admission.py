@@ -1,0 +1,223 @@
+"""Benchmark: /mutate and /validate over TLS with keep-alive, next to a do-nothing Flask app
+on the same gunicorn configuration, in the same run.
+
+    .venv/bin/python bench/admission.py [--seconds 8] [--clients 4]
+
+Two phases per server:
+1. throughput: ``--clients`` processes, each on one kept-alive TLS connection, send
+   reviews back to back (closed loop) for ``--seconds``;
+2. latency at a fixed rate: the same clients send on a schedule at ``--rate-share`` of
+   the do-nothing app's throughput, and latency is measured from each request's scheduled
+   time (so a stall counts against the server, not the client).
+
+Reviews alternate between /mutate and /validate for typical GPU pods (the recorded
+kube-apiserver review of a one-GPU pod, and a two-container pod with two GPUs), with the
+shipped rules and the example inventory. The server's review log lines go to a file, as
+in a pod whose stderr is collected. Target: throughput >= 70% of the do-nothing app's,
+p99 <= 1.5x its p99. Results: printed, and written to bench/results/admission.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import http.client
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from webhook.devcerts import write_dev_certs  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "fixtures" / "admission" / "pod-gpu-limits-mutate-Pod-CREATE.json"
+
+
+def bodies() -> list[tuple[str, bytes]]:
+    recorded = json.loads(FIXTURE.read_text())
+    two = copy.deepcopy(recorded)
+    spec = two["request"]["object"]["spec"]
+    main = spec["containers"][0]
+    main["resources"] = {"limits": {"nvidia.com/gpu": "2", "cpu": "4", "memory": "16Gi"}}
+    sidecar = {"name": "metrics", "image": "busybox", "resources": {"limits": {"cpu": "100m"}}}
+    spec["containers"].append(sidecar)
+    out = []
+    for review in (recorded, two):
+        data = json.dumps(review).encode()
+        out += [("/mutate", data), ("/validate", data)]
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start(which: str, cert_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "bench/serve_app.py", which, str(port), str(cert_dir)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            conn = connect(port, cert_dir)
+            conn.request("POST", "/validate", body=bodies()[0][1], headers=HEADERS)
+            conn.getresponse().read()
+            conn.close()
+            return process, port
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit(f"{which} did not start:\n{log.read_text()}")
+
+
+HEADERS = {"Content-Type": "application/json"}
+
+
+def connect(port: int, cert_dir: Path) -> http.client.HTTPSConnection:
+    context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+    return http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+
+
+def client(args: tuple[int, str, float, float, float, int]) -> tuple[int, list[float], int]:
+    """One client process: returns (requests sent, latencies, connections opened)."""
+    port, cert_dir, start_at, seconds, rate, offset = args
+    conn = connect(port, Path(cert_dir))
+    conn.connect()
+    sock = conn.sock
+    work = bodies()
+    latencies: list[float] = []
+    count = 0
+    while time.time() < start_at:
+        time.sleep(0.001)
+    begin = time.perf_counter()
+    end = begin + seconds
+    interval = 1.0 / rate if rate else 0.0
+    next_at = begin + (offset * interval / 8 if rate else 0.0)
+    while True:
+        now = time.perf_counter()
+        if rate:
+            if next_at >= end:
+                break
+            if now < next_at:
+                time.sleep(next_at - now)
+            scheduled = next_at
+            next_at += interval
+        else:
+            if now >= end:
+                break
+            scheduled = now
+        path, body = work[count % len(work)]
+        conn.request("POST", path, body=body, headers=HEADERS)
+        reply = conn.getresponse()
+        reply.read()
+        if reply.status != 200:
+            raise SystemExit(f"{path}: HTTP {reply.status}")
+        latencies.append(time.perf_counter() - scheduled)
+        count += 1
+    reused = conn.sock is sock
+    conn.close()
+    return count, latencies, 1 if reused else 2
+
+
+def run_phase(
+    port: int, cert_dir: Path, *, clients: int, seconds: float, rate: float = 0.0
+) -> dict[str, float]:
+    start_at = time.time() + 0.5
+    per_client = rate / clients if rate else 0.0
+    jobs = [(port, str(cert_dir), start_at, seconds, per_client, i) for i in range(clients)]
+    with multiprocessing.Pool(clients) as pool:
+        results = pool.map(client, jobs)
+    total = sum(r[0] for r in results)
+    latencies = sorted(x for r in results for x in r[1])
+    return {
+        "requests": total,
+        "throughput": total / seconds,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+        "connections": sum(r[2] for r in results),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--rate-share", type=float, default=0.5)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="gpu-webhook-bench-"))
+    write_dev_certs(work / "certs")
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    servers = {}
+    for which in ("noop", "webhook"):
+        servers[which] = start(which, work / "certs", work / f"{which}.log")
+    try:
+        for which in ("noop", "webhook"):
+            _, port = servers[which]
+            run_phase(port, work / "certs", clients=args.clients, seconds=1.0)  # warm up
+            results[which] = {
+                "max": run_phase(port, work / "certs", clients=args.clients, seconds=args.seconds)
+            }
+        rate = results["noop"]["max"]["throughput"] * args.rate_share
+        for which in ("noop", "webhook"):
+            _, port = servers[which]
+            results[which]["paced"] = run_phase(
+                port, work / "certs", clients=args.clients, seconds=args.seconds, rate=rate
+            )
+    finally:
+        for process, _ in servers.values():
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+    report(results, rate, args)
+    return 0
+
+
+def report(
+    results: dict[str, dict[str, dict[str, float]]], rate: float, args: argparse.Namespace
+) -> None:
+    noop, hook = results["noop"], results["webhook"]
+    ratios = {
+        "throughput_ratio": hook["max"]["throughput"] / noop["max"]["throughput"],
+        "p50_ratio_at_rate": hook["paced"]["p50_ms"] / noop["paced"]["p50_ms"],
+        "p99_ratio_at_rate": hook["paced"]["p99_ms"] / noop["paced"]["p99_ms"],
+    }
+    print(f"cores: {os.cpu_count()}, clients: {args.clients}, {args.seconds:.0f}s per phase")
+    for name, result in results.items():
+        m, p = result["max"], result["paced"]
+        print(
+            f"{name:8} max {m['throughput']:7.0f} req/s (p50 {m['p50_ms']:.2f} ms, p99 "
+            f"{m['p99_ms']:.2f} ms) | at {rate:.0f} req/s: p50 {p['p50_ms']:.2f} ms, "
+            f"p99 {p['p99_ms']:.2f} ms | connections {m['connections']:.0f}"
+        )
+    print(
+        f"webhook/noop: throughput {ratios['throughput_ratio']:.2f} (target >= 0.70), "
+        f"p50 {ratios['p50_ratio_at_rate']:.2f}, p99 {ratios['p99_ratio_at_rate']:.2f} "
+        "(target <= 1.50) at the same rate"
+    )
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    (out / "admission.json").write_text(
+        json.dumps({"rate": rate, "results": results, "ratios": ratios}, indent=2) + "\n"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+import pytest
+
+from tests.builders import decoded_patch
+from webhook.admission.response import MAX_WARNINGS_TOTAL, review_response
+
+
+def test_an_allowed_answer_echoes_the_uid_and_carries_nothing_it_does_not_need():
+    body = review_response("u", allowed=True)
+
+    assert body == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "u", "allowed": True},
+    }
+
+
+def test_a_patch_is_sent_as_base64_json_patch():
+    ops = [{"op": "add", "path": "/metadata/labels/a~1b", "value": "c"}]
+
+    response = review_response("u", allowed=True, patch=ops)["response"]
+
+    assert decoded_patch(response) == ops
+
+
+@pytest.mark.parametrize(
+    ("count", "kept"),
+    [pytest.param(10, 10, id="few"), pytest.param(100, MAX_WARNINGS_TOTAL // 100, id="many")],
+)
+def test_warnings_stay_within_what_the_api_server_shows(count, kept):
+    warnings = [f"{i:03d}".ljust(100, "x") for i in range(count)]
+
+    response = review_response("u", allowed=True, warnings=warnings)["response"]
+
+    assert response["warnings"] == warnings[:kept]

@@ -1,0 +1,188 @@
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from tests.builders import INVENTORY, decoded_patch, deployment, fixture, patched, pod, review
+from tests.rulesets import quota, rules_dir
+from webhook.admission.inventory import InventoryStatus, StaticInventorySource
+from webhook.admission.review import parse_review
+from webhook.admission.service import AdmissionService
+from webhook.engine.evaluate import InventoryView, Request, evaluate
+from webhook.rulefiles import RuleStore
+
+
+@pytest.fixture(scope="module")
+def service():
+    return AdmissionService(
+        rules=RuleStore("rules"), inventory=StaticInventorySource(str(INVENTORY))
+    )
+
+
+def answer(service, body, *, mutate=True):
+    return service.review(parse_review(json.dumps(body)), mutate=mutate)
+
+
+def test_a_gpu_pod_is_allowed_with_the_uid_echoed_and_a_patch_that_gives_the_engines_object(
+    service,
+):
+    obj = pod(gpus=2)
+    outcome = answer(service, review(obj, uid="u-1"))
+    response = outcome.body["response"]
+
+    engine = evaluate(
+        Request(obj, namespace="default"),
+        policy=service.rules.current.policy,
+        inventory=InventoryView(service.inventory.snapshot()),
+    )
+    assert outcome.body["apiVersion"] == "admission.k8s.io/v1"
+    assert outcome.body["kind"] == "AdmissionReview"
+    assert response["uid"] == "u-1"
+    assert response["allowed"] is True
+    assert decoded_patch(response)
+    assert patched(obj, response) == engine.mutated
+
+
+def test_a_requests_only_gpu_pod_is_denied_at_mutate_with_403_naming_the_rule_and_the_fix(service):
+    outcome = answer(service, fixture("pod-gpu-requests-only-mutate-Pod-CREATE.json"))
+    response = outcome.body["response"]
+
+    assert outcome.verdict == "denied"
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    assert "[builtin/requestsWithoutLimits]" in response["status"]["message"]
+    assert "limits" in response["status"]["message"]
+    assert "patch" not in response
+
+
+def test_validate_gives_the_same_decision_as_mutate_without_a_patch(service):
+    body = review(pod(gpus=1))
+
+    mutated = answer(service, body, mutate=True).body["response"]
+    validated = answer(service, body, mutate=False).body["response"]
+
+    assert "patch" in mutated
+    assert "patch" not in validated
+    assert validated["allowed"] is mutated["allowed"] is True
+
+
+def test_mutating_the_mutated_pod_again_gives_no_patch(service):
+    once = patched(pod(gpus=1), answer(service, review(pod(gpus=1))).body["response"])
+
+    again = answer(service, review(once)).body["response"]
+
+    assert "patch" not in again
+
+
+@pytest.mark.parametrize(
+    "mutate", [pytest.param(True, id="mutate"), pytest.param(False, id="validate")]
+)
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(pod(gpus=1), id="gpu-pod"),
+        pytest.param(pod(gpus=1, requests_only=True), id="requests-only"),
+        pytest.param(pod(gpus="500m"), id="fractional"),
+        pytest.param(pod(gpus=64), id="too-many"),
+        pytest.param(deployment(pod(gpus=8), replicas=40), id="big-deployment"),
+    ],
+)
+def test_a_dry_run_gets_exactly_the_answer_of_the_real_request(service, obj, mutate):
+    real = answer(service, review(obj, uid="same"), mutate=mutate)
+    dry = answer(service, review(obj, uid="same", dry_run=True), mutate=mutate)
+
+    assert dry.body == real.body
+    assert dry.verdict == real.verdict
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        pytest.param(review(None, operation="DELETE", old=pod(gpus="x")), "operation", id="delete"),
+        pytest.param(review(pod(gpus="500m"), operation="CONNECT"), "operation", id="connect"),
+        pytest.param(review(pod(gpus="500m"), sub_resource="status"), "subresource", id="status"),
+        pytest.param(review(pod(gpus="500m"), sub_resource="binding"), "subresource", id="binding"),
+        pytest.param(
+            review(pod(gpus="500m"), operation="UPDATE", old=pod(gpus="500m")),
+            "pod-update",
+            id="pod-update",
+        ),
+        pytest.param(
+            review({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+            "kind",
+            id="configmap",
+        ),
+    ],
+)
+def test_requests_outside_our_business_are_allowed_untouched(service, body, reason):
+    outcome = answer(service, body)
+
+    assert outcome.verdict == "skipped"
+    assert outcome.skipped_because == reason
+    assert outcome.body["response"] == {"uid": body["request"]["uid"], "allowed": True}
+
+
+def test_a_workload_update_that_leaves_the_template_alone_is_not_blocked_by_a_new_rule(tmp_path):
+    service = AdmissionService(rules=RuleStore(str(rules_dir(tmp_path, quota(2)))))
+    old = deployment(pod(gpus=4))
+    scaled = {**old, "spec": {**old["spec"], "replicas": 3}}
+    changed = deployment(pod(gpus=8))
+
+    assert answer(service, review(scaled, operation="UPDATE", old=old)).verdict == "allowed"
+    assert answer(service, review(changed, operation="UPDATE", old=old)).verdict == "denied"
+
+
+def test_an_audit_rule_becomes_an_audit_annotation_and_a_warn_rule_a_warning(tmp_path):
+    audit = quota(1, "audit")
+    warn = quota(1, "warn").replace("name: quota", "name: quota-warn")
+    service = AdmissionService(rules=RuleStore(str(rules_dir(tmp_path, audit, warn))))
+
+    response = answer(service, review(pod(gpus=2))).body["response"]
+
+    assert response["allowed"] is True
+    assert list(response["auditAnnotations"]) == ["quota.maxgpusperpod"]
+    assert any(w.startswith("quota-warn/maxGPUsPerPod") for w in response["warnings"])
+    assert all(len(w) < 120 for w in response["warnings"])
+
+
+@dataclass
+class UnsyncedInventory:
+    """A live source before its first list: the boundary, faked."""
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def snapshot(self):
+        return None
+
+    def ready(self):
+        return False
+
+    def status(self):
+        return InventoryStatus(False, True, 0.0, "", 0, "connection refused")
+
+    def namespace_labels(self, name):
+        return None
+
+
+@pytest.mark.parametrize(
+    ("override", "allowed"),
+    [
+        pytest.param(None, True, id="rules-say-allow"),
+        pytest.param("deny", False, id="env-says-deny"),
+    ],
+)
+def test_an_unsynced_inventory_applies_the_failure_mode_and_the_override_wins(override, allowed):
+    service = AdmissionService(
+        rules=RuleStore("rules"), inventory=UnsyncedInventory(), inventory_failure_mode=override
+    )
+
+    response = answer(service, review(pod(gpus=1))).body["response"]
+
+    assert response["allowed"] is allowed
+    assert service.ready() == (False, "node inventory not synced yet")
+    if allowed:
+        assert any("not synced" in w for w in response["warnings"])

@@ -1,0 +1,102 @@
+"""Builders for test inputs: objects and AdmissionReview bodies as the API server sends."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "admission"
+CORPUS = ROOT.parent / "shared" / "corpus"
+RULES = ROOT / "rules"
+INVENTORY = ROOT / "examples" / "inventory.yaml"
+
+_GROUPS = {
+    "apps/v1": "apps",
+    "batch/v1": "batch",
+    "v1": "",
+}
+
+
+def pod(
+    *, gpus: int | str | None = 1, requests_only: bool = False, name: str = "p"
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if gpus is not None:
+        resources = {"requests": {"nvidia.com/gpu": gpus}}
+        if not requests_only:
+            resources["limits"] = {"nvidia.com/gpu": gpus}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+        "spec": {"containers": [{"name": "main", "image": "cuda:12", "resources": resources}]},
+    }
+
+
+def deployment(template: dict[str, Any], *, replicas: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": template["metadata"]["labels"]},
+            "template": {"metadata": template["metadata"], "spec": template["spec"]},
+        },
+    }
+
+
+def review(
+    obj: dict[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    dry_run: bool = False,
+    sub_resource: str | None = None,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    source = obj or old or {}
+    api_version = str(source.get("apiVersion", "v1"))
+    group = _GROUPS.get(api_version, api_version.partition("/")[0])
+    kind = {"group": group, "version": api_version.rpartition("/")[2], "kind": source.get("kind")}
+    meta = source.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    request: dict[str, Any] = {
+        "uid": uid or str(uuid.uuid4()),
+        "kind": kind,
+        "resource": {**kind, "resource": str(source.get("kind", "")).lower() + "s"},
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace", "default"),
+        "operation": operation,
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": obj,
+        "oldObject": old,
+        "dryRun": dry_run,
+    }
+    if sub_resource:
+        request["subResource"] = sub_resource
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def fixture(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return data
+
+
+def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    if "patch" not in response:
+        return []
+    assert response["patchType"] == "JSONPatch"
+    ops: list[dict[str, Any]] = json.loads(base64.b64decode(response["patch"]))
+    return ops
+
+
+def patched(obj: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = jsonpatch.apply_patch(obj, decoded_patch(response))
+    return result

@@ -1,0 +1,33 @@
+"""Rule directories for tests: the shipped rules plus extra GPUPolicy documents."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.builders import RULES
+
+QUOTA = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata:
+  name: quota
+spec:
+  order: 50
+  validate:
+    - maxGPUsPerPod: {limit}
+      action: {action}
+"""
+
+
+def rules_dir(tmp: Path, *extra: str) -> Path:
+    """A copy of the shipped rules in ``tmp/rules`` with ``extra`` documents added."""
+    target = tmp / "rules"
+    shutil.copytree(RULES, target)
+    for index, text in enumerate(extra):
+        (target / f"95-extra-{index}.yaml").write_text(text)
+    return target
+
+
+def quota(limit: int, action: str = "deny") -> str:
+    return QUOTA.format(limit=limit, action=action)

@@ -1,0 +1,137 @@
+"""A real ``gpu-webhook serve`` (gunicorn, TLS) in a subprocess, and mounted-volume helpers."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.builders import ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def mount(directory: Path, files: dict[str, bytes], *, version: str) -> None:
+    """Lay ``files`` out as the kubelet mounts a ConfigMap or Secret: a timestamped
+    directory, ``..data`` pointing at it and one symlink per key; a second call swaps
+    ``..data`` atomically, which is all that happens on disk when the object changes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"..{version}"
+    target.mkdir()
+    for name, data in files.items():
+        (target / name).write_bytes(data)
+    staging = directory / "..data_tmp"
+    staging.symlink_to(target.name)
+    staging.replace(directory / "..data")
+    for name in files:
+        link = directory / name
+        if not link.is_symlink():
+            link.symlink_to(f"..data/{name}")
+
+
+class Server:
+    clients: list[http.client.HTTPSConnection] = []  # noqa: RUF012 - closed after each test
+
+    @classmethod
+    def close_clients(cls) -> None:
+        while cls.clients:
+            cls.clients.pop().close()
+
+    def __init__(
+        self, *, tmp: Path, cert_dir: Path, rules: Path, inventory: Path | None, workers: int = 2
+    ) -> None:
+        self.port = free_port()
+        self.health_port = free_port()
+        self.cert_dir = cert_dir
+        self.log = tmp / f"server-{self.port}.log"
+        args = [
+            sys.executable, "-m", "webhook", "serve",
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--health-port", str(self.health_port),
+            "--cert-dir", str(cert_dir),
+            "--rules", str(rules),
+            "--workers", str(workers),
+        ]  # fmt: skip
+        if inventory is not None:
+            args += ["--inventory", str(inventory)]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited:\n{self.log.read_text()}")
+            try:
+                if self.health("/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"server not ready in {timeout}s:\n{self.log.read_text()}")
+
+    def health(self, path: str) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.health_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def client_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.cert_dir / "ca.crt"))
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        return context
+
+    def connection(self) -> http.client.HTTPSConnection:
+        conn = http.client.HTTPSConnection(
+            "localhost", self.port, context=self.client_context(), timeout=10
+        )
+        self.clients.append(conn)
+        return conn
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def post(
+    conn: http.client.HTTPSConnection,
+    path: str,
+    body: Any,
+    content_type: str = "application/json",
+) -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    conn.request("POST", path, body=data, headers={"Content-Type": content_type})
+    reply = conn.getresponse()
+    raw = reply.read()
+    try:
+        return reply.status, json.loads(raw)
+    except ValueError:
+        return reply.status, raw.decode(errors="replace")

@@ -1,0 +1,231 @@
+import json
+import logging
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.builders import FIXTURES, INVENTORY, decoded_patch, patched, pod, review
+from webhook.admission.inventory import StaticInventorySource
+from webhook.admission.service import AdmissionService
+from webhook.app import create_app
+from webhook.logs import JsonFormatter
+from webhook.rulefiles import RuleStore
+
+
+@pytest.fixture(scope="module")
+def client():
+    service = AdmissionService(
+        rules=RuleStore("rules"), inventory=StaticInventorySource(str(INVENTORY))
+    )
+    return create_app(service, max_body=64 * 1024).test_client()
+
+
+def post(client, endpoint, body, content_type="application/json"):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post(endpoint, data=data, content_type=content_type)
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.json")), ids=lambda p: p.stem)
+def test_every_recorded_review_is_answered_with_its_uid(client, path):
+    body = json.loads(path.read_text())
+    endpoint = "/mutate" if "-mutate-" in path.name else "/validate"
+
+    reply = post(client, endpoint, body)
+
+    assert reply.status_code == 200
+    assert reply.mimetype == "application/json"
+    assert reply.json["response"]["uid"] == body["request"]["uid"]
+    obj = body["request"]["object"]
+    assert patched(obj, reply.json["response"])["kind"] == obj["kind"]
+
+
+def test_a_gpu_pod_at_mutate_gets_a_patch_and_at_validate_none(client):
+    assert decoded_patch(post(client, "/mutate", review(pod())).json["response"])
+    assert "patch" not in post(client, "/validate", review(pod())).json["response"]
+
+
+def test_a_denial_is_an_http_200_with_status_403(client):
+    reply = post(client, "/mutate", review(pod(gpus="1.5")))
+
+    assert reply.status_code == 200
+    assert reply.json["response"]["status"]["code"] == 403
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "code"),
+    [
+        pytest.param(b"not json", "application/json", 400, id="not-json"),
+        pytest.param(b'{"apiVersion": "v1", "kind": "Pod"}', "application/json", 400, id="pod"),
+        pytest.param(json.dumps(review(pod())).encode(), "text/plain", 415, id="text-plain"),
+        pytest.param(json.dumps(review(pod())).encode(), "", 415, id="no-content-type"),
+        pytest.param(b" " * (64 * 1024 + 1), "application/json", 413, id="over-cap"),
+        pytest.param(b"[" * 30_000 + b"]" * 30_000, "application/json", 400, id="deep"),
+    ],
+)
+def test_a_malformed_call_gets_a_short_4xx_json_reason(client, body, content_type, code):
+    reply = client.post("/mutate", data=body, content_type=content_type)
+
+    assert reply.status_code == code
+    assert reply.json["code"] == code
+    assert "Traceback" not in reply.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "code"),
+    [
+        pytest.param("GET", "/mutate", 405, id="get-mutate"),
+        pytest.param("POST", "/nowhere", 404, id="unknown-path"),
+    ],
+)
+def test_wrong_routes_get_a_json_error(client, method, path, code):
+    reply = client.open(path, method=method)
+
+    assert reply.status_code == code
+    assert reply.json["code"] == code
+
+
+def test_one_json_log_line_per_review_names_uid_decision_rules_and_duration(client, caplog):
+    with caplog.at_level(logging.INFO, logger="gpu_webhook.review"):
+        post(client, "/mutate", review(pod(gpus="500m"), uid="u-7", dry_run=True))
+
+    (record,) = [r for r in caplog.records if r.name == "gpu_webhook.review"]
+    line = json.loads(JsonFormatter().format(record))
+    assert line["msg"] == "review"
+    assert line["uid"] == "u-7"
+    assert (line["kind"], line["namespace"], line["name"]) == ("Pod", "default", "p")
+    assert (line["operation"], line["user"], line["dry_run"]) == ("CREATE", "alice", True)
+    assert line["decision"] == "denied"
+    assert line["rules_fired"] == ["builtin/fractionalQuantity"]
+    assert line["duration_ms"] > 0
+
+
+def test_health_readiness_and_metrics_answer(client):
+    post(client, "/validate", review(pod(gpus="500m")))
+
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'gpu_webhook_requests_total{decision="denied",endpoint="validate"' in text
+    assert 'gpu_webhook_findings_total{action="deny",endpoint="validate",' in text
+    assert "gpu_webhook_request_duration_seconds_bucket" in text
+
+
+# --- fuzzing: no generated body gets a 5xx ----------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+quantities = st.one_of(
+    st.integers(-3, 100),
+    st.sampled_from(["1", "0.5", "500m", "1Ki", "x", "", "1e3", "-1"]),
+    json_values,
+)
+resource_names = st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu", "cpu"])
+resources = st.fixed_dictionaries(
+    {},
+    optional={
+        "limits": st.dictionaries(resource_names, quantities, max_size=2) | json_values,
+        "requests": st.dictionaries(resource_names, quantities, max_size=2) | json_values,
+    },
+)
+containers = st.lists(
+    st.fixed_dictionaries(
+        {"name": st.text(max_size=5) | json_values},
+        optional={"resources": resources | json_values, "env": json_values},
+    )
+    | json_values,
+    max_size=3,
+)
+specs = st.fixed_dictionaries(
+    {},
+    optional={
+        "containers": containers | json_values,
+        "initContainers": containers,
+        "nodeSelector": json_values,
+        "tolerations": json_values,
+        "affinity": json_values,
+        "overhead": json_values,
+    },
+)
+kinds = st.sampled_from(["Pod", "Deployment", "Job", "CronJob", "PyTorchJob", "ConfigMap"])
+
+
+@st.composite
+def objects(draw):
+    kind = draw(kinds)
+    spec = draw(specs)
+    template = {"metadata": draw(json_values | st.just({"labels": {"a": "b"}})), "spec": spec}
+    obj = {
+        "apiVersion": draw(st.sampled_from(["v1", "apps/v1", "batch/v1", "kubeflow.org/v1"])),
+        "kind": kind,
+        "metadata": draw(json_values | st.just({"name": "x"})),
+    }
+    if kind == "Pod":
+        obj["spec"] = spec
+    elif kind == "CronJob":
+        obj["spec"] = {"jobTemplate": {"spec": {"template": template}}}
+    elif kind == "PyTorchJob":
+        obj["spec"] = {
+            "pytorchReplicaSpecs": {"Worker": {"replicas": draw(quantities), "template": template}}
+        }
+    else:
+        obj["spec"] = {"replicas": draw(quantities), "template": template}
+    return obj
+
+
+@st.composite
+def reviews(draw):
+    obj = draw(objects())
+    body = review(
+        obj,
+        operation=draw(st.sampled_from(["CREATE", "UPDATE", "DELETE", "CONNECT"])),
+        old=draw(st.none() | objects()),
+        dry_run=draw(st.booleans()),
+        sub_resource=draw(st.sampled_from([None, "status", "eviction"])),
+    )
+    request = body["request"]
+    for key in draw(st.lists(st.sampled_from(sorted(request)), max_size=2)):
+        request[key] = draw(json_values)
+    return json.dumps(body).encode()
+
+
+bodies = st.one_of(
+    reviews(),
+    st.binary(max_size=200),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    json_values.map(
+        lambda v: json.dumps(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": v}
+        ).encode()
+    ),
+)
+
+
+@settings(
+    max_examples=2000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    endpoint=st.sampled_from(["/mutate", "/validate"]),
+    body=bodies,
+    content_type=st.sampled_from(
+        [
+            "application/json",
+            "application/json; charset=utf-8",
+            "text/plain",
+            "application/x-www-form-urlencoded",
+        ]
+    ),
+)
+def test_no_generated_body_gets_a_server_error(client, endpoint, body, content_type):
+    reply = client.post(endpoint, data=body, content_type=content_type)
+
+    assert reply.status_code < 500, reply.get_data(as_text=True)[:500]
+    if reply.status_code == 200:
+        assert reply.json["response"]["uid"] == json.loads(body)["request"]["uid"]

@@ -1,0 +1,171 @@
+"""The admission service: which requests the engine judges, and the answer it sends.
+
+Short-circuits, in order (each answered ``allowed`` with no patch):
+- operations other than CREATE and UPDATE (DELETE, CONNECT);
+- subresources (``status``, ``binding``, ``eviction``, ``exec``, ...): only the object itself;
+- Pod UPDATE: a pod's spec is immutable, its GPU settings were judged at CREATE, and the
+  fields that may change (labels, annotations) never make a GPU pod invalid;
+- kinds without a pod template the engine knows (``Decision.understood`` is False).
+
+``/mutate`` and ``/validate`` run the same evaluation; ``/mutate`` also returns the patch.
+Both return denials: the API server rejects requests-only and fractional GPU pods right
+after the mutating phase, so only a denial from ``/mutate`` reaches the user first.
+``dryRun`` changes nothing here: the service has no side effects to skip.
+
+An object the engine cannot read (ill-typed fields that only a custom resource can carry at
+this point) is denied with a message that says so, and logged with its traceback: an HTTP
+500 would tell the user nothing but "failed calling webhook".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from webhook.admission.inventory import InventorySource, view_of
+from webhook.admission.response import review_response
+from webhook.admission.review import AdmissionRequest
+from webhook.engine.decision import Decision, Finding
+from webhook.engine.evaluate import Request, evaluate
+from webhook.engine.policy import Policy
+from webhook.rulefiles import RuleSet, RuleStore
+
+Verdict = Literal["allowed", "denied", "skipped", "error"]
+log = logging.getLogger("gpu_webhook.service")
+UNREADABLE = (
+    "gpu-webhook could not evaluate this object ({error}). Its pod template is probably "
+    "malformed (a field of the wrong type); fix it, or report a bug if the object is valid."
+)
+FailureMode = Literal["allow", "deny"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The answer plus what the log line and the metrics need to say about it."""
+
+    body: dict[str, Any]
+    verdict: Verdict
+    skipped_because: str = ""
+    findings: tuple[Finding, ...] = ()
+    warnings: tuple[str, ...] = ()
+    patch_ops: int = 0
+    rules_generation: int = 0
+
+    @property
+    def rules_fired(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(f.id for f in self.findings))
+
+
+class AdmissionService:
+    """Answers reviews with the rules in force and the inventory as it is right now."""
+
+    def __init__(
+        self,
+        *,
+        rules: RuleStore,
+        inventory: InventorySource | None = None,
+        inventory_failure_mode: FailureMode | None = None,
+    ) -> None:
+        self.rules = rules
+        self.inventory = inventory
+        self.inventory_failure_mode = inventory_failure_mode
+        self._policy_for: tuple[RuleSet, Policy] | None = None
+
+    def review(self, request: AdmissionRequest, *, mutate: bool) -> Outcome:
+        skip = _skip_reason(request)
+        if skip:
+            return _skipped(request, skip)
+        ruleset = self.rules.current
+        try:
+            decision = self._evaluate(request, ruleset)
+        except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+            # The engine expects objects the API server has decoded; a custom resource may
+            # still carry ill-typed fields at /mutate (its schema is checked afterwards).
+            log.exception("engine failed on %s %s", request.kind, request.uid)
+            error = f"{type(exc).__name__}: {str(exc)[:100]}"
+            body = review_response(
+                request.uid, allowed=False, message=UNREADABLE.format(error=error)
+            )
+            return Outcome(body, "error", rules_generation=ruleset.generation)
+        if not decision.understood:
+            return _skipped(request, "kind")
+        return _answer(request, decision, mutate=mutate, generation=ruleset.generation)
+
+    def _evaluate(self, request: AdmissionRequest, ruleset: RuleSet) -> Decision:
+        return evaluate(
+            Request(
+                request.object or {},
+                namespace=request.namespace,
+                operation=request.operation,
+                old_object=request.old_object,
+                namespace_labels=self._namespace_labels(request.namespace),
+            ),
+            policy=self._policy(ruleset),
+            inventory=view_of(self.inventory),
+        )
+
+    def ready(self) -> tuple[bool, str]:
+        """Rules are loaded once the service exists; a live inventory must have synced."""
+        if self.inventory is not None and not self.inventory.ready():
+            return False, "node inventory not synced yet"
+        return True, f"rules generation {self.rules.current.generation}"
+
+    def _policy(self, ruleset: RuleSet) -> Policy:
+        """The rule set's policy, with the operator's failure-mode override applied once
+        per rule set (the engine memoises per policy object, so keep it stable)."""
+        if self.inventory_failure_mode is None:
+            return ruleset.policy
+        memo = self._policy_for
+        if memo is not None and memo[0] is ruleset:
+            return memo[1]
+        policy = ruleset.policy
+        settings = dataclasses.replace(
+            policy.settings, inventory_failure_mode=self.inventory_failure_mode
+        )
+        overridden = dataclasses.replace(policy, settings=settings)
+        self._policy_for = (ruleset, overridden)
+        return overridden
+
+    def _namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        if self.inventory is None or not namespace:
+            return None
+        return self.inventory.namespace_labels(namespace)
+
+
+def _skip_reason(request: AdmissionRequest) -> str:
+    if request.operation not in ("CREATE", "UPDATE"):
+        return "operation"
+    if request.sub_resource:
+        return "subresource"
+    if request.operation == "UPDATE" and request.kind == "Pod" and request.group == "":
+        return "pod-update"
+    return ""
+
+
+def _skipped(request: AdmissionRequest, reason: str) -> Outcome:
+    return Outcome(review_response(request.uid, allowed=True), "skipped", skipped_because=reason)
+
+
+def _answer(
+    request: AdmissionRequest, decision: Decision, *, mutate: bool, generation: int
+) -> Outcome:
+    patch = decision.patch if mutate and decision.allowed else ()
+    body = review_response(
+        request.uid,
+        allowed=decision.allowed,
+        message=decision.message,
+        patch=patch,
+        warnings=decision.warnings,
+        audit=decision.audit,
+    )
+    return Outcome(
+        body,
+        "allowed" if decision.allowed else "denied",
+        findings=decision.findings,
+        warnings=decision.warnings,
+        patch_ops=len(patch),
+        rules_generation=generation,
+    )

@@ -1,0 +1,148 @@
+"""The Flask app: routes, content checks, error handlers, metrics, one log line per review.
+
+Admission logic lives in ``webhook.admission``; this module moves bytes. Malformed calls get
+a 4xx with a short JSON reason (never a 500 or a traceback), so the API server's
+``failurePolicy`` decides what happens to the object.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from webhook import metrics
+from webhook.admission.response import encode
+from webhook.admission.review import MAX_BODY_BYTES, ReviewError, parse_review, read_uid
+from webhook.admission.service import AdmissionService, Outcome
+from webhook.logs import review_line
+
+JSON = "application/json"
+log = logging.getLogger("gpu_webhook.app")
+
+
+def create_app(service: AdmissionService, *, max_body: int = MAX_BODY_BYTES) -> Flask:
+    app = Flask("webhook")
+    app.config["MAX_CONTENT_LENGTH"] = max_body
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        return _admit(service, "mutate", mutate=True)
+
+    @app.post("/validate")
+    def validate() -> Response:
+        return _admit(service, "validate", mutate=False)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        ready, why = service.ready()
+        return Response(f"{why}\n", status=200 if ready else 503, mimetype="text/plain")
+
+    @app.get("/metrics")
+    def metrics_page() -> Response:
+        body, content_type = metrics.exposition()
+        return Response(body, content_type=content_type)
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException) -> Response:
+        code = error.code or 400
+        endpoint = _endpoint_name()
+        if endpoint:
+            metrics.MALFORMED.labels(endpoint, str(code)).inc()
+        review_line(
+            "call refused",
+            {"endpoint": endpoint or request.path[:100], "status": code, "error": error.name},
+            level=logging.WARNING,
+        )
+        return _error(code, error.name)
+
+    @app.errorhandler(Exception)
+    def bug(error: Exception) -> Response:  # noqa: ARG001 - the log has the traceback
+        log.exception("internal error answering %s", request.path[:100])
+        return _error(500, "internal error")
+
+    return app
+
+
+def _endpoint_name() -> str:
+    path = request.path
+    return path[1:] if path in ("/mutate", "/validate") else ""
+
+
+def _error(code: int, reason: str) -> Response:
+    return Response(json.dumps({"error": reason, "code": code}) + "\n", status=code, mimetype=JSON)
+
+
+def _admit(service: AdmissionService, endpoint: str, *, mutate: bool) -> Response:
+    started = time.perf_counter()
+    if request.mimetype != JSON:
+        return _refuse(endpoint, 415, f"content type must be {JSON}", started)
+    body = request.get_data(cache=False)
+    try:
+        admission = parse_review(body)
+    except ReviewError as exc:
+        return _refuse(endpoint, 400, str(exc), started, uid=read_uid(body))
+    outcome = service.review(admission, mutate=mutate)
+    elapsed = time.perf_counter() - started
+    _record(endpoint, admission.kind, admission.operation, outcome, elapsed)
+    review_line(
+        "review",
+        {
+            "endpoint": endpoint,
+            "uid": admission.uid,
+            "kind": admission.kind,
+            "namespace": admission.namespace,
+            "name": admission.name or _generate_name(admission.object),
+            "operation": admission.operation,
+            "subresource": admission.sub_resource,
+            "user": admission.user,
+            "dry_run": admission.dry_run,
+            "decision": outcome.verdict,
+            "skipped": outcome.skipped_because,
+            "rules_fired": list(outcome.rules_fired),
+            "warnings": len(outcome.warnings),
+            "patch_ops": outcome.patch_ops,
+            "rules_generation": outcome.rules_generation,
+            "duration_ms": round(elapsed * 1000, 3),
+        },
+    )
+    return Response(encode(outcome.body), mimetype=JSON)
+
+
+def _refuse(endpoint: str, code: int, reason: str, started: float, uid: str = "") -> Response:
+    metrics.MALFORMED.labels(endpoint, str(code)).inc()
+    review_line(
+        "call refused",
+        {
+            "endpoint": endpoint,
+            "uid": uid,
+            "status": code,
+            "error": reason,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        },
+        level=logging.WARNING,
+    )
+    return _error(code, reason)
+
+
+def _record(endpoint: str, kind: str, operation: str, outcome: Outcome, elapsed: float) -> None:
+    # Kinds we pass through are counted as "other": label values stay a bounded set.
+    kind_label = "other" if outcome.skipped_because == "kind" else kind[:63]
+    metrics.REQUESTS.labels(endpoint, kind_label, operation, outcome.verdict).inc()
+    metrics.LATENCY.labels(endpoint).observe(elapsed)
+    for finding in outcome.findings:
+        metrics.FINDINGS.labels(endpoint, finding.id, finding.action).inc()
+
+
+def _generate_name(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = meta.get("generateName") if isinstance(meta, dict) else None
+    return str(name) if name else ""

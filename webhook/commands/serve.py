@@ -1,0 +1,175 @@
+"""``gpu-webhook serve``: the admission webhook over TLS on gunicorn.
+
+Checks what it can before gunicorn starts (rules, inventory file, certificates), so a bad
+setting is one clear line and exit code 2, not a crash loop of workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from webhook import config
+from webhook.config import ConfigError, Settings, env_default
+
+DEV_CERTS = Path("certs/dev")
+DEV_INVENTORY = Path("examples/inventory.yaml")
+DEV_RULES = Path("rules")
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "serve",
+        help="serve /mutate and /validate over TLS (gunicorn)",
+        description="Serve the admission webhook. Every option can also come from the "
+        "environment variable named in its help; the flag wins.",
+    )
+    env = config.ENVIRONMENT
+    parser.add_argument(
+        "--port", default=env_default("port"), help=f"TLS port for admission (${env['port']})"
+    )
+    parser.add_argument(
+        "--health-port",
+        default=env_default("health_port"),
+        help=f"plain-HTTP port for /healthz, /readyz, /metrics; 0: none (${env['health_port']})",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument(
+        "--cert-dir",
+        default=env_default("cert_dir"),
+        metavar="DIR",
+        help=f"holds tls.crt and tls.key, as a Kubernetes TLS Secret mounts them "
+        f"(${env['cert_dir']})",
+    )
+    parser.add_argument(
+        "--rules", default=env_default("rules"), metavar="DIR", help=f"(${env['rules']})"
+    )
+    parser.add_argument(
+        "--inventory",
+        default=env_default("inventory"),
+        metavar="FILE",
+        help=f"static nodes, as 'kubectl get nodes -o yaml' prints them (${env['inventory']})",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=env_default("kubeconfig"),
+        metavar="FILE",
+        help=f"watch nodes live through this kubeconfig; in a pod, the in-cluster config is "
+        f"used when neither this nor --inventory is given (${env['kubeconfig']})",
+    )
+    parser.add_argument(
+        "--workers", default=env_default("workers"), help=f"worker processes (${env['workers']})"
+    )
+    parser.add_argument(
+        "--log-level",
+        default=env_default("log_level"),
+        choices=config.LOG_LEVELS,
+        help=f"(${env['log_level']})",
+    )
+    parser.add_argument(
+        "--dev",
+        action="store_true",
+        help=f"development: throwaway CA and localhost certificate in {DEV_CERTS}/, the "
+        f"shipped rules and {DEV_INVENTORY}, listening on 127.0.0.1",
+    )
+    parser.set_defaults(handler=run)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """Settings from parsed flags (whose defaults already read the environment)."""
+    cert_dir = Path(args.cert_dir)
+    inventory = Path(args.inventory) if args.inventory else None
+    host = args.host
+    if args.dev:
+        cert_dir = DEV_CERTS if args.cert_dir == env_default("cert_dir") else cert_dir
+        inventory = inventory or (DEV_INVENTORY if not args.kubeconfig else None)
+        host = "127.0.0.1" if host == "0.0.0.0" else host
+    kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
+    return Settings(
+        port=config.port(args.port, "--port"),
+        health_port=config.port(args.health_port, "--health-port"),
+        host=host,
+        cert_dir=cert_dir,
+        rules=Path(args.rules),
+        inventory=inventory,
+        kubeconfig=kubeconfig,
+        in_cluster=inventory is None and kubeconfig is None and config.in_cluster(),
+        workers=config.integer(args.workers, "--workers", minimum=1),
+        log_level=config.log_level(args.log_level),
+        inventory_failure_mode=config.failure_mode(env_default("inventory_failure_mode")),
+    )
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-webhook serve: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from(args)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    if args.dev:
+        from webhook.devcerts import ensure_dev_certs
+
+        ensure_dev_certs(settings.cert_dir)
+    problem = preflight(settings)
+    if problem:
+        return _fail(problem)
+    # Metrics files of this server only: prometheus_client reads the variable when it is
+    # first imported, so set it before importing anything that imports it.
+    metrics_dir = tempfile.mkdtemp(prefix="gpu-webhook-metrics-")
+    config.use_multiprocess_metrics(metrics_dir)
+    try:
+        from webhook.server import WebhookServer
+
+        if args.dev:
+            print(_dev_banner(settings), file=sys.stderr)
+        WebhookServer(settings).run()
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 0
+
+
+def preflight(settings: Settings) -> str:
+    """The first reason this configuration cannot serve, or an empty string."""
+    from webhook.engine.policy import PolicyError
+    from webhook.inventoryfile import InventoryFileError, load_inventory
+    from webhook.rulefiles import load_policy
+
+    try:
+        load_policy(str(settings.rules))
+    except PolicyError as exc:
+        return f"the rules in {settings.rules} are not usable:\n{exc}"
+    for path in (settings.cert_file, settings.key_file):
+        if not path.is_file():
+            return f"{path} does not exist (--cert-dir holds tls.crt and tls.key)"
+    if settings.inventory is not None:
+        try:
+            load_inventory(str(settings.inventory))
+        except InventoryFileError as exc:
+            return f"the inventory is not usable: {exc}"
+    elif settings.live_inventory:
+        import importlib.util
+
+        if importlib.util.find_spec("webhook.cluster.inventorysource") is None:
+            return (
+                "a live inventory (--kubeconfig or in-cluster) is not available in this "
+                "build; use --inventory FILE"
+            )
+    return ""
+
+
+def _dev_banner(settings: Settings) -> str:
+    url = f"https://localhost:{settings.port}"
+    return (
+        f"gpu-webhook (dev): {url}/mutate and /validate, CA in {settings.cert_dir}/ca.crt\n"
+        f"  health and metrics: http://localhost:{settings.health_port}/metrics\n"
+        f"  try: curl --cacert {settings.cert_dir}/ca.crt -H 'Content-Type: application/json' "
+        f"--data @tests/fixtures/admission/pod-gpu-limits-mutate-Pod-CREATE.json {url}/mutate"
+    )

@@ -1,0 +1,128 @@
+"""Settings from flags and the environment: the one reader of ``os.environ``.
+
+Every ``gpu-webhook serve`` flag has an environment variable, so a Deployment can set
+either. Flags win over the environment, which wins over the defaults here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+FailureMode = Literal["allow", "deny"]
+
+# flag name -> environment variable
+ENVIRONMENT = {
+    "port": "GPU_WEBHOOK_PORT",
+    "health_port": "GPU_WEBHOOK_HEALTH_PORT",
+    "cert_dir": "GPU_WEBHOOK_CERT_DIR",
+    "rules": "GPU_WEBHOOK_RULES",
+    "inventory": "GPU_WEBHOOK_INVENTORY",
+    "kubeconfig": "GPU_WEBHOOK_KUBECONFIG",
+    "workers": "GPU_WEBHOOK_WORKERS",
+    "log_level": "GPU_WEBHOOK_LOG_LEVEL",
+    "inventory_failure_mode": "GPU_WEBHOOK_INVENTORY_FAILURE_MODE",
+}
+DEFAULTS: dict[str, str] = {
+    "port": "8443",
+    "health_port": "8080",
+    "cert_dir": "/etc/gpu-webhook/tls",
+    "rules": "rules",
+    "workers": "2",
+    "log_level": "info",
+}
+
+
+class ConfigError(ValueError):
+    """A setting has a value we cannot use; the message names the flag and variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    port: int = 8443
+    health_port: int = 8080  # 0: no plain-HTTP health and metrics port
+    host: str = "0.0.0.0"  # the API server calls the pod IP
+    cert_dir: Path = Path("/etc/gpu-webhook/tls")
+    rules: Path = Path("rules")
+    inventory: Path | None = None
+    kubeconfig: Path | None = None
+    in_cluster: bool = False
+    workers: int = 2
+    threads: int = 4
+    log_level: str = "info"
+    inventory_failure_mode: FailureMode | None = None
+    # Seconds between checks of the rule files (and certificate files) for changes.
+    reload_interval: float = 2.0
+
+    @property
+    def cert_file(self) -> Path:
+        return self.cert_dir / "tls.crt"
+
+    @property
+    def key_file(self) -> Path:
+        return self.cert_dir / "tls.key"
+
+    @property
+    def live_inventory(self) -> bool:
+        return self.kubeconfig is not None or self.in_cluster
+
+
+def env_default(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The default shown and used for flag ``name``: its variable, else the built-in."""
+    env = os.environ if environ is None else environ
+    return env.get(ENVIRONMENT[name]) or DEFAULTS.get(name)
+
+
+def in_cluster(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether we run in a pod with a service account (what in-cluster config reads)."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("KUBERNETES_SERVICE_HOST"))
+
+
+def multiprocess_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if environ is None else environ
+    return env.get(MULTIPROC_ENV) or None
+
+
+def use_multiprocess_metrics(directory: str) -> None:
+    """Point prometheus_client at ``directory``; must run before it is first imported."""
+    os.environ[MULTIPROC_ENV] = directory
+
+
+def port(value: str | None, flag: str) -> int:
+    number = integer(value, flag)
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"{flag} must be a port number, not {value!r}")
+    return number
+
+
+def integer(value: str | None, flag: str, *, minimum: int = 0) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise ConfigError(f"{flag} must be a whole number, not {value!r}") from None
+    if number < minimum:
+        raise ConfigError(f"{flag} must be at least {minimum}")
+    return number
+
+
+def failure_mode(value: str | None) -> FailureMode | None:
+    if not value:
+        return None
+    if value == "allow":
+        return "allow"
+    if value == "deny":
+        return "deny"
+    raise ConfigError(f"{ENVIRONMENT['inventory_failure_mode']} must be allow or deny")
+
+
+def log_level(value: str | None) -> str:
+    level = (value or "info").lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}")
+    return level

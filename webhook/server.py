@@ -1,0 +1,211 @@
+"""gunicorn, configured for an admission webhook, serving the app in every worker.
+
+Choices, each for a reason (see docs/server.md):
+- ``gthread`` workers: they keep connections alive; ``sync`` workers close each one,
+  so the API server would pay a TLS handshake per pod.
+- ``keepalive`` 120 s, above the API server's idle timeout (90 s): the client closes idle
+  connections first, so it never sends a review on a connection we are closing.
+- ``timeout`` 8 s, below the webhook's default ``timeoutSeconds`` (10 s): a stuck worker is
+  replaced before the API server gives up on it.
+- ``graceful_timeout`` 20 s: on SIGTERM, reviews in flight finish (within the pod's 30 s
+  termination grace period) and new connections are refused.
+- No ``preload_app``: each worker loads rules and starts its background threads after
+  the fork, so no thread or lock crosses a fork.
+- The TLS context comes from ``webhook.tls.ReloadingContext`` (rotated certificates).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import ssl
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from webhook import logs, metrics
+from webhook.admission.inventory import InventorySource, StaticInventorySource
+from webhook.admission.service import AdmissionService
+from webhook.app import create_app
+from webhook.config import Settings
+from webhook.health import HealthServer
+from webhook.reloader import Reloader
+from webhook.rulefiles import RuleStore
+from webhook.tls import ReloadingContext
+
+log = logging.getLogger("gpu_webhook.server")
+WSGIApp = Callable[..., Any]
+LIVE_MODULE = "webhook.cluster.inventorysource"
+KEEPALIVE_SECONDS = 120
+WORKER_TIMEOUT_SECONDS = 8
+GRACEFUL_TIMEOUT_SECONDS = 20
+GIL_SWITCH_SECONDS = 0.0005
+
+
+class LiveInventoryUnavailable(RuntimeError):
+    """The live inventory module is not installed in this build."""
+
+
+def live_inventory(settings: Settings) -> InventorySource:
+    """The node watcher from ``webhook.cluster``, imported only when asked for."""
+    try:
+        module: Any = importlib.import_module(LIVE_MODULE)
+    except ImportError as exc:
+        raise LiveInventoryUnavailable(
+            f"a live inventory (--kubeconfig or in-cluster) needs {LIVE_MODULE}, which this "
+            f"build lacks ({exc}); use --inventory FILE instead"
+        ) from None
+    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
+    source: InventorySource = module.LiveInventorySource(
+        api=module.api_endpoint_from_kubeconfig(kubeconfig),
+        watch_namespaces=True,
+        max_staleness_seconds=300,
+    )
+    return source
+
+
+def inventory_source(settings: Settings) -> InventorySource | None:
+    if settings.inventory is not None:
+        return StaticInventorySource(str(settings.inventory))
+    if settings.live_inventory:
+        return live_inventory(settings)
+    return None
+
+
+def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
+    """The admission app for one worker, and what stops its background work."""
+    inventory = inventory_source(settings)
+    service = AdmissionService(
+        rules=RuleStore(str(settings.rules)),
+        inventory=inventory,
+        inventory_failure_mode=settings.inventory_failure_mode,
+    )
+    if inventory is not None:
+        inventory.start()
+    reloader = Reloader(service, interval=settings.reload_interval)
+    reloader.start()
+
+    def stop() -> None:
+        reloader.stop()
+        if inventory is not None:
+            inventory.stop()
+
+    return create_app(service), stop
+
+
+AppFactory = Callable[[Settings], tuple[WSGIApp, Callable[[], None]]]
+
+
+def gunicorn_options(settings: Settings) -> dict[str, Any]:
+    return {
+        "bind": [f"{_host(settings.host)}:{settings.port}"],
+        "workers": settings.workers,
+        "worker_class": "gthread",
+        "threads": settings.threads,
+        "keepalive": KEEPALIVE_SECONDS,
+        "timeout": WORKER_TIMEOUT_SECONDS,
+        "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
+        "certfile": str(settings.cert_file),
+        "keyfile": str(settings.key_file),
+        "preload_app": False,
+        "max_requests": 0,
+        "accesslog": None,  # the review log line is the access log
+        "loglevel": settings.log_level,
+        "logconfig_dict": _logging_config(settings.log_level),
+        "control_socket_disable": True,
+        "proc_name": "gpu-webhook",
+        # Request line and headers: the API server sends few, small ones.
+        "limit_request_line": 8190,
+        "limit_request_fields": 50,
+    }
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _logging_config(level: str) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": logs.JsonFormatter}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"level": level.upper(), "handlers": ["stderr"]},
+        "loggers": {
+            "gunicorn.error": {"level": level.upper(), "handlers": [], "propagate": True},
+            "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": True},
+        },
+    }
+
+
+class WebhookServer(BaseApplication):  # type: ignore[misc]
+    """``gunicorn`` with our settings; ``app_factory`` runs in each worker after the fork."""
+
+    def __init__(self, settings: Settings, *, app_factory: AppFactory = webhook_app) -> None:
+        self.settings = settings
+        self.app_factory = app_factory
+        self._tls = ReloadingContext(settings.cert_file, settings.key_file)
+        self._health: HealthServer | None = None
+        self._stop_worker: Callable[[], None] | None = None
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in gunicorn_options(self.settings).items():
+            self.cfg.set(key, value)
+        self.cfg.set("ssl_context", self._ssl_context)
+        self.cfg.set("when_ready", self._when_ready)
+        self.cfg.set("on_exit", self._on_exit)
+        self.cfg.set("child_exit", self._child_exit)
+        self.cfg.set("worker_exit", self._worker_exit)
+        self.cfg.set("post_fork", self._post_fork)
+
+    def load(self) -> WSGIApp:
+        app, self._stop_worker = self.app_factory(self.settings)
+        return app
+
+    def _ssl_context(self, conf: Any, default_factory: Any) -> ssl.SSLContext:  # noqa: ARG002
+        return self._tls.context()
+
+    def _when_ready(self, server: Any) -> None:  # noqa: ARG002
+        self._tls.context()  # fail at start, not at the first handshake
+        # Importing the metrics made this (master) process a zero-valued "live" member of
+        # every gauge; only workers report, so drop the master's files.
+        metrics.worker_exited(os.getpid())
+        if self.settings.health_port:
+            self._health = HealthServer(self.settings.host, self.settings.health_port)
+            self._health.start()
+        log.info(
+            "serving",
+            extra={
+                "port": self.settings.port,
+                "health_port": self.settings.health_port,
+                "rules": str(self.settings.rules),
+                "workers": self.settings.workers,
+            },
+        )
+
+    def _on_exit(self, server: Any) -> None:  # noqa: ARG002
+        if self._health is not None:
+            self._health.stop()
+
+    def _child_exit(self, server: Any, worker: Any) -> None:  # noqa: ARG002
+        metrics.worker_exited(worker.pid)
+
+    def _post_fork(self, server: Any, worker: Any) -> None:  # noqa: ARG002
+        # A worker thread busy with a review holds the GIL for up to the switch interval
+        # (5 ms by default) before the thread that polls kept-alive connections runs:
+        # a shorter interval cuts the queueing delay of the next review.
+        sys.setswitchinterval(GIL_SWITCH_SECONDS)
+
+    def _worker_exit(self, server: Any, worker: Any) -> None:  # noqa: ARG002
+        if self._stop_worker is not None:
+            self._stop_worker()
