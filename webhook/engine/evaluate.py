@@ -18,6 +18,7 @@ from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
 from webhook.engine.patch import Editor
 from webhook.engine.policy import Policy, Rule
+from webhook.engine.selectors import dig
 from webhook.engine.workloads import PodTemplate
 
 
@@ -118,10 +119,7 @@ def _same_pod(old: Any, template: PodTemplate) -> bool:
     return (
         isinstance(old, dict)
         and old.get("spec") == template.spec
-        and (
-            (old.get("metadata") or {}).get("labels")
-            == (template.template.get("metadata") or {}).get("labels")
-        )
+        and dig(old, "metadata", "labels") == dig(template.template, "metadata", "labels")
     )
 
 

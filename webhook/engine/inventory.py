@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine.quantity import QuantityError, parse_quantity
-from webhook.engine.selectors import Labels, terms_match, tolerates
+from webhook.engine.selectors import Labels, clean_terms, dig, terms_match, tolerates
 
 # Taints that the node lifecycle controller sets while a node's condition is bad. They come
 # and go, and the scheduler simply waits; counting them would deny pods during a blip.
@@ -114,15 +114,22 @@ class Placement:
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> Placement:
+        """Read from raw JSON that may be ill-typed (a custom resource's schema is checked
+        after mutating webhooks run): malformed parts are read as absent."""
+        if not isinstance(spec, dict):
+            spec = {}
         selector = spec.get("nodeSelector")
-        affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ) or {}
-        terms = affinity.get("nodeSelectorTerms") if isinstance(affinity, dict) else None
+        terms = clean_terms(
+            dig(spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+        )
         tolerations = spec.get("tolerations")
         return cls(
-            node_selector=selector if isinstance(selector, dict) else {},
-            required_terms=terms if isinstance(terms, list) else None,
+            node_selector=(
+                {str(k): v for k, v in selector.items() if isinstance(v, str)}
+                if isinstance(selector, dict)
+                else {}
+            ),
+            required_terms=terms,
             tolerations=[t for t in tolerations if isinstance(t, dict)]
             if isinstance(tolerations, list)
             else [],

@@ -60,7 +60,7 @@ class Editor:
         since RFC 6902 ``add`` fails under a missing parent.
         """
         existing = len(path) - 1
-        while existing > 0 and not isinstance(self.get(path[:existing]), (Mapping, list)):
+        while existing > 0 and not _holds(self.get(path[:existing]), path[existing]):
             existing -= 1
         if existing < len(path) - 1:
             value = _branch(path[existing + 1 :], value)
@@ -90,6 +90,13 @@ class Editor:
         parent = self._own(path[:-1])
         parent[path[-1]] = value
         self.ops.append({"op": "replace", "path": pointer(path), "value": value})
+
+
+def _holds(parent: Any, key: str | int) -> bool:
+    """Whether ``key`` can be added under ``parent`` (an ill-typed value is replaced)."""
+    if isinstance(parent, dict):
+        return isinstance(key, str)
+    return isinstance(parent, list) and (key == "-" or isinstance(key, int))
 
 
 def _branch(keys: Path, value: Any) -> Any:

@@ -15,6 +15,43 @@ Labels = Mapping[str, str]
 NodePredicate = Callable[[Labels, str], bool]
 
 
+def dig(value: object, *keys: str) -> object:
+    """``value[k1][k2]...``, or ``None`` where a level is missing or not an object."""
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _clean_requirements(raw: object) -> list[dict[str, Any]]:
+    if not isinstance(raw, list):
+        return []
+    return [
+        {**e, "values": [v for v in e.get("values") or [] if isinstance(v, (str, int))]}
+        if isinstance(e.get("values"), list)
+        else {k: v for k, v in e.items() if k != "values"}
+        for e in raw
+        if isinstance(e, dict) and isinstance(e.get("key"), str)
+    ]
+
+
+def clean_terms(required: object) -> list[dict[str, Any]] | None:
+    """The ``nodeSelectorTerms`` of a required node affinity, with ill-typed parts dropped;
+    ``None`` when there is no requirement at all."""
+    terms = dig(required, "nodeSelectorTerms")
+    if not isinstance(terms, list):
+        return None
+    return [
+        {
+            "matchExpressions": _clean_requirements(t.get("matchExpressions")),
+            "matchFields": _clean_requirements(t.get("matchFields")),
+        }
+        for t in terms
+        if isinstance(t, dict)
+    ]
+
+
 def _values(expr: Mapping[str, Any]) -> list[str]:
     raw = expr.get("values") or []
     return [str(v) for v in raw] if isinstance(raw, list) else []
