@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from webhook.devcerts import write_dev_certs  # noqa: E402
+from webhook.certs import ensure_dev  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "admission" / "pod-gpu-limits-mutate-Pod-CREATE.json"
 
@@ -164,7 +164,7 @@ def main() -> int:
     parser.add_argument("--rate-share", type=float, default=0.5)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpu-webhook-bench-"))
-    write_dev_certs(work / "certs")
+    ensure_dev(work / "certs")
     results: dict[str, dict[str, dict[str, float]]] = {}
     servers = {}
     for which in ("noop", "webhook"):

@@ -7,9 +7,6 @@ import datetime as dt
 import ipaddress
 import socket
 import ssl
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
+from tests.builders import RULES
+from tests.running import Server
 from webhook import certs
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -149,41 +148,15 @@ def _free_port() -> int:
         return port
 
 
-APP = """
-def app(environ, start_response):
-    start_response("200 OK", [("Content-Type", "text/plain")])
-    return [b"served over TLS"]
-"""
-
-
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory):
-    """gunicorn, as ``gpu-webhook serve`` runs it, serving a freshly generated pair."""
+    """``gpu-webhook serve`` itself, serving a freshly generated pair."""
     root = tmp_path_factory.mktemp("tls")
     pair = certs.generate(service="gpu-webhook", namespace="gpu-webhook")
     certs.write(pair, root / "certs")
-    (root / "tlsapp.py").write_text(APP)
-    port = _free_port()
-    cmd = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1"]
-    cmd += ["--certfile", str(root / "certs/tls.crt"), "--keyfile", str(root / "certs/tls.key")]
-    proc = subprocess.Popen(
-        [*cmd, "tlsapp:app"], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"gunicorn did not start: {proc.communicate()[1].decode()}")
-            time.sleep(0.1)
-    yield port, root / "certs"
-    proc.terminate()
-    proc.wait(timeout=10)
-    assert proc.stderr is not None
-    proc.stderr.close()
+    server = Server(tmp=root, cert_dir=root / "certs", rules=RULES, inventory=None, workers=1)
+    yield server.port, root / "certs"
+    assert server.stop() == 0, server.log.read_text()
 
 
 def _get(port: int, cafile: Path, hostname: str) -> bytes:
@@ -192,7 +165,10 @@ def _get(port: int, cafile: Path, hostname: str) -> bytes:
         socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
         context.wrap_socket(raw, server_hostname=hostname) as tls,
     ):
-        tls.sendall(f"GET / HTTP/1.1\r\nHost: {hostname}\r\nConnection: close\r\n\r\n".encode())
+        request = f"POST /mutate HTTP/1.1\r\nHost: {hostname}\r\nConnection: close\r\n"
+        tls.sendall(
+            (request + "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}").encode()
+        )
         chunks = []
         while chunk := tls.recv(4096):
             chunks.append(chunk)
@@ -204,8 +180,8 @@ def _get(port: int, cafile: Path, hostname: str) -> bytes:
 def test_a_tls_client_trusting_the_ca_reaches_the_server_by_service_name(tls_server, hostname):
     port, directory = tls_server
     response = _get(port, directory / "ca.crt", hostname)
-    assert response.startswith(b"HTTP/1.1 200 OK")
-    assert b"served over TLS" in response
+    assert response.startswith(b"HTTP/1.1 400"), "the webhook answered: not an AdmissionReview"
+    assert b"AdmissionReview" in response
 
 
 @pytest.mark.slow

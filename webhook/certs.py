@@ -127,22 +127,50 @@ def generate(
 
 
 def write(pair: ServingPair, directory: Path) -> list[Path]:
-    """Write the three files; the key is created 0600 so it is never readable by others."""
+    """Write the three files; the key is created 0600 so it is never readable by others.
+
+    Each file is written beside and renamed into place, the key before the certificate, so
+    a server that reloads when ``tls.crt`` changes never pairs a new certificate with an
+    old key or reads half a file.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, data, mode in (
         (CA_FILE, pair.ca_crt, 0o644),
-        (CERT_FILE, pair.tls_crt, 0o644),
         (KEY_FILE, pair.tls_key, 0o600),
+        (CERT_FILE, pair.tls_crt, 0o644),
     ):
         path = directory / name
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        temporary = directory / f".{name}.tmp"
+        temporary.unlink(missing_ok=True)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         with os.fdopen(fd, "wb") as out:
             out.write(data)
-        os.chmod(path, mode)  # the umask may have taken bits away
+        os.chmod(temporary, mode)  # the umask may have taken bits away
+        os.replace(temporary, path)
         written.append(path)
     return written
+
+
+DEV_HOSTS = ("localhost", "127.0.0.1", "::1")
+DEV_DAYS = 30
+
+
+def ensure_dev(directory: Path, *, now: dt.datetime | None = None) -> Path:
+    """Throwaway certificates for ``gpu-webhook serve --dev``: a CA and a serving pair for
+    localhost, made anew when missing, unreadable or within a day of expiry. Not for
+    clusters (``certs generate`` and ``certs install`` are)."""
+    moment = now or dt.datetime.now(dt.UTC)
+    try:
+        fresh = not expires_within(read(directory), dt.timedelta(days=1), moment)
+    except (CertError, ValueError):
+        fresh = False
+    if not fresh:
+        pair = generate(
+            service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=DEV_DAYS, now=now
+        )
+        write(pair, directory)
+    return directory
 
 
 def read(directory: Path) -> ServingPair:

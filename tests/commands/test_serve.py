@@ -24,8 +24,8 @@ from tests.running import Server, mount, post
 from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.review import MAX_BODY_BYTES, parse_review
 from webhook.admission.service import AdmissionService
+from webhook.certs import DEV_HOSTS, generate, write
 from webhook.cli import main
-from webhook.devcerts import write_dev_certs
 from webhook.engine.evaluate import InventoryView, Request, evaluate
 from webhook.manifests import load_manifests
 from webhook.rulefiles import RuleStore
@@ -37,6 +37,12 @@ pytestmark = pytest.mark.slow
 def _close_clients():
     yield
     Server.close_clients()
+
+
+def write_dev_certs(directory):
+    write(
+        generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=30), directory
+    )
 
 
 def _cert_files(directory):

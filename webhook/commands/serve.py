@@ -115,9 +115,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     if args.dev:
-        from webhook.devcerts import ensure_dev_certs
+        from webhook.certs import ensure_dev
 
-        ensure_dev_certs(settings.cert_dir)
+        ensure_dev(settings.cert_dir)
     problem = preflight(settings)
     if problem:
         return _fail(problem)
