@@ -141,13 +141,6 @@ def test_the_ca_bundle_keeps_the_previous_ca_until_it_expires(pair):
     assert not certs.trusts(newer.ca_crt, pair.ca_crt)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory):
     """``gpu-webhook serve`` itself, serving a freshly generated pair."""
