@@ -159,64 +159,86 @@ def run_phase(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--rate-share", type=float, default=0.5)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternate the two servers this many times"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpu-webhook-bench-"))
     ensure_dev(work / "certs")
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    rounds: list[dict[str, dict[str, dict[str, float]]]] = []
     servers = {}
     for which in ("noop", "webhook"):
         servers[which] = start(which, work / "certs", work / f"{which}.log")
     try:
         for which in ("noop", "webhook"):
-            _, port = servers[which]
-            run_phase(port, work / "certs", clients=args.clients, seconds=1.0)  # warm up
-            results[which] = {
-                "max": run_phase(port, work / "certs", clients=args.clients, seconds=args.seconds)
-            }
-        rate = results["noop"]["max"]["throughput"] * args.rate_share
-        for which in ("noop", "webhook"):
-            _, port = servers[which]
-            results[which]["paced"] = run_phase(
-                port, work / "certs", clients=args.clients, seconds=args.seconds, rate=rate
-            )
+            run_phase(servers[which][1], work / "certs", clients=args.clients, seconds=1.0)
+        # Alternating short phases, judged by the median of per-round ratios: a neighbour
+        # that loads this shared machine for a while then spoils one round, not the verdict.
+        for _ in range(args.rounds):
+            results: dict[str, dict[str, dict[str, float]]] = {}
+            for which in ("noop", "webhook"):
+                port = servers[which][1]
+                results[which] = {
+                    "max": run_phase(
+                        port, work / "certs", clients=args.clients, seconds=args.seconds
+                    )
+                }
+            rate = results["noop"]["max"]["throughput"] * args.rate_share
+            for which in ("noop", "webhook"):
+                port = servers[which][1]
+                results[which]["paced"] = run_phase(
+                    port, work / "certs", clients=args.clients, seconds=args.seconds, rate=rate
+                )
+                results[which]["paced"]["rate"] = rate
+            rounds.append(results)
     finally:
         for process, _ in servers.values():
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
-    report(results, rate, args)
-    return 0
+    return report(rounds, args)
 
 
-def report(
-    results: dict[str, dict[str, dict[str, float]]], rate: float, args: argparse.Namespace
-) -> None:
+def _ratios(results: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
     noop, hook = results["noop"], results["webhook"]
-    ratios = {
+    return {
         "throughput_ratio": hook["max"]["throughput"] / noop["max"]["throughput"],
         "p50_ratio_at_rate": hook["paced"]["p50_ms"] / noop["paced"]["p50_ms"],
         "p99_ratio_at_rate": hook["paced"]["p99_ms"] / noop["paced"]["p99_ms"],
     }
+
+
+def report(rounds: list[dict[str, dict[str, dict[str, float]]]], args: argparse.Namespace) -> int:
     print(f"cores: {os.cpu_count()}, clients: {args.clients}, {args.seconds:.0f}s per phase")
-    for name, result in results.items():
-        m, p = result["max"], result["paced"]
+    per_round = [_ratios(r) for r in rounds]
+    for number, (results, ratios) in enumerate(zip(rounds, per_round, strict=True), 1):
+        for name, result in results.items():
+            m, p = result["max"], result["paced"]
+            print(
+                f"round {number} {name:8} max {m['throughput']:6.0f} req/s (p50 {m['p50_ms']:.2f}"
+                f" ms, p99 {m['p99_ms']:.2f} ms) | at {p['rate']:.0f} req/s: p50 "
+                f"{p['p50_ms']:.2f} ms, p99 {p['p99_ms']:.2f} ms"
+            )
         print(
-            f"{name:8} max {m['throughput']:7.0f} req/s (p50 {m['p50_ms']:.2f} ms, p99 "
-            f"{m['p99_ms']:.2f} ms) | at {rate:.0f} req/s: p50 {p['p50_ms']:.2f} ms, "
-            f"p99 {p['p99_ms']:.2f} ms | connections {m['connections']:.0f}"
+            f"round {number} webhook/noop: throughput {ratios['throughput_ratio']:.2f}, "
+            f"p99 {ratios['p99_ratio_at_rate']:.2f} at the same rate"
         )
+    median = {k: statistics.median(r[k] for r in per_round) for k in per_round[0]}
     print(
-        f"webhook/noop: throughput {ratios['throughput_ratio']:.2f} (target >= 0.70), "
-        f"p50 {ratios['p50_ratio_at_rate']:.2f}, p99 {ratios['p99_ratio_at_rate']:.2f} "
-        "(target <= 1.50) at the same rate"
+        f"median of {len(rounds)} rounds, webhook/noop: throughput "
+        f"{median['throughput_ratio']:.2f} (target >= 0.70), p50 {median['p50_ratio_at_rate']:.2f}"
+        f", p99 {median['p99_ratio_at_rate']:.2f} (target <= 1.50) at the same rate"
     )
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     (out / "admission.json").write_text(
-        json.dumps({"rate": rate, "results": results, "ratios": ratios}, indent=2) + "\n"
+        json.dumps({"rounds": rounds, "ratios": per_round, "median": median}, indent=2) + "\n"
     )
+    met = median["throughput_ratio"] >= 0.70 and median["p99_ratio_at_rate"] <= 1.50
+    print("all targets met" if met else "TARGET MISSED")
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@ affinity, tolerations) is memoised: pods of one workload share their placement.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.selectors import Labels, clean_terms, dig, terms_match, tolerates
@@ -135,10 +136,10 @@ class Placement:
             else [],
         )
 
-    def key(self) -> str:
-        return json.dumps(
+    def key(self) -> bytes:
+        return orjson.dumps(
             [self.node_selector, self.required_terms, self.tolerations],
-            sort_keys=True,
+            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
             default=str,
         )
 
@@ -227,7 +228,7 @@ class Inventory:
         for name in self.resource_names:
             self._by_resource[name] = _largest_first(self.shapes, name)
         # A memo, not state: safe to share between threads (plain dict get/set only).
-        self._placements: dict[str, frozenset[int]] = {}
+        self._placements: dict[bytes, frozenset[int]] = {}
 
     def __len__(self) -> int:
         return len(self.nodes)
