@@ -1,0 +1,202 @@
+"""A real HTTP server on 127.0.0.1 that replays an API server's recorded bytes.
+
+Tests script what each request gets: list requests and watch requests each take the next
+answer of their own queue. A watch answer streams its lines as HTTP/1.1 chunks, as the API
+server does, and may pause on a gate, end cleanly, drop the connection mid-stream, or stay
+open like an idle watch until the server stops.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "apiserver"
+if not FIXTURES.is_dir():
+    FIXTURES = Path("/work/shared/fixtures/apiserver")
+
+
+def fixture(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+def fixture_lines(name: str) -> list[bytes]:
+    return [line + b"\n" for line in fixture(name).splitlines() if line.strip()]
+
+
+def recorded_headers(name: str) -> list[tuple[str, str]]:
+    """The API server's own headers, minus those this server sets itself."""
+    out = []
+    for line in fixture(name).decode().splitlines()[1:]:
+        key, _, value = line.partition(":")
+        if key and key.lower() not in ("transfer-encoding", "content-length", "date"):
+            out.append((key.strip(), value.strip()))
+    return out
+
+
+@dataclass
+class Body:
+    """A whole answer: a list page or an error ``Status``."""
+
+    data: bytes
+    status: int = 200
+    delay_seconds: float = 0.0
+
+
+@dataclass
+class Stream:
+    """A watch answer. Items are lines (bytes) or gates (``threading.Event``) to wait on.
+
+    ``end``: ``"close"`` ends the chunked body properly (the server's ``timeoutSeconds``),
+    ``"drop"`` closes the socket mid-body, ``"hold"`` keeps it open until the server stops.
+    """
+
+    items: list[bytes | threading.Event]
+    end: str = "close"
+    headers: list[tuple[str, str]] = field(
+        default_factory=lambda: recorded_headers("watch-stream.headers")
+    )
+
+
+@dataclass
+class Request:
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+
+
+class ReplayServer:
+    def __init__(self) -> None:
+        # Answers for nodes; namespaces get their own list queue and idle watches.
+        self.lists: deque[Body] = deque()
+        self.watches: deque[Stream | Body] = deque()
+        self.namespace_lists: deque[Body] = deque()
+        self.requests: list[Request] = []
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: tests read ``requests`` instead."""
+
+            def do_GET(self) -> None:
+                server._serve(self)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> ReplayServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+    def watch_requests(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.query.get("watch")]
+
+    def list_requests(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if not r.query.get("watch")]
+
+    def _serve(self, handler: BaseHTTPRequestHandler) -> None:
+        parts = urlsplit(handler.path)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        with self._lock:
+            self.requests.append(Request(parts.path, query, dict(handler.headers.items())))
+            queue: deque[Any] = deque()
+            if parts.path == "/api/v1/nodes":
+                queue = self.watches if query.get("watch") else self.lists
+            elif parts.path == "/api/v1/namespaces" and not query.get("watch"):
+                queue = self.namespace_lists
+            answer = queue.popleft() if queue else None
+        if answer is None:
+            # Nothing scripted: an idle watch, or a list the test did not expect.
+            answer = Stream([], end="hold") if query.get("watch") else Body(b"{}", 500)
+        if isinstance(answer, Body):
+            self._body(handler, answer)
+        else:
+            self._stream(handler, answer)
+
+    def _body(self, handler: BaseHTTPRequestHandler, body: Body) -> None:
+        if body.delay_seconds and self.stopping.wait(body.delay_seconds):
+            return
+        handler.send_response(body.status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body.data)))
+        handler.end_headers()
+        handler.wfile.write(body.data)
+
+    def _stream(self, handler: BaseHTTPRequestHandler, stream: Stream) -> None:
+        handler.send_response(200)
+        for key, value in stream.headers:
+            handler.send_header(key, value)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        handler.wfile.flush()
+        try:
+            for item in stream.items:
+                if isinstance(item, threading.Event):
+                    while not item.wait(0.05):
+                        if self.stopping.is_set():
+                            return
+                    continue
+                handler.wfile.write(b"%x\r\n%s\r\n" % (len(item), item))
+                handler.wfile.flush()
+            if stream.end == "close":
+                handler.wfile.write(b"0\r\n\r\n")
+            elif stream.end == "drop":
+                handler.connection.shutdown(socket.SHUT_RDWR)
+            else:
+                self.stopping.wait()
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        handler.close_connection = True
+
+
+def status_body(code: int, reason: str, message: str) -> bytes:
+    return json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        }
+    ).encode()
+
+
+def eventually(check: Any, *, timeout: float = 5.0) -> Any:
+    """Poll ``check`` until it returns something true; fail with its last value."""
+    deadline = time.monotonic() + timeout
+    value = check()
+    while not value and time.monotonic() < deadline:
+        time.sleep(0.01)
+        value = check()
+    assert value, f"still {value!r} after {timeout} s"
+    return value

@@ -1,0 +1,325 @@
+"""Just enough of a Kubernetes API client for list and watch, on raw JSON.
+
+The kubernetes package only loads configuration here: its generated models cost about
+0.28 ms per node to build against 0.045 ms for ``json.loads``, and its watch helper hides
+the bookmarks, the ``410 Gone`` and the resource versions a cache must handle itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+import urllib3
+
+from webhook import __version__
+
+USER_AGENT = f"gpu-webhook/{__version__}"
+IN_CLUSTER_HOST_ENV = "KUBERNETES_SERVICE_HOST"
+T = TypeVar("T")
+
+
+class KubeconfigError(Exception):
+    """The kubeconfig (or the in-cluster service account) cannot be used."""
+
+
+class ApiError(Exception):
+    """The API server answered with an error, or could not be reached (``code`` 0)."""
+
+    def __init__(self, message: str, *, code: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any], *, code: int) -> ApiError:
+        message = str(status.get("message") or f"HTTP {code}")
+        reason = str(status.get("reason") or "")
+        code = int(status.get("code") or code)
+        kind = Expired if code == 410 else cls
+        return kind(f"{code} {reason}: {message}" if reason else message, code=code, reason=reason)
+
+
+class Expired(ApiError):
+    """``410 Gone``: the resource version is too old (or a list's continue token expired)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiEndpoint:
+    """Where the API server is and how to authenticate to it."""
+
+    host: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    tls_server_name: str | None = None
+    # Called per request, so that rotated service-account tokens and exec plugins' tokens
+    # are picked up: returns the whole header value ("Bearer ...") or None.
+    authorization: Callable[[], str | None] | None = None
+
+
+def api_endpoint_from_kubeconfig(path: str | None) -> ApiEndpoint:
+    """The endpoint of ``path``; without a path, the pod's service account when running in
+    a cluster, else the default kubeconfig (``$KUBECONFIG``, ``~/.kube/config``)."""
+    from kubernetes import config as kube_config
+    from kubernetes.client import Configuration
+
+    configuration = Configuration()
+    try:
+        if path is None and os.environ.get(IN_CLUSTER_HOST_ENV):
+            kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration, try_refresh_token=True
+            )
+        else:
+            if path is not None and not os.path.isfile(path):
+                raise KubeconfigError(f"{path}: no such file")
+            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, client_configuration=configuration, persist_config=False
+            )
+    except KubeconfigError:
+        raise
+    except (kube_config.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+        where = path or "kubeconfig"
+        raise KubeconfigError(f"{where}: {exc}") from None
+    except Exception as exc:  # the loader raises yaml and other errors for a broken file
+        raise KubeconfigError(f"{path or 'kubeconfig'}: cannot be read: {exc}") from None
+
+    def authorization() -> str | None:
+        value: str | None = configuration.get_api_key_with_prefix(
+            "BearerToken", alias="authorization"
+        )
+        return value
+
+    return ApiEndpoint(
+        host=str(configuration.host).rstrip("/"),
+        ca_file=configuration.ssl_ca_cert,
+        cert_file=configuration.cert_file,
+        key_file=configuration.key_file,
+        verify=bool(configuration.verify_ssl),
+        tls_server_name=configuration.tls_server_name,
+        authorization=authorization,
+    )
+
+
+class ApiClient:
+    """Paginated lists and streamed watches of one API server, answering raw JSON."""
+
+    def __init__(
+        self,
+        endpoint: ApiEndpoint,
+        *,
+        request_timeout_seconds: float = 30.0,
+    ) -> None:
+        self.endpoint = endpoint
+        self.request_timeout_seconds = request_timeout_seconds
+        self._pool = _pool_for(endpoint)
+        self._lock = threading.Lock()
+        self._open: set[urllib3.BaseHTTPResponse] = set()
+        self._closing = False
+
+    def list(
+        self, path: str, *, parse: Callable[[Mapping[str, Any]], T], limit: int = 500
+    ) -> tuple[list[T], str]:
+        """Every item of a collection, parsed page by page (so that only one page of raw
+        JSON is held at a time), and the list's resource version."""
+        items: list[T] = []
+        token = ""
+        while True:
+            query: dict[str, str | int] = {"limit": limit}
+            if token:
+                query["continue"] = token
+            body = self._get_json(path, query)
+            page = body.get("items")
+            if not isinstance(page, list):
+                raise ApiError(f"GET {path}: the answer holds no items list")
+            items.extend(parse(i) for i in page if isinstance(i, Mapping))
+            del page
+            meta = body.get("metadata") or {}
+            token = str(meta.get("continue") or "")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def watch(
+        self, path: str, *, resource_version: str, timeout_seconds: int
+    ) -> Iterator[Mapping[str, Any]]:
+        """Watch events from ``resource_version`` on, with bookmarks, until the server ends
+        the watch (after ``timeout_seconds``) or ``close`` is called.
+
+        Raises ``Expired`` for an ``ERROR`` event with code 410 and ``ApiError`` for others
+        and for transport failures, so that callers handle all errors in one place.
+        """
+        query: dict[str, str | int] = {
+            "watch": 1,
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_seconds,
+        }
+        # The request is made now, not on first iteration: an error surfaces here and a
+        # caller knows the watch was accepted when this returns.
+        response = self._request(path, query, read_timeout=timeout_seconds + 30.0)
+        return self._events(path, response)
+
+    def _events(self, path: str, response: urllib3.BaseHTTPResponse) -> Iterator[Mapping[str, Any]]:
+        try:
+            for line in _lines(response):
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise ApiError(f"watch {path}: not a JSON event: {line[:80]!r}") from None
+                if not isinstance(event, Mapping):
+                    raise ApiError(f"watch {path}: not a JSON event: {line[:80]!r}")
+                if event.get("type") == "ERROR":
+                    status = event.get("object")
+                    raise ApiError.from_status(
+                        status if isinstance(status, Mapping) else {}, code=500
+                    )
+                yield event
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if self._closed(response):
+                return
+            raise ApiError(f"watch {path}: connection lost: {_describe(exc)}") from None
+        finally:
+            self._forget(response)
+
+    def close(self) -> None:
+        """End the requests in progress (from any thread) and any later one: for good."""
+        with self._lock:
+            self._closing = True
+            open_now = list(self._open)
+            self._open.clear()
+        for response in open_now:
+            response.shutdown()
+            response.release_conn()
+        self._pool.clear()
+
+    def _get_json(self, path: str, query: Mapping[str, str | int]) -> Mapping[str, Any]:
+        response = self._request(path, query, read_timeout=self.request_timeout_seconds)
+        try:
+            data = response.data
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(f"GET {path}: connection lost: {_describe(exc)}") from None
+        finally:
+            self._forget(response)
+        try:
+            body = json.loads(data)
+        except ValueError:
+            raise ApiError(f"GET {path}: the answer is not JSON") from None
+        if not isinstance(body, Mapping):
+            raise ApiError(f"GET {path}: the answer is not a JSON object")
+        return body
+
+    def _request(
+        self,
+        path: str,
+        query: Mapping[str, str | int],
+        *,
+        read_timeout: float,
+    ) -> urllib3.BaseHTTPResponse:
+        url = f"{self.endpoint.host}{path}?{urlencode(query)}"
+        headers = {
+            "Accept": "application/json",
+            "Accept-Encoding": "gzip",
+            "User-Agent": USER_AGENT,
+        }
+        if self.endpoint.authorization is not None:
+            try:
+                value = self.endpoint.authorization()
+            except Exception as exc:  # a token file that vanished, an exec plugin failing
+                raise ApiError(f"cannot get credentials: {exc}") from None
+            if value:
+                headers["Authorization"] = value
+        try:
+            response = self._pool.request(
+                "GET",
+                url,
+                headers=headers,
+                preload_content=False,
+                retries=False,
+                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(f"GET {path}: {_describe(exc)}") from None
+        with self._lock:
+            closing = self._closing
+            if not closing:
+                self._open.add(response)
+        if closing:
+            # ``close`` ran while this request was on its way: do not start reading.
+            response.shutdown()
+            response.release_conn()
+            raise ApiError(f"GET {path}: the client is closed")
+        if response.status != 200:
+            try:
+                raw = response.data
+            except (urllib3.exceptions.HTTPError, OSError):
+                raw = b""
+            finally:
+                self._forget(response)
+            raise ApiError.from_status(_status_of(raw), code=response.status)
+        return response
+
+    def _forget(self, response: urllib3.BaseHTTPResponse) -> None:
+        with self._lock:
+            self._open.discard(response)
+        response.release_conn()
+
+    def _closed(self, response: urllib3.BaseHTTPResponse) -> bool:
+        with self._lock:
+            return response not in self._open
+
+
+def _pool_for(endpoint: ApiEndpoint) -> urllib3.PoolManager:
+    if not endpoint.host.startswith("https://"):
+        return urllib3.PoolManager(maxsize=4)
+    context = ssl.create_default_context(cafile=endpoint.ca_file)
+    if not endpoint.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if endpoint.cert_file:
+        context.load_cert_chain(endpoint.cert_file, endpoint.key_file)
+    return urllib3.PoolManager(
+        maxsize=4,
+        ssl_context=context,
+        server_hostname=endpoint.tls_server_name,
+        assert_hostname=False if not endpoint.verify else None,
+    )
+
+
+def _lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    """Lines as they arrive: the API server sends one event per chunk, often split."""
+    pending = b""
+    for chunk in response.stream(64 * 1024, decode_content=True):
+        pending += chunk
+        while True:
+            end = pending.find(b"\n")
+            if end < 0:
+                break
+            yield pending[:end]
+            pending = pending[end + 1 :]
+    if pending.strip():
+        yield pending
+
+
+def _status_of(raw: bytes) -> Mapping[str, Any]:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if isinstance(body, Mapping) and body.get("kind") == "Status":
+        return body
+    text = raw[:200].decode("utf-8", "replace").strip()
+    return {"message": text} if text else {}
+
+
+def _describe(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason or exc) or type(exc).__name__

@@ -1,0 +1,374 @@
+"""Where the admission server gets its node inventory: a file, or a live cache of the API.
+
+A live source keeps the cluster's nodes (and, when rules need them, namespaces) in memory,
+fed by list and watch the way Kubernetes informers are. Changes are coalesced: events land
+in a dict of nodes, and a new immutable ``Inventory`` is published at most every
+``publish_interval_seconds``. Publishing is a single reference assignment, so a request
+that reads ``snapshot()`` once sees one consistent cluster, never a half-applied change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from webhook.cluster.apiclient import (
+    ApiClient,
+    ApiEndpoint,
+    ApiError,
+    KubeconfigError,
+    api_endpoint_from_kubeconfig,
+)
+from webhook.cluster.reflector import Backoff, Reflector
+from webhook.engine.inventory import Inventory, Node, node_from_json
+from webhook.inventoryfile import load_inventory
+
+__all__ = [
+    "ApiEndpoint",
+    "InventorySource",
+    "InventoryStatus",
+    "KubeconfigError",
+    "LiveInventorySource",
+    "StaticInventorySource",
+    "api_endpoint_from_kubeconfig",
+]
+
+log = logging.getLogger("webhook.inventory")
+NODES_PATH = "/api/v1/nodes"
+NAMESPACES_PATH = "/api/v1/namespaces"
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryStatus:
+    """What metrics, logs and ``/readyz`` report about the inventory.
+
+    ``stale`` is true once synced but without any event, bookmark, accepted watch or
+    successful list for ``max_staleness_seconds``; callers treat ``stale or not synced``
+    as "inventory unavailable" and apply their failure mode to capacity checks.
+    """
+
+    synced: bool
+    stale: bool
+    age_seconds: float | None
+    resource_version: str
+    node_count: int
+    last_error: str
+    source: str = ""
+    relists: int = 0
+    namespace_count: int | None = None
+
+
+class InventorySource(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def snapshot(self) -> Inventory | None: ...
+
+    def ready(self) -> bool: ...
+
+    def status(self) -> InventoryStatus: ...
+
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
+
+
+class StaticInventorySource:
+    """The nodes of a file (``kubectl get nodes -o yaml``): always ready, never stale.
+
+    Loading happens in the constructor so that a bad file fails at start-up with
+    ``InventoryFileError``, not at the first admission.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._inventory = load_inventory(path)
+
+    def start(self) -> None:
+        """Nothing to start: the file was read by the constructor."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def snapshot(self) -> Inventory:
+        return self._inventory
+
+    def ready(self) -> bool:
+        return True
+
+    def status(self) -> InventoryStatus:
+        return InventoryStatus(
+            synced=True,
+            stale=False,
+            age_seconds=None,
+            resource_version=self._inventory.resource_version,
+            node_count=len(self._inventory),
+            last_error="",
+            source=self.path,
+        )
+
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None:  # noqa: ARG002
+        """A file holds no namespaces: rules on namespace labels see them as unknown."""
+        return None
+
+
+class LiveInventorySource:
+    """Nodes (and optionally namespaces) of a live cluster, kept by list and watch."""
+
+    def __init__(
+        self,
+        *,
+        api: ApiEndpoint,
+        watch_namespaces: bool = False,
+        max_staleness_seconds: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        publish_interval_seconds: float = 0.1,
+        backoff: Callable[[], Backoff] = Backoff,
+        page_size: int = 500,
+        watch_timeout_seconds: Callable[[], int] | None = None,
+        request_timeout_seconds: float = 30.0,
+    ) -> None:
+        self.api = api
+        self.max_staleness_seconds = max_staleness_seconds
+        self.publish_interval_seconds = publish_interval_seconds
+        self._clock = clock
+        self._client = ApiClient(api, request_timeout_seconds=request_timeout_seconds)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._nodes = _NodeCache(clock=clock)
+        self._node_reflector = Reflector(
+            client=self._client,
+            path=NODES_PATH,
+            handler=self._nodes,
+            backoff=backoff(),
+            page_size=page_size,
+            watch_timeout_seconds=watch_timeout_seconds,
+        )
+        self._namespaces: _NamespaceCache | None = None
+        self._namespace_reflector: Reflector[tuple[str, Mapping[str, str]]] | None = None
+        if watch_namespaces:
+            self._namespaces = _NamespaceCache(clock=clock)
+            self._namespace_reflector = Reflector(
+                client=self._client,
+                path=NAMESPACES_PATH,
+                handler=self._namespaces,
+                backoff=backoff(),
+                page_size=page_size,
+                watch_timeout_seconds=watch_timeout_seconds,
+            )
+
+    def start(self) -> None:
+        """Start the background threads; returns at once (see ``ready``). A source runs
+        once: after ``stop`` make a new one."""
+        if self._threads or self._stop.is_set():
+            return
+        self._threads = [
+            threading.Thread(
+                target=self._node_reflector.run,
+                args=(self._stop,),
+                name="inventory-nodes",
+                daemon=True,
+            ),
+            threading.Thread(target=self._publish_loop, name="inventory-publish", daemon=True),
+        ]
+        if self._namespace_reflector is not None:
+            self._threads.append(
+                threading.Thread(
+                    target=self._namespace_reflector.run,
+                    args=(self._stop,),
+                    name="inventory-namespaces",
+                    daemon=True,
+                )
+            )
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout_seconds: float = 5.0) -> None:
+        """Stop watching and wait for the threads; the last snapshot stays readable."""
+        self._stop.set()
+        self._nodes.wake()
+        self._client.close()
+        for thread in self._threads:
+            thread.join(timeout_seconds)
+        self._threads = []
+
+    def snapshot(self) -> Inventory | None:
+        return self._nodes.published
+
+    def ready(self) -> bool:
+        if self._nodes.published is None:
+            return False
+        return self._namespaces is None or self._namespaces.synced
+
+    def status(self) -> InventoryStatus:
+        nodes = self._nodes
+        snapshot = nodes.published
+        age = None if nodes.last_contact is None else max(0.0, self._clock() - nodes.last_contact)
+        namespaces = self._namespaces
+        return InventoryStatus(
+            synced=snapshot is not None,
+            stale=age is not None and age > self.max_staleness_seconds,
+            age_seconds=age,
+            resource_version=nodes.resource_version,
+            node_count=0 if snapshot is None else len(snapshot),
+            last_error=nodes.last_error or (namespaces.last_error if namespaces else ""),
+            source=self.api.host,
+            relists=self._node_reflector.relists,
+            namespace_count=None if namespaces is None else len(namespaces.labels),
+        )
+
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        if self._namespaces is None:
+            return None
+        return self._namespaces.labels.get(name)
+
+    def _publish_loop(self) -> None:
+        """Publish coalesced changes: at most one new snapshot per interval."""
+        while not self._stop.is_set():
+            if not self._nodes.wait_for_change(self._stop):
+                return
+            self._nodes.publish()
+            # Let further events of a burst gather before the next build.
+            if self._stop.wait(self.publish_interval_seconds):
+                return
+
+
+class _NodeCache:
+    """The reflector's handler for nodes; the publisher thread turns it into snapshots."""
+
+    def __init__(self, *, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._nodes: dict[str, Node] = {}
+        self._dirty = False
+        self._generation = 0
+        self._published_generation = -1
+        self.resource_version = ""
+        self.published: Inventory | None = None
+        self.last_contact: float | None = None
+        self.last_error = ""
+
+    # Reflector side.
+
+    def parse(self, obj: Mapping[str, Any]) -> Node:
+        return node_from_json(obj)
+
+    def replace(self, items: list[Node], resource_version: str) -> None:
+        nodes = {node.name: node for node in items}
+        with self._lock:
+            self._nodes = nodes
+            self._mark(resource_version)
+        if self.published is None:
+            # The first list is published at once from this thread: ``ready`` then means
+            # that a snapshot exists.
+            self.publish()
+
+    def apply(self, kind: str, item: Node, resource_version: str) -> None:
+        with self._lock:
+            if kind == "DELETED":
+                self._nodes.pop(item.name, None)
+            else:
+                self._nodes[item.name] = item
+            self._mark(resource_version)
+
+    def progress(self, resource_version: str) -> None:
+        with self._lock:
+            self.resource_version = resource_version or self.resource_version
+            self.last_contact = self._clock()
+            self.last_error = ""
+
+    def failed(self, error: ApiError) -> None:
+        self.last_error = str(error)
+
+    def _mark(self, resource_version: str) -> None:
+        self.resource_version = resource_version
+        self.last_contact = self._clock()
+        self.last_error = ""
+        self._dirty = True
+        self._generation += 1
+        self._changed.notify_all()
+
+    # Publisher side.
+
+    def wait_for_change(self, stop: threading.Event) -> bool:
+        with self._lock:
+            while not self._dirty and not stop.is_set():
+                self._changed.wait(1.0)
+            return not stop.is_set()
+
+    def wake(self) -> None:
+        with self._lock:
+            self._changed.notify_all()
+
+    def publish(self) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            nodes = list(self._nodes.values())
+            resource_version = self.resource_version
+            generation = self._generation
+            self._dirty = False
+        started = time.monotonic()
+        snapshot = Inventory(nodes, resource_version=resource_version, source="live")
+        previous = self.published
+        if previous is not None:
+            snapshot.prepare_like(previous)
+        with self._lock:
+            # Two threads publish (the first list, then the publisher): never go back.
+            if generation < self._published_generation:
+                return
+            self._published_generation = generation
+            self.published = snapshot
+        log.debug(
+            "inventory published",
+            extra={
+                "nodes": len(nodes),
+                "shapes": len(snapshot.shapes),
+                "resource_version": resource_version,
+                "build_seconds": round(time.monotonic() - started, 4),
+            },
+        )
+
+
+class _NamespaceCache:
+    """Labels of every namespace, for rules that select namespaces by label."""
+
+    def __init__(self, *, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self.labels: dict[str, Mapping[str, str]] = {}
+        self.synced = False
+        self.resource_version = ""
+        self.last_error = ""
+
+    def parse(self, obj: Mapping[str, Any]) -> tuple[str, Mapping[str, str]]:
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        return str(meta.get("name", "")), (
+            {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+        )
+
+    def replace(self, items: list[tuple[str, Mapping[str, str]]], resource_version: str) -> None:
+        # A new dict, swapped in whole: readers never see a namespace missing mid-relist.
+        self.labels = dict(items)
+        self.resource_version = resource_version
+        self.synced = True
+        self.last_error = ""
+
+    def apply(self, kind: str, item: tuple[str, Mapping[str, str]], resource_version: str) -> None:
+        name, labels = item
+        if kind == "DELETED":
+            self.labels.pop(name, None)
+        else:
+            self.labels[name] = labels
+        self.resource_version = resource_version
+
+    def progress(self, resource_version: str) -> None:
+        self.resource_version = resource_version or self.resource_version
+        self.last_error = ""
+
+    def failed(self, error: ApiError) -> None:
+        self.last_error = str(error)
