@@ -29,12 +29,14 @@ from webhook.inventoryfile import load_inventory
 
 __all__ = [
     "ApiEndpoint",
+    "ApiError",
     "InventorySource",
     "InventoryStatus",
     "KubeconfigError",
     "LiveInventorySource",
     "StaticInventorySource",
     "api_endpoint_from_kubeconfig",
+    "list_inventory",
 ]
 
 log = logging.getLogger("webhook.inventory")
@@ -113,6 +115,16 @@ class StaticInventorySource:
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:  # noqa: ARG002
         """A file holds no namespaces: rules on namespace labels see them as unknown."""
         return None
+
+
+def list_inventory(api: ApiEndpoint, *, request_timeout_seconds: float = 30.0) -> Inventory:
+    """One list of the nodes, parsed as the live cache parses them: for tools, not serving."""
+    client = ApiClient(api, request_timeout_seconds=request_timeout_seconds)
+    try:
+        nodes, resource_version = client.list(NODES_PATH, parse=node_from_json)
+    finally:
+        client.close()
+    return Inventory(nodes, resource_version=resource_version, source=api.host)
 
 
 class LiveInventorySource:

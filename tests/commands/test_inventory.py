@@ -1,0 +1,168 @@
+"""``gpu-webhook inventory`` from a file, from a cluster (a loopback replay server), and
+its refusals of unusable input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.replayserver import FIXTURES, Body, ReplayServer, fixture
+from webhook.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES_YAML = str(FIXTURES / "kubectl-get-nodes.yaml")
+
+
+@pytest.fixture
+def server() -> Iterator[ReplayServer]:
+    replay = ReplayServer().start()
+    yield replay
+    replay.stop()
+
+
+def kubeconfig(tmp_path: Path, server: str, token: str = "s3cret") -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {{server: "{server}"}}
+users:
+- name: viewer
+  user: {{token: {token}}}
+contexts:
+- name: test
+  context: {{cluster: test, user: viewer}}
+current-context: test
+"""
+    )
+    return str(path)
+
+
+def test_the_text_report_shows_classes_largest_nodes_and_problems(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["inventory", "--inventory", NODES_YAML]) == 0
+    out = capsys.readouterr().out
+    assert "4 nodes from" in out
+    assert "NVIDIA-H100-80GB-HBM3" in out
+    assert "mixed (1g.10gb, 3g.40gb)" in out
+    assert "nvidia.com/gpu          8        gpu-a100-0      16     3" in out
+    assert "Cordoned: none" in out
+
+
+def test_the_json_report_has_one_class_per_gpu_product(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["inventory", "--inventory", NODES_YAML, "--output", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    classes = {c["product"]: c for c in report["classes"]}
+    assert set(classes) == {
+        "NVIDIA-A100-SXM4-80GB",
+        "NVIDIA-H100-80GB-HBM3",
+        "Tesla-T4",
+        "(no GPU)",
+    }
+    assert classes["Tesla-T4"]["gpu_resources"] == {"nvidia.com/gpu": 4}
+    assert classes["NVIDIA-H100-80GB-HBM3"]["mig_profiles"] == ["1g.10gb", "3g.40gb"]
+    largest = {b["resource"]: (b["amount"], b["node"]) for b in report["largest"]}
+    assert largest["nvidia.com/gpu"] == (8, "gpu-a100-0")
+
+
+def test_cordoned_not_ready_and_shared_nodes_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = json.loads(fixture("node-list.json"))
+    a100, t4 = nodes["items"][1], nodes["items"][3]
+    a100["spec"]["unschedulable"] = True
+    t4["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    t4["metadata"]["labels"] |= {
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
+        "nvidia.com/gpu.replicas": "4",
+    }
+    t4["status"]["allocatable"]["nvidia.com/gpu"] = "16"
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps(nodes))
+    assert main(["inventory", "--inventory", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Cordoned: gpu-a100-0" in out
+    assert "Not ready: gpu-t4-0" in out
+    assert "time-slicing x4" in out
+
+
+def test_a_cluster_is_listed_with_the_kubeconfig_credentials(
+    tmp_path: Path, server: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.lists.extend(
+        [Body(fixture("node-list-page1.json")), Body(fixture("node-list-page2.json"))]
+    )
+    assert main(["inventory", "--kubeconfig", kubeconfig(tmp_path, server.url), "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["nodes"] == 4
+    assert report["resource_version"] == "217"
+    assert server.list_requests()[0].headers["Authorization"] == "Bearer s3cret"
+
+
+def test_a_forbidden_list_is_an_error_that_names_the_permission(
+    tmp_path: Path, server: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.lists.append(Body(fixture("list-403.json"), 403))
+    assert main(["inventory", "--kubeconfig", kubeconfig(tmp_path, server.url)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot list nodes: 403 Forbidden" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--inventory", "/nonexistent.yaml"], "no such file", id="missing-file"),
+        pytest.param(
+            ["--inventory", str(FIXTURES / "namespace-list.json")],
+            "holds no Node objects",
+            id="not-nodes",
+        ),
+        pytest.param(
+            ["--kubeconfig", "/nonexistent/kubeconfig"], "no such file", id="no-kubeconfig"
+        ),
+    ],
+)
+def test_unusable_input_exits_2_with_a_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inventory", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.startswith("gpu-webhook inventory: ")
+
+
+def test_a_broken_kubeconfig_exits_2_without_a_traceback(tmp_path: Path) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: [\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "webhook", "inventory", "--kubeconfig", str(broken)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "no usable cluster configuration" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unreachable_api_server_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = kubeconfig(tmp_path, "http://127.0.0.1:9")
+    assert main(["inventory", "--kubeconfig", config, "--timeout", "2"]) == 2
+    assert "cannot list nodes" in capsys.readouterr().err

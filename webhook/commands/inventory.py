@@ -1,0 +1,71 @@
+"""``gpu-webhook inventory``: print what the webhook sees of the cluster's nodes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from webhook.cluster.inventorysource import (
+    ApiError,
+    KubeconfigError,
+    api_endpoint_from_kubeconfig,
+    list_inventory,
+)
+from webhook.inventoryfile import InventoryFileError, load_inventory
+from webhook.inventoryreport import render_text, summarize
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "inventory",
+        help="print the GPU node classes the webhook sees, from a cluster or a file",
+        description="List the cluster's nodes once, as the webhook's cache does, and print "
+        "GPU resources per node class, the largest node per resource, and cordoned and "
+        "not-ready nodes. Without --inventory or --kubeconfig: the pod's service account "
+        "when run in a cluster, else the default kubeconfig. Exit 2: unusable input or API.",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--inventory",
+        metavar="FILE",
+        help="nodes as 'kubectl get nodes -o yaml' (or -o json) prints them",
+    )
+    where.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the cluster to list")
+    parser.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="read timeout for each API request (default 30)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-webhook inventory: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.inventory:
+            inventory = load_inventory(args.inventory)
+        else:
+            endpoint = api_endpoint_from_kubeconfig(args.kubeconfig)
+            inventory = list_inventory(endpoint, request_timeout_seconds=args.timeout)
+    except InventoryFileError as exc:
+        return _fail(f"the inventory is not usable: {exc}")
+    except KubeconfigError as exc:
+        return _fail(f"no usable cluster configuration: {exc}")
+    except ApiError as exc:
+        return _fail(f"cannot list nodes: {exc}")
+    report = summarize(inventory)
+    if args.output == "json":
+        json.dump(report.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_text(report))
+    return 0
