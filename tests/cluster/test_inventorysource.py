@@ -200,13 +200,15 @@ def test_bookmarks_keep_the_inventory_fresh_and_silence_makes_it_stale(
     server: ReplayServer, clock: FakeClock
 ) -> None:
     bookmark = WATCH[-1]
+    earlier = bookmark.replace(b'"resourceVersion":"385"', b'"resourceVersion":"300"')
     gate = threading.Event()
     server.lists.append(Body(fixture("node-list.json")))
-    server.watches.append(Stream([gate, bookmark], end="hold"))
+    server.watches.append(Stream([earlier, gate, bookmark], end="hold"))
     live = make_source(server, clock, max_staleness_seconds=60)
     try:
         live.start()
-        eventually(live.ready)
+        eventually(lambda: live.status().resource_version == "300")
+        assert not live.status().stale
         clock.now += 61
         status = live.status()
         assert status.stale
@@ -260,7 +262,7 @@ def test_a_watch_ended_by_the_server_is_opened_again_from_where_it_was(
     live.start()
     eventually(lambda: len(server.watch_requests()) == 2)
     assert server.watch_requests()[1].query["resourceVersion"] == "379"
-    assert "gpu-a100-1" in node_names(live.snapshot())
+    eventually(lambda: "gpu-a100-1" in node_names(live.snapshot()))
 
 
 @pytest.mark.parametrize(

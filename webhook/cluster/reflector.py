@@ -104,6 +104,8 @@ class Reflector(Generic[T]):
                     return
                 self._expired_before_events = True
             except ApiError as exc:
+                if stop.is_set():
+                    return  # the error is the stop itself: closing the connections
                 delay = self.backoff.next()
                 log.warning(
                     "%s: API request failed, retrying in %.1f s: %s",
