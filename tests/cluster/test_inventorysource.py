@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,8 +25,10 @@ from tests.cluster.replayserver import (
 )
 from webhook.cluster.inventorysource import (
     ApiEndpoint,
+    KubeconfigError,
     LiveInventorySource,
     StaticInventorySource,
+    api_endpoint_from_kubeconfig,
 )
 from webhook.cluster.reflector import Backoff
 from webhook.engine.inventory import Inventory, Placement
@@ -62,14 +66,13 @@ def live(server: ReplayServer, clock: FakeClock) -> Iterator[LiveInventorySource
 
 
 def make_source(server: ReplayServer, clock: FakeClock, **options: object) -> LiveInventorySource:
-    return LiveInventorySource(
-        api=ApiEndpoint(host=server.url),
-        clock=clock,
-        backoff=lambda: Backoff(initial_seconds=0.01, cap_seconds=0.05),
-        publish_interval_seconds=0.01,
-        watch_timeout_seconds=lambda: 30,
-        **options,  # type: ignore[arg-type]
-    )
+    settings: dict[str, object] = {
+        "clock": clock,
+        "backoff": lambda: Backoff(initial_seconds=0.01, cap_seconds=0.05),
+        "publish_interval_seconds": 0.01,
+        "watch_timeout_seconds": lambda: 30,
+    }
+    return LiveInventorySource(api=ApiEndpoint(host=server.url), **(settings | options))  # type: ignore[arg-type]
 
 
 def node_names(inventory: Inventory | None) -> set[str]:
@@ -79,6 +82,10 @@ def node_names(inventory: Inventory | None) -> set[str]:
 def snapshot_version(live: LiveInventorySource) -> str:
     snapshot = live.snapshot()
     return "" if snapshot is None else snapshot.resource_version
+
+
+def largest_gpus_of(snapshot: Inventory) -> int:
+    return snapshot.largest(GPU, Placement.of(TOLERATES_GPU)).amount
 
 
 def largest_gpus(live: LiveInventorySource) -> int:
@@ -385,3 +392,63 @@ def test_a_static_source_is_ready_at_once_and_never_stale(tmp_path: object) -> N
     assert (status.synced, status.stale, status.node_count) == (True, False, 4)
     assert source.namespace_labels("default") is None
     source.stop()
+
+
+def test_a_burst_of_events_is_published_as_few_whole_snapshots(
+    server: ReplayServer, clock: FakeClock
+) -> None:
+    added = json.loads(WATCH[0])
+    burst = [WATCH[0]]
+    for gpus in range(1, 201):
+        added["type"] = "MODIFIED"
+        added["object"]["metadata"]["resourceVersion"] = str(1000 + gpus)
+        added["object"]["status"] = {"allocatable": {GPU: str(gpus)}}
+        burst.append(json.dumps(added).encode() + b"\n")
+    server.lists.append(Body(fixture("node-list.json")))
+    server.watches.append(Stream(burst, end="hold"))
+    live = make_source(server, clock, publish_interval_seconds=0.3)
+    seen: list[Inventory] = []
+    try:
+        live.start()
+        deadline = time.monotonic() + 5
+        while largest_gpus(live) != 200 and time.monotonic() < deadline:
+            snapshot = live.snapshot()
+            if snapshot is not None and (not seen or seen[-1] is not snapshot):
+                seen.append(snapshot)
+            time.sleep(0.001)
+        final = live.snapshot()
+        assert final is not None
+        assert largest_gpus_of(final) == 200
+        assert final.resource_version == "1200"
+        if seen[-1] is not final:
+            seen.append(final)
+        # The first list's snapshot, then one or two for 201 events, not one per event.
+        assert 2 <= len(seen) <= 3
+    finally:
+        live.stop()
+
+
+def test_in_cluster_configuration_uses_the_service_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubernetes.config import incluster_config
+
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("token-1")
+    ca.write_text("not checked until a connection is made")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    endpoint = api_endpoint_from_kubeconfig(None)
+    assert endpoint.host == "https://10.96.0.1:443"
+    assert endpoint.ca_file == str(ca)
+    assert endpoint.authorization is not None
+    assert endpoint.authorization() == "bearer token-1"
+
+
+def test_an_unusable_certificate_authority_is_a_configuration_error(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_text("not a certificate")
+    with pytest.raises(KubeconfigError, match="TLS settings"):
+        LiveInventorySource(api=ApiEndpoint(host="https://127.0.0.1:6443", ca_file=str(ca)))

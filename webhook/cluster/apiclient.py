@@ -119,7 +119,12 @@ class ApiClient:
     ) -> None:
         self.endpoint = endpoint
         self.request_timeout_seconds = request_timeout_seconds
-        self._pool = _pool_for(endpoint)
+        try:
+            self._pool = _pool_for(endpoint)
+        except (ssl.SSLError, OSError) as exc:
+            raise KubeconfigError(
+                f"the TLS settings for {endpoint.host} are unusable: {exc}"
+            ) from None
         self._lock = threading.Lock()
         self._open: set[urllib3.BaseHTTPResponse] = set()
         self._closing = False
