@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -74,7 +75,7 @@ class Request:
 
 
 class ReplayServer:
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         # Answers for nodes; namespaces get their own list queue and idle watches.
         self.lists: deque[Body] = deque()
         self.watches: deque[Stream | Body] = deque()
@@ -95,6 +96,10 @@ class ReplayServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        self.scheme = "http"
+        if ssl_context is not None:
+            self._httpd.socket = ssl_context.wrap_socket(self._httpd.socket, server_side=True)
+            self.scheme = "https"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -102,7 +107,7 @@ class ReplayServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self.scheme}://{host!s}:{port}"
 
     def start(self) -> ReplayServer:
         self._thread.start()
