@@ -452,3 +452,17 @@ def test_an_unusable_certificate_authority_is_a_configuration_error(tmp_path: Pa
     ca.write_text("not a certificate")
     with pytest.raises(KubeconfigError, match="TLS settings"):
         LiveInventorySource(api=ApiEndpoint(host="https://127.0.0.1:6443", ca_file=str(ca)))
+
+
+def test_an_object_that_cannot_be_read_is_skipped_and_the_watch_goes_on(
+    server: ReplayServer, live: LiveInventorySource
+) -> None:
+    broken = json.loads(WATCH[0])
+    broken["object"]["metadata"]["name"] = "broken-0"
+    broken["object"]["status"] = ["not", "an", "object"]
+    server.lists.append(Body(fixture("node-list.json")))
+    server.watches.append(Stream([json.dumps(broken).encode() + b"\n", WATCH[0]], end="hold"))
+    live.start()
+    eventually(lambda: "gpu-a100-1" in node_names(live.snapshot()))
+    assert "broken-0" not in node_names(live.snapshot())
+    assert len(server.list_requests()) == 1

@@ -251,7 +251,12 @@ class LiveInventorySource:
             while (quiet := self._nodes.quiet_seconds()) < interval:
                 if self._stop.wait(interval - quiet):
                     return
-            self._nodes.publish()
+            try:
+                self._nodes.publish()
+            except Exception:  # keep publishing later changes; the next build may succeed
+                log.exception("building an inventory snapshot failed")
+                if self._stop.wait(1.0):
+                    return
 
 
 class _NodeCache:

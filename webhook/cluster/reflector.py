@@ -103,31 +103,38 @@ class Reflector(Generic[T]):
                 if stop.wait(self.backoff.next() if self._expired_before_events else 0):
                     return
                 self._expired_before_events = True
-            except ApiError as exc:
+            except Exception as raised:  # a bug must not freeze the cache: start over
                 if stop.is_set():
                     return  # the error is the stop itself: closing the connections
+                error = raised if isinstance(raised, ApiError) else self._unexpected(raised)
                 delay = self.backoff.next()
                 log.warning(
                     "%s: API request failed, retrying in %.1f s: %s",
                     self.path,
                     delay,
-                    exc,
+                    error,
                     extra={
                         "path": self.path,
-                        "error": str(exc),
-                        "code": exc.code,
+                        "error": str(error),
+                        "code": error.code,
                         "retry_in_seconds": round(delay, 3),
                     },
                 )
-                self.handler.failed(exc)
+                self.handler.failed(error)
                 if stop.wait(delay):
                     return
 
+    def _unexpected(self, raised: Exception) -> ApiError:
+        log.exception("%s: unexpected error, listing again", self.path)
+        self.resource_version = ""
+        return ApiError(f"unexpected error: {raised!r}")
+
     def _list(self) -> None:
         started = time.monotonic()
-        items, resource_version = self.client.list(
-            self.path, parse=self.handler.parse, limit=self.page_size
+        parsed, resource_version = self.client.list(
+            self.path, parse=self._parse, limit=self.page_size
         )
+        items = [item for item in parsed if item is not None]
         if self.lists:
             self.relists += 1
         self.lists += 1
@@ -145,6 +152,22 @@ class Reflector(Generic[T]):
             },
         )
         self.resource_version = resource_version
+
+    def _parse(self, obj: Mapping[str, Any]) -> T | None:
+        """One object the handler cannot read is skipped and logged, not fatal."""
+        try:
+            return self.handler.parse(obj)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            meta = obj.get("metadata")
+            name = meta.get("name") if isinstance(meta, Mapping) else None
+            log.warning(
+                "%s: skipped an object that cannot be read (%s): %r",
+                self.path,
+                name,
+                exc,
+                extra={"path": self.path, "object_name": name, "error": repr(exc)},
+            )
+            return None
 
     def _watch(self, stop: threading.Event) -> None:
         """Apply events until the watch ends; remember where to resume from."""
@@ -166,7 +189,9 @@ class Reflector(Generic[T]):
             if kind == "BOOKMARK":
                 self.handler.progress(resource_version)
             elif kind in ("ADDED", "MODIFIED", "DELETED"):
-                self.handler.apply(kind, self.handler.parse(obj), resource_version)
+                item = self._parse(obj)
+                if item is not None:
+                    self.handler.apply(kind, item, resource_version)
             self.resource_version = resource_version
             self.backoff.reset()
             self._expired_before_events = False
