@@ -94,12 +94,22 @@ def largest_gpus(live: LiveInventorySource) -> int:
 
 
 def test_the_first_list_makes_the_source_ready_with_every_node(
-    server: ReplayServer, live: LiveInventorySource
+    server: ReplayServer, live: LiveInventorySource, clock: FakeClock
 ) -> None:
-    server.lists.append(Body(fixture("node-list.json")))
-    assert not live.ready()
-    assert live.snapshot() is None
+    gate = threading.Event()
+    server.lists.append(Body(fixture("node-list.json"), delay_seconds=0.2))
+    server.watches.append(Stream([gate], end="hold"))
+    assert live.status().age_seconds is None
     live.start()
+    clock.now += 5
+    status = live.status()
+    assert (live.ready(), live.snapshot(), status.synced, status.stale) == (
+        False,
+        None,
+        False,
+        False,
+    )
+    assert status.age_seconds == pytest.approx(5), "waiting since start"
     eventually(live.ready)
     assert node_names(live.snapshot()) == {"cpu-0", "gpu-a100-0", "gpu-h100-mig-0", "gpu-t4-0"}
     assert largest_gpus(live) == 8

@@ -85,9 +85,11 @@ class StaticInventorySource:
     ``InventoryFileError``, not at the first admission.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
+        self._clock = clock
         self._inventory = load_inventory(path)
+        self._loaded_at = clock()
 
     def start(self) -> None:
         """Nothing to start: the file was read by the constructor."""
@@ -105,7 +107,7 @@ class StaticInventorySource:
         return InventoryStatus(
             synced=True,
             stale=False,
-            age_seconds=None,
+            age_seconds=self._clock() - self._loaded_at,
             resource_version=self._inventory.resource_version,
             node_count=len(self._inventory),
             last_error="",
@@ -150,6 +152,7 @@ class LiveInventorySource:
         self._client = ApiClient(api, request_timeout_seconds=request_timeout_seconds)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._started_at: float | None = None
         self._nodes = _NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
         self._node_reflector = Reflector(
             client=self._client,
@@ -195,6 +198,7 @@ class LiveInventorySource:
                     daemon=True,
                 )
             )
+        self._started_at = self._clock()
         for thread in self._threads:
             thread.start()
 
@@ -218,11 +222,14 @@ class LiveInventorySource:
     def status(self) -> InventoryStatus:
         nodes = self._nodes
         snapshot = nodes.published
-        age = None if nodes.last_contact is None else max(0.0, self._clock() - nodes.last_contact)
+        # Since the last contact; before the first one, since start (a float once started,
+        # so that an age gauge always has a value).
+        since = nodes.last_contact if nodes.last_contact is not None else self._started_at
+        age = None if since is None else max(0.0, self._clock() - since)
         namespaces = self._namespaces
         return InventoryStatus(
             synced=snapshot is not None,
-            stale=age is not None and age > self.max_staleness_seconds,
+            stale=snapshot is not None and age is not None and age > self.max_staleness_seconds,
             age_seconds=age,
             resource_version=nodes.resource_version,
             node_count=0 if snapshot is None else len(snapshot),
