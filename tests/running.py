@@ -52,7 +52,14 @@ class Server:
             cls.clients.pop().close()
 
     def __init__(
-        self, *, tmp: Path, cert_dir: Path, rules: Path, inventory: Path | None, workers: int = 2
+        self,
+        *,
+        tmp: Path,
+        cert_dir: Path,
+        rules: Path,
+        inventory: Path | None,
+        workers: int = 2,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.port = free_port()
         self.health_port = free_port()
@@ -69,6 +76,7 @@ class Server:
         ]  # fmt: skip
         if inventory is not None:
             args += ["--inventory", str(inventory)]
+        args += extra
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(

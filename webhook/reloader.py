@@ -71,5 +71,6 @@ class Reloader:
         source = self.service.inventory
         if source is not None:
             status = source.status()
-            metrics.INVENTORY_AGE.set(status.age_seconds)
+            if status.age_seconds is not None:
+                metrics.INVENTORY_AGE.set(status.age_seconds)
             metrics.INVENTORY_NODES.set(status.node_count)

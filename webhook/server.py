@@ -16,7 +16,6 @@ Choices, each for a reason (see docs/server.md):
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import ssl
@@ -38,33 +37,24 @@ from webhook.tls import ReloadingContext
 
 log = logging.getLogger("gpu_webhook.server")
 WSGIApp = Callable[..., Any]
-LIVE_MODULE = "webhook.cluster.inventorysource"
+LIVE_MAX_STALENESS_SECONDS = 300.0
 KEEPALIVE_SECONDS = 120
 WORKER_TIMEOUT_SECONDS = 8
 GRACEFUL_TIMEOUT_SECONDS = 20
 GIL_SWITCH_SECONDS = 0.0005
 
 
-class LiveInventoryUnavailable(RuntimeError):
-    """The live inventory module is not installed in this build."""
-
-
 def live_inventory(settings: Settings) -> InventorySource:
-    """The node watcher from ``webhook.cluster``, imported only when asked for."""
-    try:
-        module: Any = importlib.import_module(LIVE_MODULE)
-    except ImportError as exc:
-        raise LiveInventoryUnavailable(
-            f"a live inventory (--kubeconfig or in-cluster) needs {LIVE_MODULE}, which this "
-            f"build lacks ({exc}); use --inventory FILE instead"
-        ) from None
+    """The node (and namespace) watcher. Imported here, not at the top: a server with a
+    static inventory never loads the kubernetes client."""
+    from webhook.cluster.inventorysource import LiveInventorySource, api_endpoint_from_kubeconfig
+
     kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
-    source: InventorySource = module.LiveInventorySource(
-        api=module.api_endpoint_from_kubeconfig(kubeconfig),
+    return LiveInventorySource(
+        api=api_endpoint_from_kubeconfig(kubeconfig),
         watch_namespaces=True,
-        max_staleness_seconds=300,
+        max_staleness_seconds=LIVE_MAX_STALENESS_SECONDS,
     )
-    return source
 
 
 def inventory_source(settings: Settings) -> InventorySource | None:

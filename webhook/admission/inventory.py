@@ -9,7 +9,7 @@ never-synced inventory is *unavailable*, and the policy's failure mode decides.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,19 +18,24 @@ from webhook.engine.inventory import Inventory
 from webhook.inventoryfile import load_inventory
 
 
-class InventoryStatusLike(Protocol):
-    @property
-    def synced(self) -> bool: ...
-    @property
-    def stale(self) -> bool: ...
-    @property
-    def age_seconds(self) -> float: ...
-    @property
-    def resource_version(self) -> str: ...
-    @property
-    def node_count(self) -> int: ...
-    @property
-    def last_error(self) -> str: ...
+@dataclass(frozen=True, slots=True)
+class InventoryStatus:
+    """What metrics, logs and ``/readyz`` report about the inventory.
+
+    ``stale`` is true once synced but without any event, bookmark, accepted watch or
+    successful list for the configured time; ``stale or not synced`` makes the inventory
+    unavailable, and the policy's failure mode decides capacity checks.
+    """
+
+    synced: bool
+    stale: bool
+    age_seconds: float | None
+    resource_version: str
+    node_count: int
+    last_error: str = ""
+    source: str = ""
+    relists: int = 0
+    namespace_count: int | None = None
 
 
 class InventorySource(Protocol):
@@ -38,31 +43,25 @@ class InventorySource(Protocol):
     def stop(self) -> None: ...
     def snapshot(self) -> Inventory | None: ...
     def ready(self) -> bool: ...
-    def status(self) -> InventoryStatusLike: ...
+    def status(self) -> InventoryStatus: ...
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class InventoryStatus:
-    synced: bool
-    stale: bool
-    age_seconds: float
-    resource_version: str
-    node_count: int
-    last_error: str = ""
-
-
 class StaticInventorySource:
-    """Nodes read once from a file (``kubectl get nodes -o yaml``): always ready, never
-    stale. ``InventoryFileError`` at construction, so a bad file stops the server early."""
+    """The nodes of a file (``kubectl get nodes -o yaml``): always ready, never stale.
 
-    def __init__(self, path: str) -> None:
+    Loading happens in the constructor so that a bad file fails at start-up with
+    ``InventoryFileError``, not at the first admission.
+    """
+
+    def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
+        self._clock = clock
         self._inventory = load_inventory(path)
-        self._loaded = time.monotonic()
+        self._loaded_at = clock()
 
     def start(self) -> None:
-        """Nothing to watch."""
+        """Nothing to start: the file was read by the constructor."""
 
     def stop(self) -> None:
         """Nothing to stop."""
@@ -77,13 +76,14 @@ class StaticInventorySource:
         return InventoryStatus(
             synced=True,
             stale=False,
-            age_seconds=time.monotonic() - self._loaded,
+            age_seconds=self._clock() - self._loaded_at,
             resource_version=self._inventory.resource_version,
-            node_count=len(self._inventory.nodes),
+            node_count=len(self._inventory),
+            source=self.path,
         )
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:  # noqa: ARG002
-        """A file of nodes knows no namespaces: rules match on namespace names only."""
+        """A file holds no namespaces: rules on namespace labels see them as unknown."""
         return None
 
 
@@ -97,6 +97,7 @@ def view_of(source: InventorySource | None) -> InventoryView:
     status = source.status()
     if status.stale:
         return InventoryView(
-            None, problem=f"node inventory is stale ({status.age_seconds:.0f}s since last sync)"
+            None,
+            problem=f"node inventory is stale ({status.age_seconds or 0:.0f}s since last sync)",
         )
     return InventoryView(snapshot)

@@ -13,9 +13,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from webhook.admission.inventory import InventorySource, InventoryStatus, StaticInventorySource
 from webhook.cluster.apiclient import (
     ApiClient,
     ApiEndpoint,
@@ -25,7 +25,6 @@ from webhook.cluster.apiclient import (
 )
 from webhook.cluster.reflector import Backoff, Reflector
 from webhook.engine.inventory import Inventory, Node, node_from_json
-from webhook.inventoryfile import load_inventory
 
 __all__ = [
     "ApiEndpoint",
@@ -42,81 +41,6 @@ __all__ = [
 log = logging.getLogger("webhook.inventory")
 NODES_PATH = "/api/v1/nodes"
 NAMESPACES_PATH = "/api/v1/namespaces"
-
-
-@dataclass(frozen=True, slots=True)
-class InventoryStatus:
-    """What metrics, logs and ``/readyz`` report about the inventory.
-
-    ``stale`` is true once synced but without any event, bookmark, accepted watch or
-    successful list for ``max_staleness_seconds``; callers treat ``stale or not synced``
-    as "inventory unavailable" and apply their failure mode to capacity checks.
-    """
-
-    synced: bool
-    stale: bool
-    age_seconds: float | None
-    resource_version: str
-    node_count: int
-    last_error: str
-    source: str = ""
-    relists: int = 0
-    namespace_count: int | None = None
-
-
-class InventorySource(Protocol):
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def snapshot(self) -> Inventory | None: ...
-
-    def ready(self) -> bool: ...
-
-    def status(self) -> InventoryStatus: ...
-
-    def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
-
-
-class StaticInventorySource:
-    """The nodes of a file (``kubectl get nodes -o yaml``): always ready, never stale.
-
-    Loading happens in the constructor so that a bad file fails at start-up with
-    ``InventoryFileError``, not at the first admission.
-    """
-
-    def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.path = path
-        self._clock = clock
-        self._inventory = load_inventory(path)
-        self._loaded_at = clock()
-
-    def start(self) -> None:
-        """Nothing to start: the file was read by the constructor."""
-
-    def stop(self) -> None:
-        """Nothing to stop."""
-
-    def snapshot(self) -> Inventory:
-        return self._inventory
-
-    def ready(self) -> bool:
-        return True
-
-    def status(self) -> InventoryStatus:
-        return InventoryStatus(
-            synced=True,
-            stale=False,
-            age_seconds=self._clock() - self._loaded_at,
-            resource_version=self._inventory.resource_version,
-            node_count=len(self._inventory),
-            last_error="",
-            source=self.path,
-        )
-
-    def namespace_labels(self, name: str) -> Mapping[str, str] | None:  # noqa: ARG002
-        """A file holds no namespaces: rules on namespace labels see them as unknown."""
-        return None
 
 
 def list_inventory(api: ApiEndpoint, *, request_timeout_seconds: float = 30.0) -> Inventory:

@@ -155,13 +155,12 @@ def preflight(settings: Settings) -> str:
         except InventoryFileError as exc:
             return f"the inventory is not usable: {exc}"
     elif settings.live_inventory:
-        import importlib.util
+        from webhook.cluster.inventorysource import KubeconfigError, api_endpoint_from_kubeconfig
 
-        if importlib.util.find_spec("webhook.cluster.inventorysource") is None:
-            return (
-                "a live inventory (--kubeconfig or in-cluster) is not available in this "
-                "build; use --inventory FILE"
-            )
+        try:
+            api_endpoint_from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
+        except KubeconfigError as exc:
+            return f"the cluster configuration is not usable: {exc}"
     return ""
 
 
