@@ -18,6 +18,36 @@ from typing import Any
 from tests.builders import ROOT
 
 
+def gpu_webhook(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The command as a user runs it, in its own process, with no ambient kubeconfig."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("KUBECONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def kubeconfig(directory: Path, url: str, token: str = "not-a-secret") -> str:
+    """A kubeconfig with a bearer token for a loopback server that answers like the API."""
+    path = directory / "kubeconfig"
+    path.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters: [{{name: test, cluster: {{server: "{url}"}}}}]
+users: [{{name: viewer, user: {{token: {token}}}}}]
+contexts: [{{name: test, context: {{cluster: test, user: viewer}}}}]
+current-context: test
+"""
+    )
+    return str(path)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -5,15 +5,13 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from cryptography import x509
 from kubernetes import client
 
+from tests.running import gpu_webhook, kubeconfig
 from webhook import certs
 from webhook.cluster import certinstall
 
@@ -186,34 +184,6 @@ def _secret(pair: certs.ServingPair) -> dict[str, object]:
         "type": "kubernetes.io/tls",
         "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
     }
-
-
-def gpu_webhook(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("KUBECONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "webhook", *map(str, args)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def kubeconfig(tmp_path: Path, url: str) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters: [{{name: fake, cluster: {{server: "{url}"}}}}]
-users: [{{name: admin, user: {{token: not-a-secret}}}}]
-contexts: [{{name: fake, context: {{cluster: fake, user: admin}}}}]
-current-context: fake
-"""
-    )
-    return path
 
 
 def test_the_command_installs_then_reports_that_it_kept_everything(cluster, tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.replayserver import FIXTURES, Body, ReplayServer, fixture
+from tests.running import kubeconfig
 from webhook.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,26 +25,6 @@ def server() -> Iterator[ReplayServer]:
     replay = ReplayServer().start()
     yield replay
     replay.stop()
-
-
-def kubeconfig(tmp_path: Path, server: str, token: str = "s3cret") -> str:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster: {{server: "{server}"}}
-users:
-- name: viewer
-  user: {{token: {token}}}
-contexts:
-- name: test
-  context: {{cluster: test, user: viewer}}
-current-context: test
-"""
-    )
-    return str(path)
 
 
 def test_the_text_report_shows_classes_largest_nodes_and_problems(
@@ -103,7 +84,18 @@ def test_a_cluster_is_listed_with_the_kubeconfig_credentials(
     server.lists.extend(
         [Body(fixture("node-list-page1.json")), Body(fixture("node-list-page2.json"))]
     )
-    assert main(["inventory", "--kubeconfig", kubeconfig(tmp_path, server.url), "-o", "json"]) == 0
+    assert (
+        main(
+            [
+                "inventory",
+                "--kubeconfig",
+                kubeconfig(tmp_path, server.url, token="s3cret"),
+                "-o",
+                "json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["nodes"] == 4
     assert report["resource_version"] == "217"

@@ -9,25 +9,11 @@ import pytest
 
 from tests.builders import RULES, pod, review
 from tests.cluster.replayserver import Body, ReplayServer, Stream, fixture
-from tests.running import Server, post
+from tests.running import Server, kubeconfig, post
 from webhook.certs import DEV_HOSTS, generate, write
 from webhook.cli import main
 
 pytestmark = pytest.mark.slow
-
-
-def kubeconfig(directory: Path, url: str) -> Path:
-    path = directory / "kubeconfig"
-    path.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters: [{{name: replay, cluster: {{server: "{url}"}}}}]
-users: [{{name: webhook, user: {{token: not-a-secret}}}}]
-contexts: [{{name: replay, context: {{cluster: replay, user: webhook}}}}]
-current-context: replay
-"""
-    )
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +34,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         rules=RULES,
         inventory=None,
         workers=1,
-        extra=("--kubeconfig", str(kubeconfig(tmp, replay.url))),
+        extra=("--kubeconfig", kubeconfig(tmp, replay.url)),
     )
     yield server
     hold.set()

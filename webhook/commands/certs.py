@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import sys
 from pathlib import Path
 from typing import Any
 
 from webhook import certs
+from webhook.commands import fail
 
 DEFAULT_NAME = "gpu-webhook"
 
@@ -122,5 +122,4 @@ def _install(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"gpu-webhook certs: {message}", file=sys.stderr)
-    return 2
+    return fail("certs", message)

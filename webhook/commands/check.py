@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from webhook.commands import fail
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
 from webhook.engine.policy import Policy, PolicyError
@@ -56,8 +57,7 @@ def register(sub: Any) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"gpu-webhook check: {message}", file=sys.stderr)
-    return 2
+    return fail("check", message)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from webhook.cluster.inventorysource import (
     api_endpoint_from_kubeconfig,
     list_inventory,
 )
+from webhook.commands import fail
 from webhook.inventoryfile import InventoryFileError, load_inventory
 from webhook.inventoryreport import render_text, summarize
 
@@ -45,8 +46,7 @@ def register(sub: Any) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"gpu-webhook inventory: {message}", file=sys.stderr)
-    return 2
+    return fail("inventory", message)
 
 
 def run(args: argparse.Namespace) -> int:

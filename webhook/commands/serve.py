@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook import config
+from webhook.commands import fail
 from webhook.config import ConfigError, Settings, env_default
 
 DEV_CERTS = Path("certs/dev")
@@ -105,8 +106,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def _fail(message: str) -> int:
-    print(f"gpu-webhook serve: {message}", file=sys.stderr)
-    return 2
+    return fail("serve", message)
 
 
 def run(args: argparse.Namespace) -> int:
