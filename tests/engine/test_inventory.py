@@ -98,3 +98,53 @@ def test_totals_count_declared_pool_nodes_up_to_their_size() -> None:
     inventory = Inventory([gpu_node("a", 8, "A100")]).with_nodes([pool])
     assert inventory.total("nvidia.com/gpu") == 40
     assert inventory.resource_names == {"nvidia.com/gpu"}
+
+
+def shape_view(inventory: Inventory) -> set[tuple[object, ...]]:
+    return {
+        (
+            tuple(sorted(s.labels.items())),
+            s.taints,
+            s.unschedulable,
+            tuple(sorted(m.name for m in s.members)),
+        )
+        for s in inventory.shapes
+    }
+
+
+def test_an_updated_snapshot_equals_one_built_from_scratch() -> None:
+    nodes = {
+        f"n{i}": gpu_node(f"n{i}", 8 if i % 3 else 4, "A100" if i % 3 else "T4") for i in range(30)
+    }
+    first = Inventory(nodes.values(), resource_version="1")
+    changes: dict[str, Node | None] = {
+        "n0": None,
+        "n1": gpu_node("n1", 16, "H100"),
+        "n2": gpu_node("n2", 8, "A100", unschedulable=True),
+        "new": gpu_node("new", 4, "L4"),
+    }
+    updated = first.updated(changes, resource_version="2")
+    for name, node in changes.items():
+        if node is None:
+            nodes.pop(name)
+        else:
+            nodes[name] = node
+    rebuilt = Inventory(nodes.values(), resource_version="2")
+    assert shape_view(updated) == shape_view(rebuilt)
+    assert updated.total("nvidia.com/gpu") == rebuilt.total("nvidia.com/gpu")
+    assert updated.largest("nvidia.com/gpu", placement()).amount == 16
+    assert updated.resource_version == "2"
+    assert len(updated) == len(rebuilt)
+    assert first.largest("nvidia.com/gpu", placement()).amount == 8, "the old snapshot is untouched"
+
+
+def test_a_shape_whose_last_member_leaves_disappears() -> None:
+    first = Inventory([gpu_node("a", 8, "A100"), gpu_node("t", 4, "T4")])
+    updated = first.updated({"t": None}, resource_version="2")
+    assert len(updated.shapes) == 1
+    assert (
+        updated.largest(
+            "nvidia.com/gpu", placement(nodeSelector={"nvidia.com/gpu.product": "T4"})
+        ).amount
+        == 0
+    )

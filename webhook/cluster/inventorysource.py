@@ -202,6 +202,8 @@ class _NodeCache:
         self._last_build = 0.0
         self._changed = threading.Condition(self._lock)
         self._nodes: dict[str, Node] = {}
+        # Names changed since the last build; None after a relist (build from scratch).
+        self._changes: set[str] | None = None
         self._dirty = False
         self.resource_version = ""
         self.published: Inventory | None = None
@@ -217,6 +219,7 @@ class _NodeCache:
         nodes = {node.name: node for node in items}
         with self._lock:
             self._nodes = nodes
+            self._changes = None
             self._mark(resource_version)
         # Published at once from this thread: ``ready`` then means that a snapshot exists,
         # and a relist replaces the whole cluster without waiting.
@@ -228,6 +231,8 @@ class _NodeCache:
                 self._nodes.pop(item.name, None)
             else:
                 self._nodes[item.name] = item
+            if self._changes is not None:
+                self._changes.add(item.name)
             self._mark(resource_version)
         if time.monotonic() - self._last_build >= self._interval:
             self.publish()
@@ -270,15 +275,24 @@ class _NodeCache:
         if not self._building.acquire(blocking=False):
             return
         try:
+            previous = self.published
             with self._lock:
                 if not self._dirty:
                     return
-                nodes = list(self._nodes.values())
+                changes = (
+                    {name: self._nodes.get(name) for name in self._changes}
+                    if self._changes is not None and previous is not None
+                    else None
+                )
+                nodes = list(self._nodes.values()) if changes is None else []
                 resource_version = self.resource_version
                 self._dirty = False
+                self._changes = set()
             started = time.monotonic()
-            snapshot = Inventory(nodes, resource_version=resource_version, source="live")
-            previous = self.published
+            if changes is not None and previous is not None:
+                snapshot = previous.updated(changes, resource_version=resource_version)
+            else:
+                snapshot = Inventory(nodes, resource_version=resource_version, source="live")
             if previous is not None:
                 snapshot.prepare_like(previous)
             self.published = snapshot
@@ -288,8 +302,9 @@ class _NodeCache:
         log.debug(
             "inventory published",
             extra={
-                "nodes": len(nodes),
+                "nodes": len(snapshot),
                 "shapes": len(snapshot.shapes),
+                "incremental": changes is not None,
                 "resource_version": resource_version,
                 "build_seconds": round(time.monotonic() - started, 4),
             },

@@ -226,15 +226,42 @@ class Inventory:
         resource_version: str = "",
         source: str = "",
     ) -> None:
-        self.nodes: tuple[Node, ...] = tuple(nodes)
+        by_name = {node.name: node for node in nodes}
+        identity = _identity_labels(list(by_name.values()))
+        groups: dict[_ShapeKey, dict[str, Node]] = {}
+        for node in by_name.values():
+            groups.setdefault(_shape_key(node, identity), {})[node.name] = node
+        self._assemble(
+            by_name=by_name,
+            identity=identity,
+            groups=groups,
+            shapes={key: _shape(key, members) for key, members in groups.items()},
+            resource_version=resource_version,
+            source=source,
+        )
+
+    def _assemble(
+        self,
+        *,
+        by_name: dict[str, Node],
+        identity: frozenset[str],
+        groups: dict[_ShapeKey, dict[str, Node]],
+        shapes: dict[_ShapeKey, Shape],
+        resource_version: str,
+        source: str,
+    ) -> None:
+        self._by_name = by_name
+        self._groups = groups
+        self._shape_of = shapes
+        self.nodes: tuple[Node, ...] = tuple(by_name.values())
         self.resource_version = resource_version
         self.source = source
-        self.identity_labels = _identity_labels(self.nodes)
-        self.shapes: tuple[Shape, ...] = _shapes(self.nodes, self.identity_labels)
+        self.identity_labels = identity
+        self.shapes: tuple[Shape, ...] = tuple(shapes[key] for key in groups)
         totals: Counter[str] = Counter()
-        for node in self.nodes:
-            for name, amount in node.allocatable.items():
-                totals[name] += amount * node.count
+        for shape in self.shapes:
+            for name, amount in shape.allocatable.items():
+                totals[name] += amount * shape.node_count
         self._totals = dict(totals)
         self.resource_names = frozenset(n for n, a in totals.items() if a > 0 and "/" in n)
         self._by_resource: dict[str, tuple[int, ...]] = {}
@@ -243,6 +270,51 @@ class Inventory:
         # Memos, not state: safe to share between threads (plain dict get/set only).
         self._placements: dict[bytes, frozenset[int]] = {}
         self._answers: dict[tuple[bytes, str], _Answer] = {}
+
+    def updated(self, changes: Mapping[str, Node | None], *, resource_version: str) -> Inventory:
+        """A new snapshot: this one with ``changes`` applied (``None`` deletes a node).
+
+        Costs what the changes touch, not the cluster's size: during a burst of node
+        updates a live cache publishes often, and a full rebuild of 10,000 nodes holds the
+        interpreter for long enough to delay admissions. Only the shapes that gain or lose
+        a member are rebuilt; identity labels are kept from this snapshot (a relist
+        recounts them).
+        """
+        by_name = dict(self._by_name)
+        groups = dict(self._groups)
+        touched: set[_ShapeKey] = set()
+        for name, node in changes.items():
+            old = by_name.pop(name, None)
+            if old is not None:
+                key = _shape_key(old, self.identity_labels)
+                if key not in touched:
+                    groups[key] = dict(groups[key])
+                    touched.add(key)
+                del groups[key][name]
+            if node is not None:
+                by_name[name] = node
+                key = _shape_key(node, self.identity_labels)
+                if key not in touched:
+                    groups[key] = dict(groups.get(key, {}))
+                    touched.add(key)
+                groups[key][name] = node
+        shapes = dict(self._shape_of)
+        for key in touched:
+            if groups[key]:
+                shapes[key] = _shape(key, groups[key])
+            else:
+                del groups[key]
+                shapes.pop(key, None)
+        snapshot = Inventory.__new__(Inventory)
+        snapshot._assemble(
+            by_name=by_name,
+            identity=self.identity_labels,
+            groups=groups,
+            shapes=shapes,
+            resource_version=resource_version,
+            source=self.source,
+        )
+        return snapshot
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -355,26 +427,26 @@ def _identity_labels(nodes: Sequence[Node]) -> frozenset[str]:
     return ALWAYS_IDENTITY_LABELS | {k for k, v in values.items() if len(v) > threshold}
 
 
-def _shapes(nodes: Sequence[Node], identity: frozenset[str]) -> tuple[Shape, ...]:
-    groups: dict[tuple[Any, ...], list[Node]] = {}
-    for node in nodes:
-        labels = tuple(sorted((k, v) for k, v in node.labels.items() if k not in identity))
-        key = (
-            labels,
-            node.taints,
-            node.unschedulable,
-            tuple(sorted(node.allocatable.items())),
-            node.pool,
-        )
-        groups.setdefault(key, []).append(node)
-    return tuple(
-        Shape(
-            labels=dict(key[0]),
-            taints=key[1],
-            unschedulable=key[2],
-            allocatable=dict(key[3]),
-            members=tuple(members),
-            pool=key[4],
-        )
-        for key, members in groups.items()
+_ShapeKey = tuple[Any, ...]
+
+
+def _shape_key(node: Node, identity: frozenset[str]) -> _ShapeKey:
+    labels = tuple(sorted((k, v) for k, v in node.labels.items() if k not in identity))
+    return (
+        labels,
+        node.taints,
+        node.unschedulable,
+        tuple(sorted(node.allocatable.items())),
+        node.pool,
+    )
+
+
+def _shape(key: _ShapeKey, members: Mapping[str, Node]) -> Shape:
+    return Shape(
+        labels=dict(key[0]),
+        taints=key[1],
+        unschedulable=key[2],
+        allocatable=dict(key[3]),
+        members=tuple(members.values()),
+        pool=key[4],
     )
