@@ -109,7 +109,11 @@ def _read(container: Container, name: str, raw_request: object, raw_limit: objec
         problems.append(
             QuantityProblem("requestsNotEqualLimits", name, "", request=request, limit=limit)
         )
-    for value in {v for v in (request, limit) if v is not None}:
+    # Fractions hash slowly: a tuple, not a set, of the one or two distinct values.
+    values = (limit,) if request is None or request == limit else (request, limit)
+    for value in values:
+        if value is None:
+            continue
         if value < 0:
             problems.append(QuantityProblem("negativeQuantity", name, "", request=value))
         elif value.denominator != 1:

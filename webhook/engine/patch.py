@@ -13,10 +13,17 @@ from typing import Any
 
 from webhook.engine.workloads import Path
 
+_POINTERS: dict[Path, str] = {}
+
 
 def pointer(path: Path) -> str:
     """A JSON Pointer (RFC 6901): ``~`` becomes ``~0`` first, then ``/`` becomes ``~1``."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+    known = _POINTERS.get(path)
+    if known is None:
+        known = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+        if len(_POINTERS) < 4096:  # paths repeat from pod to pod: a small memo
+            _POINTERS[path] = known
+    return known
 
 
 class Editor:
@@ -59,12 +66,19 @@ class Editor:
         Missing or null parents are created by one ``add`` of the whole missing branch,
         since RFC 6902 ``add`` fails under a missing parent.
         """
-        existing = len(path) - 1
-        while existing > 0 and not _holds(self.get(path[:existing]), path[existing]):
-            existing -= 1
-        if existing < len(path) - 1:
-            value = _branch(path[existing + 1 :], value)
-            path = path[: existing + 1]
+        # Walk down once: ``depth`` ends as the length of the prefix that can hold the next key.
+        node: Any = self.doc
+        depth = 0
+        last = len(path) - 1
+        while depth < last and _holds(node, path[depth]):
+            child = _child(node, path[depth])
+            if not _holds(child, path[depth + 1]):
+                break
+            node = child
+            depth += 1
+        if depth < last:
+            value = _branch(path[depth + 1 :], value)
+            path = path[: depth + 1]
             if path[-1] == "-":
                 raise ValueError(f"cannot append under missing list at {pointer(path)}")
         parent = self._own(path[:-1])
@@ -90,6 +104,14 @@ class Editor:
         parent = self._own(path[:-1])
         parent[path[-1]] = value
         self.ops.append({"op": "replace", "path": pointer(path), "value": value})
+
+
+def _child(node: Any, key: str | int) -> Any:
+    if isinstance(node, dict):
+        return node.get(key)
+    if isinstance(key, int) and 0 <= key < len(node):
+        return node[key]
+    return None
 
 
 def _holds(parent: Any, key: str | int) -> bool:
