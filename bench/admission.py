@@ -160,7 +160,7 @@ def run_phase(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--clients", type=int, default=12)
     parser.add_argument("--rate-share", type=float, default=0.5)
     parser.add_argument(
         "--rounds", type=int, default=3, help="alternate the two servers this many times"
