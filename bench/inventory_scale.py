@@ -39,6 +39,7 @@ import fakenodes  # noqa: E402
 
 from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource  # noqa: E402
 from webhook.engine.inventory import Inventory, Placement, node_from_json  # noqa: E402
+from webhook.server import GIL_SWITCH_SECONDS  # noqa: E402
 
 NODES = 10_000
 PAGE = 500
@@ -220,7 +221,23 @@ def port_out_wait(queue: Any) -> str:
     return str(queue.get())
 
 
+# Garbage-collector pauses (seconds, generation) in this process: they hold the interpreter.
+PAUSES: list[tuple[float, int]] = []
+_GC_STARTED: list[float] = []
+
+
+def _gc_timer(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _GC_STARTED.append(time.perf_counter())
+    elif _GC_STARTED:
+        PAUSES.append((time.perf_counter() - _GC_STARTED.pop(), info["generation"]))
+
+
 def main() -> int:
+    # As in a gunicorn worker of `gpu-webhook serve` (webhook.server sets it after the fork):
+    # the thread that parses watch events must not hold the interpreter for 5 ms at a time.
+    sys.setswitchinterval(GIL_SWITCH_SECONDS)
+    gc.callbacks.append(_gc_timer)
     print(f"generating {NODES} nodes in the API server's process ...", flush=True)
     context = multiprocessing.get_context("spawn")
     info: Any = context.Queue()
@@ -282,6 +299,7 @@ def measure(url: str, commands: Any) -> int:
 
     baseline, base_delays = paced_admissions(source, until=_after(1.0))
     usual = statistics.median(baseline)
+    PAUSES.clear()
     started = time.perf_counter()
     commands.put("go")
     settled: dict[str, float] = {}
@@ -317,6 +335,11 @@ def measure(url: str, commands: Any) -> int:
     print(
         f"  scheduling delay (not a target): before p99 {_pct(base_delays, 0.99) * 1e3:.2f} ms;"
         f" during p99 {_pct(delays, 0.99) * 1e3:.2f} ms, max {max(delays) * 1e3:.2f} ms"
+    )
+    longest = sorted(PAUSES, reverse=True)[:3]
+    print(
+        "  longest garbage-collector pauses during the burst: "
+        + (", ".join(f"{p * 1e3:.1f} ms (gen {g})" for p, g in longest) or "none")
     )
     source.stop()
     for failure in failures:

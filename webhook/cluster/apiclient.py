@@ -7,7 +7,6 @@ the bookmarks, the ``410 Gone`` and the resource versions a cache must handle it
 
 from __future__ import annotations
 
-import json
 import os
 import ssl
 import threading
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
+import orjson
 import urllib3
 
 from webhook import __version__
@@ -177,7 +177,7 @@ class ApiClient:
                 if not line.strip():
                     continue
                 try:
-                    event = json.loads(line)
+                    event = orjson.loads(line)
                 except ValueError:
                     raise ApiError(f"watch {path}: not a JSON event: {line[:80]!r}") from None
                 if not isinstance(event, Mapping):
@@ -215,7 +215,7 @@ class ApiClient:
         finally:
             self._forget(response)
         try:
-            body = json.loads(data)
+            body = orjson.loads(data)
         except ValueError:
             raise ApiError(f"GET {path}: the answer is not JSON") from None
         if not isinstance(body, Mapping):
@@ -316,7 +316,7 @@ def _lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
 
 def _status_of(raw: bytes) -> Mapping[str, Any]:
     try:
-        body = json.loads(raw)
+        body = orjson.loads(raw)
     except ValueError:
         body = None
     if isinstance(body, Mapping) and body.get("kind") == "Status":

@@ -198,14 +198,12 @@ class Shape:
     allocatable: Mapping[str, int]
     members: tuple[Node, ...]
     pool: str
+    # How many nodes the shape stands for (a declared pool counts as its maxNodes).
+    node_count: int = 0
 
     @property
     def example(self) -> Node:
         return self.members[0]
-
-    @property
-    def node_count(self) -> int:
-        return sum(n.count for n in self.members)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +227,16 @@ class Inventory:
         by_name = {node.name: node for node in nodes}
         identity = _identity_labels(list(by_name.values()))
         groups: dict[_ShapeKey, dict[str, Node]] = {}
+        key_of: dict[str, _ShapeKey] = {}
+        canonical: dict[_ShapeKey, _ShapeKey] = {}
         for node in by_name.values():
-            groups.setdefault(_shape_key(node, identity), {})[node.name] = node
+            key = _shape_key(node, identity)
+            # One key object per shape: 10,000 nodes must not hold 10,000 copies of it.
+            key = key_of[node.name] = canonical.setdefault(key, key)
+            groups.setdefault(key, {})[node.name] = node
         self._assemble(
             by_name=by_name,
+            key_of=key_of,
             identity=identity,
             groups=groups,
             shapes={key: _shape(key, members) for key, members in groups.items()},
@@ -244,6 +248,7 @@ class Inventory:
         self,
         *,
         by_name: dict[str, Node],
+        key_of: dict[str, _ShapeKey],
         identity: frozenset[str],
         groups: dict[_ShapeKey, dict[str, Node]],
         shapes: dict[_ShapeKey, Shape],
@@ -251,6 +256,7 @@ class Inventory:
         source: str,
     ) -> None:
         self._by_name = by_name
+        self._key_of = key_of
         self._groups = groups
         self._shape_of = shapes
         self.nodes: tuple[Node, ...] = tuple(by_name.values())
@@ -281,19 +287,24 @@ class Inventory:
         recounts them).
         """
         by_name = dict(self._by_name)
+        key_of = dict(self._key_of)
         groups = dict(self._groups)
         touched: set[_ShapeKey] = set()
         for name, node in changes.items():
             old = by_name.pop(name, None)
             if old is not None:
-                key = _shape_key(old, self.identity_labels)
+                key = key_of.pop(name)
                 if key not in touched:
                     groups[key] = dict(groups[key])
                     touched.add(key)
                 del groups[key][name]
             if node is not None:
                 by_name[name] = node
-                key = _shape_key(node, self.identity_labels)
+                # Most updates are status heartbeats: same labels, taints and resources.
+                if old is None or not _alike(old, node):
+                    fresh = _shape_key(node, self.identity_labels)
+                    key = next((k for k in groups if k == fresh), fresh)
+                key_of[name] = key
                 if key not in touched:
                     groups[key] = dict(groups.get(key, {}))
                     touched.add(key)
@@ -308,6 +319,7 @@ class Inventory:
         snapshot = Inventory.__new__(Inventory)
         snapshot._assemble(
             by_name=by_name,
+            key_of=key_of,
             identity=self.identity_labels,
             groups=groups,
             shapes=shapes,
@@ -441,6 +453,17 @@ def _shape_key(node: Node, identity: frozenset[str]) -> _ShapeKey:
     )
 
 
+def _alike(old: Node, new: Node) -> bool:
+    """Whether two versions of a node fall in the same shape (its key needs no recount)."""
+    return (
+        old.labels == new.labels
+        and old.taints == new.taints
+        and old.unschedulable == new.unschedulable
+        and old.allocatable == new.allocatable
+        and old.pool == new.pool
+    )
+
+
 def _shape(key: _ShapeKey, members: Mapping[str, Node]) -> Shape:
     return Shape(
         labels=dict(key[0]),
@@ -449,4 +472,6 @@ def _shape(key: _ShapeKey, members: Mapping[str, Node]) -> Shape:
         allocatable=dict(key[3]),
         members=tuple(members.values()),
         pool=key[4],
+        # Only a declared pool stands for more than one node.
+        node_count=sum(n.count for n in members.values()) if key[4] else len(members),
     )
