@@ -195,3 +195,6 @@ class Reflector(Generic[T]):
             self.resource_version = resource_version
             self.backoff.reset()
             self._expired_before_events = False
+            # Hand the interpreter to a waiting admission after every event: during a burst
+            # this thread would otherwise hold it for a whole switch interval at a time.
+            time.sleep(0)
