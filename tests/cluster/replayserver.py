@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections import deque
@@ -41,6 +42,13 @@ def recorded_headers(name: str) -> list[tuple[str, str]]:
         if key and key.lower() not in ("transfer-encoding", "content-length", "date"):
             out.append((key.strip(), value.strip()))
     return out
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (a test stopping its source) is expected, not news."""
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError, ssl.SSLError)):
+            super().handle_error(request, client_address)
 
 
 @dataclass
@@ -94,7 +102,7 @@ class ReplayServer:
             def do_GET(self) -> None:
                 server._serve(self)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self.scheme = "http"
         if ssl_context is not None:
