@@ -2,6 +2,7 @@
 
 import json
 import re
+import signal
 import ssl
 import threading
 import time
@@ -365,3 +366,27 @@ def test_settings_come_from_the_environment_and_bad_ones_are_named(
 
     assert main(["serve"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_sigterm_lets_a_review_in_flight_finish_and_then_exits_cleanly(tmp_path):
+    write_dev_certs(tmp_path / "certs")
+    running = Server(
+        tmp=tmp_path, cert_dir=tmp_path / "certs", rules=RULES, inventory=INVENTORY, workers=1
+    )
+    body = json.dumps(review(pod(gpus=1))).encode()
+    conn = running.connection()
+    conn.putrequest("POST", "/mutate")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    conn.send(body[:100])
+    time.sleep(0.5)  # the worker is now reading this review's body
+
+    running.process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    conn.send(body[100:])
+    reply = conn.getresponse()
+
+    assert reply.status == 200
+    assert json.loads(reply.read())["response"]["allowed"] is True
+    assert running.process.wait(timeout=30) == 0, running.log.read_text()
