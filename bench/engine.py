@@ -26,6 +26,8 @@ from webhook.engine.inventory import Inventory, Node, Taint  # noqa: E402
 from webhook.engine.policy import DocumentRef, Policy, RuleDocument, compile_policy  # noqa: E402
 from webhook.rulefiles import load_policy  # noqa: E402
 
+# The issue's target as a share of the naive pipeline's cost, so that it holds on any machine.
+TARGET_SHARE = 0.15 / 0.57
 PRODUCTS = ["NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "Tesla-T4", "NVIDIA-L4"]
 GPU_TAINT = (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
 
@@ -153,11 +155,13 @@ def main() -> int:
         f"  10 nodes {t10 * 1e3:.3f} ms, 10,000 nodes {t10000 * 1e3:.3f} ms: ratio {growth:.2f} (target <= 1.20)"
     )
     print(f"1,000 rules, 5,000 nodes: {t_rules * 1e3:.3f} ms median (target <= 2 ms)")
+    share = t5000 / t_make_patch
     print(
-        f"baseline in this run: jsonpatch.make_patch alone {t_make_patch * 1e3:.3f} ms; "
-        f"engine = {t5000 / t_make_patch:.2f} x make_patch"
+        f"baseline in this run: jsonpatch.make_patch alone {t_make_patch * 1e3:.3f} ms; engine = "
+        f"{share:.2f} x make_patch (target <= {TARGET_SHARE:.2f}: 0.15 ms against the 0.57 ms "
+        "the issue measured for make_patch)"
     )
-    ok = t5000 <= 0.15e-3 and growth <= 1.2 and t_rules <= 2e-3
+    ok = t5000 <= 0.15e-3 and share <= TARGET_SHARE and growth <= 1.2 and t_rules <= 2e-3
     print("all targets met" if ok else "TARGET MISSED")
     return 0 if ok else 1
 

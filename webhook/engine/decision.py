@@ -80,6 +80,8 @@ def decide(
     notices: Sequence[str] = (),
     extra_warnings: Sequence[str] = (),
 ) -> Decision:
+    if not findings and not extra_warnings:
+        return Decision(allowed=True, patch=tuple(patch), notices=tuple(notices), mutated=mutated)
     unique = tuple(dict.fromkeys(findings))
     warnings = [f.warning for f in unique if f.action == "warn"]
     warnings.extend(shorten(w) for w in extra_warnings)

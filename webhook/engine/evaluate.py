@@ -157,6 +157,8 @@ def _evaluate_template(
     pod = pod_gpus(template.spec, settings.gpu_resources)
     if not pod.total and not pod.problems and not policy.rules:
         return pod
+    if not isinstance(editor.get(spec_path), dict):
+        return pod  # an ill-typed spec: the API server's schema check rejects the object
     rules = _matching_rules(request, template, pod, policy)
     for rule in rules:
         if rule.mutations.places:
@@ -187,11 +189,13 @@ def _evaluate_template(
         placement=Placement.of(spec),
         settings=settings,
     )
-    findings.extend(quantity_findings(scope, settings))
+    if pod.problems:
+        findings.extend(quantity_findings(scope, settings))
     if snapshot is not None and pod.total:
         findings.extend(capacity_findings(scope, snapshot, settings))
     for rule in rules:
-        findings.extend(rule_findings(scope, rule, inventory=snapshot))
+        if rule.checks:
+            findings.extend(rule_findings(scope, rule, inventory=snapshot))
     return pod
 
 

@@ -44,20 +44,23 @@ class Container:
 
 @dataclass(slots=True)
 class PodGPUs:
+    """Computed once per template; checks and matchers read these many times."""
+
     containers: list[Container]
     effective: dict[str, int]
+    total: int = 0
+    resources: list[str] = field(default_factory=list)
+    problems: list[tuple[Container, QuantityProblem]] = field(default_factory=list)
 
-    @property
-    def total(self) -> int:
-        return sum(self.effective.values())
-
-    @property
-    def resources(self) -> list[str]:
-        return [r for r, n in self.effective.items() if n > 0]
-
-    @property
-    def problems(self) -> list[tuple[Container, QuantityProblem]]:
-        return [(c, p) for c in self.containers for p in c.problems]
+    @classmethod
+    def of(cls, containers: list[Container], effective: dict[str, int]) -> PodGPUs:
+        return cls(
+            containers=containers,
+            effective=effective,
+            total=sum(effective.values()),
+            resources=[r for r, n in effective.items() if n > 0],
+            problems=[(c, p) for c in containers for p in c.problems],
+        )
 
 
 def _section(resources: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -85,6 +88,17 @@ def _container(
 
 
 def _read(container: Container, name: str, raw_request: object, raw_limit: object) -> None:
+    if raw_limit is not None and (raw_request is None or raw_request == raw_limit):
+        # The common, valid case: a whole limit, and no request or the same one.
+        try:
+            whole = parse_quantity(raw_limit)
+        except QuantityError:
+            whole = None
+        if whole is not None and whole >= 0 and whole.denominator == 1:
+            if whole:
+                container.gpus[name] = whole.numerator
+            return
+
     def parse(raw: object, what: str) -> Fraction | None:
         if raw is None:
             return None
@@ -154,4 +168,4 @@ def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources) -> PodGPUs:
             else:
                 app += amount
         effective[name] = max(init_peak, app + sidecars)
-    return PodGPUs(containers=containers, effective=effective)
+    return PodGPUs.of(containers, effective)

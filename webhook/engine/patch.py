@@ -66,10 +66,10 @@ class Editor:
         Missing or null parents are created by one ``add`` of the whole missing branch,
         since RFC 6902 ``add`` fails under a missing parent.
         """
-        # Walk down once: ``depth`` ends as the length of the prefix that can hold the next key.
-        node: Any = self.doc
-        depth = 0
         last = len(path) - 1
+        depth = last if _holds(self.get(path[:-1]), path[-1]) else 0
+        # Otherwise walk down once: ``depth`` ends at the deepest prefix that can hold a key.
+        node: Any = self.doc
         while depth < last and _holds(node, path[depth]):
             child = _child(node, path[depth])
             if not _holds(child, path[depth + 1]):
@@ -96,7 +96,8 @@ class Editor:
     def append(self, path: Path, item: Any) -> None:
         """Append to the list at ``path``, creating the list when it is missing or null."""
         if isinstance(self.get(path), list):
-            self.add((*path, "-"), item)
+            self._own(path).append(item)
+            self.ops.append({"op": "add", "path": pointer(path) + "/-", "value": item})
         else:
             self.add(path, [item])
 
