@@ -4,8 +4,10 @@ import logging
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram
 
 from tests.builders import FIXTURES, INVENTORY, decoded_patch, patched, pod, review
+from webhook import metrics
 from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.service import AdmissionService
 from webhook.app import create_app
@@ -229,3 +231,24 @@ def test_no_generated_body_gets_a_server_error(client, endpoint, body, content_t
     assert reply.status_code < 500, reply.get_data(as_text=True)[:500]
     if reply.status_code == 200:
         assert reply.json["response"]["uid"] == json.loads(body)["request"]["uid"]
+
+
+def test_batched_latencies_land_in_the_same_buckets_as_one_observation_each() -> None:
+    registry = CollectorRegistry()
+    batched = Histogram("b_seconds", "b", ["endpoint"], buckets=(0.001, 0.01), registry=registry)
+    single = Histogram("s_seconds", "s", ["endpoint"], buckets=(0.001, 0.01), registry=registry)
+    values = [0.0005, 0.001, 0.002, 0.5, 0.0001]
+
+    metrics._observe_all(batched.labels("mutate"), values)
+    for value in values:
+        single.labels("mutate").observe(value)
+
+    def samples(prefix: str) -> dict[tuple[str, str], float]:
+        return {
+            (s.name.removeprefix(prefix), s.labels.get("le", "")): s.value
+            for family in registry.collect()
+            for s in family.samples
+            if s.name.startswith(prefix) and not s.name.endswith("_created")
+        }
+
+    assert samples("b_seconds") == pytest.approx(samples("s_seconds"))

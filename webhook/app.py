@@ -136,10 +136,14 @@ def _refuse(endpoint: str, code: int, reason: str, started: float, uid: str = ""
 def _record(endpoint: str, kind: str, operation: str, outcome: Outcome, elapsed: float) -> None:
     # Kinds we pass through are counted as "other": label values stay a bounded set.
     kind_label = "other" if outcome.skipped_because == "kind" else kind[:63]
-    metrics.REQUESTS.labels(endpoint, kind_label, operation, outcome.verdict).inc()
-    metrics.LATENCY.labels(endpoint).observe(elapsed)
-    for finding in outcome.findings:
-        metrics.FINDINGS.labels(endpoint, finding.id, finding.action).inc()
+    metrics.REVIEWS.add(
+        endpoint=endpoint,
+        kind=kind_label,
+        operation=operation,
+        verdict=outcome.verdict,
+        seconds=elapsed,
+        findings=[(f.id, f.action) for f in outcome.findings],
+    )
 
 
 def _generate_name(obj: Any) -> str:

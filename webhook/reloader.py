@@ -33,6 +33,7 @@ class Reloader:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 1)
+        metrics.REVIEWS.flush()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -42,7 +43,9 @@ class Reloader:
                 log.exception("rule reload check failed")
 
     def tick(self) -> bool | None:
-        """Reload the rules if their files changed, then refresh the gauges."""
+        """Reload the rules if their files changed, then refresh the gauges and hand the
+        reviews counted since the last tick to the metrics files."""
+        metrics.REVIEWS.flush()
         store = self.service.rules
         result = store.reload_if_changed()
         if result is True:
