@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -34,15 +33,6 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(line, default=str).decode()
-
-
-def configure(level: str) -> None:
-    """JSON lines for our loggers and every library logger, at ``level``."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
 
 
 def review_line(message: str, fields: Mapping[str, Any], *, level: int = logging.INFO) -> None:

@@ -19,7 +19,6 @@ from webhook.config import ConfigError, Settings, env_default
 
 DEV_CERTS = Path("certs/dev")
 DEV_INVENTORY = Path("examples/inventory.yaml")
-DEV_RULES = Path("rules")
 
 
 def register(sub: Any) -> None:

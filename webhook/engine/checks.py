@@ -77,10 +77,10 @@ def _quantity_text(container: Container, problem: QuantityProblem) -> tuple[str,
     )
 
 
-def quantity_findings(scope: Scope, settings: Settings, *, skip: str = "") -> Iterator[Finding]:
+def quantity_findings(scope: Scope, settings: Settings) -> Iterator[Finding]:
     for container, problem in scope.pod.problems:
         action = settings.actions.get(problem.check, "deny")
-        if problem.check == skip or action == "repair":
+        if action == "repair":
             continue
         message, summary = _quantity_text(container, problem)
         yield Finding("builtin", problem.check, action, message, summary, scope.at(container))

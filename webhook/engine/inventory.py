@@ -343,9 +343,6 @@ class Inventory:
     def total(self, resource: str) -> int:
         return self._totals.get(resource, 0)
 
-    def admitted_shapes(self, placement: Placement) -> frozenset[int]:
-        return self._admitted_shapes(placement.key(), placement)
-
     def _admitted_shapes(self, key: bytes, placement: Placement) -> frozenset[int]:
         hit = self._placements.get(key)
         if hit is not None:

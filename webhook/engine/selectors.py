@@ -7,12 +7,10 @@ JSON values so that anything a user may write is handled without building models
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Labels = Mapping[str, str]
-# A compiled predicate over a node's labels and name.
-NodePredicate = Callable[[Labels, str], bool]
 
 
 def dig(value: object, *keys: str) -> object:

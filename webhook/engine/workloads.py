@@ -84,9 +84,6 @@ class PodTemplate:
         labels = meta.get("labels") if isinstance(meta, dict) else None
         return labels if isinstance(labels, dict) else {}
 
-    def describe(self) -> str:
-        return ".".join(str(p) for p in self.path) or "pod"
-
 
 def _kind(
     group: str, kind: str, *locations: TemplateLocation, per_node: bool = False
