@@ -48,7 +48,7 @@ class InventoryView:
 
 
 NO_INVENTORY = InventoryView(None)
-_with_pools: tuple[int, int, Inventory] | None = None
+_with_pools: tuple[Inventory, Policy, Inventory] | None = None
 
 
 def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
@@ -57,10 +57,11 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
     if view.snapshot is None or view.problem or not policy.node_pools:
         return None if view.problem else view.snapshot
     memo = _with_pools
-    if memo is not None and memo[0] == id(view.snapshot) and memo[1] == id(policy):
+    # Held by reference, not by id(): a freed snapshot's id may be reused by the next one.
+    if memo is not None and memo[0] is view.snapshot and memo[1] is policy:
         return memo[2]
     combined = view.snapshot.with_nodes(policy.node_pools)
-    _with_pools = (id(view.snapshot), id(policy), combined)
+    _with_pools = (view.snapshot, policy, combined)
     return combined
 
 

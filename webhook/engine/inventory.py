@@ -125,6 +125,16 @@ class Placement:
     node_selector: Mapping[str, str]
     required_terms: Sequence[Mapping[str, Any]] | None
     tolerations: Sequence[Mapping[str, Any]]
+    # The memo key, serialised once: several checks ask about one placement per review.
+    _key: bytes = field(default=b"", repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = orjson.dumps(
+            [self.node_selector, self.required_terms, self.tolerations],
+            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+            default=str,
+        )
+        object.__setattr__(self, "_key", key)
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> Placement:
@@ -150,11 +160,7 @@ class Placement:
         )
 
     def key(self) -> bytes:
-        return orjson.dumps(
-            [self.node_selector, self.required_terms, self.tolerations],
-            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
-            default=str,
-        )
+        return self._key
 
     def names_nodes(self, identity: frozenset[str]) -> bool:
         if any(k in identity for k in self.node_selector):
@@ -332,13 +338,15 @@ class Inventory:
         return len(self.nodes)
 
     def with_nodes(self, extra: Iterable[Node]) -> Inventory:
-        """This snapshot plus node pools declared in rule files."""
-        extra = tuple(extra)
-        if not extra:
+        """This snapshot plus node pools declared in rule files.
+
+        Incremental, like a watch update: a live cache publishes often, and the first review
+        after each snapshot pays for adding the pools.
+        """
+        changes: dict[str, Node | None] = {node.name: node for node in extra}
+        if not changes:
             return self
-        return Inventory(
-            self.nodes + extra, resource_version=self.resource_version, source=self.source
-        )
+        return self.updated(changes, resource_version=self.resource_version)
 
     def total(self, resource: str) -> int:
         return self._totals.get(resource, 0)
@@ -347,22 +355,24 @@ class Inventory:
         hit = self._placements.get(key)
         if hit is not None:
             return hit
+        names_nodes = placement.names_nodes(self.identity_labels)
         result = frozenset(
-            i for i, shape in enumerate(self.shapes) if self._shape_admits(shape, placement)
+            i
+            for i, shape in enumerate(self.shapes)
+            if self._shape_admits(shape, placement, names_nodes=names_nodes)
         )
         if len(self._placements) >= _PLACEMENT_CACHE_SIZE:
             self._placements = {}
         self._placements[key] = result
         return result
 
-    def _shape_admits(self, shape: Shape, placement: Placement) -> bool:
+    @staticmethod
+    def _shape_admits(shape: Shape, placement: Placement, *, names_nodes: bool) -> bool:
         if shape.unschedulable:
             return False
         # Members differ only in identity labels: one member answers for all unless the
         # placement names nodes (a hostname selector, matchFields on metadata.name).
-        members = (
-            shape.members if placement.names_nodes(self.identity_labels) else shape.members[:1]
-        )
+        members = shape.members if names_nodes else shape.members[:1]
         return any(placement.admits(node.labels, node.name, shape.taints) for node in members)
 
     def largest(self, resource: str, placement: Placement | None = None) -> Fit:
