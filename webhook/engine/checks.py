@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.engine.decision import Finding
+from webhook.engine.decision import Finding, action_of
 from webhook.engine.gpus import Container, PodGPUs, QuantityProblem
 from webhook.engine.inventory import Fit, Inventory, Placement
-from webhook.engine.policy import Action, Rule, RuleCheck, Settings, glob_matcher
+from webhook.engine.policy import Rule, RuleCheck, Settings, glob_matcher
 from webhook.engine.quantity import format_quantity
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -132,7 +132,7 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
             )
         summary = f"{need} {resource} requested, largest usable node has {fit.amount}"
         action = settings.actions["capacity"]
-        yield Finding("builtin", "capacity", _act(action), text, summary, scope.where)
+        yield Finding("builtin", "capacity", action_of(action), text, summary, scope.where)
 
 
 def _unknown_resource(
@@ -152,15 +152,11 @@ def _unknown_resource(
     return Finding(
         "builtin",
         "unknownResource",
-        _act(settings.actions["unknownResource"]),
+        action_of(settings.actions["unknownResource"]),
         message,
         summary,
         scope.where,
     )
-
-
-def _act(action: str) -> Action:
-    return "deny" if action not in ("warn", "audit") else action  # type: ignore[return-value]
 
 
 # --- rule-driven checks -------------------------------------------------------------------

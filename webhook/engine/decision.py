@@ -41,6 +41,12 @@ class Finding:
         return key[:63].rstrip("-.")
 
 
+def action_of(setting: str) -> Action:
+    """The finding action for a check's configured action; ``repair`` (and anything
+    unexpected) is judged as ``deny`` once a repair could not apply."""
+    return setting if setting in ("warn", "audit") else "deny"  # type: ignore[return-value]
+
+
 def shorten(text: str, limit: int = MAX_WARNING) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 

@@ -12,11 +12,11 @@ from webhook.engine.checks import (
     quantity_findings,
     rule_findings,
 )
-from webhook.engine.decision import Decision, Finding, decide
+from webhook.engine.decision import Decision, Finding, action_of, decide
 from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
-from webhook.engine.patch import Editor
+from webhook.engine.patch import Editor, lookup
 from webhook.engine.policy import Policy, Rule
 from webhook.engine.selectors import dig
 from webhook.engine.workloads import PodTemplate
@@ -102,17 +102,9 @@ def _unchanged(request: Request, template: PodTemplate) -> bool:
     of an old object must not be blocked by a rule added since."""
     if request.operation != "UPDATE" or request.old_object is None:
         return False
-    old: Any = request.old_object
-    for part in template.path:
-        if isinstance(old, dict):
-            old = old.get(part)
-        elif isinstance(old, list) and isinstance(part, int) and part < len(old):
-            old = old[part]
-        else:
-            return False
-    if template.pod_spec or not template.path:
-        return bool(old == template.template) if template.path else _same_pod(old, template)
-    return bool(old == template.template)
+    if not template.path:
+        return _same_pod(request.old_object, template)
+    return bool(lookup(request.old_object, template.path) == template.template)
 
 
 def _same_pod(old: Any, template: PodTemplate) -> bool:
@@ -238,7 +230,7 @@ def _workload_findings(
                 Finding(
                     "builtin",
                     "clusterCapacity",
-                    "deny" if action == "deny" else ("audit" if action == "audit" else "warn"),
+                    action_of(action),
                     f"all pods of this workload together request {need} {resource}, but the "
                     f"whole cluster has {have}; not every pod can run at once. Lower replicas "
                     "or GPUs per pod, or add nodes.",

@@ -26,6 +26,18 @@ def pointer(path: Path) -> str:
     return known
 
 
+def lookup(node: Any, path: Path) -> Any:
+    """The value at ``path`` in a JSON document, or ``None`` where the path leads nowhere."""
+    for part in path:
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            return None
+    return node
+
+
 class Editor:
     def __init__(self, original: Mapping[str, Any]) -> None:
         self.original = original
@@ -35,15 +47,7 @@ class Editor:
         self._owned: dict[int, Any] = {}
 
     def get(self, path: Path) -> Any:
-        node: Any = self.doc
-        for part in path:
-            if isinstance(node, dict):
-                node = node.get(part)
-            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-                node = node[part]
-            else:
-                return None
-        return node
+        return lookup(self.doc, path)
 
     def _own(self, path: Path) -> Any:
         """The container at ``path`` in the working document, copied once if shared."""
