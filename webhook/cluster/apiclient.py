@@ -176,12 +176,7 @@ class ApiClient:
             for line in _lines(response):
                 if not line.strip():
                     continue
-                try:
-                    event = orjson.loads(line)
-                except ValueError:
-                    raise ApiError(f"watch {path}: not a JSON event: {line[:80]!r}") from None
-                if not isinstance(event, Mapping):
-                    raise ApiError(f"watch {path}: not a JSON event: {line[:80]!r}")
+                event = _json_object(line, f"watch {path}: not a JSON event: {line[:80]!r}")
                 if event.get("type") == "ERROR":
                     status = event.get("object")
                     raise ApiError.from_status(
@@ -214,13 +209,7 @@ class ApiClient:
             raise ApiError(f"GET {path}: connection lost: {_describe(exc)}") from None
         finally:
             self._forget(response)
-        try:
-            body = orjson.loads(data)
-        except ValueError:
-            raise ApiError(f"GET {path}: the answer is not JSON") from None
-        if not isinstance(body, Mapping):
-            raise ApiError(f"GET {path}: the answer is not a JSON object")
-        return body
+        return _json_object(data, f"GET {path}: the answer is not a JSON object")
 
     def _request(
         self,
@@ -312,6 +301,16 @@ def _lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
             pending = pending[end + 1 :]
     if pending.strip():
         yield pending
+
+
+def _json_object(data: bytes, error: str) -> Mapping[str, Any]:
+    try:
+        value = orjson.loads(data)
+    except ValueError:
+        raise ApiError(error) from None
+    if not isinstance(value, Mapping):
+        raise ApiError(error)
+    return value
 
 
 def _status_of(raw: bytes) -> Mapping[str, Any]:

@@ -24,7 +24,7 @@ from webhook.cluster.apiclient import (
     KubeconfigError,
     api_endpoint_from_kubeconfig,
 )
-from webhook.cluster.reflector import Backoff, Reflector
+from webhook.cluster.reflector import Backoff, Handler, Reflector, T
 from webhook.engine.inventory import Inventory, Node, node_from_json
 
 __all__ = [
@@ -78,27 +78,24 @@ class LiveInventorySource:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._started_at: float | None = None
-        self._nodes = _NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
-        self._node_reflector = Reflector(
-            client=self._client,
-            path=NODES_PATH,
-            handler=self._nodes,
-            backoff=backoff(),
-            page_size=page_size,
-            watch_timeout_seconds=watch_timeout_seconds,
-        )
-        self._namespaces: _NamespaceCache | None = None
-        self._namespace_reflector: Reflector[tuple[str, Mapping[str, str]]] | None = None
-        if watch_namespaces:
-            self._namespaces = _NamespaceCache(clock=clock)
-            self._namespace_reflector = Reflector(
+
+        def reflector(path: str, handler: Handler[T]) -> Reflector[T]:
+            return Reflector(
                 client=self._client,
-                path=NAMESPACES_PATH,
-                handler=self._namespaces,
+                path=path,
+                handler=handler,
                 backoff=backoff(),
                 page_size=page_size,
                 watch_timeout_seconds=watch_timeout_seconds,
             )
+
+        self._nodes = _NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
+        self._node_reflector = reflector(NODES_PATH, self._nodes)
+        self._namespaces: _NamespaceCache | None = None
+        self._namespace_reflector: Reflector[tuple[str, Mapping[str, str]]] | None = None
+        if watch_namespaces:
+            self._namespaces = _NamespaceCache(clock=clock)
+            self._namespace_reflector = reflector(NAMESPACES_PATH, self._namespaces)
 
     def start(self) -> None:
         """Start the background threads; returns at once (see ``ready``). A source runs
