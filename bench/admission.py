@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,10 @@ from webhook.certs import ensure_dev  # noqa: E402
 FIXTURE = ROOT / "tests" / "fixtures" / "admission" / "pod-gpu-limits-mutate-Pod-CREATE.json"
 
 
-def bodies() -> list[tuple[str, bytes]]:
+def bodies(*, replicas: int = 64, unique: bool = False, seed: int = 0) -> list[tuple[str, bytes]]:
+    """Reviews as the API server sends them for the replicas of two workloads: every call
+    has its own ``request.uid`` and every pod its own name and uid. With ``unique``, every
+    pod also has its own label value, so no two pods share a spec (no memo hit)."""
     recorded = json.loads(FIXTURE.read_text())
     two = copy.deepcopy(recorded)
     spec = two["request"]["object"]["spec"]
@@ -52,9 +56,18 @@ def bodies() -> list[tuple[str, bytes]]:
     sidecar = {"name": "metrics", "image": "busybox", "resources": {"limits": {"cpu": "100m"}}}
     spec["containers"].append(sidecar)
     out = []
-    for review in (recorded, two):
-        data = json.dumps(review).encode()
-        out += [("/mutate", data), ("/validate", data)]
+    for number in range(replicas):
+        for workload, template in enumerate((recorded, two)):
+            review = copy.deepcopy(template)
+            name = f"trainer-{workload}-{seed}-{number:05d}"
+            meta = review["request"]["object"]["metadata"]
+            meta["name"] = review["request"]["name"] = name
+            meta["uid"] = str(uuid.uuid4())
+            if unique:
+                meta.setdefault("labels", {})["bench/replica"] = name
+            for path in ("/mutate", "/validate"):
+                review["request"]["uid"] = str(uuid.uuid4())
+                out.append((path, json.dumps(review).encode()))
     return out
 
 
@@ -79,7 +92,7 @@ def start(which: str, cert_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes
     while time.monotonic() < deadline:
         try:
             conn = connect(port, cert_dir)
-            conn.request("POST", "/validate", body=bodies()[0][1], headers=HEADERS)
+            conn.request("POST", "/validate", body=bodies(replicas=1)[0][1], headers=HEADERS)
             conn.getresponse().read()
             conn.close()
             return process, port
@@ -97,13 +110,15 @@ def connect(port: int, cert_dir: Path) -> http.client.HTTPSConnection:
     return http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
 
 
-def client(args: tuple[int, str, float, float, float, int]) -> tuple[int, list[float], int]:
+def client(
+    args: tuple[int, str, float, float, float, int, bool],
+) -> tuple[int, list[float], int]:
     """One client process: returns (requests sent, latencies, connections opened)."""
-    port, cert_dir, start_at, seconds, rate, offset = args
+    port, cert_dir, start_at, seconds, rate, offset, unique = args
     conn = connect(port, Path(cert_dir))
     conn.connect()
     sock = conn.sock
-    work = bodies()
+    work = bodies(unique=unique, seed=offset, replicas=1024 if unique else 64)
     latencies: list[float] = []
     count = 0
     while time.time() < start_at:
@@ -139,11 +154,17 @@ def client(args: tuple[int, str, float, float, float, int]) -> tuple[int, list[f
 
 
 def run_phase(
-    port: int, cert_dir: Path, *, clients: int, seconds: float, rate: float = 0.0
+    port: int,
+    cert_dir: Path,
+    *,
+    clients: int,
+    seconds: float,
+    rate: float = 0.0,
+    unique: bool = False,
 ) -> dict[str, float]:
-    start_at = time.time() + 0.5
+    start_at = time.time() + 1.0  # clients build their bodies first
     per_client = rate / clients if rate else 0.0
-    jobs = [(port, str(cert_dir), start_at, seconds, per_client, i) for i in range(clients)]
+    jobs = [(port, str(cert_dir), start_at, seconds, per_client, i, unique) for i in range(clients)]
     with multiprocessing.Pool(clients) as pool:
         results = pool.map(client, jobs)
     total = sum(r[0] for r in results)
@@ -162,6 +183,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", type=int, default=12)
     parser.add_argument("--rate-share", type=float, default=0.5)
+    parser.add_argument(
+        "--unique",
+        action="store_true",
+        help="give every pod its own spec, so no decision is remembered (the worst case)",
+    )
     parser.add_argument(
         "--rounds", type=int, default=3, help="alternate the two servers this many times"
     )
@@ -183,14 +209,23 @@ def main() -> int:
                 port = servers[which][1]
                 results[which] = {
                     "max": run_phase(
-                        port, work / "certs", clients=args.clients, seconds=args.seconds
+                        port,
+                        work / "certs",
+                        clients=args.clients,
+                        seconds=args.seconds,
+                        unique=args.unique,
                     )
                 }
             rate = results["noop"]["max"]["throughput"] * args.rate_share
             for which in ("noop", "webhook"):
                 port = servers[which][1]
                 results[which]["paced"] = run_phase(
-                    port, work / "certs", clients=args.clients, seconds=args.seconds, rate=rate
+                    port,
+                    work / "certs",
+                    clients=args.clients,
+                    seconds=args.seconds,
+                    rate=rate,
+                    unique=args.unique,
                 )
                 results[which]["paced"]["rate"] = rate
             rounds.append(results)

@@ -26,7 +26,13 @@ import pytest
 import yaml
 
 from webhook.engine.decision import Decision
-from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
+from webhook.engine.evaluate import (
+    IDENTITY_METADATA,
+    NO_INVENTORY,
+    InventoryView,
+    Request,
+    evaluate,
+)
 from webhook.engine.policy import Policy
 from webhook.inventoryfile import load_inventory
 from webhook.rulefiles import load_policy
@@ -215,3 +221,41 @@ def test_a_patch_path_escapes_a_resource_name_with_a_slash() -> None:
         "/spec/pytorchReplicaSpecs/Master/template/spec/containers/0/resources/limits/nvidia.com~1gpu"
         in paths
     )
+
+
+def _another_replica(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as a sibling replica would carry it: every identity field different."""
+    other = copy.deepcopy(dict(obj))
+    meta = other.get("metadata")
+    if isinstance(meta, dict):
+        meta.update(
+            name="replica-7f9c4",
+            generateName="replica-",
+            uid="0b7c5c43-8a0e-4f43-9d1e-4d2b1c3a6e55",
+            resourceVersion="9876",
+            generation=3,
+            creationTimestamp="2026-11-29T12:00:00Z",
+            managedFields=[{"manager": "kubectl", "operation": "Update", "time": "now"}],
+            ownerReferences=[{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs"}],
+            selfLink="/api/v1/namespaces/default/pods/replica-7f9c4",
+        )
+    return other
+
+
+def test_identity_metadata_covers_every_field_a_sibling_replica_changes() -> None:
+    changed = set(_another_replica({"metadata": {}})["metadata"])
+    assert changed == IDENTITY_METADATA
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in case_dirs()])
+def test_identity_metadata_never_changes_the_decision(case: Path) -> None:
+    policy, request, decision = run_case(case)
+    sibling = _with_object(request, _another_replica(request.object))
+
+    other = evaluate(sibling, policy=policy, inventory=inventory_view(case))
+
+    assert other.allowed is decision.allowed
+    assert other.findings == decision.findings
+    assert other.warnings == decision.warnings
+    assert other.audit == decision.audit
+    assert list(other.patch) == list(decision.patch)

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.admission.inventory import InventorySource, view_of
+from webhook.admission.memo import DecisionMemo
 from webhook.admission.response import review_response
 from webhook.admission.review import AdmissionRequest
 from webhook.engine.decision import Decision, Finding
-from webhook.engine.evaluate import Request, evaluate
+from webhook.engine.evaluate import Request
 from webhook.engine.policy import Policy
 from webhook.rulefiles import RuleSet, RuleStore
 
@@ -73,6 +74,7 @@ class AdmissionService:
         self.inventory = inventory
         self.inventory_failure_mode = inventory_failure_mode
         self._policy_for: tuple[RuleSet, Policy] | None = None
+        self.memo = DecisionMemo()
 
     def review(self, request: AdmissionRequest, *, mutate: bool) -> Outcome:
         skip = _skip_reason(request)
@@ -95,7 +97,7 @@ class AdmissionService:
         return _answer(request, decision, mutate=mutate, generation=ruleset.generation)
 
     def _evaluate(self, request: AdmissionRequest, ruleset: RuleSet) -> Decision:
-        return evaluate(
+        return self.memo.decide(
             Request(
                 request.object or {},
                 namespace=request.namespace,

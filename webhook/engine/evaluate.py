@@ -48,6 +48,22 @@ class InventoryView:
 
 
 NO_INVENTORY = InventoryView(None)
+# Top-level metadata that ``evaluate`` never reads: replicas of one workload differ only
+# here, so callers may treat objects equal but for these as the same question
+# (``webhook.admission.memo``). tests/engine/test_properties.py holds the engine to it.
+IDENTITY_METADATA = frozenset(
+    {
+        "name",
+        "generateName",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+        "ownerReferences",
+        "selfLink",
+    }
+)
 _with_pools: tuple[Inventory, Policy, Inventory] | None = None
 
 

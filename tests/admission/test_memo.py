@@ -1,0 +1,147 @@
+"""The decision memo: replicas are judged once, and nothing else is ever answered from it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.builders import INVENTORY, RULES, pod
+from webhook.admission.memo import DecisionMemo
+from webhook.engine.decision import Decision
+from webhook.engine.evaluate import InventoryView, Request, evaluate
+from webhook.engine.policy import Policy
+from webhook.inventoryfile import load_inventory
+from webhook.rulefiles import load_policy
+
+POLICY = load_policy(str(RULES))
+VIEW = InventoryView(load_inventory(str(INVENTORY)))
+
+
+class CountingEngine:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
+        self.calls += 1
+        return evaluate(request, policy=policy, inventory=inventory)
+
+
+def replica(name: str, *, gpus: int = 1) -> dict[str, Any]:
+    obj = pod(gpus=gpus, name="trainer")
+    obj["metadata"].update(
+        name=name,
+        generateName="trainer-",
+        uid=f"uid-{name}",
+        ownerReferences=[{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer"}],
+    )
+    return obj
+
+
+def decide(memo: DecisionMemo, request: Request, **context: Any) -> Decision:
+    return memo.decide(
+        request, policy=context.get("policy", POLICY), inventory=context.get("view", VIEW)
+    )
+
+
+def test_replicas_that_differ_only_in_identity_are_judged_once_with_the_engines_answer():
+    engine = CountingEngine()
+    memo = DecisionMemo(engine=engine)
+    fresh = evaluate(Request(replica("trainer-b")), policy=POLICY, inventory=VIEW)
+
+    first = decide(memo, Request(replica("trainer-a")))
+    second = decide(memo, Request(replica("trainer-b")))
+
+    assert engine.calls == 1
+    assert (memo.hits, memo.misses) == (1, 1)
+    assert list(second.patch) == list(fresh.patch) == list(first.patch)
+    assert second.findings == fresh.findings
+    assert second.allowed is fresh.allowed
+
+
+def test_a_remembered_decision_does_not_hold_on_to_the_object():
+    memo = DecisionMemo()
+    decide(memo, Request(replica("trainer-a")))
+
+    assert decide(memo, Request(replica("trainer-b"))).mutated is None
+
+
+def _other_policy() -> Policy:
+    return load_policy(str(RULES))
+
+
+def _other_view() -> InventoryView:
+    return InventoryView(load_inventory(str(INVENTORY)))
+
+
+@pytest.mark.parametrize(
+    ("second", "context"),
+    [
+        pytest.param(Request(replica("b", gpus=2)), {}, id="another spec"),
+        pytest.param(Request(replica("b"), namespace="team-a"), {}, id="another namespace"),
+        pytest.param(
+            Request(replica("b"), namespace_labels={"team": "a"}), {}, id="namespace labels"
+        ),
+        pytest.param(
+            Request(replica("b"), operation="UPDATE", old_object=replica("a")), {}, id="update"
+        ),
+        pytest.param(Request(replica("b")), {"policy": _other_policy()}, id="reloaded rules"),
+        pytest.param(Request(replica("b")), {"view": _other_view()}, id="new inventory snapshot"),
+        pytest.param(
+            Request(replica("b")),
+            {"view": InventoryView(None, problem="node inventory is stale")},
+            id="inventory gone stale",
+        ),
+    ],
+)
+def test_anything_else_the_engine_reads_makes_it_judge_again(second, context):
+    engine = CountingEngine()
+    memo = DecisionMemo(engine=engine)
+    decide(memo, Request(replica("a")))
+
+    decide(memo, second, **context)
+
+    assert engine.calls == 2
+
+
+def test_a_reload_empties_the_memo_so_old_rules_never_answer_again():
+    engine = CountingEngine()
+    memo = DecisionMemo(engine=engine)
+    decide(memo, Request(replica("a")))
+    decide(memo, Request(replica("a")), policy=_other_policy())
+
+    decide(memo, Request(replica("b")))
+
+    assert engine.calls == 3
+
+
+def test_objects_over_the_size_cap_are_not_remembered():
+    engine = CountingEngine()
+    memo = DecisionMemo(engine=engine, max_object_bytes=200)
+    decide(memo, Request(replica("a")))
+
+    decide(memo, Request(replica("b")))
+
+    assert engine.calls == 2
+
+
+def test_the_memo_keeps_at_most_max_entries_dropping_the_oldest():
+    engine = CountingEngine()
+    memo = DecisionMemo(engine=engine, max_entries=2)
+    for gpus in (1, 2, 3):
+        decide(memo, Request(replica("a", gpus=gpus)))
+
+    decide(memo, Request(replica("b", gpus=3)))
+    decide(memo, Request(replica("b", gpus=1)))
+
+    assert engine.calls == 4
+
+
+def test_the_object_given_is_never_modified():
+    obj = replica("a")
+    original = copy.deepcopy(obj)
+
+    decide(DecisionMemo(), Request(obj))
+
+    assert obj == original

@@ -1,0 +1,106 @@
+"""Decisions remembered per pod spec, so the replicas of one workload are judged once.
+
+A Deployment scaled to 50 replicas, a Job with 100 completions or a RayCluster's workers
+send the API server the same pod many times over, differing only in identity metadata
+(name, uid, owner references) that the engine never reads (``IDENTITY_METADATA``). The
+engine is a function of the object, the request's namespace and its labels, the policy
+and the inventory snapshot, so its decision for an equal key is the same decision.
+
+- Only CREATE is remembered: an UPDATE also depends on the old object, and is rare.
+- The memo belongs to one (policy, snapshot) pair: a rule reload or a new inventory
+  snapshot empties it, so a remembered decision never outlives what it was made from.
+- Keys are a 16-byte BLAKE2b digest of the object's JSON (without identity metadata), and
+  objects whose JSON exceeds ``max_object_bytes`` are not remembered: memory stays bounded
+  by ``max_entries`` small decisions whatever the objects' sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from webhook.engine.decision import Decision
+from webhook.engine.evaluate import IDENTITY_METADATA, InventoryView, Request, evaluate
+from webhook.engine.policy import Policy
+
+Evaluate = Callable[..., Decision]
+Key = tuple[str, tuple[tuple[str, str], ...] | None, bytes]
+
+
+class DecisionMemo:
+    def __init__(
+        self,
+        *,
+        max_entries: int = 1024,
+        max_object_bytes: int = 64 * 1024,
+        engine: Evaluate = evaluate,
+    ) -> None:
+        self.max_entries = max_entries
+        self.max_object_bytes = max_object_bytes
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._context: tuple[Policy, Any, str] | None = None
+        self._decisions: dict[Key, Decision] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def decide(self, request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
+        """The engine's decision for ``request``, remembered when it can be."""
+        key = self._key(request)
+        if key is None:
+            return self._engine(request, policy=policy, inventory=inventory)
+        context = (policy, inventory.snapshot, inventory.problem)
+        with self._lock:
+            if not self._same_context(context):
+                self._decisions.clear()
+                self._context = context
+            known = self._decisions.get(key)
+            if known is not None:
+                self.hits += 1
+                return known
+            self.misses += 1
+        decision = self._engine(request, policy=policy, inventory=inventory)
+        # The mutated object is for ``check``'s readers; keeping it would pin the request.
+        kept = dataclasses.replace(decision, mutated=None)
+        with self._lock:
+            if self._same_context(context):
+                if len(self._decisions) >= self.max_entries:
+                    del self._decisions[next(iter(self._decisions))]
+                self._decisions[key] = kept
+        return decision
+
+    def _same_context(self, context: tuple[Policy, Any, str]) -> bool:
+        # By reference: a freed snapshot's id may be reused by the next one.
+        held = self._context
+        return (
+            held is not None
+            and held[0] is context[0]
+            and held[1] is context[1]
+            and held[2] == context[2]
+        )
+
+    def _key(self, request: Request) -> Key | None:
+        if request.operation != "CREATE" or request.old_object is not None:
+            return None
+        text = orjson.dumps(_without_identity(request.object))
+        if len(text) > self.max_object_bytes:
+            return None
+        labels = request.namespace_labels
+        return (
+            request.namespace,
+            None if labels is None else tuple(sorted(labels.items())),
+            hashlib.blake2b(text, digest_size=16).digest(),
+        )
+
+
+def _without_identity(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or IDENTITY_METADATA.isdisjoint(meta):
+        return obj
+    kept = {k: v for k, v in meta.items() if k not in IDENTITY_METADATA}
+    return {**obj, "metadata": kept}
