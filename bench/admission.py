@@ -182,7 +182,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", type=int, default=12)
-    parser.add_argument("--rate-share", type=float, default=0.5)
+    parser.add_argument("--rate-share", type=float, default=0.25)
     parser.add_argument(
         "--unique",
         action="store_true",

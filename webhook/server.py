@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.glogging import Logger as GunicornBaseLogger
 
 from webhook import logs, metrics
 from webhook.admission.inventory import InventorySource, StaticInventorySource
@@ -89,6 +90,21 @@ def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
 AppFactory = Callable[[Settings], tuple[WSGIApp, Callable[[], None]]]
 
 
+class GunicornLogger(GunicornBaseLogger):  # type: ignore[misc]
+    """gunicorn's logger with its access log off: the review line is our access log.
+
+    gunicorn turns its access log on whenever a logging configuration is given, and then
+    builds an access record for every request even though ``gunicorn.access`` is silenced
+    (about 15 us per request)."""
+
+    @property
+    def access_log_enabled(self) -> bool:
+        return False
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        """No access lines (see the class docstring)."""
+
+
 def gunicorn_options(settings: Settings) -> dict[str, Any]:
     return {
         "bind": [f"{_host(settings.host)}:{settings.port}"],
@@ -103,6 +119,7 @@ def gunicorn_options(settings: Settings) -> dict[str, Any]:
         "preload_app": False,
         "max_requests": 0,
         "accesslog": None,  # the review log line is the access log
+        "logger_class": GunicornLogger,
         "loglevel": settings.log_level,
         "logconfig_dict": _logging_config(settings.log_level),
         "control_socket_disable": True,
