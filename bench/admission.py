@@ -1,18 +1,22 @@
 """Benchmark: /mutate and /validate over TLS with keep-alive, next to a do-nothing Flask app
 on the same gunicorn configuration, in the same run.
 
-    .venv/bin/python bench/admission.py [--seconds 8] [--clients 4]
+    .venv/bin/python bench/admission.py [--seconds 5] [--rounds 3] [--rate-share 0.25] [--unique]
 
 Two phases per server:
 1. throughput: ``--clients`` processes, each on one kept-alive TLS connection, send
    reviews back to back (closed loop) for ``--seconds``;
 2. latency at a fixed rate: the same clients send on a schedule at ``--rate-share`` of
-   the do-nothing app's throughput, and latency is measured from each request's scheduled
+   the do-nothing app's throughput (default a quarter: both servers busy, neither
+   saturated), and latency is measured from each request's scheduled
    time (so a stall counts against the server, not the client).
 
-Reviews alternate between /mutate and /validate for typical GPU pods (the recorded
-kube-apiserver review of a one-GPU pod, and a two-container pod with two GPUs), with the
-shipped rules and the example inventory. The server's review log lines go to a file, as
+Reviews alternate between /mutate and /validate for the replicas of two typical GPU
+workloads (the recorded kube-apiserver review of a one-GPU pod, and a two-container pod
+with two GPUs): each call has its own uid and each pod its own name, as the API server
+sends them, with the shipped rules and the example inventory. Replicas share a spec, so the
+webhook's decision memo answers most of them; ``--unique`` gives every pod its own spec
+(a label value) to measure the webhook with no memo hit at all. The server's review log lines go to a file, as
 in a pod whose stderr is collected. Target: throughput >= 70% of the do-nothing app's,
 p99 <= 1.5x its p99. Results: printed, and written to bench/results/admission.json.
 """
@@ -44,10 +48,13 @@ from webhook.certs import ensure_dev  # noqa: E402
 FIXTURE = ROOT / "tests" / "fixtures" / "admission" / "pod-gpu-limits-mutate-Pod-CREATE.json"
 
 
-def bodies(*, replicas: int = 64, unique: bool = False, seed: int = 0) -> list[tuple[str, bytes]]:
-    """Reviews as the API server sends them for the replicas of two workloads: every call
-    has its own ``request.uid`` and every pod its own name and uid. With ``unique``, every
-    pod also has its own label value, so no two pods share a spec (no memo hit)."""
+REQUEST_UID, POD_NAME, POD_UID, SPEC_LABEL = b"@req-uid@", b"@pod-name@", b"@pod-uid@", b"@spec@"
+
+
+def templates() -> list[tuple[str, bytes]]:
+    """The reviews of two workloads' pods (the recorded kube-apiserver review of a one-GPU
+    pod, and a two-container pod with two GPUs) for both endpoints, as JSON with
+    placeholders that ``Reviews`` fills in per call."""
     recorded = json.loads(FIXTURE.read_text())
     two = copy.deepcopy(recorded)
     spec = two["request"]["object"]["spec"]
@@ -56,19 +63,36 @@ def bodies(*, replicas: int = 64, unique: bool = False, seed: int = 0) -> list[t
     sidecar = {"name": "metrics", "image": "busybox", "resources": {"limits": {"cpu": "100m"}}}
     spec["containers"].append(sidecar)
     out = []
-    for number in range(replicas):
-        for workload, template in enumerate((recorded, two)):
-            review = copy.deepcopy(template)
-            name = f"trainer-{workload}-{seed}-{number:05d}"
-            meta = review["request"]["object"]["metadata"]
-            meta["name"] = review["request"]["name"] = name
-            meta["uid"] = str(uuid.uuid4())
-            if unique:
-                meta.setdefault("labels", {})["bench/replica"] = name
-            for path in ("/mutate", "/validate"):
-                review["request"]["uid"] = str(uuid.uuid4())
-                out.append((path, json.dumps(review).encode()))
+    for review in (recorded, two):
+        request = review["request"]
+        meta = request["object"]["metadata"]
+        request["uid"], request["name"] = REQUEST_UID.decode(), POD_NAME.decode()
+        meta["name"], meta["uid"] = POD_NAME.decode(), POD_UID.decode()
+        meta.setdefault("labels", {})["bench/spec"] = SPEC_LABEL.decode()
+        data = json.dumps(review).encode()
+        out += [("/mutate", data), ("/validate", data)]
     return out
+
+
+class Reviews:
+    """What the API server sends for the replicas of two workloads: every call has its own
+    ``request.uid`` and every pod its own name and uid. With ``unique``, every pod also
+    has its own label value, so no two pods share a spec and no decision is remembered."""
+
+    def __init__(self, *, client: int, unique: bool) -> None:
+        self.client = client
+        self.unique = unique
+        self.work = templates()
+        self.nonce = uuid.uuid4().hex[:6]  # no phase sees another phase's pods
+
+    def __getitem__(self, count: int) -> tuple[str, bytes]:
+        path, body = self.work[count % len(self.work)]
+        name = f"trainer-{self.nonce}-{self.client}-{count // 2:07d}".encode()
+        body = body.replace(REQUEST_UID, str(uuid.uuid4()).encode())
+        body = body.replace(POD_NAME, name).replace(POD_UID, name + b"-uid")
+        # /validate sees the mutated object, so it never shares a spec with /mutate.
+        spec = name + path.encode() if self.unique else b"shared"
+        return path, body.replace(SPEC_LABEL, spec.replace(b"/", b"."))
 
 
 def free_port() -> int:
@@ -92,7 +116,9 @@ def start(which: str, cert_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes
     while time.monotonic() < deadline:
         try:
             conn = connect(port, cert_dir)
-            conn.request("POST", "/validate", body=bodies(replicas=1)[0][1], headers=HEADERS)
+            conn.request(
+                "POST", "/validate", body=Reviews(client=0, unique=False)[0][1], headers=HEADERS
+            )
             conn.getresponse().read()
             conn.close()
             return process, port
@@ -118,7 +144,7 @@ def client(
     conn = connect(port, Path(cert_dir))
     conn.connect()
     sock = conn.sock
-    work = bodies(unique=unique, seed=offset, replicas=1024 if unique else 64)
+    work = Reviews(client=offset, unique=unique)
     latencies: list[float] = []
     count = 0
     while time.time() < start_at:
@@ -140,7 +166,7 @@ def client(
             if now >= end:
                 break
             scheduled = now
-        path, body = work[count % len(work)]
+        path, body = work[count]
         conn.request("POST", path, body=body, headers=HEADERS)
         reply = conn.getresponse()
         reply.read()
@@ -162,7 +188,7 @@ def run_phase(
     rate: float = 0.0,
     unique: bool = False,
 ) -> dict[str, float]:
-    start_at = time.time() + 1.0  # clients build their bodies first
+    start_at = time.time() + 0.5
     per_client = rate / clients if rate else 0.0
     jobs = [(port, str(cert_dir), start_at, seconds, per_client, i, unique) for i in range(clients)]
     with multiprocessing.Pool(clients) as pool:
