@@ -1,7 +1,7 @@
 """Benchmark: /mutate and /validate over TLS with keep-alive, next to a do-nothing Flask app
 on the same gunicorn configuration, in the same run.
 
-    .venv/bin/python bench/admission.py [--seconds 5] [--rounds 3] [--rate-share 0.25] [--unique]
+    .venv/bin/python bench/admission.py [--seconds 4] [--rounds 5] [--rate-share 0.25] [--unique]
 
 Two phases per server:
 1. throughput: ``--clients`` processes, each on one kept-alive TLS connection, send
@@ -206,7 +206,7 @@ def run_phase(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--clients", type=int, default=12)
     parser.add_argument("--rate-share", type=float, default=0.25)
     parser.add_argument(
@@ -215,7 +215,7 @@ def main() -> int:
         help="give every pod its own spec, so no decision is remembered (the worst case)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=3, help="alternate the two servers this many times"
+        "--rounds", type=int, default=5, help="alternate the two servers this many times"
     )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpu-webhook-bench-"))
