@@ -148,3 +148,36 @@ def test_a_shape_whose_last_member_leaves_disappears() -> None:
         ).amount
         == 0
     )
+
+
+def names(inventory: Inventory) -> set[str]:
+    return {node.name for node in inventory.nodes}
+
+
+def test_updating_an_older_snapshot_branches_without_touching_the_newer_one() -> None:
+    first = Inventory([gpu_node("a", 8, "A100"), gpu_node("t", 4, "T4")], resource_version="1")
+    newer = first.updated({"h": gpu_node("h", 16, "H100")}, resource_version="2")
+
+    branch = first.updated({"t": None}, resource_version="2b")
+    newest = newer.updated({"l": gpu_node("l", 4, "L4")}, resource_version="3")
+
+    assert names(first) == {"a", "t"}
+    assert names(newer) == {"a", "t", "h"}
+    assert names(branch) == {"a"}
+    assert names(newest) == {"a", "t", "h", "l"}
+    assert len(newest) == 4
+    assert branch.largest("nvidia.com/gpu", placement()).amount == 8
+    assert newest.largest("nvidia.com/gpu", placement()).amount == 16
+
+
+def test_pools_added_for_a_policy_never_leak_into_the_next_update() -> None:
+    pool = Node("nodepool/h100", {}, allocatable={"nvidia.com/gpu": 8}, pool="h100", count=4)
+    first = Inventory([gpu_node("a", 8, "A100")], resource_version="1")
+    with_pool = first.with_nodes([pool])
+
+    updated = first.updated({"b": gpu_node("b", 4, "T4")}, resource_version="2")
+
+    assert names(with_pool) == {"a", "nodepool/h100"}
+    assert names(updated) == {"a", "b"}
+    assert updated.total("nvidia.com/gpu") == 12
+    assert with_pool.total("nvidia.com/gpu") == 40
