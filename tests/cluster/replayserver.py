@@ -58,6 +58,8 @@ class Body:
     data: bytes
     status: int = 200
     delay_seconds: float = 0.0
+    # Answered only once this is set (or the server stops).
+    gate: threading.Event | None = None
 
 
 @dataclass
@@ -157,6 +159,9 @@ class ReplayServer:
     def _body(self, handler: BaseHTTPRequestHandler, body: Body) -> None:
         if body.delay_seconds and self.stopping.wait(body.delay_seconds):
             return
+        while body.gate is not None and not body.gate.wait(0.05):
+            if self.stopping.is_set():
+                return
         handler.send_response(body.status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(body.data)))
