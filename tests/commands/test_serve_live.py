@@ -1,6 +1,9 @@
 """``gpu-webhook serve --kubeconfig``: the live node inventory behind real admissions, fed by
-a loopback server replaying the API server's recorded node list."""
+a loopback server replaying the API server's recorded node list, through the pod's one
+inventory watcher."""
 
+import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +20,33 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def replay() -> Iterator[ReplayServer]:
+    server = ReplayServer().start()
+    yield server
+    server.stop()
+
+
+def watcher_pids(server: Server) -> list[int]:
+    """The watcher processes the server's master started, from its JSON log lines."""
+    lines = [json.loads(line) for line in server.log.read_text().splitlines() if line[:1] == "{"]
+    return [line["pid"] for line in lines if line["msg"] == "inventory watcher started"]
+
+
+def running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory, replay: ReplayServer) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("live")
     write(
         generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=1),
         tmp / "certs",
     )
-    replay = ReplayServer().start()
     hold = threading.Event()
     replay.lists.append(Body(fixture("node-list.json")))
     replay.namespace_lists.append(Body(fixture("namespace-list.json")))
@@ -33,17 +56,26 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         cert_dir=tmp / "certs",
         rules=RULES,
         inventory=None,
-        workers=1,
+        workers=2,
         extra=("--kubeconfig", kubeconfig(tmp, replay.url)),
     )
     yield server
     hold.set()
     assert server.stop() == 0, server.log.read_text()
-    replay.stop()
+    pids = watcher_pids(server)
+    assert pids, "the master logs the watcher it starts"
+    assert not [pid for pid in pids if running(pid)], "the watcher stops with the server"
 
 
 def test_the_server_is_ready_once_the_first_list_is_in(live_server: Server) -> None:
     assert live_server.health("/readyz")[0] == 200
+
+
+def test_two_workers_cost_the_api_server_one_list_and_one_watch_of_nodes(
+    live_server: Server, replay: ReplayServer
+) -> None:
+    nodes = [r for r in replay.requests if r.path == "/api/v1/nodes"]
+    assert [bool(r.query.get("watch")) for r in nodes] == [False, True]
 
 
 def test_capacity_checks_use_the_live_nodes(live_server: Server) -> None:

@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     feed = InventoryFeed(api=api, socket_path=args.socket)
     feed.start()
-    log.info("inventory watcher started", extra={"socket": args.socket, "api": api.host})
+    log.info("inventory watcher listening", extra={"socket": args.socket, "api": api.host})
     while not stop.wait(1.0):
         if args.parent and os.getppid() != args.parent:
             log.warning("the server that started the inventory watcher is gone; stopping")
