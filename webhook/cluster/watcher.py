@@ -291,6 +291,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--parent", type=int, default=0, help="exit when this process is no longer our parent"
     )
+    parser.add_argument("--nice", type=int, default=0, help="lower the CPU priority by this much")
     return parser.parse_args(argv)
 
 
@@ -301,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _arguments(argv)
     _configure_logging(args.log_level)
+    if args.nice:
+        os.nice(args.nice)
     try:
         api = api_endpoint_from_kubeconfig(args.kubeconfig)
     except KubeconfigError as exc:

@@ -22,6 +22,9 @@ from webhook.cluster.reflector import Backoff
 
 log = logging.getLogger("webhook.inventory.watcher")
 SOCKET_NAME = "inventory.sock"
+# Workers answer admissions while they wait; the watcher only delays the inventory when it
+# waits. When both want the pod's CPU, the workers go first.
+WATCHER_NICENESS = 10
 # A watcher that ran this long before it died was working: restart it without waiting
 # for the backoff built up by earlier crashes.
 HEALTHY_RUN_SECONDS = 60.0
@@ -83,7 +86,7 @@ class WatcherProcess:
     def _command(self) -> list[str]:
         command = [sys.executable, "-m", "webhook.cluster.watcher"]
         command += ["--socket", self.socket_path, "--log-level", self.log_level]
-        command += ["--parent", str(os.getpid())]
+        command += ["--parent", str(os.getpid()), "--nice", str(WATCHER_NICENESS)]
         if self.kubeconfig:
             command += ["--kubeconfig", self.kubeconfig]
         return command
