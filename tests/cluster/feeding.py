@@ -62,27 +62,39 @@ class FeedReader:
             seen.append(self.next())
         return seen
 
+    def node_list(self) -> tuple[str, list[dict[str, Any]]]:
+        """The next node list whole: its resource version and its records."""
+        head = self.until("nodes")[-1]
+        records = []
+        for _ in range(head["lines"]):
+            chunk = self.next()
+            assert chunk["t"] == "chunk", chunk
+            records += chunk["nodes"]
+        return head["rv"], records
+
     def skip_to_synced(self) -> None:
-        """Read until the watcher has listed the nodes, in its greeting or after it."""
-        if self.next()["nodes"] is None:
-            self.until("nodes")
+        """Read until the watcher has sent its node list, in its greeting or after it."""
+        self.node_list()
 
     def close(self) -> None:
         self._lines.close()
         self.socket.close()
 
 
-def greeting_once_synced(path: str, *, timeout: float = 30.0) -> dict[str, Any]:
-    """The first message of a subscriber that connects once nodes and namespaces are in."""
+def greeting_once_synced(
+    path: str, *, timeout: float = 30.0
+) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
+    """What a subscriber that connects once nodes and namespaces are in gets first: the
+    state message, then the node list (resource version and records)."""
     deadline = time.monotonic() + timeout
     while True:
         reader = FeedReader(path)
         try:
             state = reader.next()
+            if state["status"]["synced"] and state["status"]["namespaces_synced"]:
+                return (state, *reader.node_list())
         finally:
             reader.close()
-        if state["status"]["synced"] and state["status"]["namespaces_synced"]:
-            return state
         assert time.monotonic() < deadline, f"not synced after {timeout} s: {state['status']}"
         time.sleep(0.05)
 

@@ -28,14 +28,15 @@ def server() -> Iterator[ReplayServer]:
 
 def node_changes(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What was sent about nodes; namespaces and status heartbeats interleave freely."""
-    return [m for m in messages if m["t"] in ("nodes", "upsert", "delete")]
+    return [m for m in messages if m["t"] in ("nodes", "chunk", "upsert", "delete")]
 
 
 def test_a_subscriber_first_gets_the_whole_state(server: ReplayServer, tmp_path: Path) -> None:
     with running_watcher(server, tmp_path) as watcher:
-        state = greeting_once_synced(watcher.socket_path)
+        state, resource_version, nodes = greeting_once_synced(watcher.socket_path)
     assert state["t"] == "state"
-    assert {n["name"] for n in state["nodes"]} == {
+    assert resource_version == "217"
+    assert {n["name"] for n in nodes} == {
         "cpu-0",
         "gpu-a100-0",
         "gpu-h100-mig-0",

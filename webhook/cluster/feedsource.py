@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.inventory import InventoryStatus
@@ -52,6 +53,7 @@ class FeedInventorySource:
         self._started_at: float | None = None
         self._connection_error = ""
         self._connection: socket.socket | None = None
+        self._listing: _Listing | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -147,7 +149,10 @@ class FeedInventorySource:
         elif kind == "status":
             self._apply_status(message["status"])
         elif kind == "nodes":
-            self._replace_nodes(message["nodes"], message["rv"])
+            self._listing = _Listing(message["rv"], lines_left=message["lines"])
+            self._complete_list()
+        elif kind == "chunk":
+            self._add_to_list(message["nodes"])
         elif kind == "upsert":
             node = feedwire.node_from_record(message["node"])
             self._nodes.apply("MODIFIED", node, message["rv"])
@@ -161,10 +166,9 @@ class FeedInventorySource:
             self._apply_namespace(message["name"], message["labels"])
 
     def _apply_state(self, message: feedwire.Message) -> None:
-        """A (re)connection: take the watcher's whole state. A watcher that has not
-        listed yet sends no nodes, and the worker keeps what it had."""
-        if message["nodes"] is not None:
-            self._replace_nodes(message["nodes"], message["rv"])
+        """A (re)connection: take the watcher's whole state. Its node list follows; a
+        watcher that has not listed yet sends none, and the worker keeps what it had."""
+        self._listing = None
         if message["namespaces"] is not None:
             self._namespaces = dict(message["namespaces"])
         self._apply_status(message["status"])
@@ -181,9 +185,22 @@ class FeedInventorySource:
         if status.synced and status.resource_version:
             self._nodes.progress(status.resource_version)
 
-    def _replace_nodes(self, records: list[Mapping[str, Any]], resource_version: str) -> None:
-        nodes = [feedwire.node_from_record(record) for record in records]
-        self._nodes.replace(nodes, resource_version)
+    def _add_to_list(self, records: list[Mapping[str, Any]]) -> None:
+        listing = self._listing
+        if listing is None:
+            raise ValueError("a line of a node list without its head")
+        listing.nodes.extend(feedwire.node_from_record(record) for record in records)
+        listing.lines_left -= 1
+        self._complete_list()
+
+    def _complete_list(self) -> None:
+        """Replace the nodes once a node list is whole, not line by line: a relist must
+        never publish half a cluster."""
+        listing = self._listing
+        if listing is None or listing.lines_left > 0:
+            return
+        self._listing = None
+        self._nodes.replace(listing.nodes, listing.resource_version)
         self._contact = self._clock()
 
     def _apply_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
@@ -194,3 +211,12 @@ class FeedInventorySource:
         else:
             namespaces[name] = labels
         self._namespaces = namespaces
+
+
+@dataclass(slots=True)
+class _Listing:
+    """A node list being received, line by line."""
+
+    resource_version: str
+    lines_left: int
+    nodes: list[Node] = field(default_factory=list)

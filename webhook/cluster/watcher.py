@@ -58,10 +58,10 @@ class Subscribers:
             if self._send(connection, greeting):
                 self._connections.append(connection)
 
-    def send(self, message: feedwire.Message) -> None:
-        line = feedwire.encode(message)
+    def send(self, *messages: feedwire.Message) -> None:
+        lines = feedwire.encode(*messages)
         with self.lock:
-            self._connections = [c for c in self._connections if self._send(c, line)]
+            self._connections = [c for c in self._connections if self._send(c, lines)]
 
     def close(self) -> None:
         with self.lock:
@@ -113,18 +113,13 @@ class FeedState:
         )
 
     def greeting(self) -> bytes:
-        """The whole state, as the first message of a connection."""
-        nodes = None if self.nodes is None else self.nodes.values()
+        """The whole state, as the first messages of a connection."""
         namespaces = self.namespaces.labels if self.namespaces.synced else None
-        return feedwire.encode(
-            {
-                "t": "state",
-                "rv": self.resource_version,
-                "nodes": None if nodes is None else [feedwire.node_record(n) for n in nodes],
-                "namespaces": namespaces,
-                "status": self.status().to_json(),
-            }
-        )
+        state = {"t": "state", "namespaces": namespaces, "status": self.status().to_json()}
+        if self.nodes is None:
+            return feedwire.encode(state)
+        nodes = feedwire.node_list(self.nodes.values(), resource_version=self.resource_version)
+        return feedwire.encode(state, *nodes)
 
 
 class NodeFeed:
@@ -141,8 +136,7 @@ class NodeFeed:
         with state.subscribers.lock:
             state.nodes = {node.name: node for node in items}
             state.contact(resource_version)
-            records = [feedwire.node_record(node) for node in items]
-            state.subscribers.send({"t": "nodes", "rv": resource_version, "nodes": records})
+            state.subscribers.send(*feedwire.node_list(items, resource_version=resource_version))
         gc.freeze()  # as in LiveInventorySource: the nodes live until the next relist
 
     def apply(self, kind: str, item: Node, resource_version: str) -> None:
