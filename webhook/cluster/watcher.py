@@ -69,9 +69,6 @@ class Subscribers:
                 connection.close()
             self._connections = []
 
-    def __len__(self) -> int:
-        return len(self._connections)
-
     @staticmethod
     def _send(connection: socket.socket, line: bytes) -> bool:
         try:
