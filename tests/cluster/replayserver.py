@@ -86,10 +86,11 @@ class Request:
 
 class ReplayServer:
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
-        # Answers for nodes; namespaces get their own list queue and idle watches.
+        # Answers for nodes; namespaces get their own queues (unscripted watches stay idle).
         self.lists: deque[Body] = deque()
         self.watches: deque[Stream | Body] = deque()
         self.namespace_lists: deque[Body] = deque()
+        self.namespace_watches: deque[Stream | Body] = deque()
         self.requests: list[Request] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -145,8 +146,8 @@ class ReplayServer:
             queue: deque[Any] = deque()
             if parts.path == "/api/v1/nodes":
                 queue = self.watches if query.get("watch") else self.lists
-            elif parts.path == "/api/v1/namespaces" and not query.get("watch"):
-                queue = self.namespace_lists
+            elif parts.path == "/api/v1/namespaces":
+                queue = self.namespace_watches if query.get("watch") else self.namespace_lists
             answer = queue.popleft() if queue else None
         if answer is None:
             # Nothing scripted: an idle watch, or a list the test did not expect.

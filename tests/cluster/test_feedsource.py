@@ -210,3 +210,37 @@ def test_a_worker_started_before_the_watcher_connects_once_it_listens(tmp_path: 
     finally:
         worker.stop()
     assert not [t for t in threading.enumerate() if t.name.startswith("inventory-")]
+
+
+def namespace_event(kind: str, name: str, labels: dict[str, str], resource_version: str) -> bytes:
+    meta = {"name": name, "labels": labels, "resourceVersion": resource_version}
+    event = {"type": kind, "object": {"kind": "Namespace", "apiVersion": "v1", "metadata": meta}}
+    return json.dumps(event).encode() + b"\n"
+
+
+def test_namespace_changes_reach_the_workers(server: ReplayServer, tmp_path: Path) -> None:
+    gate = threading.Event()
+    server.namespace_watches.append(
+        Stream(
+            [
+                gate,
+                namespace_event("ADDED", "team-a", {"gpu": "yes"}, "600"),
+                namespace_event("MODIFIED", "default", {"gpu": "no"}, "601"),
+                namespace_event("DELETED", "no-sa-ns", {}, "602"),
+            ],
+            end="hold",
+        )
+    )
+    with running_watcher(server, tmp_path) as watcher:
+        worker = feed_source(watcher.socket_path)
+        worker.start()
+        try:
+            eventually(worker.ready, timeout=STARTUP_SECONDS)
+            assert worker.namespace_labels("team-a") is None
+            gate.set()
+            eventually(lambda: worker.namespace_labels("no-sa-ns") is None)
+            assert worker.namespace_labels("team-a") == {"gpu": "yes"}
+            assert worker.namespace_labels("default") == {"gpu": "no"}
+            assert worker.status().namespace_count == len(NAMESPACES)
+        finally:
+            worker.stop()
