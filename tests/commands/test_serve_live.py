@@ -4,6 +4,7 @@ inventory watcher."""
 
 import json
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.builders import RULES, pod, review
-from tests.cluster.replayserver import Body, ReplayServer, Stream, fixture
+from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture
 from tests.running import Server, kubeconfig, post
 from webhook.certs import DEV_HOSTS, generate, write
 from webhook.cli import main
@@ -40,18 +41,12 @@ def running(pid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def live_server(tmp_path_factory: pytest.TempPathFactory, replay: ReplayServer) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("live")
+def start_live_server(tmp: Path, replay: ReplayServer) -> Server:
     write(
         generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=1),
         tmp / "certs",
     )
-    hold = threading.Event()
-    replay.lists.append(Body(fixture("node-list.json")))
-    replay.namespace_lists.append(Body(fixture("namespace-list.json")))
-    replay.watches.extend(Stream([hold], end="hold") for _ in range(4))
-    server = Server(
+    return Server(
         tmp=tmp,
         cert_dir=tmp / "certs",
         rules=RULES,
@@ -59,12 +54,35 @@ def live_server(tmp_path_factory: pytest.TempPathFactory, replay: ReplayServer) 
         workers=2,
         extra=("--kubeconfig", kubeconfig(tmp, replay.url)),
     )
-    yield server
-    hold.set()
+
+
+def stop_and_check_the_watchers_stopped(server: Server) -> None:
     assert server.stop() == 0, server.log.read_text()
     pids = watcher_pids(server)
     assert pids, "the master logs the watcher it starts"
     assert not [pid for pid in pids if running(pid)], "the watcher stops with the server"
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory, replay: ReplayServer) -> Iterator[Server]:
+    hold = threading.Event()
+    replay.lists.append(Body(fixture("node-list.json")))
+    replay.namespace_lists.append(Body(fixture("namespace-list.json")))
+    replay.watches.extend(Stream([hold], end="hold") for _ in range(4))
+    server = start_live_server(tmp_path_factory.mktemp("live"), replay)
+    yield server
+    hold.set()
+    stop_and_check_the_watchers_stopped(server)
+
+
+def node_lists(replay: ReplayServer) -> list[object]:
+    return [r for r in replay.list_requests() if r.path == "/api/v1/nodes"]
+
+
+def denies_sixteen_gpus_for_lack_of_a_node(server: Server) -> bool:
+    status, answer = post(server.connection(), "/mutate", review(pod(gpus=16)))
+    response = answer["response"]
+    return status == 200 and "gpu-a100-0, has 8" in response["status"]["message"]
 
 
 def test_the_server_is_ready_once_the_first_list_is_in(live_server: Server) -> None:
@@ -111,3 +129,23 @@ def test_an_unusable_kubeconfig_stops_serve_with_a_message(
     )
     assert code == 2
     assert "cluster configuration is not usable" in capsys.readouterr().err
+
+
+def test_a_watcher_that_dies_is_started_again_while_the_workers_keep_serving(
+    tmp_path: Path,
+) -> None:
+    replay = ReplayServer().start()
+    replay.lists.extend(Body(fixture("node-list.json")) for _ in range(2))
+    replay.namespace_lists.extend(Body(fixture("namespace-list.json")) for _ in range(2))
+    server = start_live_server(tmp_path, replay)
+    try:
+        (first,) = watcher_pids(server)
+        os.kill(first, signal.SIGKILL)
+        eventually(lambda: len(watcher_pids(server)) == 2, timeout=30)
+        eventually(lambda: len(node_lists(replay)) == 2, timeout=30)
+        assert server.process.poll() is None, "the master keeps running"
+        assert server.health("/readyz")[0] == 200
+        assert denies_sixteen_gpus_for_lack_of_a_node(server)
+    finally:
+        stop_and_check_the_watchers_stopped(server)
+        replay.stop()
