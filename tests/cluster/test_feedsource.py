@@ -4,6 +4,7 @@ leaves the workers with their last state, stale in time, until it is back."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -105,12 +106,17 @@ def seen_by_the_engine(source: InventorySource) -> tuple[object, ...]:
     )
 
 
-def settled(source: InventorySource, resource_version: str, relists: int) -> bool:
-    status = source.status()
-    return source.ready() and (status.resource_version, status.relists) == (
-        resource_version,
-        relists,
-    )
+def wait_until_settled(source: InventorySource, resource_version: str, relists: int) -> None:
+    def settled() -> bool:
+        status = source.status()
+        return source.ready() and (status.resource_version, status.relists) == (
+            resource_version,
+            relists,
+        )
+
+    with contextlib.suppress(AssertionError):  # the assertion below says where it stopped
+        eventually(settled, timeout=STARTUP_SECONDS)
+    assert settled(), (type(source).__name__, source.ready(), source.status())
 
 
 @pytest.mark.parametrize(("script", "final_version", "relists"), SCRIPTS)
@@ -128,11 +134,10 @@ def test_a_worker_sees_what_an_in_process_live_source_sees(
             worker.start()
             try:
                 for source in (live, worker):
-                    eventually(
-                        lambda s=source: s.ready() and s.status().resource_version == final_version
-                    )  # type: ignore[misc]
-                    eventually(lambda s=source: s.status().relists == relists)  # type: ignore[misc]
-                eventually(lambda: seen_by_the_engine(worker) == seen_by_the_engine(live))
+                    wait_until_settled(source, final_version, relists)
+                with contextlib.suppress(AssertionError):  # the assertion below shows the diff
+                    eventually(lambda: seen_by_the_engine(worker) == seen_by_the_engine(live))
+                assert seen_by_the_engine(worker) == seen_by_the_engine(live)
             finally:
                 worker.stop()
     finally:
@@ -161,7 +166,7 @@ def test_a_worker_that_connects_late_gets_the_whole_state(
             late = feed_source(watcher.socket_path)
             late.start()
             try:
-                eventually(late.ready)
+                eventually(late.ready, timeout=STARTUP_SECONDS)
                 assert nodes_of(late) == nodes_of(early)
                 assert late.namespace_labels("kube-system") == early.namespace_labels("kube-system")
                 assert late.namespace_labels("kube-system") is not None
@@ -192,7 +197,10 @@ def test_a_dead_watcher_leaves_workers_their_nodes_then_stale_until_it_is_back(
             assert "stale" in (view_of(worker).problem or "")
             assert watcher.pid != first_pid
             relist_gate.set()
-            eventually(lambda: not worker.status().stale and len(nodes_of(worker)) == 3)
+            eventually(
+                lambda: not worker.status().stale and len(nodes_of(worker)) == 3,
+                timeout=STARTUP_SECONDS,
+            )
             assert view_of(worker).snapshot is not None
             assert watcher.restarts == 1
         finally:
