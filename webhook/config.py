@@ -56,6 +56,9 @@ class Settings:
     threads: int = 4
     log_level: str = "info"
     inventory_failure_mode: FailureMode | None = None
+    # The socket of the pod's inventory watcher: set by the gunicorn master for its workers
+    # when it runs one (a live inventory), never by a flag.
+    inventory_feed: Path | None = None
     # Seconds between checks of the rule files (and certificate files) for changes.
     reload_interval: float = 2.0
 

@@ -11,6 +11,9 @@ Choices, each for a reason (see docs/server.md):
   termination grace period) and new connections are refused.
 - No ``preload_app``: each worker loads rules and starts its background threads after
   the fork, so no thread or lock crosses a fork.
+- A live inventory is watched once per pod: the master starts one watcher process
+  (``webhook.cluster.watcherprocess``) and every worker follows it over a Unix socket, so
+  parsing node events never takes a worker's interpreter lock from admissions.
 - The TLS context comes from ``webhook.tls.ReloadingContext`` (rotated certificates).
 """
 
@@ -21,7 +24,9 @@ import os
 import ssl
 import sys
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornBaseLogger
@@ -36,6 +41,9 @@ from webhook.reloader import Reloader
 from webhook.rulefiles import RuleStore
 from webhook.tls import ReloadingContext
 
+if TYPE_CHECKING:
+    from webhook.cluster.watcherprocess import WatcherProcess
+
 log = logging.getLogger("gpu_webhook.server")
 WSGIApp = Callable[..., Any]
 LIVE_MAX_STALENESS_SECONDS = 300.0
@@ -46,16 +54,27 @@ GIL_SWITCH_SECONDS = 0.0005
 
 
 def live_inventory(settings: Settings) -> InventorySource:
-    """The node (and namespace) watcher. Imported here, not at the top: a server with a
-    static inventory never loads the kubernetes client."""
+    """The nodes and namespaces of the cluster: from the pod's watcher when the master runs
+    one, else watched in this process. Imported here, not at the top: a server with a
+    static inventory never loads the cluster code."""
+    if settings.inventory_feed is not None:
+        from webhook.cluster.feedsource import FeedInventorySource
+
+        return FeedInventorySource(
+            socket_path=str(settings.inventory_feed),
+            max_staleness_seconds=LIVE_MAX_STALENESS_SECONDS,
+        )
     from webhook.cluster.inventorysource import LiveInventorySource, api_endpoint_from_kubeconfig
 
-    kubeconfig = str(settings.kubeconfig) if settings.kubeconfig else None
     return LiveInventorySource(
-        api=api_endpoint_from_kubeconfig(kubeconfig),
+        api=api_endpoint_from_kubeconfig(_kubeconfig(settings)),
         watch_namespaces=True,
         max_staleness_seconds=LIVE_MAX_STALENESS_SECONDS,
     )
+
+
+def _kubeconfig(settings: Settings) -> str | None:
+    return str(settings.kubeconfig) if settings.kubeconfig else None
 
 
 def inventory_source(settings: Settings) -> InventorySource | None:
@@ -64,6 +83,15 @@ def inventory_source(settings: Settings) -> InventorySource | None:
     if settings.live_inventory:
         return live_inventory(settings)
     return None
+
+
+def inventory_watcher(settings: Settings) -> WatcherProcess | None:
+    """The pod's one watcher, for the master to run, when the inventory is live."""
+    if settings.inventory is not None or not settings.live_inventory:
+        return None
+    from webhook.cluster.watcherprocess import WatcherProcess
+
+    return WatcherProcess(kubeconfig=_kubeconfig(settings), log_level=settings.log_level)
 
 
 def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
@@ -162,6 +190,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         self.app_factory = app_factory
         self._tls = ReloadingContext(settings.cert_file, settings.key_file)
         self._health: HealthServer | None = None
+        self._watcher: WatcherProcess | None = None
         self._stop_worker: Callable[[], None] | None = None
         super().__init__()
 
@@ -187,6 +216,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         # Importing the metrics made this (master) process a zero-valued "live" member of
         # every gauge; only workers report, so drop the master's files.
         metrics.worker_exited(os.getpid())
+        self._start_watcher()
         if self.settings.health_port:
             self._health = HealthServer(self.settings.host, self.settings.health_port)
             self._health.start()
@@ -200,7 +230,17 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
             },
         )
 
+    def _start_watcher(self) -> None:
+        """Before the first worker is forked, so that every worker finds its socket."""
+        self._watcher = inventory_watcher(self.settings)
+        if self._watcher is not None:
+            self._watcher.start()
+            feed = Path(self._watcher.socket_path)
+            self.settings = replace(self.settings, inventory_feed=feed)
+
     def _on_exit(self, server: Any) -> None:  # noqa: ARG002
+        if self._watcher is not None:
+            self._watcher.stop()
         if self._health is not None:
             self._health.stop()
 

@@ -58,6 +58,8 @@ class Body:
     data: bytes
     status: int = 200
     delay_seconds: float = 0.0
+    # Answered only once this is set (or the server stops).
+    gate: threading.Event | None = None
 
 
 @dataclass
@@ -84,10 +86,11 @@ class Request:
 
 class ReplayServer:
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
-        # Answers for nodes; namespaces get their own list queue and idle watches.
+        # Answers for nodes; namespaces get their own queues (unscripted watches stay idle).
         self.lists: deque[Body] = deque()
         self.watches: deque[Stream | Body] = deque()
         self.namespace_lists: deque[Body] = deque()
+        self.namespace_watches: deque[Stream | Body] = deque()
         self.requests: list[Request] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -143,8 +146,8 @@ class ReplayServer:
             queue: deque[Any] = deque()
             if parts.path == "/api/v1/nodes":
                 queue = self.watches if query.get("watch") else self.lists
-            elif parts.path == "/api/v1/namespaces" and not query.get("watch"):
-                queue = self.namespace_lists
+            elif parts.path == "/api/v1/namespaces":
+                queue = self.namespace_watches if query.get("watch") else self.namespace_lists
             answer = queue.popleft() if queue else None
         if answer is None:
             # Nothing scripted: an idle watch, or a list the test did not expect.
@@ -157,6 +160,9 @@ class ReplayServer:
     def _body(self, handler: BaseHTTPRequestHandler, body: Body) -> None:
         if body.delay_seconds and self.stopping.wait(body.delay_seconds):
             return
+        while body.gate is not None and not body.gate.wait(0.05):
+            if self.stopping.is_set():
+                return
         handler.send_response(body.status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(body.data)))

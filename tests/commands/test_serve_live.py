@@ -1,6 +1,10 @@
 """``gpu-webhook serve --kubeconfig``: the live node inventory behind real admissions, fed by
-a loopback server replaying the API server's recorded node list."""
+a loopback server replaying the API server's recorded node list, through the pod's one
+inventory watcher."""
 
+import json
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -8,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.builders import RULES, pod, review
-from tests.cluster.replayserver import Body, ReplayServer, Stream, fixture
+from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture
 from tests.running import Server, kubeconfig, post
 from webhook.certs import DEV_HOSTS, generate, write
 from webhook.cli import main
@@ -17,33 +21,79 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("live")
+def replay() -> Iterator[ReplayServer]:
+    server = ReplayServer().start()
+    yield server
+    server.stop()
+
+
+def watcher_pids(server: Server) -> list[int]:
+    """The watcher processes the server's master started, from its JSON log lines."""
+    lines = [json.loads(line) for line in server.log.read_text().splitlines() if line[:1] == "{"]
+    return [line["pid"] for line in lines if line["msg"] == "inventory watcher started"]
+
+
+def running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def start_live_server(tmp: Path, replay: ReplayServer) -> Server:
     write(
         generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=1),
         tmp / "certs",
     )
-    replay = ReplayServer().start()
-    hold = threading.Event()
-    replay.lists.append(Body(fixture("node-list.json")))
-    replay.namespace_lists.append(Body(fixture("namespace-list.json")))
-    replay.watches.extend(Stream([hold], end="hold") for _ in range(4))
-    server = Server(
+    return Server(
         tmp=tmp,
         cert_dir=tmp / "certs",
         rules=RULES,
         inventory=None,
-        workers=1,
+        workers=2,
         extra=("--kubeconfig", kubeconfig(tmp, replay.url)),
     )
+
+
+def stop_and_check_the_watchers_stopped(server: Server) -> None:
+    assert server.stop() == 0, server.log.read_text()
+    pids = watcher_pids(server)
+    assert pids, "the master logs the watcher it starts"
+    assert not [pid for pid in pids if running(pid)], "the watcher stops with the server"
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory, replay: ReplayServer) -> Iterator[Server]:
+    hold = threading.Event()
+    replay.lists.append(Body(fixture("node-list.json")))
+    replay.namespace_lists.append(Body(fixture("namespace-list.json")))
+    replay.watches.extend(Stream([hold], end="hold") for _ in range(4))
+    server = start_live_server(tmp_path_factory.mktemp("live"), replay)
     yield server
     hold.set()
-    assert server.stop() == 0, server.log.read_text()
-    replay.stop()
+    stop_and_check_the_watchers_stopped(server)
+
+
+def node_lists(replay: ReplayServer) -> list[object]:
+    return [r for r in replay.list_requests() if r.path == "/api/v1/nodes"]
+
+
+def denies_sixteen_gpus_for_lack_of_a_node(server: Server) -> bool:
+    status, answer = post(server.connection(), "/mutate", review(pod(gpus=16)))
+    response = answer["response"]
+    return status == 200 and "gpu-a100-0, has 8" in response["status"]["message"]
 
 
 def test_the_server_is_ready_once_the_first_list_is_in(live_server: Server) -> None:
     assert live_server.health("/readyz")[0] == 200
+
+
+def test_two_workers_cost_the_api_server_one_list_and_one_watch_of_nodes(
+    live_server: Server, replay: ReplayServer
+) -> None:
+    nodes = [r for r in replay.requests if r.path == "/api/v1/nodes"]
+    assert [bool(r.query.get("watch")) for r in nodes] == [False, True]
 
 
 def test_capacity_checks_use_the_live_nodes(live_server: Server) -> None:
@@ -79,3 +129,23 @@ def test_an_unusable_kubeconfig_stops_serve_with_a_message(
     )
     assert code == 2
     assert "cluster configuration is not usable" in capsys.readouterr().err
+
+
+def test_a_watcher_that_dies_is_started_again_while_the_workers_keep_serving(
+    tmp_path: Path,
+) -> None:
+    replay = ReplayServer().start()
+    replay.lists.extend(Body(fixture("node-list.json")) for _ in range(2))
+    replay.namespace_lists.extend(Body(fixture("namespace-list.json")) for _ in range(2))
+    server = start_live_server(tmp_path, replay)
+    try:
+        (first,) = watcher_pids(server)
+        os.kill(first, signal.SIGKILL)
+        eventually(lambda: len(watcher_pids(server)) == 2, timeout=30)
+        eventually(lambda: len(node_lists(replay)) == 2, timeout=30)
+        assert server.process.poll() is None, "the master keeps running"
+        assert server.health("/readyz")[0] == 200
+        assert denies_sixteen_gpus_for_lack_of_a_node(server)
+    finally:
+        stop_and_check_the_watchers_stopped(server)
+        replay.stop()

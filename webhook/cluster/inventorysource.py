@@ -54,6 +54,59 @@ def list_inventory(api: ApiEndpoint, *, request_timeout_seconds: float = 30.0) -
     return Inventory(nodes, resource_version=resource_version, source=api.host)
 
 
+NamespaceItem = tuple[str, Mapping[str, str]]
+
+
+class ClusterWatch:
+    """The list-and-watch loops behind a cache: nodes, and namespaces when a handler is
+    given. Shared by the in-process live source and the pod's inventory watcher, which
+    differ only in what they do with each event."""
+
+    def __init__(
+        self,
+        *,
+        api: ApiEndpoint,
+        nodes: Handler[Node],
+        namespaces: Handler[NamespaceItem] | None,
+        backoff: Callable[[], Backoff] = Backoff,
+        page_size: int = 500,
+        watch_timeout_seconds: Callable[[], int] | None = None,
+        request_timeout_seconds: float = 30.0,
+    ) -> None:
+        self._client = ApiClient(api, request_timeout_seconds=request_timeout_seconds)
+
+        def reflector(path: str, handler: Handler[T]) -> Reflector[T]:
+            return Reflector(
+                client=self._client,
+                path=path,
+                handler=handler,
+                backoff=backoff(),
+                page_size=page_size,
+                watch_timeout_seconds=watch_timeout_seconds,
+            )
+
+        self._nodes = reflector(NODES_PATH, nodes)
+        self._namespaces = None if namespaces is None else reflector(NAMESPACES_PATH, namespaces)
+
+    @property
+    def relists(self) -> int:
+        return self._nodes.relists
+
+    def threads(self, stop: threading.Event) -> list[threading.Thread]:
+        """The loops' threads, not started; they end once ``stop`` is set and ``close``
+        has ended the open requests."""
+        loops = [("inventory-nodes", self._nodes.run)]
+        if self._namespaces is not None:
+            loops.append(("inventory-namespaces", self._namespaces.run))
+        return [
+            threading.Thread(target=run, args=(stop,), name=name, daemon=True)
+            for name, run in loops
+        ]
+
+    def close(self) -> None:
+        self._client.close()
+
+
 class LiveInventorySource:
     """Nodes (and optionally namespaces) of a live cluster, kept by list and watch."""
 
@@ -74,28 +127,20 @@ class LiveInventorySource:
         self.max_staleness_seconds = max_staleness_seconds
         self.publish_interval_seconds = publish_interval_seconds
         self._clock = clock
-        self._client = ApiClient(api, request_timeout_seconds=request_timeout_seconds)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._started_at: float | None = None
-
-        def reflector(path: str, handler: Handler[T]) -> Reflector[T]:
-            return Reflector(
-                client=self._client,
-                path=path,
-                handler=handler,
-                backoff=backoff(),
-                page_size=page_size,
-                watch_timeout_seconds=watch_timeout_seconds,
-            )
-
-        self._nodes = _NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
-        self._node_reflector = reflector(NODES_PATH, self._nodes)
-        self._namespaces: _NamespaceCache | None = None
-        self._namespace_reflector: Reflector[tuple[str, Mapping[str, str]]] | None = None
-        if watch_namespaces:
-            self._namespaces = _NamespaceCache(clock=clock)
-            self._namespace_reflector = reflector(NAMESPACES_PATH, self._namespaces)
+        self._nodes = NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
+        self._namespaces = NamespaceCache(clock=clock) if watch_namespaces else None
+        self._watch = ClusterWatch(
+            api=api,
+            nodes=self._nodes,
+            namespaces=self._namespaces,
+            backoff=backoff,
+            page_size=page_size,
+            watch_timeout_seconds=watch_timeout_seconds,
+            request_timeout_seconds=request_timeout_seconds,
+        )
 
     def start(self) -> None:
         """Start the background threads; returns at once (see ``ready``). A source runs
@@ -103,23 +148,14 @@ class LiveInventorySource:
         if self._threads or self._stop.is_set():
             return
         self._threads = [
+            *self._watch.threads(self._stop),
             threading.Thread(
-                target=self._node_reflector.run,
+                target=self._nodes.run_publisher,
                 args=(self._stop,),
-                name="inventory-nodes",
+                name="inventory-publish",
                 daemon=True,
             ),
-            threading.Thread(target=self._publish_loop, name="inventory-publish", daemon=True),
         ]
-        if self._namespace_reflector is not None:
-            self._threads.append(
-                threading.Thread(
-                    target=self._namespace_reflector.run,
-                    args=(self._stop,),
-                    name="inventory-namespaces",
-                    daemon=True,
-                )
-            )
         self._started_at = self._clock()
         for thread in self._threads:
             thread.start()
@@ -128,7 +164,7 @@ class LiveInventorySource:
         """Stop watching and wait for the threads; the last snapshot stays readable."""
         self._stop.set()
         self._nodes.wake()
-        self._client.close()
+        self._watch.close()
         for thread in self._threads:
             thread.join(timeout_seconds)
         self._threads = []
@@ -157,7 +193,7 @@ class LiveInventorySource:
             node_count=0 if snapshot is None else len(snapshot),
             last_error=nodes.last_error or (namespaces.last_error if namespaces else ""),
             source=self.api.host,
-            relists=self._node_reflector.relists,
+            relists=self._watch.relists,
             namespace_count=None if namespaces is None else len(namespaces.labels),
         )
 
@@ -166,30 +202,10 @@ class LiveInventorySource:
             return None
         return self._namespaces.labels.get(name)
 
-    def _publish_loop(self) -> None:
-        """Publish what a stream left unpublished once it has been quiet for an interval.
 
-        While events flow, the reflector's own thread publishes at most once per interval:
-        one thread doing the CPU work of a burst instead of two leaves the interpreter lock
-        free for requests more often.
-        """
-        interval = self.publish_interval_seconds
-        while not self._stop.is_set():
-            if not self._nodes.wait_for_change(self._stop):
-                return
-            while (quiet := self._nodes.quiet_seconds()) < interval:
-                if self._stop.wait(interval - quiet):
-                    return
-            try:
-                self._nodes.publish()
-            except Exception:  # keep publishing later changes; the next build may succeed
-                log.exception("building an inventory snapshot failed")
-                if self._stop.wait(1.0):
-                    return
-
-
-class _NodeCache:
-    """The reflector's handler for nodes; the publisher thread turns it into snapshots."""
+class NodeCache:
+    """Nodes by name, fed by a reflector or by the inventory feed; ``run_publisher`` turns
+    them into snapshots."""
 
     def __init__(self, *, clock: Callable[[], float], publish_interval_seconds: float) -> None:
         self._clock = clock
@@ -258,6 +274,27 @@ class _NodeCache:
 
     # Publisher side.
 
+    def run_publisher(self, stop: threading.Event) -> None:
+        """Publish what a stream left unpublished once it has been quiet for an interval.
+
+        While events flow, the thread that applies them publishes at most once per
+        interval: one thread doing the CPU work of a burst instead of two leaves the
+        interpreter lock free for requests more often.
+        """
+        interval = self._interval
+        while not stop.is_set():
+            if not self.wait_for_change(stop):
+                return
+            while (quiet := self.quiet_seconds()) < interval:
+                if stop.wait(interval - quiet):
+                    return
+            try:
+                self.publish()
+            except Exception:  # keep publishing later changes; the next build may succeed
+                log.exception("building an inventory snapshot failed")
+                if stop.wait(1.0):
+                    return
+
     def wait_for_change(self, stop: threading.Event) -> bool:
         with self._lock:
             while not self._dirty and not stop.is_set():
@@ -313,7 +350,7 @@ class _NodeCache:
         )
 
 
-class _NamespaceCache:
+class NamespaceCache:
     """Labels of every namespace, for rules that select namespaces by label."""
 
     def __init__(self, *, clock: Callable[[], float]) -> None:

@@ -1,0 +1,222 @@
+"""A worker's inventory, fed by the pod's watcher over its Unix socket.
+
+The watcher (``webhook.cluster.watcher``) does the listing, watching and parsing; a
+worker only applies compact changes to the same ``NodeCache`` the in-process live source
+uses, so snapshots are coalesced and built incrementally exactly as there. If the watcher
+goes away, the worker keeps its last state, connects again with backoff, and its
+inventory turns stale by the usual rule: no word from the API server, through the
+watcher, for ``max_staleness_seconds``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.admission.inventory import InventoryStatus
+from webhook.cluster import feedwire
+from webhook.cluster.feedwire import WatcherStatus
+from webhook.cluster.inventorysource import NodeCache
+from webhook.cluster.reflector import Backoff
+from webhook.engine.inventory import Inventory, Node
+
+log = logging.getLogger("webhook.inventory")
+
+
+class FeedInventorySource:
+    """Nodes and namespaces as the pod's inventory watcher last reported them."""
+
+    def __init__(
+        self,
+        *,
+        socket_path: str,
+        max_staleness_seconds: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        publish_interval_seconds: float = 0.1,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.socket_path = socket_path
+        self.max_staleness_seconds = max_staleness_seconds
+        self._clock = clock
+        self._backoff = backoff or Backoff(initial_seconds=0.05, cap_seconds=2.0)
+        self._nodes = NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
+        self._namespaces: dict[str, Mapping[str, str]] | None = None
+        self._watcher = WatcherStatus()
+        # When the watcher last heard from the API server, on this process's clock.
+        self._contact: float | None = None
+        self._started_at: float | None = None
+        self._connection_error = ""
+        self._connection: socket.socket | None = None
+        self._listing: _Listing | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Connect in the background; returns at once (see ``ready``). Runs once."""
+        if self._threads or self._stop.is_set():
+            return
+        self._threads = [
+            threading.Thread(target=self._receive_loop, name="inventory-feed", daemon=True),
+            threading.Thread(
+                target=self._nodes.run_publisher,
+                args=(self._stop,),
+                name="inventory-publish",
+                daemon=True,
+            ),
+        ]
+        self._started_at = self._clock()
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout_seconds: float = 5.0) -> None:
+        """Disconnect and wait for the threads; the last snapshot stays readable."""
+        self._stop.set()
+        self._nodes.wake()
+        connection = self._connection
+        if connection is not None:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(timeout_seconds)
+        self._threads = []
+
+    def snapshot(self) -> Inventory | None:
+        return self._nodes.published
+
+    def ready(self) -> bool:
+        return self._nodes.published is not None and self._namespaces is not None
+
+    def status(self) -> InventoryStatus:
+        snapshot = self._nodes.published
+        since = self._contact if self._contact is not None else self._started_at
+        age = None if since is None else max(0.0, self._clock() - since)
+        namespaces = self._namespaces
+        return InventoryStatus(
+            synced=snapshot is not None,
+            stale=snapshot is not None and age is not None and age > self.max_staleness_seconds,
+            age_seconds=age,
+            resource_version=self._nodes.resource_version,
+            node_count=0 if snapshot is None else len(snapshot),
+            last_error=self._connection_error or self._watcher.last_error,
+            source=f"watcher at {self.socket_path}",
+            relists=self._watcher.relists,
+            namespace_count=None if namespaces is None else len(namespaces),
+        )
+
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        namespaces = self._namespaces
+        return None if namespaces is None else namespaces.get(name)
+
+    # The receiving thread.
+
+    def _receive_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._receive()
+                error = "the inventory watcher closed the connection"
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                error = f"the inventory watcher is unreachable: {exc}"
+            if self._stop.is_set():
+                return
+            delay = self._backoff.next()
+            if not self._connection_error:
+                log.warning("%s; connecting again", error, extra={"socket": self.socket_path})
+            self._connection_error = error
+            if self._stop.wait(delay):
+                return
+
+    def _receive(self) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(self.socket_path)
+            self._connection = connection
+            try:
+                with connection.makefile("rb") as lines:
+                    for line in lines:
+                        self._apply(feedwire.decode(line))
+            finally:
+                self._connection = None
+
+    def _apply(self, message: feedwire.Message) -> None:
+        kind = message["t"]
+        if kind == "state":
+            self._apply_state(message)
+        elif kind == "status":
+            self._apply_status(message["status"])
+        elif kind == "nodes":
+            self._listing = _Listing(message["rv"], lines_left=message["lines"])
+            self._complete_list()
+        elif kind == "chunk":
+            self._add_to_list(message["nodes"])
+        elif kind == "upsert":
+            node = feedwire.node_from_record(message["node"])
+            self._nodes.apply("MODIFIED", node, message["rv"])
+            self._contact = self._clock()
+        elif kind == "delete":
+            self._nodes.apply("DELETED", Node(name=message["name"]), message["rv"])
+            self._contact = self._clock()
+        elif kind == "namespaces":
+            self._namespaces = dict(message["namespaces"])
+        elif kind == "namespace":
+            self._apply_namespace(message["name"], message["labels"])
+
+    def _apply_state(self, message: feedwire.Message) -> None:
+        """A (re)connection: take the watcher's whole state. Its node list follows; a
+        watcher that has not listed yet sends none, and the worker keeps what it had."""
+        self._listing = None
+        if message["namespaces"] is not None:
+            self._namespaces = dict(message["namespaces"])
+        self._apply_status(message["status"])
+        self._backoff.reset()
+        if self._connection_error:
+            log.info("connected to the inventory watcher", extra={"socket": self.socket_path})
+        self._connection_error = ""
+
+    def _apply_status(self, raw: Mapping[str, Any]) -> None:
+        status = WatcherStatus.from_json(raw)
+        self._watcher = status
+        if status.since_contact_seconds is not None:
+            self._contact = self._clock() - status.since_contact_seconds
+        if status.synced and status.resource_version:
+            self._nodes.progress(status.resource_version)
+
+    def _add_to_list(self, records: list[Mapping[str, Any]]) -> None:
+        listing = self._listing
+        if listing is None:
+            raise ValueError("a line of a node list without its head")
+        listing.nodes.extend(feedwire.node_from_record(record) for record in records)
+        listing.lines_left -= 1
+        self._complete_list()
+
+    def _complete_list(self) -> None:
+        """Replace the nodes once a node list is whole, not line by line: a relist must
+        never publish half a cluster."""
+        listing = self._listing
+        if listing is None or listing.lines_left > 0:
+            return
+        self._listing = None
+        self._nodes.replace(listing.nodes, listing.resource_version)
+        self._contact = self._clock()
+
+    def _apply_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
+        # A new dict, swapped in whole: readers never see one half-changed.
+        namespaces = dict(self._namespaces or {})
+        if labels is None:
+            namespaces.pop(name, None)
+        else:
+            namespaces[name] = labels
+        self._namespaces = namespaces
+
+
+@dataclass(slots=True)
+class _Listing:
+    """A node list being received, line by line."""
+
+    resource_version: str
+    lines_left: int
+    nodes: list[Node] = field(default_factory=list)

@@ -1,0 +1,319 @@
+"""The pod's one inventory watcher: lists and watches nodes and namespaces, and feeds the
+gunicorn workers over a Unix socket.
+
+Why a process of its own: parsing an 11 KB node event takes the interpreter lock, and in a
+worker that lock is what admissions wait for. Here the parsing happens once per pod, not
+once per worker, and the API server serves one list and one watch per pod. Workers get
+compact records (``webhook.cluster.feedwire``) and only when something policy reads
+changed: a heartbeat-only update costs a worker nothing.
+
+Run by ``webhook.cluster.watcherprocess`` as ``python -m webhook.cluster.watcher``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook import logs
+from webhook.cluster import feedwire
+from webhook.cluster.apiclient import ApiEndpoint, ApiError, KubeconfigError
+from webhook.cluster.inventorysource import (
+    ClusterWatch,
+    NamespaceCache,
+    NamespaceItem,
+    api_endpoint_from_kubeconfig,
+)
+from webhook.cluster.reflector import Backoff
+from webhook.engine.inventory import Node, node_from_json
+
+log = logging.getLogger("webhook.inventory.watcher")
+HEARTBEAT_SECONDS = 1.0
+SEND_TIMEOUT_SECONDS = 5.0
+
+
+class Subscribers:
+    """Connected workers. Every message goes to each of them in the order it was sent;
+    a worker that cannot take a message within the send timeout is dropped (it connects
+    again and gets the whole state), so one stuck worker cannot stall the others."""
+
+    def __init__(self) -> None:
+        # Held while the state changes and while it is sent: a worker that joins gets
+        # the state and then every later change, none twice and none missing.
+        self.lock = threading.RLock()
+        self._connections: list[socket.socket] = []
+
+    def join(self, connection: socket.socket, greeting: bytes) -> None:
+        with self.lock:
+            if self._send(connection, greeting):
+                self._connections.append(connection)
+
+    def send(self, *messages: feedwire.Message) -> None:
+        lines = feedwire.encode(*messages)
+        with self.lock:
+            self._connections = [c for c in self._connections if self._send(c, lines)]
+
+    def close(self) -> None:
+        with self.lock:
+            for connection in self._connections:
+                connection.close()
+            self._connections = []
+
+    @staticmethod
+    def _send(connection: socket.socket, line: bytes) -> bool:
+        try:
+            connection.sendall(line)
+        except OSError as exc:
+            log.info("an inventory feed subscriber left: %s", exc, extra={"error": str(exc)})
+            connection.close()
+            return False
+        return True
+
+
+class FeedState:
+    """What the watcher knows, kept so that a worker that connects late gets all of it."""
+
+    def __init__(self, *, subscribers: Subscribers, clock: Callable[[], float]) -> None:
+        self.subscribers = subscribers
+        self.clock = clock
+        self.nodes: dict[str, Node] | None = None
+        self.resource_version = ""
+        self.last_contact: float | None = None
+        self.node_error = ""
+        self.namespaces = NamespaceCache(clock=clock)
+        self.relists: Callable[[], int] = lambda: 0
+
+    def contact(self, resource_version: str) -> None:
+        self.resource_version = resource_version or self.resource_version
+        self.last_contact = self.clock()
+        self.node_error = ""
+
+    def status(self) -> feedwire.WatcherStatus:
+        since = None if self.last_contact is None else self.clock() - self.last_contact
+        return feedwire.WatcherStatus(
+            synced=self.nodes is not None,
+            namespaces_synced=self.namespaces.synced,
+            resource_version=self.resource_version,
+            last_error=self.node_error or self.namespaces.last_error,
+            relists=self.relists(),
+            since_contact_seconds=since,
+        )
+
+    def greeting(self) -> bytes:
+        """The whole state, as the first messages of a connection."""
+        namespaces = self.namespaces.labels if self.namespaces.synced else None
+        state = {"t": "state", "namespaces": namespaces, "status": self.status().to_json()}
+        if self.nodes is None:
+            return feedwire.encode(state)
+        nodes = feedwire.node_list(self.nodes.values(), resource_version=self.resource_version)
+        return feedwire.encode(state, *nodes)
+
+
+class NodeFeed:
+    """The node reflector's handler: keeps the compact nodes and sends what changed."""
+
+    def __init__(self, state: FeedState) -> None:
+        self.state = state
+
+    def parse(self, obj: Mapping[str, Any]) -> Node:
+        return node_from_json(obj)
+
+    def replace(self, items: list[Node], resource_version: str) -> None:
+        state = self.state
+        with state.subscribers.lock:
+            state.nodes = {node.name: node for node in items}
+            state.contact(resource_version)
+            state.subscribers.send(*feedwire.node_list(items, resource_version=resource_version))
+        gc.freeze()  # as in LiveInventorySource: the nodes live until the next relist
+
+    def apply(self, kind: str, item: Node, resource_version: str) -> None:
+        state = self.state
+        nodes = state.nodes
+        if nodes is None:
+            return
+        with state.subscribers.lock:
+            state.contact(resource_version)
+            if kind == "DELETED":
+                if nodes.pop(item.name, None) is not None:
+                    message = {"t": "delete", "rv": resource_version, "name": item.name}
+                    state.subscribers.send(message)
+            elif nodes.get(item.name) != item:
+                nodes[item.name] = item
+                record = feedwire.node_record(item)
+                state.subscribers.send({"t": "upsert", "rv": resource_version, "node": record})
+
+    def progress(self, resource_version: str) -> None:
+        self.state.contact(resource_version)
+
+    def failed(self, error: ApiError) -> None:
+        self.state.node_error = str(error)
+
+
+class NamespaceFeed:
+    """The namespace reflector's handler: the labels, and what changed in them."""
+
+    def __init__(self, state: FeedState) -> None:
+        self.state = state
+        self.cache = state.namespaces
+
+    def parse(self, obj: Mapping[str, Any]) -> NamespaceItem:
+        return self.cache.parse(obj)
+
+    def replace(self, items: list[NamespaceItem], resource_version: str) -> None:
+        with self.state.subscribers.lock:
+            self.cache.replace(items, resource_version)
+            self.state.subscribers.send({"t": "namespaces", "namespaces": self.cache.labels})
+
+    def apply(self, kind: str, item: NamespaceItem, resource_version: str) -> None:
+        name = item[0]
+        with self.state.subscribers.lock:
+            before = self.cache.labels.get(name)
+            self.cache.apply(kind, item, resource_version)
+            after = self.cache.labels.get(name)
+            if after != before:  # a deletion makes ``after`` None
+                self.state.subscribers.send({"t": "namespace", "name": name, "labels": after})
+
+    def progress(self, resource_version: str) -> None:
+        self.cache.progress(resource_version)
+
+    def failed(self, error: ApiError) -> None:
+        self.cache.failed(error)
+
+
+class InventoryFeed:
+    """List and watch, and serve the result on ``socket_path`` until stopped."""
+
+    def __init__(
+        self,
+        *,
+        api: ApiEndpoint,
+        socket_path: str,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        backoff: Callable[[], Backoff] = Backoff,
+        watch_timeout_seconds: Callable[[], int] | None = None,
+    ) -> None:
+        self.socket_path = socket_path
+        self.heartbeat_seconds = heartbeat_seconds
+        self.subscribers = Subscribers()
+        self.state = FeedState(subscribers=self.subscribers, clock=clock)
+        self._watch = ClusterWatch(
+            api=api,
+            nodes=NodeFeed(self.state),
+            namespaces=NamespaceFeed(self.state),
+            backoff=backoff,
+            watch_timeout_seconds=watch_timeout_seconds,
+        )
+        self.state.relists = lambda: self._watch.relists
+        self._stop = threading.Event()
+        self._listener = _listen(socket_path)
+        self._threads = [
+            *self._watch.threads(self._stop),
+            threading.Thread(target=self._accept_loop, name="feed-accept", daemon=True),
+            threading.Thread(target=self._heartbeat_loop, name="feed-heartbeat", daemon=True),
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout_seconds: float = 5.0) -> None:
+        self._stop.set()
+        self._watch.close()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(timeout_seconds)
+        self.subscribers.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # the listener was closed by stop
+            connection.settimeout(SEND_TIMEOUT_SECONDS)
+            with self.subscribers.lock:
+                self.subscribers.join(connection, self.state.greeting())
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat_seconds):
+            with self.subscribers.lock:
+                self.subscribers.send({"t": "status", "status": self.state.status().to_json()})
+
+
+def _listen(path: str) -> socket.socket:
+    """A listening socket at ``path``, replacing one a crashed watcher left behind."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    listener.settimeout(0.2)
+    return listener
+
+
+def _configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logs.JsonFormatter())
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(level.upper())
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m webhook.cluster.watcher")
+    parser.add_argument("--socket", required=True, help="where workers connect")
+    parser.add_argument("--kubeconfig", help="none: in-cluster configuration")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--parent", type=int, default=0, help="exit when this process is no longer our parent"
+    )
+    parser.add_argument("--nice", type=int, default=0, help="lower the CPU priority by this much")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run until SIGTERM or SIGINT, or until the parent (the gunicorn master) is gone.
+
+    Exit codes avoid 3 and 4, which gunicorn reads as a worker's boot failure.
+    """
+    args = _arguments(argv)
+    _configure_logging(args.log_level)
+    if args.nice:
+        os.nice(args.nice)
+    try:
+        api = api_endpoint_from_kubeconfig(args.kubeconfig)
+    except KubeconfigError as exc:
+        log.error("the cluster configuration is not usable: %s", exc)
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    feed = InventoryFeed(api=api, socket_path=args.socket)
+    feed.start()
+    log.info("inventory watcher listening", extra={"socket": args.socket, "api": api.host})
+    while not stop.wait(1.0):
+        if args.parent and os.getppid() != args.parent:
+            log.warning("the server that started the inventory watcher is gone; stopping")
+            break
+    feed.stop()
+    log.info("inventory watcher stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
