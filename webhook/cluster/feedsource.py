@@ -139,6 +139,9 @@ class FeedInventorySource:
                 with connection.makefile("rb") as lines:
                     for line in lines:
                         self._apply(feedwire.decode(line))
+                        # Lines already buffered are read without releasing the
+                        # interpreter lock: hand it to waiting requests after each one.
+                        time.sleep(0)
             finally:
                 self._connection = None
 
