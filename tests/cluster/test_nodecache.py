@@ -1,4 +1,4 @@
-"""The node cache's published snapshots, built a few changes at a time during a burst."""
+"""The node cache's published snapshots, built with pauses for requests during a burst."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from webhook.cluster.inventorysource import UPDATE_STEP, NodeCache
-from webhook.engine.inventory import Inventory, Node
+from webhook.cluster.inventorysource import NodeCache
+from webhook.engine.inventory import PAUSE_EVERY, Inventory, Node
 
 
 def gpu_node(name: str, gpus: int, *, cordoned: bool = False) -> Node:
@@ -34,8 +34,8 @@ def shapes(inventory: Inventory) -> set[tuple[object, ...]]:
     "changed",
     [
         pytest.param(1, id="one change"),
-        pytest.param(UPDATE_STEP, id="one step"),
-        pytest.param(UPDATE_STEP * 3 + 5, id="several steps"),
+        pytest.param(PAUSE_EVERY, id="one step"),
+        pytest.param(PAUSE_EVERY * 3 + 5, id="several steps"),
     ],
 )
 def test_a_burst_is_published_as_the_snapshot_a_full_rebuild_gives(changed):

@@ -3,7 +3,14 @@ from pathlib import Path
 
 import pytest
 
-from webhook.engine.inventory import Inventory, Node, Placement, Taint, node_from_json
+from webhook.engine.inventory import (
+    PAUSE_EVERY,
+    Inventory,
+    Node,
+    Placement,
+    Taint,
+    node_from_json,
+)
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "apiserver"
 GPU_TAINT = (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
@@ -181,3 +188,17 @@ def test_pools_added_for_a_policy_never_leak_into_the_next_update() -> None:
     assert names(updated) == {"a", "b"}
     assert updated.total("nvidia.com/gpu") == 12
     assert with_pool.total("nvidia.com/gpu") == 40
+
+
+def test_an_update_pauses_every_few_changes_and_gives_what_an_unpaused_one_gives() -> None:
+    first = Inventory([gpu_node(f"n{i}", 8, "A100") for i in range(40)], resource_version="1")
+    changes: dict[str, Node | None] = {
+        f"n{i}": gpu_node(f"n{i}", 4, "T4", unschedulable=True) for i in range(20)
+    }
+    pauses: list[None] = []
+
+    paused = first.updated(changes, resource_version="2", pause=lambda: pauses.append(None))
+    unpaused = Inventory(first.nodes, resource_version="1").updated(changes, resource_version="2")
+
+    assert len(pauses) >= len(changes) // PAUSE_EVERY
+    assert shape_view(paused) == shape_view(unpaused)

@@ -329,7 +329,9 @@ class NodeCache:
                 self._changes = set()
             started = time.monotonic()
             if changes is not None and previous is not None:
-                snapshot = _updated_in_steps(previous, changes, resource_version)
+                snapshot = previous.updated(
+                    changes, resource_version=resource_version, pause=_let_requests_run
+                )
             else:
                 snapshot = Inventory(nodes, resource_version=resource_version, source="live")
             if previous is not None:
@@ -350,25 +352,9 @@ class NodeCache:
         )
 
 
-UPDATE_STEP = 16
-
-
-def _updated_in_steps(
-    previous: Inventory, changes: Mapping[str, Node | None], resource_version: str
-) -> Inventory:
-    """``previous.updated(changes)``, a few changes at a time with the interpreter lock
-    handed to waiting requests in between: a burst's hundreds of changes would otherwise
-    hold it for milliseconds. Only the last snapshot is published."""
-    items = list(changes.items())
-    if not items:
-        return previous.updated({}, resource_version=resource_version)
-    snapshot = previous
-    for start in range(0, len(items), UPDATE_STEP):
-        if start:
-            time.sleep(0)
-        step = dict(items[start : start + UPDATE_STEP])
-        snapshot = snapshot.updated(step, resource_version=resource_version)
-    return snapshot
+def _let_requests_run() -> None:
+    # Hands the interpreter lock to a waiting request thread, if there is one.
+    time.sleep(0)
 
 
 class NamespaceCache:
