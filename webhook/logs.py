@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -31,7 +31,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "time": self._time(record.created),
+            "time": self.time_text(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -47,7 +47,7 @@ class JsonFormatter(logging.Formatter):
             line["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(line, default=str).decode()
 
-    def _time(self, created: float) -> str:
+    def time_text(self, created: float) -> str:
         second = int(created)
         if second != self._second:
             # Two threads may both refresh this at a second's turn; both write the same.
@@ -56,10 +56,36 @@ class JsonFormatter(logging.Formatter):
         return f"{self._second_text}.{int((created - second) * 1000):03d}Z"
 
 
+class _Direct:
+    """Where review lines go when the server writes them itself (``write_reviews_to``)."""
+
+    stream: TextIO | None = None
+    formatter = JsonFormatter()
+
+
+def write_reviews_to(stream: TextIO | None) -> None:
+    """Write review lines straight to ``stream`` (the server's stderr), skipping the
+    logging machinery: the same JSON line, at the same levels, for a fraction of the cost
+    (record, handler lock, formatter); ``None`` goes back to ``logging``. The server calls
+    this in each worker, where its logging configuration sends every line to stderr."""
+    _Direct.stream = stream
+
+
 def review_line(message: str, fields: Mapping[str, Any], *, level: int = logging.INFO) -> None:
-    """Fields go under ``fields`` (``name`` and ``msg`` are taken on a LogRecord); the
-    formatter lifts them to the top of the JSON line."""
+    """One review's line. Through ``logging``, fields go under ``fields`` (``name`` and
+    ``msg`` are taken on a LogRecord) and the formatter lifts them to the top."""
     if not _REVIEWS.isEnabledFor(level):
+        return
+    stream = _Direct.stream
+    if stream is not None:
+        line = {
+            "time": _Direct.formatter.time_text(time.time()),
+            "level": logging.getLevelName(level).lower(),
+            "logger": REVIEW_LOGGER,
+            "msg": message,
+            **fields,
+        }
+        stream.write(orjson.dumps(line, default=str).decode() + "\n")
         return
     record = logging.LogRecord(REVIEW_LOGGER, level, __file__, 0, message, None, None)
     record.fields = fields

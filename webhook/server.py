@@ -212,6 +212,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         # flight. Frozen objects are never walked again.
         gc.collect()
         gc.freeze()
+        logs.write_reviews_to(sys.stderr)  # where _logging_config sends them anyway
         return app
 
     def _ssl_context(self, conf: Any, default_factory: Any) -> ssl.SSLContext:  # noqa: ARG002
