@@ -63,12 +63,7 @@ class FeedInventorySource:
             return
         self._threads = [
             threading.Thread(target=self._receive_loop, name="inventory-feed", daemon=True),
-            threading.Thread(
-                target=self._nodes.run_publisher,
-                args=(self._stop,),
-                name="inventory-publish",
-                daemon=True,
-            ),
+            self._nodes.publisher(self._stop),
         ]
         self._started_at = self._clock()
         for thread in self._threads:

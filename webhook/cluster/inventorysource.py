@@ -147,15 +147,7 @@ class LiveInventorySource:
         once: after ``stop`` make a new one."""
         if self._threads or self._stop.is_set():
             return
-        self._threads = [
-            *self._watch.threads(self._stop),
-            threading.Thread(
-                target=self._nodes.run_publisher,
-                args=(self._stop,),
-                name="inventory-publish",
-                daemon=True,
-            ),
-        ]
+        self._threads = [*self._watch.threads(self._stop), self._nodes.publisher(self._stop)]
         self._started_at = self._clock()
         for thread in self._threads:
             thread.start()
@@ -273,6 +265,12 @@ class NodeCache:
         self._changed.notify_all()
 
     # Publisher side.
+
+    def publisher(self, stop: threading.Event) -> threading.Thread:
+        """The thread that runs ``run_publisher`` until ``stop`` is set (not started)."""
+        return threading.Thread(
+            target=self.run_publisher, args=(stop,), name="inventory-publish", daemon=True
+        )
 
     def run_publisher(self, stop: threading.Event) -> None:
         """Publish what a stream left unpublished once it has been quiet for an interval.
