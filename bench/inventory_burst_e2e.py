@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from admission import HEADERS, Reviews, connect, free_port  # noqa: E402
-from inventory_scale import BURST, NODES, serve  # noqa: E402
+from inventory_scale import BURST, api_server  # noqa: E402
 
 from webhook.certs import ensure_dev  # noqa: E402
 
@@ -289,24 +289,10 @@ def main() -> int:
     args = parse()
     work = Path(tempfile.mkdtemp(prefix="gpu-webhook-burst-"))
     ensure_dev(work / "certs")
-    print(f"generating {NODES} nodes in the API server's process ...", flush=True)
-    context = multiprocessing.get_context("spawn")
-    info: Any = context.Queue()
-    commands: Any = context.Queue()
-    stopped = context.Event()
-    api = context.Process(target=serve, args=(info, commands, stopped), daemon=True)
-    api.start()
-    try:
-        url, size, pages, _ = info.get(timeout=300)
-        print(f"  {size / 1e6:.0f} MB of NodeList JSON in {pages} pages; burst of {BURST} updates")
-        write_kubeconfig(work / "kubeconfig", url)
-        return run(work, commands, args)
-    finally:
-        stopped.set()
-        commands.put("stop")
-        api.join(10)
-        if api.is_alive():
-            api.kill()
+    with api_server() as api:
+        print(f"  {api.size / 1e6:.0f} MB of NodeList JSON in {api.pages} pages; burst of {BURST}")
+        write_kubeconfig(work / "kubeconfig", api.url)
+        return run(work, api.commands, args)
 
 
 def run(work: Path, commands: Any, args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ the wait for the interpreter lock while the watcher thread parses events is repo
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import multiprocessing
@@ -33,7 +34,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -277,6 +278,23 @@ def main() -> int:
     # the thread that parses watch events must not hold the interpreter for 5 ms at a time.
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     gc.callbacks.append(_gc_timer)
+    with api_server() as api:
+        print(f"  {api.size / 1e6:.0f} MB of NodeList JSON in {api.pages} pages of {PAGE}")
+        return measure(api.url, api.commands, last_change=api.last_change)
+
+
+@dataclass(frozen=True)
+class RunningApiServer:
+    url: str
+    size: int
+    pages: int
+    last_change: str
+    commands: Any  # "arm", "go", "stop" (see ``serve``)
+
+
+@contextlib.contextmanager
+def api_server() -> Iterator[RunningApiServer]:
+    """``serve`` in a process of its own, stopped (killed if it must be) on the way out."""
     print(f"generating {NODES} nodes in the API server's process ...", flush=True)
     context = multiprocessing.get_context("spawn")
     info: Any = context.Queue()
@@ -284,14 +302,15 @@ def main() -> int:
     stopped = context.Event()
     process = context.Process(target=serve, args=(info, commands, stopped), daemon=True)
     process.start()
-    url, size, pages, last_change = info.get(timeout=300)
-    print(f"  {size / 1e6:.0f} MB of NodeList JSON in {pages} pages of {PAGE}")
     try:
-        return measure(url, commands, last_change=last_change)
+        url, size, pages, last_change = info.get(timeout=300)
+        yield RunningApiServer(url, size, pages, last_change, commands)
     finally:
         stopped.set()
         commands.put("stop")
         process.join(10)
+        if process.is_alive():
+            process.kill()
 
 
 def measure(url: str, commands: Any, *, last_change: str) -> int:

@@ -80,6 +80,12 @@ class FeedReader:
         self._lines.close()
         self.socket.close()
 
+    def __enter__(self) -> FeedReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def greeting_once_synced(
     path: str, *, timeout: float = 30.0
@@ -88,13 +94,10 @@ def greeting_once_synced(
     state message, then the node list (resource version and records)."""
     deadline = time.monotonic() + timeout
     while True:
-        reader = FeedReader(path)
-        try:
+        with FeedReader(path) as reader:
             state = reader.next()
             if state["status"]["synced"] and state["status"]["namespaces_synced"]:
                 return (state, *reader.node_list())
-        finally:
-            reader.close()
         assert time.monotonic() < deadline, f"not synced after {timeout} s: {state['status']}"
         time.sleep(0.05)
 

@@ -56,15 +56,14 @@ def test_a_heartbeat_only_update_sends_nothing_and_a_cordon_sends_the_node(
     )
     cordon = node_event("MODIFIED", "gpu-t4-0", resource_version="301", unschedulable=True)
     server.watches.append(Stream([gate, heartbeat, cordon], end="hold"))
-    with running_watcher(server, tmp_path) as watcher:
-        reader = FeedReader(watcher.socket_path)
-        try:
-            reader.skip_to_synced()
-            gate.set()
-            sent = node_changes(reader.until("upsert"))
-            status = reader.until("status")[-1]["status"]
-        finally:
-            reader.close()
+    with (
+        running_watcher(server, tmp_path) as watcher,
+        FeedReader(watcher.socket_path) as reader,
+    ):
+        reader.skip_to_synced()
+        gate.set()
+        sent = node_changes(reader.until("upsert"))
+        status = reader.until("status")[-1]["status"]
     assert [(m["t"], m["rv"], m["node"]["name"]) for m in sent] == [("upsert", "301", "gpu-t4-0")]
     assert sent[0]["node"]["unschedulable"] is True
     assert status["resource_version"] == "301"
@@ -74,14 +73,13 @@ def test_a_deleted_node_is_sent_as_its_name(server: ReplayServer, tmp_path: Path
     gate = threading.Event()
     deleted = node_event("DELETED", "cpu-0", resource_version="302")
     server.watches.append(Stream([gate, deleted], end="hold"))
-    with running_watcher(server, tmp_path) as watcher:
-        reader = FeedReader(watcher.socket_path)
-        try:
-            reader.skip_to_synced()
-            gate.set()
-            sent = node_changes(reader.until("delete"))
-        finally:
-            reader.close()
+    with (
+        running_watcher(server, tmp_path) as watcher,
+        FeedReader(watcher.socket_path) as reader,
+    ):
+        reader.skip_to_synced()
+        gate.set()
+        sent = node_changes(reader.until("delete"))
     assert sent == [{"t": "delete", "rv": "302", "name": "cpu-0"}]
 
 
