@@ -23,7 +23,7 @@ from webhook.admission.inventory import InventoryStatus
 from webhook.cluster import feedwire
 from webhook.cluster.feedwire import WatcherStatus
 from webhook.cluster.inventorysource import NodeCache
-from webhook.cluster.reflector import Backoff
+from webhook.cluster.reflector import Backoff, let_requests_run
 from webhook.engine.inventory import Inventory, Node
 
 log = logging.getLogger("webhook.inventory")
@@ -134,9 +134,8 @@ class FeedInventorySource:
                 with connection.makefile("rb") as lines:
                     for line in lines:
                         self._apply(feedwire.decode(line))
-                        # Lines already buffered are read without releasing the
-                        # interpreter lock: hand it to waiting requests after each one.
-                        time.sleep(0)
+                        # Lines already buffered are read without releasing the lock.
+                        let_requests_run()
             finally:
                 self._connection = None
 

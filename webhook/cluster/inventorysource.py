@@ -24,7 +24,7 @@ from webhook.cluster.apiclient import (
     KubeconfigError,
     api_endpoint_from_kubeconfig,
 )
-from webhook.cluster.reflector import Backoff, Handler, Reflector, T
+from webhook.cluster.reflector import Backoff, Handler, Reflector, T, let_requests_run
 from webhook.engine.inventory import Inventory, Node, node_from_json
 
 __all__ = [
@@ -328,7 +328,7 @@ class NodeCache:
             started = time.monotonic()
             if changes is not None and previous is not None:
                 snapshot = previous.updated(
-                    changes, resource_version=resource_version, pause=_let_requests_run
+                    changes, resource_version=resource_version, pause=let_requests_run
                 )
             else:
                 snapshot = Inventory(nodes, resource_version=resource_version, source="live")
@@ -348,11 +348,6 @@ class NodeCache:
                 "build_seconds": round(time.monotonic() - started, 4),
             },
         )
-
-
-def _let_requests_run() -> None:
-    # Hands the interpreter lock to a waiting request thread, if there is one.
-    time.sleep(0)
 
 
 class NamespaceCache:

@@ -195,6 +195,12 @@ class Reflector(Generic[T]):
             self.resource_version = resource_version
             self.backoff.reset()
             self._expired_before_events = False
-            # Hand the interpreter to a waiting admission after every event: during a burst
-            # this thread would otherwise hold it for a whole switch interval at a time.
-            time.sleep(0)
+            # During a burst this thread would otherwise hold the lock for a whole switch
+            # interval at a time.
+            let_requests_run()
+
+
+def let_requests_run() -> None:
+    """Hand the interpreter lock to a waiting request thread, if there is one: what every
+    background thread of the inventory calls between pieces of work."""
+    time.sleep(0)
