@@ -74,6 +74,22 @@ def test_a_malformed_call_gets_a_short_4xx_json_reason(client, body, content_typ
 
 
 @pytest.mark.parametrize(
+    ("content_type", "code"),
+    [
+        pytest.param("application/json", 200, id="json"),
+        pytest.param("application/json; charset=utf-8", 200, id="with-charset"),
+        pytest.param("Application/JSON ;charset=UTF-8", 200, id="any-case-and-spacing"),
+        pytest.param("application/json-patch+json", 415, id="another-json-type"),
+        pytest.param("text/plain; application/json", 415, id="json-as-a-parameter"),
+    ],
+)
+def test_the_content_type_is_read_as_werkzeug_reads_it(client, content_type, code):
+    reply = client.post("/mutate", data=json.dumps(review(pod())), content_type=content_type)
+
+    assert reply.status_code == code
+
+
+@pytest.mark.parametrize(
     ("method", "path", "code"),
     [
         pytest.param("GET", "/mutate", 405, id="get-mutate"),

@@ -1,15 +1,18 @@
-"""Review lines: the same JSON line whether written directly or through ``logging``."""
+"""Review lines: the same JSON line whether written directly or through ``logging``, and
+written in batches without losing or reordering one."""
 
 from __future__ import annotations
 
 import io
 import json
 import logging
+import threading
+import time
 
 import pytest
 
 from webhook import logs
-from webhook.logs import REVIEW_LOGGER, JsonFormatter
+from webhook.logs import REVIEW_LOGGER, JsonFormatter, ReviewLines
 
 FIELDS = {"endpoint": "mutate", "uid": "u-1", "rules_fired": ["a"], "dry_run": False}
 
@@ -20,8 +23,13 @@ def direct():
     previous = logger.level
     logger.setLevel(logging.INFO)
     stream = io.StringIO()
-    logs.write_reviews_to(stream)
-    yield stream
+    logs.write_reviews_to(stream, interval=60)
+
+    def written() -> str:
+        logs.flush_reviews()
+        return stream.getvalue()
+
+    yield written
     logs.write_reviews_to(None)
     logger.setLevel(previous)
 
@@ -41,7 +49,7 @@ def test_a_direct_review_line_is_the_line_the_formatter_writes(direct, level):
 
     logs.review_line("review", FIELDS, level=level)
 
-    (line,) = direct.getvalue().splitlines()
+    (line,) = direct().splitlines()
     assert _without_time(line) == _without_time(JsonFormatter().format(record))
 
 
@@ -51,4 +59,98 @@ def test_a_direct_review_line_keeps_to_the_review_loggers_level(direct):
     logs.review_line("review", FIELDS)
     logs.review_line("call refused", FIELDS, level=logging.WARNING)
 
-    assert [json.loads(x)["msg"] for x in direct.getvalue().splitlines()] == ["call refused"]
+    assert [json.loads(x)["msg"] for x in direct().splitlines()] == ["call refused"]
+
+
+def test_a_review_line_waits_for_the_batch_and_a_warning_writes_it_in_order(direct):
+    logs.review_line("review", {**FIELDS, "uid": "first"})
+    pending = logs._Direct.lines.stream.getvalue()
+
+    logs.review_line("call refused", {**FIELDS, "uid": "second"}, level=logging.WARNING)
+
+    assert pending == ""
+    assert [json.loads(x)["uid"] for x in direct().splitlines()] == ["first", "second"]
+
+
+def test_going_back_to_logging_writes_the_lines_held():
+    stream = io.StringIO()
+    logs.write_reviews_to(stream, interval=60)
+    logging.getLogger(REVIEW_LOGGER).setLevel(logging.INFO)
+    try:
+        logs.review_line("review", FIELDS)
+    finally:
+        logs.write_reviews_to(None)
+        logging.getLogger(REVIEW_LOGGER).setLevel(logging.NOTSET)
+
+    assert json.loads(stream.getvalue())["uid"] == FIELDS["uid"]
+
+
+def _lines(stream: io.StringIO) -> list[bytes]:
+    return stream.getvalue().encode().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize(
+    ("max_bytes", "written"),
+    [
+        pytest.param(1024, 0, id="under the cap waits"),
+        pytest.param(18, 3, id="each line at the cap is written at once"),
+    ],
+)
+def test_lines_are_written_once_max_bytes_pile_up(max_bytes, written):
+    stream = io.StringIO()
+    lines = ReviewLines(stream, interval=60, max_bytes=max_bytes)
+
+    for number in range(3):
+        lines.add(b"0123456789 line %d\n" % number)
+
+    assert len(_lines(stream)) == written
+
+
+def test_the_writer_thread_writes_within_its_interval_and_close_writes_the_rest():
+    stream = io.StringIO()
+    lines = ReviewLines(stream, interval=0.01)
+    lines.start()
+    lines.add(b"early\n")
+    deadline = time.monotonic() + 10
+    while not stream.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    early = stream.getvalue()
+
+    lines.add(b"late\n")
+    lines.close()
+
+    assert early == "early\n"
+    assert stream.getvalue() == "early\nlate\n"
+    assert not lines._thread.is_alive()
+
+
+def test_a_text_stream_with_a_buffer_gets_bytes_after_its_own_pending_text():
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="utf-8", write_through=False)
+    stream.write("from logging\n")
+    lines = ReviewLines(stream, interval=60)
+
+    lines.add(b"review\n")
+    lines.flush()
+
+    assert raw.getvalue() == b"from logging\nreview\n"
+
+
+def test_lines_added_from_many_threads_are_all_written_whole():
+    stream = io.StringIO()
+    lines = ReviewLines(stream, interval=0.001, max_bytes=512)
+    lines.start()
+
+    def add(thread: int) -> None:
+        for number in range(200):
+            lines.add(b"%d-%d\n" % (thread, number))
+
+    threads = [threading.Thread(target=add, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lines.close()
+
+    written = stream.getvalue().splitlines()
+    assert sorted(written) == sorted(f"{t}-{n}" for t in range(4) for n in range(200))

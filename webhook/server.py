@@ -263,3 +263,4 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
     def _worker_exit(self, server: Any, worker: Any) -> None:  # noqa: ARG002
         if self._stop_worker is not None:
             self._stop_worker()
+        logs.write_reviews_to(None)  # the lines of the last reviews

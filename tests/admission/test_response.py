@@ -1,7 +1,8 @@
+import orjson
 import pytest
 
 from tests.builders import decoded_patch
-from webhook.admission.response import MAX_WARNINGS_TOTAL, review_response
+from webhook.admission.response import MAX_WARNINGS_TOTAL, reply, review_response
 
 
 def test_an_allowed_answer_echoes_the_uid_and_carries_nothing_it_does_not_need():
@@ -32,3 +33,26 @@ def test_warnings_stay_within_what_the_api_server_shows(count, kept):
     response = review_response("u", allowed=True, warnings=warnings)["response"]
 
     assert response["warnings"] == warnings[:kept]
+
+
+@pytest.mark.parametrize(
+    "uid",
+    [
+        pytest.param("705ab4f5-6393-11e8-b7cc-42010a800002", id="api-server-uid"),
+        pytest.param('a "quoted" \\ uid', id="escaped"),
+        pytest.param("\x00uid\x00", id="the-placeholder-itself"),
+    ],
+)
+@pytest.mark.parametrize(
+    "allowed", [pytest.param(True, id="allowed"), pytest.param(False, id="denied")]
+)
+def test_a_reply_encoded_once_is_the_answer_for_any_uid(uid, allowed):
+    parts = {
+        "allowed": allowed,
+        "message": "a message that quotes \x00uid\x00",
+        "patch": [{"op": "add", "path": "/metadata/labels/x", "value": "\x00uid\x00"}],
+        "warnings": ["a warning that quotes \x00uid\x00"],
+        "audit": {"gpu-webhook/rule": "\x00uid\x00"},
+    }
+
+    assert orjson.loads(reply(**parts).encode(uid)) == review_response(uid, **parts)

@@ -118,7 +118,7 @@ def test_requests_outside_our_business_are_allowed_untouched(service, body, reas
     outcome = answer(service, body)
 
     assert outcome.verdict == "skipped"
-    assert outcome.skipped_because == reason
+    assert outcome.answer.skipped_because == reason
     assert outcome.body["response"] == {"uid": body["request"]["uid"], "allowed": True}
 
 
@@ -186,3 +186,35 @@ def test_an_unsynced_inventory_applies_the_failure_mode_and_the_override_wins(ov
     assert service.ready() == (False, "node inventory not synced yet")
     if allowed:
         assert any("not synced" in w for w in response["warnings"])
+
+
+def _replica(name):
+    obj = pod(gpus=1, name="trainer")
+    obj["metadata"]["name"] = name
+    return obj
+
+
+def test_replicas_share_one_answer_and_each_gets_its_own_uid():
+    service = AdmissionService(
+        rules=RuleStore("rules"), inventory=StaticInventorySource(str(INVENTORY))
+    )
+    first = answer(service, review(_replica("trainer-a"), uid="u-a"))
+    second = answer(service, review(_replica("trainer-b"), uid="u-b"))
+
+    assert second.answer is first.answer
+    assert (first.body["response"]["uid"], second.body["response"]["uid"]) == ("u-a", "u-b")
+    assert {**first.body["response"], "uid": ""} == {**second.body["response"], "uid": ""}
+    assert (service.memo.hits, service.memo.misses) == (1, 1)
+
+
+def test_mutate_and_validate_of_one_pod_keep_their_own_answers():
+    service = AdmissionService(
+        rules=RuleStore("rules"), inventory=StaticInventorySource(str(INVENTORY))
+    )
+    body = review(pod(gpus=1))
+    mutated = answer(service, body, mutate=True)
+    validated = answer(service, body, mutate=False)
+
+    assert decoded_patch(mutated.body["response"])
+    assert "patch" not in validated.body["response"]
+    assert answer(service, body, mutate=True).answer is mutated.answer

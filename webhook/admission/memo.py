@@ -9,6 +9,8 @@ and the inventory snapshot, so its decision for an equal key is the same decisio
 - Only CREATE is remembered: an UPDATE also depends on the old object, and is rare.
 - The memo belongs to one (policy, snapshot) pair: a rule reload or a new inventory
   snapshot empties it, so a remembered decision never outlives what it was made from.
+- Next to a decision the memo keeps the service's answers made from it (``Judgement``), so
+  a replica's answer is not built and encoded again.
 - Keys are a 16-byte BLAKE2b digest of the object's JSON (without identity metadata), and
   objects whose JSON exceeds ``max_object_bytes`` are not remembered: memory stays bounded
   by ``max_entries`` small decisions whatever the objects' sizes.
@@ -24,12 +26,23 @@ from typing import Any
 
 import orjson
 
+from webhook.admission.response import Answer
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import IDENTITY_METADATA, InventoryView, Request, evaluate
 from webhook.engine.policy import Policy
 
 Evaluate = Callable[..., Decision]
 Key = tuple[str, tuple[tuple[str, str], ...] | None, bytes]
+
+
+class Judgement:
+    """A decision, and the answers the service made of it (one per endpoint)."""
+
+    __slots__ = ("answers", "decision")
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        self.answers: dict[bool, Answer] = {}
 
 
 class DecisionMemo:
@@ -45,34 +58,40 @@ class DecisionMemo:
         self._engine = engine
         self._lock = threading.Lock()
         self._context: tuple[Policy, Any, str] | None = None
-        self._decisions: dict[Key, Decision] = {}
+        self._judgements: dict[Key, Judgement] = {}
         self.hits = 0
         self.misses = 0
 
     def decide(self, request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
         """The engine's decision for ``request``, remembered when it can be."""
+        return self.judge(request, policy=policy, inventory=inventory).decision
+
+    def judge(self, request: Request, *, policy: Policy, inventory: InventoryView) -> Judgement:
+        """``decide``, with the answers already made from the same decision."""
         key = self._key(request)
         if key is None:
-            return self._engine(request, policy=policy, inventory=inventory)
+            return Judgement(self._engine(request, policy=policy, inventory=inventory))
         context = (policy, inventory.snapshot, inventory.problem)
         with self._lock:
             if not self._same_context(context):
-                self._decisions.clear()
+                self._judgements.clear()
                 self._context = context
-            known = self._decisions.get(key)
+            known = self._judgements.get(key)
             if known is not None:
                 self.hits += 1
                 return known
             self.misses += 1
         decision = self._engine(request, policy=policy, inventory=inventory)
         # The mutated object is for ``check``'s readers; keeping it would pin the request.
-        kept = dataclasses.replace(decision, mutated=None)
+        kept = Judgement(dataclasses.replace(decision, mutated=None))
         with self._lock:
             if self._same_context(context):
-                if len(self._decisions) >= self.max_entries:
-                    del self._decisions[next(iter(self._decisions))]
-                self._decisions[key] = kept
-        return decision
+                if len(self._judgements) >= self.max_entries:
+                    del self._judgements[next(iter(self._judgements))]
+                self._judgements[key] = kept
+        fresh = Judgement(decision)
+        fresh.answers = kept.answers  # the answer made for this request is remembered too
+        return fresh
 
     def _same_context(self, context: tuple[Policy, Any, str]) -> bool:
         # By reference: a freed snapshot's id may be reused by the next one.
@@ -94,13 +113,33 @@ class DecisionMemo:
         return (
             request.namespace,
             None if labels is None else tuple(sorted(labels.items())),
-            hashlib.blake2b(text, digest_size=16).digest(),
+            digest(text),
         )
+
+
+# hashlib lets go of the interpreter lock to hash 2,048 bytes or more. A review thread
+# that lets go of it may wait for it behind another thread's whole review (the benchmark's
+# p99 showed it), and a pod's JSON is a few kilobytes: hash it in smaller pieces.
+HASH_PIECE = 2047
+
+
+def digest(text: bytes) -> bytes:
+    """BLAKE2b-128 of ``text``, without letting go of the interpreter lock."""
+    hasher = hashlib.blake2b(digest_size=16)
+    view = memoryview(text)
+    for start in range(0, len(view), HASH_PIECE):
+        hasher.update(view[start : start + HASH_PIECE])
+    return hasher.digest()
 
 
 def _without_identity(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
-    if not isinstance(meta, dict) or IDENTITY_METADATA.isdisjoint(meta):
+    if not isinstance(meta, dict):
         return obj
-    kept = {k: v for k, v in meta.items() if k not in IDENTITY_METADATA}
+    present = IDENTITY_METADATA.intersection(meta)
+    if not present:
+        return obj
+    kept = meta.copy()
+    for name in present:
+        del kept[name]
     return {**obj, "metadata": kept}

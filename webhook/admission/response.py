@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import orjson
 
 from webhook.admission.review import API_VERSION
+from webhook.engine.decision import Finding
+
+Verdict = Literal["allowed", "denied", "skipped", "error"]
 
 DENIED_CODE = 403
 # The API server drops warnings past 4096 characters in total; keep ours inside that.
@@ -39,6 +43,63 @@ def review_response(
     if audit:
         response["auditAnnotations"] = dict(audit)
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An answer encoded once, without its uid.
+
+    The replicas of a workload get the same answer but for the uid, so the service keeps
+    a ``Reply`` next to a remembered decision and each replica costs one concatenation,
+    where building and encoding the answer (base64 patch included) cost more than
+    looking the decision up.
+    """
+
+    head: bytes
+    tail: bytes
+
+    def encode(self, uid: str) -> bytes:
+        return self.head + orjson.dumps(uid) + self.tail
+
+
+_UID_MARK = "\x00uid\x00"
+
+
+def reply(
+    *,
+    allowed: bool,
+    message: str = "",
+    patch: Sequence[Mapping[str, Any]] = (),
+    warnings: Sequence[str] = (),
+    audit: Mapping[str, str] | None = None,
+) -> Reply:
+    """``review_response`` as a ``Reply``, for any uid."""
+    body = review_response(
+        _UID_MARK, allowed=allowed, message=message, patch=patch, warnings=warnings, audit=audit
+    )
+    # The uid is the first string after the fixed apiVersion and kind, so the first match
+    # is the uid, whatever a message or warning says.
+    head, tail = encode(body).split(orjson.dumps(_UID_MARK), 1)
+    return Reply(head, tail)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """All of a review's answer but its uid, with what the log line and the metrics say
+    about it: the replicas of a pod share one (``DecisionMemo`` keeps it)."""
+
+    reply: Reply
+    verdict: Verdict
+    skipped_because: str = ""
+    findings: tuple[Finding, ...] = ()
+    warnings: tuple[str, ...] = ()
+    patch_ops: int = 0
+    rules_generation: int = 0
+    rules_fired: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        fired = tuple(dict.fromkeys(f.id for f in self.findings))
+        object.__setattr__(self, "rules_fired", fired)
 
 
 def _within_budget(warnings: Sequence[str]) -> list[str]:

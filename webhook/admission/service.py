@@ -25,16 +25,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from webhook.admission.inventory import InventorySource, view_of
-from webhook.admission.memo import DecisionMemo
-from webhook.admission.response import review_response
+from webhook.admission.memo import DecisionMemo, Judgement
+from webhook.admission.response import Answer, Verdict, reply
 from webhook.admission.review import AdmissionRequest
-from webhook.engine.decision import Decision, Finding
+from webhook.engine.decision import Decision
 from webhook.engine.evaluate import Request
 from webhook.engine.policy import Policy
 from webhook.rulefiles import RuleSet, RuleStore
 
-Verdict = Literal["allowed", "denied", "skipped", "error"]
 log = logging.getLogger("gpu_webhook.service")
 UNREADABLE = (
     "gpu-webhook could not evaluate this object ({error}). Its pod template is probably "
@@ -45,19 +46,23 @@ FailureMode = Literal["allow", "deny"]
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """The answer plus what the log line and the metrics need to say about it."""
+    """One review's answer: its uid, and the ``Answer`` (shared by the replicas of a pod)."""
 
-    body: dict[str, Any]
-    verdict: Verdict
-    skipped_because: str = ""
-    findings: tuple[Finding, ...] = ()
-    warnings: tuple[str, ...] = ()
-    patch_ops: int = 0
-    rules_generation: int = 0
+    uid: str
+    answer: Answer
+
+    def encode(self) -> bytes:
+        return self.answer.reply.encode(self.uid)
 
     @property
-    def rules_fired(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(f.id for f in self.findings))
+    def body(self) -> dict[str, Any]:
+        """The answer as the API server reads it."""
+        body: dict[str, Any] = orjson.loads(self.encode())
+        return body
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.answer.verdict
 
 
 class AdmissionService:
@@ -79,25 +84,27 @@ class AdmissionService:
     def review(self, request: AdmissionRequest, *, mutate: bool) -> Outcome:
         skip = _skip_reason(request)
         if skip:
-            return _skipped(request, skip)
+            return Outcome(request.uid, _skipped(skip))
         ruleset = self.rules.current
         try:
-            decision = self._evaluate(request, ruleset)
+            judgement = self._judge(request, ruleset)
         except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
             # The engine expects objects the API server has decoded; a custom resource may
             # still carry ill-typed fields at /mutate (its schema is checked afterwards).
             log.exception("engine failed on %s %s", request.kind, request.uid)
             error = f"{type(exc).__name__}: {str(exc)[:100]}"
-            body = review_response(
-                request.uid, allowed=False, message=UNREADABLE.format(error=error)
+            unreadable = reply(allowed=False, message=UNREADABLE.format(error=error))
+            return Outcome(
+                request.uid, Answer(unreadable, "error", rules_generation=ruleset.generation)
             )
-            return Outcome(body, "error", rules_generation=ruleset.generation)
-        if not decision.understood:
-            return _skipped(request, "kind")
-        return _answer(request, decision, mutate=mutate, generation=ruleset.generation)
+        answer = judgement.answers.get(mutate)
+        if answer is None:
+            answer = _answer(judgement.decision, mutate=mutate, generation=ruleset.generation)
+            judgement.answers[mutate] = answer
+        return Outcome(request.uid, answer)
 
-    def _evaluate(self, request: AdmissionRequest, ruleset: RuleSet) -> Decision:
-        return self.memo.decide(
+    def _judge(self, request: AdmissionRequest, ruleset: RuleSet) -> Judgement:
+        return self.memo.judge(
             Request(
                 request.object or {},
                 namespace=request.namespace,
@@ -147,24 +154,29 @@ def _skip_reason(request: AdmissionRequest) -> str:
     return ""
 
 
-def _skipped(request: AdmissionRequest, reason: str) -> Outcome:
-    return Outcome(review_response(request.uid, allowed=True), "skipped", skipped_because=reason)
+_SKIPPED: dict[str, Answer] = {}
 
 
-def _answer(
-    request: AdmissionRequest, decision: Decision, *, mutate: bool, generation: int
-) -> Outcome:
+def _skipped(reason: str) -> Answer:
+    answer = _SKIPPED.get(reason)
+    if answer is None:
+        answer = _SKIPPED[reason] = Answer(reply(allowed=True), "skipped", skipped_because=reason)
+    return answer
+
+
+def _answer(decision: Decision, *, mutate: bool, generation: int) -> Answer:
+    if not decision.understood:
+        return _skipped("kind")
     patch = decision.patch if mutate and decision.allowed else ()
-    body = review_response(
-        request.uid,
+    encoded = reply(
         allowed=decision.allowed,
         message=decision.message,
         patch=patch,
         warnings=decision.warnings,
         audit=decision.audit,
     )
-    return Outcome(
-        body,
+    return Answer(
+        encoded,
         "allowed" if decision.allowed else "denied",
         findings=decision.findings,
         warnings=decision.warnings,
