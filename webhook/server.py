@@ -2,7 +2,9 @@
 
 Choices, each for a reason (see docs/server.md):
 - ``gthread`` workers: they keep connections alive; ``sync`` workers close each one,
-  so the API server would pay a TLS handshake per pod.
+  so the API server would pay a TLS handshake per pod. Ours (``webhook.worker``) also
+  spread connections over the workers by how many each holds: a kept-alive connection
+  stays with the worker that accepted it.
 - ``keepalive`` 120 s, above the API server's idle timeout (90 s): the client closes idle
   connections first, so it never sends a review on a connection we are closing.
 - ``timeout`` 8 s, below the webhook's default ``timeoutSeconds`` (10 s): a stuck worker is
@@ -41,6 +43,7 @@ from webhook.health import HealthServer
 from webhook.reloader import Reloader
 from webhook.rulefiles import RuleStore
 from webhook.tls import ReloadingContext
+from webhook.worker import FREE, ConnectionTable
 
 if TYPE_CHECKING:
     from webhook.cluster.watcherprocess import WatcherProcess
@@ -138,7 +141,7 @@ def gunicorn_options(settings: Settings) -> dict[str, Any]:
     return {
         "bind": [f"{_host(settings.host)}:{settings.port}"],
         "workers": settings.workers,
-        "worker_class": "gthread",
+        "worker_class": "webhook.worker.BalancedThreadWorker",  # gthread, balanced
         "threads": settings.threads,
         "keepalive": KEEPALIVE_SECONDS,
         "timeout": WORKER_TIMEOUT_SECONDS,
@@ -193,6 +196,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         self._health: HealthServer | None = None
         self._watcher: WatcherProcess | None = None
         self._stop_worker: Callable[[], None] | None = None
+        self._connections = ConnectionTable()  # mapped before any fork: shared with workers
         super().__init__()
 
     def load_config(self) -> None:
@@ -203,6 +207,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         self.cfg.set("on_exit", self._on_exit)
         self.cfg.set("child_exit", self._child_exit)
         self.cfg.set("worker_exit", self._worker_exit)
+        self.cfg.set("pre_fork", self._pre_fork)
         self.cfg.set("post_fork", self._post_fork)
 
     def load(self) -> WSGIApp:
@@ -253,6 +258,11 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
 
     def _child_exit(self, server: Any, worker: Any) -> None:  # noqa: ARG002
         metrics.worker_exited(worker.pid)
+        self._connections.release(getattr(worker, "slot", FREE))
+
+    def _pre_fork(self, server: Any, worker: Any) -> None:
+        taken = [getattr(w, "slot", FREE) for w in server.WORKERS.values()]
+        worker.table, worker.slot = self._connections, self._connections.claim(taken)
 
     def _post_fork(self, server: Any, worker: Any) -> None:  # noqa: ARG002
         # A worker thread busy with a review holds the GIL for up to the switch interval
