@@ -61,6 +61,8 @@ def test_a_released_slot_no_longer_counts_as_a_sibling():
     assert table.fewest_elsewhere(0) is None
 
 
+# The child only writes to shared memory and exits: no lock of another thread is involved.
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
 def test_what_a_forked_worker_publishes_its_master_sees():
     table = ConnectionTable(slots=4)
     slot = table.claim(taken=[])
