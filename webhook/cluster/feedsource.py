@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.inventory import InventoryStatus
+from webhook.admission.inventory import InventoryStatus, contact_age
 from webhook.cluster import feedwire
 from webhook.cluster.feedwire import WatcherStatus
 from webhook.cluster.inventorysource import NodeCache
@@ -89,12 +89,17 @@ class FeedInventorySource:
 
     def status(self) -> InventoryStatus:
         snapshot = self._nodes.published
-        since = self._contact if self._contact is not None else self._started_at
-        age = None if since is None else max(0.0, self._clock() - since)
+        age, stale = contact_age(
+            synced=snapshot is not None,
+            last_contact=self._contact,
+            started_at=self._started_at,
+            now=self._clock(),
+            max_staleness_seconds=self.max_staleness_seconds,
+        )
         namespaces = self._namespaces
         return InventoryStatus(
             synced=snapshot is not None,
-            stale=snapshot is not None and age is not None and age > self.max_staleness_seconds,
+            stale=stale,
             age_seconds=age,
             resource_version=self._nodes.resource_version,
             node_count=0 if snapshot is None else len(snapshot),

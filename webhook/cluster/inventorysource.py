@@ -16,7 +16,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.admission.inventory import InventorySource, InventoryStatus, StaticInventorySource
+from webhook.admission.inventory import (
+    InventorySource,
+    InventoryStatus,
+    StaticInventorySource,
+    contact_age,
+)
 from webhook.cluster.apiclient import (
     ApiClient,
     ApiEndpoint,
@@ -172,14 +177,17 @@ class LiveInventorySource:
     def status(self) -> InventoryStatus:
         nodes = self._nodes
         snapshot = nodes.published
-        # Since the last contact; before the first one, since start (a float once started,
-        # so that an age gauge always has a value).
-        since = nodes.last_contact if nodes.last_contact is not None else self._started_at
-        age = None if since is None else max(0.0, self._clock() - since)
+        age, stale = contact_age(
+            synced=snapshot is not None,
+            last_contact=nodes.last_contact,
+            started_at=self._started_at,
+            now=self._clock(),
+            max_staleness_seconds=self.max_staleness_seconds,
+        )
         namespaces = self._namespaces
         return InventoryStatus(
             synced=snapshot is not None,
-            stale=snapshot is not None and age is not None and age > self.max_staleness_seconds,
+            stale=stale,
             age_seconds=age,
             resource_version=nodes.resource_version,
             node_count=0 if snapshot is None else len(snapshot),
