@@ -50,8 +50,7 @@ class ConnectionTable:
         return FREE  # more workers than slots: the extra ones do not balance
 
     def release(self, slot: int) -> None:
-        if 0 <= slot < len(self._counts):
-            self._counts[slot] = FREE
+        self.publish(slot, FREE)
 
     def publish(self, slot: int, held: int) -> None:
         if 0 <= slot < len(self._counts):

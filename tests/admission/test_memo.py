@@ -40,9 +40,9 @@ def replica(name: str, *, gpus: int = 1) -> dict[str, Any]:
 
 
 def decide(memo: DecisionMemo, request: Request, **context: Any) -> Decision:
-    return memo.decide(
+    return memo.judge(
         request, policy=context.get("policy", POLICY), inventory=context.get("view", VIEW)
-    )
+    ).decision
 
 
 def test_replicas_that_differ_only_in_identity_are_judged_once_with_the_engines_answer():

@@ -1,12 +1,11 @@
-import orjson
 import pytest
 
 from tests.builders import decoded_patch
-from webhook.admission.response import MAX_WARNINGS_TOTAL, reply, review_response
+from webhook.admission.response import MAX_WARNINGS_TOTAL, reply
 
 
 def test_an_allowed_answer_echoes_the_uid_and_carries_nothing_it_does_not_need():
-    body = review_response("u", allowed=True)
+    body = reply(allowed=True).body("u")
 
     assert body == {
         "apiVersion": "admission.k8s.io/v1",
@@ -18,7 +17,7 @@ def test_an_allowed_answer_echoes_the_uid_and_carries_nothing_it_does_not_need()
 def test_a_patch_is_sent_as_base64_json_patch():
     ops = [{"op": "add", "path": "/metadata/labels/a~1b", "value": "c"}]
 
-    response = review_response("u", allowed=True, patch=ops)["response"]
+    response = reply(allowed=True, patch=ops).body("u")["response"]
 
     assert decoded_patch(response) == ops
 
@@ -30,7 +29,7 @@ def test_a_patch_is_sent_as_base64_json_patch():
 def test_warnings_stay_within_what_the_api_server_shows(count, kept):
     warnings = [f"{i:03d}".ljust(100, "x") for i in range(count)]
 
-    response = review_response("u", allowed=True, warnings=warnings)["response"]
+    response = reply(allowed=True, warnings=warnings).body("u")["response"]
 
     assert response["warnings"] == warnings[:kept]
 
@@ -47,12 +46,21 @@ def test_warnings_stay_within_what_the_api_server_shows(count, kept):
     "allowed", [pytest.param(True, id="allowed"), pytest.param(False, id="denied")]
 )
 def test_a_reply_encoded_once_is_the_answer_for_any_uid(uid, allowed):
-    parts = {
-        "allowed": allowed,
-        "message": "a message that quotes \x00uid\x00",
-        "patch": [{"op": "add", "path": "/metadata/labels/x", "value": "\x00uid\x00"}],
-        "warnings": ["a warning that quotes \x00uid\x00"],
-        "audit": {"gpu-webhook/rule": "\x00uid\x00"},
-    }
+    ops = [{"op": "add", "path": "/metadata/labels/x", "value": "\x00uid\x00"}]
+    encoded = reply(
+        allowed=allowed,
+        message="a message that quotes \x00uid\x00",
+        patch=ops,
+        warnings=["a warning that quotes \x00uid\x00"],
+        audit={"gpu-webhook/rule": "\x00uid\x00"},
+    )
 
-    assert orjson.loads(reply(**parts).encode(uid)) == review_response(uid, **parts)
+    response = encoded.body(uid)["response"]
+
+    assert response["uid"] == uid
+    assert response["allowed"] is allowed
+    assert decoded_patch(response) == ops
+    assert response["warnings"] == ["a warning that quotes \x00uid\x00"]
+    assert response["auditAnnotations"] == {"gpu-webhook/rule": "\x00uid\x00"}
+    if not allowed:
+        assert response["status"]["message"] == "a message that quotes \x00uid\x00"

@@ -62,12 +62,9 @@ class DecisionMemo:
         self.hits = 0
         self.misses = 0
 
-    def decide(self, request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
-        """The engine's decision for ``request``, remembered when it can be."""
-        return self.judge(request, policy=policy, inventory=inventory).decision
-
     def judge(self, request: Request, *, policy: Policy, inventory: InventoryView) -> Judgement:
-        """``decide``, with the answers already made from the same decision."""
+        """The engine's decision for ``request``, remembered when it can be, with the
+        answers already made from it."""
         key = self._key(request)
         if key is None:
             return Judgement(self._engine(request, policy=policy, inventory=inventory))

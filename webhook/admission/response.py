@@ -19,32 +19,6 @@ DENIED_CODE = 403
 MAX_WARNINGS_TOTAL = 4096
 
 
-def review_response(
-    uid: str,
-    *,
-    allowed: bool,
-    message: str = "",
-    patch: Sequence[Mapping[str, Any]] = (),
-    warnings: Sequence[str] = (),
-    audit: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """The body to send back. A denial is an HTTP 200 answer with ``allowed: false`` and
-    ``status.code`` 403: the API server shows the message to the user as it is."""
-    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
-    if not allowed:
-        response["status"] = {"code": DENIED_CODE, "reason": "Forbidden", "message": message}
-    if patch:
-        encoded = orjson.dumps(list(patch), default=_plain)
-        response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(encoded).decode()
-    kept = _within_budget(warnings)
-    if kept:
-        response["warnings"] = kept
-    if audit:
-        response["auditAnnotations"] = dict(audit)
-    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
-
-
 @dataclass(frozen=True, slots=True)
 class Reply:
     """An answer encoded once, without its uid.
@@ -61,6 +35,11 @@ class Reply:
     def encode(self, uid: str) -> bytes:
         return self.head + orjson.dumps(uid) + self.tail
 
+    def body(self, uid: str) -> dict[str, Any]:
+        """The answer as the API server reads it."""
+        body: dict[str, Any] = orjson.loads(self.encode(uid))
+        return body
+
 
 _UID_MARK = "\x00uid\x00"
 
@@ -73,13 +52,25 @@ def reply(
     warnings: Sequence[str] = (),
     audit: Mapping[str, str] | None = None,
 ) -> Reply:
-    """``review_response`` as a ``Reply``, for any uid."""
-    body = review_response(
-        _UID_MARK, allowed=allowed, message=message, patch=patch, warnings=warnings, audit=audit
-    )
+    """The answer to send back, for any uid. A denial is an HTTP 200 answer with
+    ``allowed: false`` and ``status.code`` 403: the API server shows the message to the
+    user as it is."""
+    response: dict[str, Any] = {"uid": _UID_MARK, "allowed": allowed}
+    if not allowed:
+        response["status"] = {"code": DENIED_CODE, "reason": "Forbidden", "message": message}
+    if patch:
+        encoded = orjson.dumps(list(patch), default=_plain)
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(encoded).decode()
+    kept = _within_budget(warnings)
+    if kept:
+        response["warnings"] = kept
+    if audit:
+        response["auditAnnotations"] = dict(audit)
+    body = {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
     # The uid is the first string after the fixed apiVersion and kind, so the first match
     # is the uid, whatever a message or warning says.
-    head, tail = encode(body).split(orjson.dumps(_UID_MARK), 1)
+    head, tail = orjson.dumps(body, default=_plain).split(orjson.dumps(_UID_MARK), 1)
     return Reply(head, tail)
 
 
@@ -111,11 +102,6 @@ def _within_budget(warnings: Sequence[str]) -> list[str]:
             break
         kept.append(warning)
     return kept
-
-
-def encode(body: Mapping[str, Any]) -> bytes:
-    """The answer as JSON bytes (compact; mappings of any type)."""
-    return orjson.dumps(body, default=_plain)
 
 
 def _plain(value: object) -> object:

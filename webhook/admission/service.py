@@ -25,8 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import orjson
-
 from webhook.admission.inventory import InventorySource, view_of
 from webhook.admission.memo import DecisionMemo, Judgement
 from webhook.admission.response import Answer, Verdict, reply
@@ -57,8 +55,7 @@ class Outcome:
     @property
     def body(self) -> dict[str, Any]:
         """The answer as the API server reads it."""
-        body: dict[str, Any] = orjson.loads(self.encode())
-        return body
+        return self.answer.reply.body(self.uid)
 
     @property
     def verdict(self) -> Verdict:
