@@ -116,10 +116,7 @@ def start(which: str, cert_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes
     while time.monotonic() < deadline:
         try:
             conn = connect(port, cert_dir)
-            conn.request(
-                "POST", "/validate", body=Reviews(client=0, unique=False)[0][1], headers=HEADERS
-            )
-            conn.getresponse().read()
+            send(conn, "/validate", Reviews(client=0, unique=False)[0][1])
             conn.close()
             return process, port
         except OSError:
@@ -129,6 +126,15 @@ def start(which: str, cert_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes
 
 
 HEADERS = {"Content-Type": "application/json"}
+
+
+def send(conn: http.client.HTTPSConnection, path: str, body: bytes) -> None:
+    """One review, answered with HTTP 200 or the benchmark stops."""
+    conn.request("POST", path, body=body, headers=HEADERS)
+    reply = conn.getresponse()
+    reply.read()
+    if reply.status != 200:
+        raise SystemExit(f"{path}: HTTP {reply.status}")
 
 
 def connect(port: int, cert_dir: Path) -> http.client.HTTPSConnection:
@@ -166,12 +172,7 @@ def client(
             if now >= end:
                 break
             scheduled = now
-        path, body = work[count]
-        conn.request("POST", path, body=body, headers=HEADERS)
-        reply = conn.getresponse()
-        reply.read()
-        if reply.status != 200:
-            raise SystemExit(f"{path}: HTTP {reply.status}")
+        send(conn, *work[count])
         latencies.append(time.perf_counter() - scheduled)
         count += 1
     reused = conn.sock is sock

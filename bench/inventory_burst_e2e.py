@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from admission import HEADERS, Reviews, connect, free_port  # noqa: E402
+from admission import Reviews, connect, free_port, send  # noqa: E402
 from inventory_scale import BURST, api_server  # noqa: E402
 
 from webhook.certs import ensure_dev  # noqa: E402
@@ -139,12 +139,7 @@ def client(args: tuple[int, str, float, float, float, int, bool]) -> list[tuple[
         now = time.perf_counter()
         if now < next_at:
             time.sleep(next_at - now)
-        path, body = work[len(out)]
-        conn.request("POST", path, body=body, headers=HEADERS)
-        reply = conn.getresponse()
-        reply.read()
-        if reply.status != 200:
-            raise SystemExit(f"{path}: HTTP {reply.status}")
+        send(conn, *work[len(out)])
         out.append((wall + (next_at - begin), time.perf_counter() - next_at))
         next_at += interval
     conn.close()
