@@ -38,22 +38,6 @@ class InventoryStatus:
     namespace_count: int | None = None
 
 
-def contact_age(
-    *,
-    synced: bool,
-    last_contact: float | None,
-    started_at: float | None,
-    now: float,
-    max_staleness_seconds: float,
-) -> tuple[float | None, bool]:
-    """Seconds since the API server was last heard from (since start, before the first
-    contact), and whether that makes a synced inventory stale: the one rule the live
-    sources (in-process or fed by the pod's watcher) follow."""
-    since = last_contact if last_contact is not None else started_at
-    age = None if since is None else max(0.0, now - since)
-    return age, synced and age is not None and age > max_staleness_seconds
-
-
 class InventorySource(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...

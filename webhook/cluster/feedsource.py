@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.inventory import InventoryStatus, contact_age
+from webhook.admission.inventory import InventoryStatus
 from webhook.cluster import feedwire
 from webhook.cluster.feedwire import WatcherStatus
 from webhook.cluster.inventorysource import NodeCache
@@ -88,21 +88,11 @@ class FeedInventorySource:
         return self._nodes.published is not None and self._namespaces is not None
 
     def status(self) -> InventoryStatus:
-        snapshot = self._nodes.published
-        age, stale = contact_age(
-            synced=snapshot is not None,
+        namespaces = self._namespaces
+        return self._nodes.status(
             last_contact=self._contact,
             started_at=self._started_at,
-            now=self._clock(),
             max_staleness_seconds=self.max_staleness_seconds,
-        )
-        namespaces = self._namespaces
-        return InventoryStatus(
-            synced=snapshot is not None,
-            stale=stale,
-            age_seconds=age,
-            resource_version=self._nodes.resource_version,
-            node_count=0 if snapshot is None else len(snapshot),
             last_error=self._connection_error or self._watcher.last_error,
             source=f"watcher at {self.socket_path}",
             relists=self._watcher.relists,

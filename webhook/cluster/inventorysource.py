@@ -16,12 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.admission.inventory import (
-    InventorySource,
-    InventoryStatus,
-    StaticInventorySource,
-    contact_age,
-)
+from webhook.admission.inventory import InventorySource, InventoryStatus, StaticInventorySource
 from webhook.cluster.apiclient import (
     ApiClient,
     ApiEndpoint,
@@ -176,21 +171,11 @@ class LiveInventorySource:
 
     def status(self) -> InventoryStatus:
         nodes = self._nodes
-        snapshot = nodes.published
-        age, stale = contact_age(
-            synced=snapshot is not None,
+        namespaces = self._namespaces
+        return nodes.status(
             last_contact=nodes.last_contact,
             started_at=self._started_at,
-            now=self._clock(),
             max_staleness_seconds=self.max_staleness_seconds,
-        )
-        namespaces = self._namespaces
-        return InventoryStatus(
-            synced=snapshot is not None,
-            stale=stale,
-            age_seconds=age,
-            resource_version=nodes.resource_version,
-            node_count=0 if snapshot is None else len(snapshot),
             last_error=nodes.last_error or (namespaces.last_error if namespaces else ""),
             source=self.api.host,
             relists=self._watch.relists,
@@ -225,6 +210,35 @@ class NodeCache:
         self.last_error = ""
 
     # Reflector side.
+
+    def status(
+        self,
+        *,
+        last_contact: float | None,
+        started_at: float | None,
+        max_staleness_seconds: float,
+        last_error: str,
+        source: str,
+        relists: int,
+        namespace_count: int | None,
+    ) -> InventoryStatus:
+        """The status of a live source built on this cache (in-process or fed by the pod's
+        watcher): its age is the time since the API server was last heard from, or since
+        start before the first contact (so that an age gauge always has a value)."""
+        snapshot = self.published
+        since = last_contact if last_contact is not None else started_at
+        age = None if since is None else max(0.0, self._clock() - since)
+        return InventoryStatus(
+            synced=snapshot is not None,
+            stale=snapshot is not None and age is not None and age > max_staleness_seconds,
+            age_seconds=age,
+            resource_version=self.resource_version,
+            node_count=0 if snapshot is None else len(snapshot),
+            last_error=last_error,
+            source=source,
+            relists=relists,
+            namespace_count=namespace_count,
+        )
 
     def parse(self, obj: Mapping[str, Any]) -> Node:
         return node_from_json(obj)
