@@ -3,6 +3,7 @@ it sends to the workers that subscribe to it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -47,21 +48,28 @@ def test_a_subscriber_first_gets_the_whole_state(server: ReplayServer, tmp_path:
     assert state["status"]["resource_version"] == "217"
 
 
-def test_a_heartbeat_only_update_sends_nothing_and_a_cordon_sends_the_node(
-    server: ReplayServer, tmp_path: Path
-) -> None:
+@contextlib.contextmanager
+def _synced_reader(server: ReplayServer, tmp_path: Path, *events: Any) -> Iterator[FeedReader]:
+    """A reader that has the watcher's full state; ``events`` reach the watch after that."""
     gate = threading.Event()
-    heartbeat = node_event(
-        "MODIFIED", "gpu-a100-0", resource_version="300", heartbeat="2026-11-29T15:05:00Z"
-    )
-    cordon = node_event("MODIFIED", "gpu-t4-0", resource_version="301", unschedulable=True)
-    server.watches.append(Stream([gate, heartbeat, cordon], end="hold"))
+    server.watches.append(Stream([gate, *events], end="hold"))
     with (
         running_watcher(server, tmp_path) as watcher,
         FeedReader(watcher.socket_path) as reader,
     ):
         reader.skip_to_synced()
         gate.set()
+        yield reader
+
+
+def test_a_heartbeat_only_update_sends_nothing_and_a_cordon_sends_the_node(
+    server: ReplayServer, tmp_path: Path
+) -> None:
+    heartbeat = node_event(
+        "MODIFIED", "gpu-a100-0", resource_version="300", heartbeat="2026-11-29T15:05:00Z"
+    )
+    cordon = node_event("MODIFIED", "gpu-t4-0", resource_version="301", unschedulable=True)
+    with _synced_reader(server, tmp_path, heartbeat, cordon) as reader:
         sent = node_changes(reader.until("upsert"))
         status = reader.until("status")[-1]["status"]
     assert [(m["t"], m["rv"], m["node"]["name"]) for m in sent] == [("upsert", "301", "gpu-t4-0")]
@@ -70,15 +78,8 @@ def test_a_heartbeat_only_update_sends_nothing_and_a_cordon_sends_the_node(
 
 
 def test_a_deleted_node_is_sent_as_its_name(server: ReplayServer, tmp_path: Path) -> None:
-    gate = threading.Event()
     deleted = node_event("DELETED", "cpu-0", resource_version="302")
-    server.watches.append(Stream([gate, deleted], end="hold"))
-    with (
-        running_watcher(server, tmp_path) as watcher,
-        FeedReader(watcher.socket_path) as reader,
-    ):
-        reader.skip_to_synced()
-        gate.set()
+    with _synced_reader(server, tmp_path, deleted) as reader:
         sent = node_changes(reader.until("delete"))
     assert sent == [{"t": "delete", "rv": "302", "name": "cpu-0"}]
 
