@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from webhook.certs import ensure_dev  # noqa: E402
+from webhook.files.certs import ensure_dev  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "admission" / "pod-gpu-limits-mutate-Pod-CREATE.json"
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from webhook.engine.evaluate import InventoryView, Request, evaluate  # noqa: E402
 from webhook.engine.inventory import Inventory, Node, Taint  # noqa: E402
 from webhook.engine.policy import DocumentRef, Policy, RuleDocument, compile_policy  # noqa: E402
-from webhook.rulefiles import load_policy  # noqa: E402
+from webhook.files.rulefiles import load_policy  # noqa: E402
 
 # The target as a share of the naive pipeline's cost, so that it holds on any machine.
 TARGET_SHARE = 0.15 / 0.57

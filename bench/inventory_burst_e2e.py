@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from admission import Reviews, connect, free_port, send  # noqa: E402
 from inventory_scale import BURST, api_server  # noqa: E402
 
-from webhook.certs import ensure_dev  # noqa: E402
+from webhook.files.certs import ensure_dev  # noqa: E402
 
 WARMUP = 0.5  # seconds of the first phase left out: connections and caches warming up
 

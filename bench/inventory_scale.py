@@ -52,7 +52,7 @@ from webhook.cluster.feedsource import FeedInventorySource  # noqa: E402
 from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource  # noqa: E402
 from webhook.cluster.watcherprocess import WatcherProcess  # noqa: E402
 from webhook.engine.inventory import Inventory, Placement, node_from_json  # noqa: E402
-from webhook.server import GIL_SWITCH_SECONDS  # noqa: E402
+from webhook.serving.server import GIL_SWITCH_SECONDS  # noqa: E402
 
 NODES = 10_000
 PAGE = 500
@@ -274,7 +274,7 @@ def _gc_timer(phase: str, info: dict[str, int]) -> None:
 
 
 def main() -> int:
-    # As in a gunicorn worker of `gpu-webhook serve` (webhook.server sets it after the fork):
+    # As in a gunicorn worker of `gpu-webhook serve` (webhook.serving.server sets it after the fork):
     # the thread that parses watch events must not hold the interpreter for 5 ms at a time.
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     gc.callbacks.append(_gc_timer)

@@ -14,8 +14,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from webhook import config
-from webhook.config import Settings
+from webhook.serving import config
+from webhook.serving.config import Settings
 
 NOOP_ANSWER = json.dumps(
     {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"allowed": True}}
@@ -39,7 +39,7 @@ def noop_app(settings: Settings) -> tuple[Any, Any]:  # noqa: ARG001
 def main() -> None:
     which, port, cert_dir = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
     config.use_multiprocess_metrics(tempfile.mkdtemp(prefix="bench-metrics-"))
-    from webhook.server import WebhookServer, webhook_app
+    from webhook.serving.server import WebhookServer, webhook_app
 
     settings = Settings(
         host="127.0.0.1",

@@ -12,8 +12,8 @@ from webhook.admission.memo import DecisionMemo
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import InventoryView, Request, evaluate
 from webhook.engine.policy import Policy
-from webhook.inventoryfile import load_inventory
-from webhook.rulefiles import load_policy
+from webhook.files.inventoryfile import load_inventory
+from webhook.files.rulefiles import load_policy
 
 POLICY = load_policy(str(RULES))
 VIEW = InventoryView(load_inventory(str(INVENTORY)))

@@ -9,7 +9,7 @@ from webhook.admission.inventory import InventoryStatus, StaticInventorySource
 from webhook.admission.review import parse_review
 from webhook.admission.service import AdmissionService
 from webhook.engine.evaluate import InventoryView, Request, evaluate
-from webhook.rulefiles import RuleStore
+from webhook.files.rulefiles import RuleStore
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from cryptography import x509
 from kubernetes import client
 
 from tests.running import gpu_webhook, kubeconfig
-from webhook import certs
 from webhook.cluster import certinstall
+from webhook.files import certs
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from webhook.cli import main
-from webhook.manifests import load_manifests
+from webhook.files.manifests import load_manifests
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = (REPO / ".." / "shared").resolve()

@@ -25,11 +25,11 @@ from tests.running import Server, mount, post
 from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.review import MAX_BODY_BYTES, parse_review
 from webhook.admission.service import AdmissionService
-from webhook.certs import DEV_HOSTS, generate, write
 from webhook.cli import main
 from webhook.engine.evaluate import InventoryView, Request, evaluate
-from webhook.manifests import load_manifests
-from webhook.rulefiles import RuleStore
+from webhook.files.certs import DEV_HOSTS, generate, write
+from webhook.files.manifests import load_manifests
+from webhook.files.rulefiles import RuleStore
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ import pytest
 from tests.builders import RULES, pod, review
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture
 from tests.running import Server, kubeconfig, post
-from webhook.certs import DEV_HOSTS, generate, write
 from webhook.cli import main
+from webhook.files.certs import DEV_HOSTS, generate, write
 
 pytestmark = pytest.mark.slow
 

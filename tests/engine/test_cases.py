@@ -34,8 +34,8 @@ from webhook.engine.evaluate import (
     evaluate,
 )
 from webhook.engine.policy import Policy
-from webhook.inventoryfile import load_inventory
-from webhook.rulefiles import load_policy
+from webhook.files.inventoryfile import load_inventory
+from webhook.files.rulefiles import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "cases"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
 from webhook.engine.policy import DocumentRef, Policy, RuleDocument, compile_policy
-from webhook.inventoryfile import load_inventory
+from webhook.files.inventoryfile import load_inventory
 
 CLUSTER = Path(__file__).resolve().parents[1] / "cases" / "_inventories" / "cluster.yaml"
 INVENTORY = InventoryView(load_inventory(str(CLUSTER)))

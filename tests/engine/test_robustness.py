@@ -11,8 +11,8 @@ import pytest
 
 from webhook.engine.evaluate import InventoryView, Request, evaluate
 from webhook.engine.policy import Policy
-from webhook.inventoryfile import load_inventory
-from webhook.rulefiles import load_policy
+from webhook.files.inventoryfile import load_inventory
+from webhook.files.rulefiles import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ROOT / "examples" / "inventory.yaml"

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView
 from webhook.engine.inventory import Inventory
-from webhook.inventoryfile import load_inventory
+from webhook.files.inventoryfile import load_inventory
 
 
 @dataclass(frozen=True, slots=True)

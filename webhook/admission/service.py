@@ -32,7 +32,7 @@ from webhook.admission.review import AdmissionRequest
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import Request
 from webhook.engine.policy import Policy
-from webhook.rulefiles import RuleSet, RuleStore
+from webhook.files.rulefiles import RuleSet, RuleStore
 
 log = logging.getLogger("gpu_webhook.service")
 UNREADABLE = (

@@ -19,7 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from webhook import certs
+from webhook.files import certs
 
 ATTEMPTS = 3
 _LABELS = {"app.kubernetes.io/name": "gpu-webhook"}

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook import logs
 from webhook.cluster import feedwire
 from webhook.cluster.apiclient import ApiEndpoint, ApiError, KubeconfigError
 from webhook.cluster.inventorysource import (
@@ -36,6 +35,7 @@ from webhook.cluster.inventorysource import (
 )
 from webhook.cluster.reflector import Backoff
 from webhook.engine.inventory import Node, node_from_json
+from webhook.serving import logs
 
 log = logging.getLogger("webhook.inventory.watcher")
 HEARTBEAT_SECONDS = 1.0

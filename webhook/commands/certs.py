@@ -7,8 +7,8 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from webhook import certs
 from webhook.commands import fail
+from webhook.files import certs
 
 DEFAULT_NAME = "gpu-webhook"
 

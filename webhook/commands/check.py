@@ -16,9 +16,9 @@ from webhook.commands import fail
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
 from webhook.engine.policy import Policy, PolicyError
-from webhook.inventoryfile import InventoryFileError, load_inventory
-from webhook.manifests import Document, load_manifests
-from webhook.rulefiles import load_policy
+from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.manifests import Document, load_manifests
+from webhook.files.rulefiles import load_policy
 
 DEFAULT_RULES = "rules"
 

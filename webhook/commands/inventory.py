@@ -14,8 +14,8 @@ from webhook.cluster.inventorysource import (
     list_inventory,
 )
 from webhook.commands import fail
-from webhook.inventoryfile import InventoryFileError, load_inventory
-from webhook.inventoryreport import render_text, summarize
+from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.reports.inventory import render_text, summarize
 
 
 def register(sub: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from webhook.engine.policy import PolicyError
 from webhook.engine.schema import rules_schema
-from webhook.rulefiles import load_policy
+from webhook.files.rulefiles import load_policy
 
 
 def register(sub: Any) -> None:

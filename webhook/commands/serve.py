@@ -13,9 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from webhook import config
 from webhook.commands import fail
-from webhook.config import ConfigError, Settings, env_default
+from webhook.serving import config
+from webhook.serving.config import ConfigError, Settings, env_default
 
 DEV_CERTS = Path("certs/dev")
 DEV_INVENTORY = Path("examples/inventory.yaml")
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     if args.dev:
-        from webhook.certs import ensure_dev
+        from webhook.files.certs import ensure_dev
 
         ensure_dev(settings.cert_dir)
     problem = preflight(settings)
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     metrics_dir = tempfile.mkdtemp(prefix="gpu-webhook-metrics-")
     config.use_multiprocess_metrics(metrics_dir)
     try:
-        from webhook.server import WebhookServer
+        from webhook.serving.server import WebhookServer
 
         if args.dev:
             print(_dev_banner(settings), file=sys.stderr)
@@ -138,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
 def preflight(settings: Settings) -> str:
     """The first reason this configuration cannot serve, or an empty string."""
     from webhook.engine.policy import PolicyError
-    from webhook.inventoryfile import InventoryFileError, load_inventory
-    from webhook.rulefiles import load_policy
+    from webhook.files.inventoryfile import InventoryFileError, load_inventory
+    from webhook.files.rulefiles import load_policy
 
     try:
         load_policy(str(settings.rules))

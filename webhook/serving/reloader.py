@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from webhook import metrics
 from webhook.admission.service import AdmissionService
+from webhook.serving import metrics
 
 log = logging.getLogger("gpu_webhook.rules")
 

@@ -13,9 +13,9 @@ from gunicorn.glogging import Logger
 
 from tests.builders import INVENTORY, RULES, pod, review
 from tests.running import Server, post
-from webhook import worker
-from webhook.certs import DEV_HOSTS, generate, write
-from webhook.worker import FREE, BalancedThreadWorker, ConnectionTable
+from webhook.files.certs import DEV_HOSTS, generate, write
+from webhook.serving import worker
+from webhook.serving.worker import FREE, BalancedThreadWorker, ConnectionTable
 
 
 def test_a_slot_is_one_no_live_worker_holds():

@@ -6,9 +6,9 @@ import pytest
 
 from webhook.engine.policy import PolicyError
 from webhook.engine.schema import rules_schema
-from webhook.rulefiles import RuleStore, load_policy
+from webhook.files.rulefiles import RuleStore, load_policy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEADER = "apiVersion: gpu-webhook.io/v1alpha1\n"
 
 

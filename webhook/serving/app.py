@@ -15,11 +15,11 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from webhook import metrics
 from webhook.admission.response import Answer
 from webhook.admission.review import MAX_BODY_BYTES, ReviewError, parse_review, read_uid
 from webhook.admission.service import AdmissionService
-from webhook.logs import review_line
+from webhook.serving import metrics
+from webhook.serving.logs import review_line
 
 JSON = "application/json"
 log = logging.getLogger("gpu_webhook.app")

@@ -7,12 +7,12 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
 from tests.builders import FIXTURES, INVENTORY, decoded_patch, patched, pod, review
-from webhook import metrics
 from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.service import AdmissionService
-from webhook.app import create_app
-from webhook.logs import JsonFormatter
-from webhook.rulefiles import RuleStore
+from webhook.files.rulefiles import RuleStore
+from webhook.serving import metrics
+from webhook.serving.app import create_app
+from webhook.serving.logs import JsonFormatter
 
 
 @pytest.fixture(scope="module")

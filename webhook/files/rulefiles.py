@@ -26,7 +26,7 @@ from webhook.engine.policy import (
     compile_policy,
 )
 from webhook.engine.schema import API_VERSION, DOCUMENT_KINDS
-from webhook.manifests import parse_text, read_source
+from webhook.files.manifests import parse_text, read_source
 
 RULE_SUFFIXES = (".yaml", ".yml")
 _VALIDATORS = {kind: Draft202012Validator(schema) for kind, schema in DOCUMENT_KINDS.items()}

@@ -16,7 +16,7 @@ from cryptography.x509.verification import PolicyBuilder, Store, VerificationErr
 
 from tests.builders import RULES
 from tests.running import Server
-from webhook import certs
+from webhook.files import certs
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 SERVICE_NAMES = [

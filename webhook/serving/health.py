@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from webhook import metrics
+from webhook.serving import metrics
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -9,9 +9,9 @@ import logging
 import pytest
 from gunicorn.config import Config
 
-from webhook import logs
-from webhook.config import Settings
-from webhook.server import WebhookServer, gunicorn_options
+from webhook.serving import logs
+from webhook.serving.config import Settings
+from webhook.serving.server import WebhookServer, gunicorn_options
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from webhook.engine.inventory import Inventory, node_from_json
-from webhook.manifests import ManifestError, load_manifests
+from webhook.files.manifests import ManifestError, load_manifests
 
 
 class InventoryFileError(Exception):

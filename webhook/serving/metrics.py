@@ -24,7 +24,7 @@ from prometheus_client import (
     multiprocess,
 )
 
-from webhook.config import multiprocess_dir
+from webhook.serving.config import multiprocess_dir
 
 REQUESTS = Counter(
     "gpu_webhook_requests_total",

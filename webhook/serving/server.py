@@ -2,7 +2,7 @@
 
 Choices, each for a reason (see docs/server.md):
 - ``gthread`` workers: they keep connections alive; ``sync`` workers close each one,
-  so the API server would pay a TLS handshake per pod. Ours (``webhook.worker``) also
+  so the API server would pay a TLS handshake per pod. Ours (``webhook.serving.worker``) also
   spread connections over the workers by how many each holds: a kept-alive connection
   stays with the worker that accepted it.
 - ``keepalive`` 120 s, above the API server's idle timeout (90 s): the client closes idle
@@ -16,7 +16,7 @@ Choices, each for a reason (see docs/server.md):
 - A live inventory is watched once per pod: the master starts one watcher process
   (``webhook.cluster.watcherprocess``) and every worker follows it over a Unix socket, so
   parsing node events never takes a worker's interpreter lock from admissions.
-- The TLS context comes from ``webhook.tls.ReloadingContext`` (rotated certificates).
+- The TLS context comes from ``webhook.serving.tls.ReloadingContext`` (rotated certificates).
 """
 
 from __future__ import annotations
@@ -34,16 +34,16 @@ from typing import TYPE_CHECKING, Any
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornBaseLogger
 
-from webhook import logs, metrics
 from webhook.admission.inventory import InventorySource, StaticInventorySource
 from webhook.admission.service import AdmissionService
-from webhook.app import create_app
-from webhook.config import Settings
-from webhook.health import HealthServer
-from webhook.reloader import Reloader
-from webhook.rulefiles import RuleStore
-from webhook.tls import ReloadingContext
-from webhook.worker import FREE, ConnectionTable
+from webhook.files.rulefiles import RuleStore
+from webhook.serving import logs, metrics
+from webhook.serving.app import create_app
+from webhook.serving.config import Settings
+from webhook.serving.health import HealthServer
+from webhook.serving.reloader import Reloader
+from webhook.serving.tls import ReloadingContext
+from webhook.serving.worker import FREE, ConnectionTable
 
 if TYPE_CHECKING:
     from webhook.cluster.watcherprocess import WatcherProcess
@@ -141,7 +141,7 @@ def gunicorn_options(settings: Settings) -> dict[str, Any]:
     return {
         "bind": [f"{_host(settings.host)}:{settings.port}"],
         "workers": settings.workers,
-        "worker_class": "webhook.worker.BalancedThreadWorker",  # gthread, balanced
+        "worker_class": "webhook.serving.worker.BalancedThreadWorker",  # gthread, balanced
         "threads": settings.threads,
         "keepalive": KEEPALIVE_SECONDS,
         "timeout": WORKER_TIMEOUT_SECONDS,

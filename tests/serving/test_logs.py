@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from webhook import logs
-from webhook.logs import REVIEW_LOGGER, JsonFormatter, ReviewLines
+from webhook.serving import logs
+from webhook.serving.logs import REVIEW_LOGGER, JsonFormatter, ReviewLines
 
 FIELDS = {"endpoint": "mutate", "uid": "u-1", "rules_fired": ["a"], "dry_run": False}
 

@@ -1,0 +1,1 @@
+"""Readers and writers of files: manifests, rule files, inventory files, certificates."""

@@ -1,0 +1,1 @@
+"""What the commands print for people and tools, built from engine data."""
