@@ -57,7 +57,7 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
         pytest.param(
             HEADER
             + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n    memoryLimit: {fixed: lots}\n",
-            "spec.mutate.memoryLimit.fixed: 'lots' is not a Kubernetes quantity",
+            "spec.mutate.memoryLimit.fixed: 'lots' is not a quantity",
             id="bad-quantity",
         ),
         pytest.param(

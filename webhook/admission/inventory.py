@@ -8,14 +8,20 @@ never-synced inventory is *unavailable*, and the policy's failure mode decides.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView
 from webhook.engine.inventory import Inventory
-from webhook.files.inventoryfile import load_inventory
+from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.lastgood import LastGood
+
+log = logging.getLogger("gpu_webhook.inventory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +53,29 @@ class InventorySource(Protocol):
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
 
 
+def _load_keeping(path: str, last_good: LastGood | None) -> Inventory:
+    """The file's nodes, kept in ``last_good`` when it loads; when it does not, the last
+    good copy's (a worker started after the file broke serves what its siblings serve)."""
+    if last_good is None:
+        return load_inventory(path)
+    try:
+        before = Path(path).read_bytes()
+        inventory = load_inventory(path)
+    except (OSError, InventoryFileError) as exc:
+        kept = last_good.inventory()
+        if kept is None:
+            raise
+        log.error(
+            "inventory file not usable; serving the last good copy",
+            extra={"inventory": path, "error": str(exc)[:1000]},
+        )
+        return load_inventory(str(kept))
+    if Path(path).read_bytes() == before:
+        with contextlib.suppress(OSError):
+            last_good.save_inventory(before)
+    return inventory
+
+
 class StaticInventorySource:
     """The nodes of a file (``kubectl get nodes -o yaml``): always ready, never stale.
 
@@ -54,10 +83,16 @@ class StaticInventorySource:
     ``InventoryFileError``, not at the first admission.
     """
 
-    def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        last_good: LastGood | None = None,
+    ) -> None:
         self.path = path
         self._clock = clock
-        self._inventory = load_inventory(path)
+        self._inventory = _load_keeping(path, last_good)
         self._loaded_at = clock()
 
     def start(self) -> None:

@@ -301,8 +301,8 @@ def _compile_match(spec: Mapping[str, Any]) -> Match:
 def _bytes(value: object, ref: DocumentRef, path: str, problems: list[PolicyProblem]) -> int:
     try:
         amount = parse_quantity(value)
-    except QuantityError:
-        problems.append(PolicyProblem(ref, path, f"{value!r} is not a Kubernetes quantity"))
+    except QuantityError as exc:
+        problems.append(PolicyProblem(ref, path, str(exc)))
         return 0
     if amount <= 0:
         problems.append(PolicyProblem(ref, path, "must be more than zero"))
@@ -379,10 +379,8 @@ def _compile_pool(ref: DocumentRef, spec: Mapping[str, Any], problems: list[Poli
     for name, raw in (spec.get("allocatable") or {}).items():
         try:
             amount = parse_quantity(raw)
-        except QuantityError:
-            problems.append(
-                PolicyProblem(ref, f"spec.allocatable[{name}]", f"{raw!r} is not a quantity")
-            )
+        except QuantityError as exc:
+            problems.append(PolicyProblem(ref, f"spec.allocatable[{name}]", str(exc)))
             continue
         allocatable[name] = int(amount * 1000) if name == "cpu" else int(amount)
     return Node(

@@ -203,6 +203,9 @@ class KindTable:
         group = api_version.rpartition("/")[0] if "/" in api_version else ""
         return self._kinds.get((group, kind))
 
+    def knows(self, group: str, kind: str) -> bool:
+        return (group, kind) in self._kinds
+
     def __iter__(self) -> Iterator[WorkloadKind]:
         return iter(self._kinds.values())
 

@@ -21,7 +21,11 @@ def load_inventory(path: str) -> Inventory:
     docs, errors = load_manifests([path])
     if errors:
         raise InventoryFileError(errors)
-    nodes = [node_from_json(d.obj) for d in docs if d.obj.get("kind") == "Node"]
+    try:
+        nodes = [node_from_json(d.obj) for d in docs if d.obj.get("kind") == "Node"]
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        message = f"holds a Node that cannot be read ({type(exc).__name__}: {str(exc)[:100]})"
+        raise InventoryFileError([ManifestError(path, message)]) from None
     if not nodes:
         raise InventoryFileError([ManifestError(path, "holds no Node objects")])
     others = sorted({str(d.obj.get("kind")) for d in docs if d.obj.get("kind") != "Node"})

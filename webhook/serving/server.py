@@ -36,6 +36,7 @@ from gunicorn.glogging import Logger as GunicornBaseLogger
 
 from webhook.admission.inventory import InventorySource, StaticInventorySource
 from webhook.admission.service import AdmissionService
+from webhook.files.lastgood import LastGood
 from webhook.files.rulefiles import RuleStore
 from webhook.serving import logs, metrics
 from webhook.serving.app import create_app
@@ -81,9 +82,13 @@ def _kubeconfig(settings: Settings) -> str | None:
     return str(settings.kubeconfig) if settings.kubeconfig else None
 
 
+def last_good(settings: Settings) -> LastGood | None:
+    return LastGood(settings.last_good) if settings.last_good is not None else None
+
+
 def inventory_source(settings: Settings) -> InventorySource | None:
     if settings.inventory is not None:
-        return StaticInventorySource(str(settings.inventory))
+        return StaticInventorySource(str(settings.inventory), last_good=last_good(settings))
     if settings.live_inventory:
         return live_inventory(settings)
     return None
@@ -102,7 +107,7 @@ def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
     """The admission app for one worker, and what stops its background work."""
     inventory = inventory_source(settings)
     service = AdmissionService(
-        rules=RuleStore(str(settings.rules)),
+        rules=RuleStore(str(settings.rules), last_good=last_good(settings)),
         inventory=inventory,
         inventory_failure_mode=settings.inventory_failure_mode,
     )
