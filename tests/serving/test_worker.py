@@ -12,7 +12,7 @@ from gunicorn.config import Config
 from gunicorn.glogging import Logger
 
 from tests.builders import INVENTORY, RULES, pod, review
-from tests.running import Server, post
+from tests.running import Server, post, workers_of
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.serving import worker
 from webhook.serving.worker import FREE, BalancedThreadWorker, ConnectionTable
@@ -154,19 +154,6 @@ def _established_by_process(port: int, pids: list[int]) -> dict[int, int]:
     return held
 
 
-def _workers_of(master: int) -> list[int]:
-    children = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == master:
-                children.append(int(entry.name))
-    return children
-
-
 def _wait_for_workers_serving(server: Server, count: int, timeout: float = 20.0) -> None:
     """Until ``count`` workers have loaded the app: one still loading accepts nothing."""
     deadline = time.monotonic() + timeout
@@ -193,7 +180,7 @@ def test_connections_opened_together_are_spread_evenly_over_the_workers(tmp_path
             thread.start()
         for thread in threads:
             thread.join()
-        held = _established_by_process(server.port, _workers_of(server.process.pid))
+        held = _established_by_process(server.port, workers_of(server.process.pid))
     finally:
         Server.close_clients()
         assert server.stop() == 0

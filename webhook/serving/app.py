@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from webhook.admission.response import Answer
 from webhook.admission.review import MAX_BODY_BYTES, ReviewError, parse_review, read_uid
@@ -86,7 +86,7 @@ def _admit(service: AdmissionService, endpoint: str, *, mutate: bool) -> Respons
     started = time.perf_counter()
     if not _is_json(request.environ.get("CONTENT_TYPE", "")):
         return _refuse(endpoint, 415, f"content type must be {JSON}", started)
-    body = request.get_data(cache=False)
+    body = _body(request.max_content_length or MAX_BODY_BYTES)
     try:
         admission = parse_review(body)
     except ReviewError as exc:
@@ -123,6 +123,18 @@ def _clipped(text: str) -> str:
     """A request's own text, shortened for the log: a Kubernetes name is at most 253
     characters, and a caller could otherwise make one log line megabytes long."""
     return text if len(text) <= MAX_LOGGED else f"{text[:MAX_LOGGED]}...({len(text)} chars)"
+
+
+def _body(cap: int) -> bytes:
+    """The request body; 413 past ``cap``. A declared length over the cap is refused by
+    Flask before anything is read; a chunked body has none, so at most ``cap + 1`` bytes
+    of it are read to tell."""
+    if request.environ.get("CONTENT_LENGTH"):
+        return request.get_data(cache=False)
+    body: bytes = request.environ["wsgi.input"].read(cap + 1)
+    if len(body) > cap:
+        raise RequestEntityTooLarge()
+    return body
 
 
 def _is_json(content_type: str) -> bool:

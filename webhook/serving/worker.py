@@ -64,6 +64,7 @@ STOP_LINGER_SECONDS = 2.0  # idle kept-alive connections stay this long after SI
 MAX_HEAD_BYTES = 64 * 1024
 LARGE_BODY_BYTES = 1024 * 1024
 SWEEP_SECONDS = 0.25
+DRAIN_SECONDS = 0.05
 _DRAIN_BYTES = 64 * 1024
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,12})[ \t]*(?=\r\n|$)")
 _CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:[^\r\n]*chunked")
@@ -340,6 +341,13 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         except Exception as exc:  # what gthread does: a 400 for what the parser refused
             self.handle_error(req, conn.sock, conn.client, exc)
         return False
+
+    def _keepalive_after(self, conn: TConn, keepalive: bool) -> bool:
+        """What the app left of the body is dropped from the buffer; a body still arriving
+        (one over the cap) closes the connection instead of holding this thread."""
+        if not keepalive:
+            return False
+        return bool(conn.parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS))
 
     def finish_request(self, conn: TConn, fs: Any) -> None:
         """On the main loop, after a thread served a request."""

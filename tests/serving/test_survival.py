@@ -1,0 +1,174 @@
+"""The server outlives its own workers: a worker that exits, is killed or times out is
+replaced, and the replacement serves the last good rules and inventory even when the files
+on disk have been broken since (issue 11, items 1 and 2).
+
+Real gunicorn over TLS on loopback, rules mounted like a ConfigMap.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.builders import INVENTORY, RULES, pod, review
+from tests.rulesets import quota
+from tests.running import Server, mount, post, wait_until
+from webhook.files.certs import DEV_HOSTS, generate, write
+
+pytestmark = pytest.mark.slow
+
+BROKEN_RULE = b"apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nspec: 7\n"
+GARBAGE = b"\x00\xff not an inventory \x9c"
+
+
+@pytest.fixture(autouse=True)
+def _close_clients():
+    yield
+    Server.close_clients()
+
+
+def start(tmp, *, workers=2):
+    """A server whose rules deny pods over one GPU (so the rules in force show in every
+    answer), with its rules mounted like a ConfigMap and its own inventory file."""
+    write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=30), tmp)
+    rules = {p.name: p.read_bytes() for p in RULES.glob("*.yaml")}
+    rules["95-quota.yaml"] = quota(1).encode()
+    mount(tmp / "rules", rules, version="1")
+    inventory = tmp / "nodes.yaml"
+    inventory.write_bytes(INVENTORY.read_bytes())
+    server = Server(tmp=tmp, cert_dir=tmp, rules=tmp / "rules", inventory=inventory, workers=workers)
+    server.wait_for_fresh_workers(set(), workers)
+    return server, rules
+
+
+def break_files(server, tmp, rules):
+    mount(tmp / "rules", {**rules, "95-quota.yaml": BROKEN_RULE}, version="2")
+    (tmp / "nodes.yaml").write_bytes(GARBAGE)
+    wait_until(
+        lambda: "new rule files rejected" in server.log.read_text(),
+        timeout=20,
+        what="the workers rejected the broken rules",
+    )
+
+
+def answers_from_every_worker(server, count=12):
+    """Answers to a two-GPU pod, each on a fresh connection (so both workers answer)."""
+    answers = []
+    for _ in range(count):
+        status, body = post(server.connection(), "/mutate", review(pod(gpus=2)))
+        answers.append((status, body["response"]["allowed"] if status == 200 else body))
+    return answers
+
+
+class Load:
+    """Reviews without pause on kept-alive connections while something happens."""
+
+    def __init__(self, server, threads=3):
+        self.server = server
+        self.statuses = []
+        self.errors = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
+
+    def __enter__(self):
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def _run(self):
+        conn = self.server.connection()
+        while not self._stop.is_set():
+            try:
+                status, _ = post(conn, "/mutate", review(pod(gpus=2)))
+                self.statuses.append(status)
+            except (OSError, http.client.HTTPException) as error:  # in flight on a killed worker
+                self.errors.append(repr(error))
+                conn = self.server.connection()
+
+
+def test_a_worker_that_exits_normally_leaves_its_siblings_metrics_files(tmp_path):
+    server, _ = start(tmp_path)
+    try:
+        first = set(server.workers())
+        os.kill(min(first), signal.SIGTERM)  # exits through Python's normal path
+
+        server.wait_for_fresh_workers({min(first)}, 2)
+
+        assert answers_from_every_worker(server) == [(200, False)] * 12
+        assert server.health("/readyz")[0] == 200
+        assert "gpu_webhook_ready" in server.health("/metrics")[1]
+        assert "Worker failed to boot" not in server.log.read_text()
+    finally:
+        assert server.stop() == 0, server.log.read_text()
+
+
+def _sigkill_worker(server):
+    os.kill(server.workers()[0], signal.SIGKILL)
+    return 1
+
+
+def _sigterm_worker(server):
+    os.kill(server.workers()[0], signal.SIGTERM)
+    return 1
+
+
+def _sighup_master(server):
+    server.process.send_signal(signal.SIGHUP)  # gunicorn replaces every worker
+    return 2
+
+
+def _worker_timeout(server):
+    # A stopped worker stops its heartbeat: after the 8 s timeout the master kills it.
+    os.kill(server.workers()[0], signal.SIGSTOP)
+    return 1
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(_sigkill_worker, id="sigkill-worker"),
+        pytest.param(_sigterm_worker, id="sigterm-worker"),
+        pytest.param(_sighup_master, id="sighup-master"),
+        pytest.param(_worker_timeout, id="worker-timeout"),
+    ],
+)
+def test_workers_started_while_rules_and_inventory_are_broken_serve_the_last_good_state(
+    tmp_path, fault
+):
+    server, rules = start(tmp_path)
+    try:
+        break_files(server, tmp_path, rules)
+        before = set(server.workers())
+        with Load(server) as load:
+            time.sleep(0.3)
+            replaced = fault(server)
+            server.wait_for_fresh_workers(before, 2) if replaced == 2 else wait_until(
+                lambda: len(set(server.workers()) - before) == 1
+                and server.serving_workers() >= 3,
+                timeout=40,
+                what="a replacement worker accepts connections",
+            )
+            time.sleep(0.5)
+
+        assert server.process.poll() is None, server.log.read_text()
+        assert set(load.statuses) == {200}
+        assert len(load.errors) <= 3, load.errors  # at most the requests in flight
+        # The last good rules (a one-GPU quota) still decide, in every worker.
+        assert answers_from_every_worker(server) == [(200, False)] * 12
+        log = server.log.read_text()
+        assert "Worker failed to boot" not in log
+        assert "inventory file not usable; serving the last good copy" in log
+    finally:
+        for pid in server.workers():
+            os.kill(pid, signal.SIGCONT)
+        assert server.stop() == 0, server.log.read_text()
