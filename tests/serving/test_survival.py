@@ -8,6 +8,8 @@ Real gunicorn over TLS on loopback, rules mounted like a ConfigMap.
 from __future__ import annotations
 
 import http.client
+import itertools
+import json
 import os
 import signal
 import threading
@@ -41,7 +43,9 @@ def start(tmp, *, workers=2):
     mount(tmp / "rules", rules, version="1")
     inventory = tmp / "nodes.yaml"
     inventory.write_bytes(INVENTORY.read_bytes())
-    server = Server(tmp=tmp, cert_dir=tmp, rules=tmp / "rules", inventory=inventory, workers=workers)
+    server = Server(
+        tmp=tmp, cert_dir=tmp, rules=tmp / "rules", inventory=inventory, workers=workers
+    )
     server.wait_for_fresh_workers(set(), workers)
     return server, rules
 
@@ -153,8 +157,7 @@ def test_workers_started_while_rules_and_inventory_are_broken_serve_the_last_goo
             time.sleep(0.3)
             replaced = fault(server)
             server.wait_for_fresh_workers(before, 2) if replaced == 2 else wait_until(
-                lambda: len(set(server.workers()) - before) == 1
-                and server.serving_workers() >= 3,
+                lambda: len(set(server.workers()) - before) == 1 and server.serving_workers() >= 3,
                 timeout=40,
                 what="a replacement worker accepts connections",
             )
@@ -172,3 +175,95 @@ def test_workers_started_while_rules_and_inventory_are_broken_serve_the_last_goo
         for pid in server.workers():
             os.kill(pid, signal.SIGCONT)
         assert server.stop() == 0, server.log.read_text()
+
+
+# --- 6 and 9: rule edits that must never become the policy ------------------------------
+
+# A billion laughs where the schema wants an object: its error message quoted the value.
+BOMB = "".join(
+    [
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: lol}\n",
+        'lols:\n  a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n',
+        *(
+            f"  {n}: &{n} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n"
+            for p, n in itertools.pairwise("abcdefghi")
+        ),
+        "spec: {match: *i}\n",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        pytest.param({"99-lol.yaml": BOMB.encode()}, "99-lol.yaml", id="alias-bomb"),
+        pytest.param({}, "holds no rule documents", id="empty-configmap"),
+    ],
+)
+def test_a_rule_edit_that_must_not_become_policy_is_rejected_and_serving_goes_on(
+    tmp_path, edit, named
+):
+    server, rules = start(tmp_path)
+    try:
+        with Load(server) as load:
+            files = {**rules, **edit} if edit else {"README.md": b"an emptied ConfigMap"}
+            mount(tmp_path / "rules", files, version="2")
+            wait_until(
+                lambda: "new rule files rejected" in server.log.read_text(),
+                timeout=20,
+                what="the edit was rejected",
+            )
+        assert set(load.statuses) == {200}
+        assert load.errors == []
+        assert answers_from_every_worker(server, count=4) == [(200, False)] * 4
+        assert named in server.log.read_text()
+    finally:
+        assert server.stop() == 0, server.log.read_text()
+
+
+# --- 9: SIGTERM under load answers the last request of each connection -------------------
+
+
+CLIENTS = 24  # more connections than the two workers have threads
+
+
+def test_sigterm_under_load_answers_every_request_sent_and_resets_none(tmp_path):
+    server, _ = start(tmp_path)
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def client():
+        conn = server.connection()
+        while not stop.is_set():
+            try:
+                conn.request(
+                    "POST",
+                    "/mutate",
+                    body=json.dumps(review(pod(gpus=1))).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
+            except OSError:
+                outcomes.append("not sent")  # closed before we wrote: never a lost review
+                return
+            try:
+                reply = conn.getresponse()
+                reply.read()
+            except (OSError, http.client.HTTPException) as error:
+                outcomes.append(f"sent, no answer: {error!r}")
+                return
+            if reply.getheader("Connection", "").lower() == "close":
+                outcomes.append("answered, then closed")
+                return
+
+    clients = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    for thread in clients:
+        thread.start()
+    time.sleep(1.0)
+    server.process.send_signal(signal.SIGTERM)
+    for thread in clients:
+        thread.join(timeout=30)
+    stop.set()
+    code = server.process.wait(timeout=30)
+
+    assert code == 0
+    assert sorted(outcomes) == ["answered, then closed"] * CLIENTS, outcomes

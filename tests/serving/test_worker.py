@@ -188,3 +188,41 @@ def test_connections_opened_together_are_spread_evenly_over_the_workers(tmp_path
     assert replies == [200] * 12
     assert sum(held.values()) == 12, held
     assert max(held.values()) - min(held.values()) <= 2, held
+
+
+HEAD = b"POST /mutate HTTP/1.1\r\nHost: x\r\n"
+
+
+@pytest.mark.parametrize(
+    ("data", "end"),
+    [
+        pytest.param(HEAD, None, id="head-unfinished"),
+        pytest.param(HEAD + b"\r\n", len(HEAD) + 2, id="no-body"),
+        pytest.param(HEAD + b"Content-Length: 4\r\n\r\n{}", None, id="body-unfinished"),
+        pytest.param(HEAD + b"Content-Length: 2\r\n\r\n{}", len(HEAD) + 23, id="body-whole"),
+        pytest.param(
+            HEAD + b"content-length:2\r\n\r\n{}GET / HTTP/1.1", len(HEAD) + 22, id="pipelined"
+        ),
+        pytest.param(
+            HEAD + b"Content-Length: 99999999999\r\n\r\n", len(HEAD) + 31, id="over-the-cap"
+        ),
+        pytest.param(
+            HEAD + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n", None, id="chunks-unfinished"
+        ),
+        pytest.param(
+            HEAD + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            len(HEAD) + 42,
+            id="chunks-whole",
+        ),
+        pytest.param(
+            HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", len(HEAD) + 32, id="chunks-broken"
+        ),
+        pytest.param(
+            b"x" * (worker.MAX_HEAD_BYTES + 1), worker.MAX_HEAD_BYTES + 1, id="head-too-long"
+        ),
+    ],
+)
+def test_a_request_is_handed_to_a_thread_only_once_it_is_all_there(data, end):
+    head = worker.request_head(data)
+
+    assert (None if head is None else worker.request_end(data, head)) == end

@@ -440,7 +440,10 @@ def _written_fields(rule: Rule) -> dict[str, object]:
     if m.memory_limit is not None:
         fields["spec.mutate.memoryLimit"] = m.memory_limit
     if m.shm_size is not None:
-        fields["spec.mutate.shm.sizeLimit"] = parse_quantity(m.shm_size)
+        try:
+            fields["spec.mutate.shm.sizeLimit"] = parse_quantity(m.shm_size)
+        except QuantityError:  # reported where the rule was read
+            fields["spec.mutate.shm.sizeLimit"] = m.shm_size
     for req in m.required_affinity:
         fields[f"spec.mutate.nodeAffinity.required[{req['key']}]"] = (
             req["operator"],

@@ -65,7 +65,7 @@ class HealthServer:
         self._waiting: dict[asyncio.StreamWriter, None] = {}  # oldest first
         self._open = 0
         self._loop = asyncio.new_event_loop()
-        self._loop.set_exception_handler(lambda loop, context: None)  # see the docstring
+        self._loop.set_exception_handler(_quiet)
         self._stopped: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._run, name="health", daemon=True)
 
@@ -76,6 +76,8 @@ class HealthServer:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stop_serving)
             self._thread.join(timeout=self.timeout)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()
         self._socket.close()
 
     def _stop_serving(self) -> None:
@@ -84,7 +86,10 @@ class HealthServer:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._serve())
+        try:
+            self._loop.run_until_complete(self._serve())
+        finally:
+            self._loop.close()
 
     async def _serve(self) -> None:
         self._stopped = asyncio.Event()
@@ -115,6 +120,10 @@ class HealthServer:
             self._open -= 1
             with contextlib.suppress(OSError, RuntimeError):
                 writer.close()
+
+
+def _quiet(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+    """Resets and half-open connections are not logged (see the module docstring)."""
 
 
 def _request_line(head: bytes) -> tuple[str, str]:
