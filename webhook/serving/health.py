@@ -63,6 +63,7 @@ class HealthServer:
         self.timeout = timeout
         self.max_connections = max_connections
         self._waiting: dict[asyncio.StreamWriter, None] = {}  # oldest first
+        self._writers: set[asyncio.StreamWriter] = set()
         self._open = 0
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(_quiet)
@@ -96,6 +97,12 @@ class HealthServer:
         server = await asyncio.start_server(self._client, sock=self._socket)
         async with server:
             await self._stopped.wait()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._open >= self.max_connections and self._waiting:
@@ -104,6 +111,7 @@ class HealthServer:
             oldest.transport.abort()
         self._open += 1
         self._waiting[writer] = None
+        self._writers.add(writer)
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout)
             self._waiting.pop(writer, None)
@@ -117,6 +125,7 @@ class HealthServer:
             pass
         finally:
             self._waiting.pop(writer, None)
+            self._writers.discard(writer)
             self._open -= 1
             with contextlib.suppress(OSError, RuntimeError):
                 writer.close()
