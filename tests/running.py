@@ -10,6 +10,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -236,3 +237,50 @@ def wait_until(condition: Any, *, timeout: float, what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
         time.sleep(0.05)
+
+
+class Load:
+    """Reviews sent without pause from a few threads, each on its own kept-alive connection:
+    ``answers`` (allowed or not), ``failures`` (answers other than 200) and ``errors``
+    (connections lost, reconnected)."""
+
+    def __init__(self, server: Server, body: Any, threads: int = 3) -> None:
+        self.server = server
+        self.body = body
+        self.answers: list[bool] = []
+        self.failures: list[str] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def _run(self) -> None:
+        conn = self.server.connection()
+        while not self._stop.is_set():
+            try:
+                status, answer = post(conn, "/mutate", self.body)
+            except (OSError, http.client.HTTPException) as error:
+                self.errors.append(repr(error))
+                conn = self.server.connection()
+                continue
+            if status != 200:
+                self.failures.append(f"{status}: {answer}")
+            else:
+                self.answers.append(answer["response"]["allowed"])
+
+    def wait_for(self, allowed: bool, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.answers[-6:] == [allowed] * 6:
+                return True
+            time.sleep(0.05)
+        return False
