@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -95,6 +96,11 @@ def _sigterm_worker(server):
     return 1
 
 
+def _sighup_worker(server):
+    os.kill(server.workers()[0], signal.SIGHUP)  # a worker does not handle it: it dies
+    return 1
+
+
 def _sighup_master(server):
     server.process.send_signal(signal.SIGHUP)  # gunicorn replaces every worker
     return 2
@@ -111,6 +117,7 @@ def _worker_timeout(server):
     [
         pytest.param(_sigkill_worker, id="sigkill-worker"),
         pytest.param(_sigterm_worker, id="sigterm-worker"),
+        pytest.param(_sighup_worker, id="sighup-worker"),
         pytest.param(_sighup_master, id="sighup-master"),
         pytest.param(_worker_timeout, id="worker-timeout"),
     ],
@@ -144,6 +151,22 @@ def test_workers_started_while_rules_and_inventory_are_broken_serve_the_last_goo
         for pid in server.workers():
             os.kill(pid, signal.SIGCONT)
         assert server.stop() == 0, server.log.read_text()
+
+
+def test_a_killed_master_leaves_no_worker_serving(tmp_path):
+    server, _ = start(tmp_path)
+    workers = server.workers()
+
+    server.process.kill()  # in a pod the container ends with it and is restarted
+    server.process.wait()
+
+    def gone(pid):
+        try:
+            return (Path("/proc") / str(pid) / "stat").read_text().split(")")[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    wait_until(lambda: all(gone(pid) for pid in workers), timeout=20, what="the workers exit")
 
 
 # --- 6 and 9: rule edits that must never become the policy ------------------------------
