@@ -17,13 +17,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "apiserver"
-if not FIXTURES.is_dir():
-    FIXTURES = Path("/work/shared/fixtures/apiserver")
+from tests.builders import APISERVER as FIXTURES
 
 
 def fixture(name: str) -> bytes:

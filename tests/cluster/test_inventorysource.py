@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.replayserver import (
+    FIXTURES,
     Body,
     ReplayServer,
     Stream,
@@ -393,7 +394,7 @@ def test_namespaces_are_unknown_when_not_watched(
 
 
 def test_a_static_source_is_ready_at_once_and_never_stale(tmp_path: object) -> None:
-    source = StaticInventorySource("/work/shared/fixtures/apiserver/kubectl-get-nodes.yaml")
+    source = StaticInventorySource(str(FIXTURES / "kubectl-get-nodes.yaml"))
     source.start()
     assert source.ready()
     snapshot = source.snapshot()
