@@ -18,14 +18,21 @@ from typing import Any
 from tests.builders import ROOT
 
 
-def gpu_webhook(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The command as a user runs it, in its own process, with no ambient kubeconfig."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("KUBECONFIG", None)
+def gpu_webhook(
+    *args: str | Path,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """The command as a user runs it, in its own process, with no ambient kubeconfig and no
+    colour; ``env`` adds to the environment."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", **(env or {})}
+    environment.pop("KUBECONFIG", None)
     return subprocess.run(
         [sys.executable, "-m", "webhook", *map(str, args)],
-        cwd=ROOT,
-        env=env,
+        cwd=cwd,
+        env=environment,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=60,

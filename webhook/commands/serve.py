@@ -7,7 +7,10 @@ setting is one clear line and exit code 2, not a crash loop of workers.
 from __future__ import annotations
 
 import argparse
+import errno
 import shutil
+import socket
+import ssl
 import sys
 import tempfile
 from pathlib import Path
@@ -37,7 +40,11 @@ def register(sub: Any) -> None:
         default=env_default("health_port"),
         help=f"plain-HTTP port for /healthz, /readyz, /metrics; 0: none (${env['health_port']})",
     )
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument(
+        "--host",
+        default=env_default("host"),
+        help=f"address both ports listen on; --dev makes 0.0.0.0 127.0.0.1 (${env['host']})",
+    )
     parser.add_argument(
         "--cert-dir",
         default=env_default("cert_dir"),
@@ -87,7 +94,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if args.dev:
         cert_dir = DEV_CERTS if args.cert_dir == env_default("cert_dir") else cert_dir
         inventory = inventory or (DEV_INVENTORY if not args.kubeconfig else None)
-        host = "127.0.0.1" if host == "0.0.0.0" else host
+        host = "127.0.0.1" if host == config.DEFAULTS["host"] else host
     kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
     return Settings(
         port=config.port(args.port, "--port"),
@@ -148,6 +155,9 @@ def preflight(settings: Settings) -> str:
     for path in (settings.cert_file, settings.key_file):
         if not path.is_file():
             return f"{path} does not exist (--cert-dir holds tls.crt and tls.key)"
+    problem = _tls_problem(settings)
+    if problem:
+        return problem
     if settings.inventory is not None:
         try:
             load_inventory(str(settings.inventory))
@@ -160,6 +170,50 @@ def preflight(settings: Settings) -> str:
             api_endpoint_from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
         except KubeconfigError as exc:
             return f"the cluster configuration is not usable: {exc}"
+    return _port_problem(settings)
+
+
+def _tls_problem(settings: Settings) -> str:
+    """Load the pair as the server will, so a bad pair is a line here and not a traceback
+    from gunicorn's master after it said it was listening."""
+    from webhook.serving.tls import server_context
+
+    try:
+        server_context(settings.cert_file, settings.key_file)
+    except ssl.SSLError as exc:
+        reason = (exc.reason or str(exc)).lower().replace("_", " ")
+        return (
+            f"{settings.cert_file} and {settings.key_file} do not load as a TLS certificate and "
+            f"its key ({reason}); write a matching pair with 'gpu-webhook certs generate'"
+        )
+    except OSError as exc:
+        name = exc.filename or settings.cert_dir
+        return f"cannot read {name}: {exc.strerror or exc}"
+    return ""
+
+
+def _port_problem(settings: Settings) -> str:
+    """Whether both ports can be listened on now. gunicorn would otherwise retry for 5 s
+    and exit 1, and the health port would fail in its master after the start-up line."""
+    env = config.ENVIRONMENT
+    ports = [("--port", env["port"], settings.port)]
+    if settings.health_port:
+        if settings.health_port == settings.port:
+            return f"--port and --health-port are both {settings.port}; give them different ports"
+        ports.append(("--health-port", env["health_port"], settings.health_port))
+    for flag, variable, number in ports:
+        if number == 0:
+            continue
+        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn does
+            try:
+                probe.bind((settings.host, number))
+            except OSError as exc:
+                where = f"port {number} on {settings.host} ({flag}, ${variable})"
+                if exc.errno == errno.EADDRINUSE:
+                    return f"{where} is in use: stop what listens there or choose another port"
+                return f"cannot listen on {where}: {exc.strerror or exc}"
     return ""
 
 
