@@ -16,6 +16,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "admission"
 APISERVER = ROOT / "tests" / "fixtures" / "apiserver"
 CORPUS = ROOT / "tests" / "corpus"
 RULES = ROOT / "rules"
+CASES = ROOT / "tests" / "cases"
 INVENTORY = ROOT / "examples" / "inventory.yaml"
 
 _GROUPS = {

@@ -8,19 +8,30 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from webhook.commands import fail
 from webhook.engine.decision import Decision
-from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
+from webhook.engine.evaluate import (
+    NO_INVENTORY,
+    NO_INVENTORY_NOTICE,
+    InventoryView,
+    Request,
+    evaluate,
+)
 from webhook.engine.policy import Policy, PolicyError
+from webhook.engine.shape import shape_problems
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.manifests import Document, load_manifests
 from webhook.files.rulefiles import load_policy
+from webhook.reports.colour import Paint
 
 DEFAULT_RULES = "rules"
+RULES_ENV = "GPU_WEBHOOK_RULES"
 
 
 def register(sub: Any) -> None:
@@ -32,27 +43,47 @@ def register(sub: Any) -> None:
         "input (the other files are still checked).",
     )
     parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="manifest files or directories, as with -f (default: none)",
+    )
+    parser.add_argument(
         "-f",
         "--filename",
         dest="files",
         action="append",
-        required=True,
+        default=[],
         metavar="FILE|DIR|-",
-        help="manifest file, directory (walked for .yaml/.yml/.json) or - for stdin; repeatable",
+        help="manifest file, directory (walked for .yaml/.yml/.json) or - for stdin; "
+        "repeatable (default: none; give a PATH or -f)",
     )
     parser.add_argument(
         "--rules",
-        default=os.environ.get("GPU_WEBHOOK_RULES", DEFAULT_RULES),
+        default=None,
         metavar="DIR",
-        help="rule file directory (default: $GPU_WEBHOOK_RULES or ./rules)",
+        help=f"rule file directory (default: ${RULES_ENV}, else ./{DEFAULT_RULES})",
     )
     parser.add_argument(
         "--inventory",
         metavar="FILE",
-        help="nodes as 'kubectl get nodes -o yaml' prints them; without it, no capacity checks",
+        help="nodes as 'kubectl get nodes -o yaml' prints them (default: none, so no "
+        "capacity checks)",
     )
-    parser.add_argument("--namespace", metavar="NS", help="namespace for objects that name none")
-    parser.add_argument("--output", "-o", choices=["text", "json", "yaml", "patch"], default="text")
+    parser.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="namespace for objects that name none (default: default); an object's own "
+        "metadata.namespace always wins",
+    )
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=["text", "json", "yaml", "patch"],
+        default="text",
+        help="text: per object for people; json: a result per object; yaml: the mutated "
+        "objects; patch: a JSON Patch per line (default: text)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -60,50 +91,106 @@ def _fail(message: str) -> int:
     return fail("check", message)
 
 
+@dataclass(frozen=True, slots=True)
+class Checked:
+    doc: Document
+    namespace: str
+    decision: Decision
+
+
+def rules_directory(given: str | None) -> tuple[str, str]:
+    """The rule directory to read, and why that one, for a message when it is missing."""
+    if given:
+        return given, "--rules"
+    if os.environ.get(RULES_ENV):
+        return os.environ[RULES_ENV], f"${RULES_ENV}"
+    return DEFAULT_RULES, "default"
+
+
 def run(args: argparse.Namespace) -> int:
+    paths = [*args.paths, *args.files]
+    if not paths:
+        return _fail("no manifests given: name files or directories (or - for stdin)")
+    rules, origin = rules_directory(args.rules)
+    if origin == "default" and not Path(rules).is_dir():
+        return _fail(
+            f"no rules: looked for the default ./{DEFAULT_RULES} in {Path.cwd()}; pass "
+            f"--rules DIR or set {RULES_ENV} (the repository's rules/ is the shipped policy)"
+        )
     try:
-        policy = load_policy(args.rules)
+        policy = load_policy(rules)
     except PolicyError as exc:
-        return _fail(f"the rules in {args.rules} are not usable:\n{exc}")
+        return _fail(f"the rules in {rules} ({origin}) are not usable:\n{exc}")
     inventory = NO_INVENTORY
     if args.inventory:
         try:
             inventory = InventoryView(load_inventory(args.inventory))
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
-    documents, errors = load_manifests(args.files)
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
-    if not args.inventory and args.output == "text":
+    documents, errors = load_manifests(paths)
+    problems = [str(e) for e in errors]
+    results: list[Checked] = []
+    for doc in documents:
+        refused = shape_problems(doc.obj, policy.kinds)
+        if refused:
+            problems += [f"{doc.source}#{doc.index}: {_label(doc)}: {p}" for p in refused]
+            continue
+        results.append(_evaluate(doc, policy, inventory, args.namespace))
+    paint = Paint.for_stream(sys.stderr)
+    for problem in problems:
+        print(f"{paint('red', 'error:')} {problem}", file=sys.stderr)
+    if not args.inventory:
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
-    results = [(doc, _evaluate(doc, policy, inventory, args.namespace)) for doc in documents]
     _print(args.output, results)
-    if errors:
+    if problems:
         return 2
-    return 1 if any(not d.allowed for _, d in results) else 0
+    return 1 if any(not c.decision.allowed for c in results) else 0
+
+
+def _label(doc: Document) -> str:
+    meta = doc.obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    kind = doc.obj.get("kind")
+    return f"{kind if isinstance(kind, str) and kind else 'object'} {name or '(no name)'}"
+
+
+def _own_namespace(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    own = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return own if isinstance(own, str) else ""
 
 
 def _evaluate(
     doc: Document, policy: Policy, inventory: InventoryView, namespace: str | None
-) -> Decision:
-    return evaluate(Request(doc.obj, namespace=namespace or ""), policy=policy, inventory=inventory)
+) -> Checked:
+    # As kubectl does: the object's own namespace, else -n, else default.
+    effective = _own_namespace(doc.obj) or namespace or "default"
+    decision = evaluate(Request(doc.obj, namespace=effective), policy=policy, inventory=inventory)
+    return Checked(doc, effective, decision)
 
 
-def _identity(obj: Mapping[str, Any], namespace: str | None) -> dict[str, str]:
+def _identity(checked: Checked) -> dict[str, str]:
+    obj = checked.doc.obj
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     return {
         "kind": str(obj.get("kind", "")),
         "apiVersion": str(obj.get("apiVersion", "")),
         "name": str(meta.get("name") or meta.get("generateName") or ""),
-        "namespace": namespace or str(meta.get("namespace") or "default"),
+        "namespace": checked.namespace,
     }
 
 
-def result_json(doc: Document, decision: Decision, namespace: str | None = None) -> dict[str, Any]:
+def _notices(decision: Decision) -> list[str]:
+    """The object's notices, less the one said once per run."""
+    return [n for n in decision.notices if n != NO_INVENTORY_NOTICE]
+
+
+def result_json(checked: Checked) -> dict[str, Any]:
+    decision = checked.decision
     return {
-        **_identity(doc.obj, namespace),
-        "source": f"{doc.source}#{doc.index}",
+        **_identity(checked),
+        "source": f"{checked.doc.source}#{checked.doc.index}",
         "allowed": decision.allowed,
         "messages": [f.message for f in decision.denials],
         "warnings": list(decision.warnings),
@@ -118,47 +205,72 @@ def result_json(doc: Document, decision: Decision, namespace: str | None = None)
             for f in decision.findings
         ],
         "audit": dict(decision.audit),
-        "notices": list(decision.notices),
+        "notices": _notices(decision),
         "patch": list(decision.patch),
     }
 
 
-def _print(output: str, results: list[tuple[Document, Decision]]) -> None:
+def _print(output: str, results: list[Checked]) -> None:
     if output == "json":
-        json.dump([result_json(doc, d) for doc, d in results], sys.stdout, indent=2)
+        json.dump([result_json(c) for c in results], sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif output == "patch":
-        for _, decision in results:
-            sys.stdout.write(json.dumps(list(decision.patch)) + "\n")
+        for checked in results:
+            sys.stdout.write(json.dumps(list(checked.decision.patch)) + "\n")
     elif output == "yaml":
         yaml.safe_dump_all(
-            [d.mutated if d.mutated is not None else doc.obj for doc, d in results],
+            [c.decision.mutated if c.decision.mutated is not None else c.doc.obj for c in results],
             sys.stdout,
             sort_keys=False,
         )
     else:
-        for doc, decision in results:
-            sys.stdout.write(_text(doc, decision))
+        paint = Paint.for_stream(sys.stdout)
+        for checked in results:
+            sys.stdout.write(_text(checked, paint))
+        sys.stdout.write(summary(results, paint) + "\n")
 
 
-def _text(doc: Document, decision: Decision) -> str:
-    ident = _identity(doc.obj, None)
-    verdict = "ALLOWED" if decision.allowed else "DENIED"
+def summary(results: list[Checked], paint: Paint) -> str:
+    """The last line of text output: how many objects, allowed, denied, with warnings."""
+    allowed = sum(1 for c in results if c.decision.allowed)
+    denied = len(results) - allowed
+    warned = sum(1 for c in results if c.decision.warnings)
+    objects = f"{len(results)} object{'s' if len(results) != 1 else ''}"
+    return (
+        f"{paint('bold', objects)}: {paint('green', f'{allowed} allowed')}, "
+        f"{paint('red' if denied else 'green', f'{denied} denied')}, "
+        f"{paint('yellow' if warned else 'green', f'{warned} with warnings')}"
+    )
+
+
+def _text(checked: Checked, paint: Paint) -> str:
+    doc, decision = checked.doc, checked.decision
+    ident = _identity(checked)
+    verdict = paint("green", "ALLOWED") if decision.allowed else paint("red", "DENIED")
     if not decision.understood:
-        verdict = "ALLOWED (no pod template: passed through)"
+        verdict = paint("green", "ALLOWED") + " (no pod template: passed through)"
     where = f"{doc.source}#{doc.index}"
     lines = [f"{ident['kind']} {ident['namespace']}/{ident['name']} ({where}): {verdict}"]
     for finding in decision.findings:
-        lines.append(f"  {finding.action:5} {finding.id}: {finding.message}")
+        colour = {"deny": "red", "warn": "yellow"}.get(finding.action, "dim")
+        lines.append(f"  {paint(colour, f'{finding.action:5}')} {finding.id}: {finding.message}")
     lines.extend(
-        f"  warning: {w}"
+        f"  {paint('yellow', 'warning:')} {w}"
         for w in decision.warnings
         if not any(w == f.warning for f in decision.findings)
     )
-    lines.extend(f"  notice: {n}" for n in decision.notices)
+    lines.extend(f"  notice: {n}" for n in _notices(decision))
     if decision.patch and decision.mutated is not None:
         before = yaml.safe_dump(dict(doc.obj), sort_keys=False).splitlines()
         after = yaml.safe_dump(dict(decision.mutated), sort_keys=False).splitlines()
         diff = difflib.unified_diff(before, after, "original", "mutated", n=2, lineterm="")
-        lines.extend("  " + line for line in diff)
+        lines.extend("  " + _diff_colour(line, paint) for line in diff)
     return "\n".join(lines) + "\n"
+
+
+def _diff_colour(line: str, paint: Paint) -> str:
+    if line.startswith("+") and not line.startswith("+++"):
+        return paint("green", line)
+    if line.startswith("-") and not line.startswith("---"):
+        return paint("red", line)
+    return line

@@ -48,6 +48,7 @@ class InventoryView:
 
 
 NO_INVENTORY = InventoryView(None)
+NO_INVENTORY_NOTICE = "capacity checks skipped: no node inventory given"
 # Top-level metadata that ``evaluate`` never reads: replicas of one workload differ only
 # here, so callers may treat objects equal but for these as the same question
 # (``webhook.admission.memo``). tests/engine/test_properties.py holds the engine to it.
@@ -104,7 +105,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         if inventory.problem:
             _inventory_unavailable(inventory.problem, policy, findings, warnings)
         elif snapshot is None:
-            notices.append("capacity checks skipped: no node inventory given")
+            notices.append(NO_INVENTORY_NOTICE)
         else:
             findings.extend(_workload_findings(per_pod, snapshot, policy))
     findings.extend(_workload_rule_findings(request, per_pod, policy))
