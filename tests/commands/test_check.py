@@ -232,12 +232,12 @@ spec:
     [
         pytest.param(
             DUPLICATE_KEY,
-            ":7: not valid YAML: key 'containers' appears twice (first on line 6)",
+            ':7: not valid YAML: key "containers" appears twice (first on line 6)',
             id="duplicate-key",
         ),
         pytest.param(
             '{"apiVersion": "v1", "kind": "Pod", "kind": "Pod"}',
-            ": key 'kind' appears twice",
+            ': key "kind" appears twice',
             id="duplicate-key-json",
         ),
         pytest.param(

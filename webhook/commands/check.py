@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from webhook.commands import fail
+from webhook.commands import DEFAULT_RULES, RULES_ENV, fail, rules_directory
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import (
     NO_INVENTORY,
@@ -29,9 +28,6 @@ from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.manifests import Document, load_manifests
 from webhook.files.rulefiles import load_policy
 from webhook.reports.colour import Paint
-
-DEFAULT_RULES = "rules"
-RULES_ENV = "GPU_WEBHOOK_RULES"
 
 
 def register(sub: Any) -> None:
@@ -96,15 +92,6 @@ class Checked:
     doc: Document
     namespace: str
     decision: Decision
-
-
-def rules_directory(given: str | None) -> tuple[str, str]:
-    """The rule directory to read, and why that one, for a message when it is missing."""
-    if given:
-        return given, "--rules"
-    if os.environ.get(RULES_ENV):
-        return os.environ[RULES_ENV], f"${RULES_ENV}"
-    return DEFAULT_RULES, "default"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoa
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,
-                    f"key {key_node.value!r} appears twice (first on line {first.line + 1})",
+                    f'key "{key_node.value}" appears twice (first on line {first.line + 1})',
                     key_node.start_mark,
                 )
         mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
@@ -86,7 +86,7 @@ def parse_text(text: str, source: str) -> tuple[list[Document], list[ManifestErr
         try:
             loaded: list[object] = [json.loads(text, object_pairs_hook=_unique_keys)]
         except _DuplicateKey as exc:
-            return [], [ManifestError(source, f"key {exc.args[0]!r} appears twice in an object")]
+            return [], [ManifestError(source, f'key "{exc.args[0]}" appears twice in an object')]
         except json.JSONDecodeError as exc:
             # JSON is YAML: fall through so that YAML-ish files starting with { still load.
             if stripped.startswith("{") and not _looks_like_yaml(text):
