@@ -195,6 +195,15 @@ def test_tls_1_2_is_accepted_and_older_is_refused(server):
         _connect_with(server, maximum=ssl.TLSVersion.TLSv1_1)
 
 
+def test_readiness_says_the_same_on_both_ports(server):
+    conn = server.connection()
+    conn.request("GET", "/readyz")
+    reply = conn.getresponse()
+    over_tls = (reply.status, reply.read().decode())
+
+    assert over_tls == server.health("/readyz") == (200, "ready\n")
+
+
 def test_health_and_merged_metrics_are_served_on_the_plain_port(server):
     for _ in range(6):
         post(server.connection(), "/validate", review(pod(gpus="500m")))

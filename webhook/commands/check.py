@@ -28,6 +28,7 @@ from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.manifests import Document, load_manifests
 from webhook.files.rulefiles import load_policy
 from webhook.reports.colour import Paint
+from webhook.reports.wording import counted
 
 
 def register(sub: Any) -> None:
@@ -222,7 +223,7 @@ def summary(results: list[Checked], paint: Paint) -> str:
     allowed = sum(1 for c in results if c.decision.allowed)
     denied = len(results) - allowed
     warned = sum(1 for c in results if c.decision.warnings)
-    objects = f"{len(results)} object{'s' if len(results) != 1 else ''}"
+    objects = counted(len(results), "object")
     return (
         f"{paint('bold', objects)}: {paint('green', f'{allowed} allowed')}, "
         f"{paint('red' if denied else 'green', f'{denied} denied')}, "

@@ -31,16 +31,28 @@ def register(sub: Any) -> None:
     where.add_argument(
         "--inventory",
         metavar="FILE",
-        help="nodes as 'kubectl get nodes -o yaml' (or -o json) prints them",
+        help="nodes as 'kubectl get nodes -o yaml' (or -o json) prints them (default: none: "
+        "list the cluster)",
     )
-    where.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the cluster to list")
-    parser.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    where.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig of the cluster to list (default: in a pod its service account, else "
+        "$KUBECONFIG or ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=["text", "json"],
+        default="text",
+        help="text for people, json for tools (default: text)",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="read timeout for each API request (default 30)",
+        help="read timeout for each API request (default: 30)",
     )
     parser.set_defaults(handler=run)
 

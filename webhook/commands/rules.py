@@ -15,6 +15,7 @@ from webhook.engine.schedulability import memory_warnings
 from webhook.engine.schema import rules_schema
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.rulefiles import RULE_SUFFIXES, load_policy
+from webhook.reports.wording import counted
 
 
 def register(sub: Any) -> None:
@@ -70,17 +71,15 @@ def _lint(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
-        count = len(exc.problems)
-        print(f"{count} problem{'s' if count != 1 else ''} found", file=sys.stderr)
+        print(f"{counted(len(exc.problems), 'problem')} found", file=sys.stderr)
         return 1
     warnings = memory_warnings(policy, nodes)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    rules, pools = len(policy.rules), len(policy.node_pools)
     print(
-        f"{path}: {rules} rule{'s' if rules != 1 else ''}, {pools} node "
-        f"pool{'s' if pools != 1 else ''}, no problems"
-        + (f", {len(warnings)} warning{'s' if len(warnings) != 1 else ''}" if warnings else "")
+        f"{path}: {counted(len(policy.rules), 'rule')}, "
+        f"{counted(len(policy.node_pools), 'node pool')}, no problems"
+        + (f", {counted(len(warnings), 'warning')}" if warnings else "")
     )
     return 0
 

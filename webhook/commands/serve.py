@@ -33,55 +33,65 @@ def register(sub: Any) -> None:
     )
     env = config.ENVIRONMENT
     parser.add_argument(
-        "--port", default=env_default("port"), help=f"TLS port for admission (${env['port']})"
+        "--port",
+        default=env_default("port"),
+        help=f"TLS port for admission (default: %(default)s; ${env['port']})",
     )
     parser.add_argument(
         "--health-port",
         default=env_default("health_port"),
-        help=f"plain-HTTP port for /healthz, /readyz, /metrics; 0: none (${env['health_port']})",
+        help="plain-HTTP port for /healthz, /readyz, /metrics; 0: none "
+        f"(default: %(default)s; ${env['health_port']})",
     )
     parser.add_argument(
         "--host",
         default=env_default("host"),
-        help=f"address both ports listen on; --dev makes 0.0.0.0 127.0.0.1 (${env['host']})",
+        help="address both ports listen on; --dev makes 0.0.0.0 127.0.0.1 "
+        f"(default: %(default)s; ${env['host']})",
     )
     parser.add_argument(
         "--cert-dir",
         default=env_default("cert_dir"),
         metavar="DIR",
         help=f"holds tls.crt and tls.key, as a Kubernetes TLS Secret mounts them "
-        f"(${env['cert_dir']})",
+        f"(default: %(default)s, or {DEV_CERTS} with --dev; ${env['cert_dir']})",
     )
     parser.add_argument(
-        "--rules", default=env_default("rules"), metavar="DIR", help=f"(${env['rules']})"
+        "--rules",
+        default=env_default("rules"),
+        metavar="DIR",
+        help=f"rule file directory (default: %(default)s; ${env['rules']})",
     )
     parser.add_argument(
         "--inventory",
         default=env_default("inventory"),
         metavar="FILE",
-        help=f"static nodes, as 'kubectl get nodes -o yaml' prints them (${env['inventory']})",
+        help="static nodes, as 'kubectl get nodes -o yaml' prints them (default: none, or "
+        f"{DEV_INVENTORY} with --dev; ${env['inventory']})",
     )
     parser.add_argument(
         "--kubeconfig",
         default=env_default("kubeconfig"),
         metavar="FILE",
-        help=f"watch nodes live through this kubeconfig; in a pod, the in-cluster config is "
-        f"used when neither this nor --inventory is given (${env['kubeconfig']})",
+        help="watch nodes live through this kubeconfig (default: none; in a pod, the "
+        f"in-cluster config when neither this nor --inventory is given; ${env['kubeconfig']})",
     )
     parser.add_argument(
-        "--workers", default=env_default("workers"), help=f"worker processes (${env['workers']})"
+        "--workers",
+        default=env_default("workers"),
+        help=f"worker processes (default: %(default)s; ${env['workers']})",
     )
     parser.add_argument(
         "--log-level",
         default=env_default("log_level"),
         choices=config.LOG_LEVELS,
-        help=f"(${env['log_level']})",
+        help=f"log level (default: %(default)s; ${env['log_level']})",
     )
     parser.add_argument(
         "--dev",
         action="store_true",
         help=f"development: throwaway CA and localhost certificate in {DEV_CERTS}/, the "
-        f"shipped rules and {DEV_INVENTORY}, listening on 127.0.0.1",
+        f"shipped rules and {DEV_INVENTORY}, listening on 127.0.0.1 (default: off)",
     )
     parser.set_defaults(handler=run)
 

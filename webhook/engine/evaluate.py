@@ -90,12 +90,19 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     snapshot = _inventory(inventory, policy)
     editor = Editor(obj)
     findings: list[Finding] = []
+    mutated_by: dict[str, None] = {}
     per_pod: list[tuple[PodTemplate, PodGPUs]] = []
     for template in templates:
         if _unchanged(request, template):
             continue
         pod = _evaluate_template(
-            request, template, policy=policy, snapshot=snapshot, editor=editor, findings=findings
+            request,
+            template,
+            policy=policy,
+            snapshot=snapshot,
+            editor=editor,
+            findings=findings,
+            mutated_by=mutated_by,
         )
         per_pod.append((template, pod))
     gpu_pods = [p for _, p in per_pod if p.total or p.problems]
@@ -110,7 +117,12 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
             findings.extend(_workload_findings(per_pod, snapshot, policy))
     findings.extend(_workload_rule_findings(request, per_pod, policy))
     return decide(
-        findings, patch=editor.ops, mutated=editor.doc, notices=notices, extra_warnings=warnings
+        findings,
+        patch=editor.ops,
+        mutated=editor.doc,
+        notices=notices,
+        extra_warnings=warnings,
+        mutated_by=list(mutated_by),
     )
 
 
@@ -161,6 +173,7 @@ def _evaluate_template(
     snapshot: Inventory | None,
     editor: Editor,
     findings: list[Finding],
+    mutated_by: dict[str, None],
 ) -> PodGPUs:
     settings = policy.settings
     spec_path = template.spec_path
@@ -172,7 +185,10 @@ def _evaluate_template(
     rules = _matching_rules(request, template, pod, policy)
     for rule in rules:
         if rule.mutations.places:
+            before = len(editor.ops)
             apply_placement(editor, spec_path, rule.mutations)
+            if len(editor.ops) > before:
+                mutated_by[f"{rule.name}/mutate"] = None
     if settings.actions.get("requestsWithoutLimits") == "repair":
         for container, problem in pod.problems:
             if problem.check == "requestsWithoutLimits":
@@ -189,7 +205,10 @@ def _evaluate_template(
                     )
                 )
     for rule in rules:
+        before = len(editor.ops)
         apply_containers(editor, spec_path, pod, rule.mutations, inventory=snapshot)
+        if len(editor.ops) > before:
+            mutated_by[f"{rule.name}/mutate"] = None
     spec = editor.get(spec_path)
     scope = Scope(
         where=".".join(map(str, spec_path)),
