@@ -18,6 +18,17 @@ from typing import Any
 from tests.builders import ROOT
 
 
+def command_line(*args: str | Path) -> list[str]:
+    return [sys.executable, "-m", "webhook", *map(str, args)]
+
+
+def command_environment(env: dict[str, str]) -> dict[str, str]:
+    """The test run's environment, without a kubeconfig, with ``env`` on top."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    environment.pop("KUBECONFIG", None)
+    return environment
+
+
 def gpu_webhook(
     *args: str | Path,
     env: dict[str, str] | None = None,
@@ -26,12 +37,10 @@ def gpu_webhook(
 ) -> subprocess.CompletedProcess[str]:
     """The command as a user runs it, in its own process, with no ambient kubeconfig and no
     colour; ``env`` adds to the environment."""
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", **(env or {})}
-    environment.pop("KUBECONFIG", None)
     return subprocess.run(
-        [sys.executable, "-m", "webhook", *map(str, args)],
+        command_line(*args),
         cwd=cwd,
-        env=environment,
+        env=command_environment({"NO_COLOR": "1", **(env or {})}),
         input=stdin,
         capture_output=True,
         text=True,

@@ -6,14 +6,13 @@ import json
 import os
 import pty
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.builders import CASES, ROOT, RULES
-from tests.running import gpu_webhook
+from tests.running import command_environment, command_line, gpu_webhook
 
 pytestmark = pytest.mark.slow
 
@@ -121,11 +120,11 @@ def test_the_skipped_capacity_notice_is_said_once_and_a_summary_ends_the_output(
 def _on_a_terminal(*args: str | Path, env: dict[str, str]) -> str:
     """The command's standard output as a terminal shows it."""
     leader, follower = pty.openpty()
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    environment = command_environment(env)
     if "NO_COLOR" not in env:
         environment.pop("NO_COLOR", None)
     with subprocess.Popen(
-        [sys.executable, "-m", "webhook", *map(str, args)],
+        command_line(*args),
         cwd=ROOT,
         env=environment,
         stdout=follower,
