@@ -106,3 +106,12 @@ def test_dev_certificates_overwritten_by_another_pair_are_made_again(tmp_path: P
     write(generate(service="gpu-webhook", namespace="gpu-webhook"), directory)
     ensure_dev(directory)
     assert inspect(read(directory), required=DEV_HOSTS).problems == ()
+
+
+def test_dev_outside_the_repository_says_where_rules_are_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    done = gpu_webhook("serve", "--dev", "--port", str(free_port()), cwd=tmp_path)
+    assert done.returncode == 2
+    assert_one_line(done.stdout + done.stderr, "no rules at rules", "--rules DIR")
+    assert list(tmp_path.iterdir()) == []  # no certs/dev/ left in a stray directory

@@ -130,11 +130,7 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    if args.dev:
-        from webhook.files.certs import ensure_dev
-
-        ensure_dev(settings.cert_dir)
-    problem = preflight(settings)
+    problem = preflight(settings, dev=args.dev)
     if problem:
         return _fail(problem)
     # Metrics files of this server only: prometheus_client reads the variable when it is
@@ -152,16 +148,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def preflight(settings: Settings) -> str:
-    """The first reason this configuration cannot serve, or an empty string."""
+def preflight(settings: Settings, *, dev: bool = False) -> str:
+    """The first reason this configuration cannot serve, or an empty string. With ``dev``,
+    the throwaway certificates are made once the rules are found (not in any directory
+    ``serve --dev`` happens to be run from)."""
     from webhook.engine.policy import PolicyError
     from webhook.files.inventoryfile import InventoryFileError, load_inventory
     from webhook.files.rulefiles import load_policy
 
+    if not settings.rules.exists():
+        return (
+            f"no rules at {settings.rules} (--rules, ${config.ENVIRONMENT['rules']}); run from "
+            "the repository root for its rules/, or pass --rules DIR"
+        )
     try:
         load_policy(str(settings.rules))
     except PolicyError as exc:
         return f"the rules in {settings.rules} are not usable:\n{exc}"
+    if dev:
+        from webhook.files.certs import ensure_dev
+
+        ensure_dev(settings.cert_dir)
     for path in (settings.cert_file, settings.key_file):
         if not path.is_file():
             return f"{path} does not exist (--cert-dir holds tls.crt and tls.key)"
