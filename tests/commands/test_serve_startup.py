@@ -115,3 +115,23 @@ def test_dev_outside_the_repository_says_where_rules_are_and_writes_nothing(
     assert done.returncode == 2
     assert_one_line(done.stdout + done.stderr, "no rules at rules", "--rules DIR")
     assert list(tmp_path.iterdir()) == []  # no certs/dev/ left in a stray directory
+
+
+def test_broken_rules_are_one_line_that_points_at_rules_lint(certs: Path, tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "a.yaml").write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: a}\n"
+        "spec:\n  validate:\n    - maxGPUsPerPod: -1\n    - maxGpusPerPod: 2\n"
+    )
+    done = gpu_webhook(
+        "serve", "--cert-dir", certs, "--rules", rules, "--port", str(free_port()),
+        "--health-port", "0",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert_one_line(
+        done.stdout + done.stderr,
+        f"the rules in {rules} are not usable: {rules / 'a.yaml'}: doc 1 (GPUPolicy a): "
+        "spec.validate[0]: maxGPUsPerPod: must be 0 or more, not -1",
+        f"(and 1 more: gpu-webhook rules lint {rules})",
+    )

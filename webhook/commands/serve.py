@@ -164,7 +164,9 @@ def preflight(settings: Settings, *, dev: bool = False) -> str:
     try:
         load_policy(str(settings.rules))
     except PolicyError as exc:
-        return f"the rules in {settings.rules} are not usable:\n{exc}"
+        first, more = (str(exc.problems[0]) if exc.problems else str(exc)), len(exc.problems) - 1
+        rest = f" (and {more} more: gpu-webhook rules lint {settings.rules})" if more > 0 else ""
+        return f"the rules in {settings.rules} are not usable: {first}{rest}"
     if dev:
         from webhook.files.certs import ensure_dev
 
