@@ -150,10 +150,10 @@ def render_text(report: InventoryReport) -> str:
         rows.append(
             (c.product, str(c.nodes), str(c.ready), str(c.cordoned), resources, mig, sharing)
         )
-    lines += _table(rows)
+    lines += table(rows)
     lines += ["", "Largest node per GPU resource"]
     if report.largest:
-        lines += _table(
+        lines += table(
             [("RESOURCE", "LARGEST", "NODE", "TOTAL", "NODES")]
             + [
                 (b.resource, str(b.amount), b.node, str(b.total), str(b.nodes))
@@ -166,7 +166,7 @@ def render_text(report: InventoryReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+def table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [
         "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
