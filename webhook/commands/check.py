@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
+from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import fail
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
@@ -46,10 +48,16 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="rule file directory (default: $GPU_WEBHOOK_RULES or ./rules)",
     )
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--inventory",
         metavar="FILE",
         help="nodes as 'kubectl get nodes -o yaml' prints them; without it, no capacity checks",
+    )
+    where.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="use this cluster's live nodes and namespace labels (read once) instead of a file",
     )
     parser.add_argument("--namespace", metavar="NS", help="namespace for objects that name none")
     parser.add_argument("--output", "-o", choices=["text", "json", "yaml", "patch"], default="text")
@@ -66,27 +74,53 @@ def run(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         return _fail(f"the rules in {args.rules} are not usable:\n{exc}")
     inventory = NO_INVENTORY
+    labels: Mapping[str, Mapping[str, str]] = {}
     if args.inventory:
         try:
             inventory = InventoryView(load_inventory(args.inventory))
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
+    elif args.kubeconfig:
+        try:
+            inventory, labels = _cluster(args.kubeconfig, namespaces=bool(policy.rules))
+        except KubeconfigError as exc:
+            return _fail(f"no usable cluster configuration: {exc}")
+        except ApiError as exc:
+            return _fail(f"cannot read the cluster's nodes and namespaces: {exc}")
     documents, errors = load_manifests(args.files)
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
-    if not args.inventory and args.output == "text":
+    if inventory.snapshot is None and args.output == "text":
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
-    results = [(doc, _evaluate(doc, policy, inventory, args.namespace)) for doc in documents]
+    results = [
+        (doc, _evaluate(doc, policy, inventory, args.namespace, labels)) for doc in documents
+    ]
     _print(args.output, results)
     if errors:
         return 2
     return 1 if any(not d.allowed for _, d in results) else 0
 
 
+def _cluster(
+    kubeconfig: str, *, namespaces: bool
+) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
+    """The cluster's nodes, and its namespaces' labels when rules may match on them."""
+    with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig)) as cluster:
+        inventory = InventoryView(cluster.inventory())
+        return inventory, cluster.namespace_labels() if namespaces else {}
+
+
 def _evaluate(
-    doc: Document, policy: Policy, inventory: InventoryView, namespace: str | None
+    doc: Document,
+    policy: Policy,
+    inventory: InventoryView,
+    namespace: str | None,
+    labels: Mapping[str, Mapping[str, str]],
 ) -> Decision:
-    return evaluate(Request(doc.obj, namespace=namespace or ""), policy=policy, inventory=inventory)
+    request = Request(doc.obj, namespace=namespace or "")
+    own = labels.get(request.effective_namespace) if labels else None
+    request = Request(doc.obj, namespace=namespace or "", namespace_labels=own)
+    return evaluate(request, policy=policy, inventory=inventory)
 
 
 def _identity(obj: Mapping[str, Any], namespace: str | None) -> dict[str, str]:
