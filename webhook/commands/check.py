@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import sys
@@ -21,6 +20,7 @@ from webhook.engine.policy import Policy, PolicyError
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.manifests import Document, load_manifests
 from webhook.files.rulefiles import load_policy
+from webhook.reports.explain import object_diff
 
 DEFAULT_RULES = "rules"
 
@@ -191,8 +191,5 @@ def _text(doc: Document, decision: Decision) -> str:
     )
     lines.extend(f"  notice: {n}" for n in decision.notices)
     if decision.patch and decision.mutated is not None:
-        before = yaml.safe_dump(dict(doc.obj), sort_keys=False).splitlines()
-        after = yaml.safe_dump(dict(decision.mutated), sort_keys=False).splitlines()
-        diff = difflib.unified_diff(before, after, "original", "mutated", n=2, lineterm="")
-        lines.extend("  " + line for line in diff)
+        lines.extend("  " + line for line in object_diff(doc.obj, decision.mutated))
     return "\n".join(lines) + "\n"

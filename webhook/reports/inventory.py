@@ -67,7 +67,7 @@ class InventoryReport:
         return asdict(self)
 
 
-def _class_key(node: Node) -> tuple[Any, ...]:
+def class_key(node: Node) -> tuple[Any, ...]:
     labels = node.labels
     gpus = tuple(sorted((k, v) for k, v in node.allocatable.items() if is_gpu_resource(k)))
     return (
@@ -83,7 +83,7 @@ def _class_key(node: Node) -> tuple[Any, ...]:
 def summarize(inventory: Inventory) -> InventoryReport:
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in inventory.nodes:
-        groups.setdefault(_class_key(node), []).append(node)
+        groups.setdefault(class_key(node), []).append(node)
     classes = []
     for (product, gpus, mig, sharing, replicas, memory), members in groups.items():
         classes.append(
