@@ -13,6 +13,7 @@ from typing import Any, TextIO
 import yaml
 
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
+from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import fail
 from webhook.commands.check import DEFAULT_RULES
@@ -172,28 +173,16 @@ def _cluster(
     progress = ProgressLine(sys.stderr)
     with cluster:
         try:
-            inventory = cluster.inventory()
-            labels = cluster.namespace_labels() if policy.rules else {}
-            kinds, missing = cluster.served_kinds(policy.kinds, wanted)
+            audit, missing = audit_cluster(
+                cluster, policy, namespace=args.namespace, wanted=wanted, progress=progress
+            )
         except ApiError as exc:
             return _fail(f"cannot read the cluster at {endpoint.host}: {exc}")
-        audit = Audit(
-            policy=policy, inventory=InventoryView(inventory), namespace_labels=labels.get
-        )
+        finally:
+            progress.done()
+    if args.kinds:  # asked for by name: say why one is absent
         for note in missing:
-            if args.kinds:  # asked for by name: say why it is absent
-                print(f"notice: {note}", file=sys.stderr)
-        for listed in kinds:
-            if listed.kind.kind == "Pod":
-                audit.owners_complete()
-            try:
-                for obj in cluster.objects(listed, namespace=args.namespace, progress=progress):
-                    audit.add(obj)
-            except ApiError as exc:
-                audit.errors.append(
-                    f"cannot list {listed.kind.resource}.{listed.group_version}: {exc}"
-                )
-        progress.done()
+            print(f"notice: {note}", file=sys.stderr)
     return _report(args, audit, policy, errors=len(audit.errors))
 
 
