@@ -107,5 +107,5 @@ def test_a_released_lease_is_free_at_once(fake_api: FakeApiServer, client: ApiCl
 
 
 def test_an_api_error_reads_as_not_holding(fake_api: FakeApiServer, client: ApiClient) -> None:
-    fake_api.intercept = lambda req: (403, {"kind": "Status", "code": 403, "message": "forbidden"})
+    fake_api.intercept = lambda _req: (403, {"kind": "Status", "code": 403, "message": "forbidden"})
     assert not lease(client, "pod-a", Clock()).try_hold()
