@@ -344,3 +344,19 @@ def test_the_progress_line_is_redrawn_on_a_terminal_and_absent_in_a_pipe() -> No
     quiet("Pod", 10)
     quiet.done()
     assert pipe.getvalue() == ""
+
+
+def test_the_readme_shows_what_the_audit_of_the_example_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = Path(__file__).resolve().parents[2]
+    code, out, _ = _audit(
+        capsys,
+        "-f",
+        str(root / "examples" / "workloads.yaml"),
+        "--inventory",
+        str(root / "examples" / "inventory.yaml"),
+    )
+    assert code == 1
+    shown = "".join(("   " + line if line.strip() else "") + "\n" for line in out.splitlines())
+    assert shown in (root / "README.md").read_text()

@@ -167,3 +167,9 @@ def test_unusable_requests_exit_2(
 ) -> None:
     assert main(["explain", "--rules", str(RULES), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_readme_shows_a_real_explain_output() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    golden = (CASES / "more-gpus-than-any-node" / "expected.txt").read_text()
+    assert golden in readme

@@ -233,3 +233,29 @@ def test_the_auditor_process_audits_then_gives_the_lease_up_on_sigterm(
     assert any(line["msg"] == "background audit done" for line in lines)
     lease = fake_api.objects[LEASE]["spec"]
     assert lease["holderIdentity"] == ""
+
+
+def test_the_findings_gauge_written_by_the_auditor_process_is_served_by_metrics(
+    tmp_path: Path,
+) -> None:
+    """The auditor is a process of its own: its gauge reaches /metrics through the same
+    multiprocess files as the workers' metrics; a rule that stopped firing reads 0."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(root)}
+    write = (
+        "from webhook.serving import metrics\n"
+        "metrics.audit_findings({('builtin/capacity', 'fail'): 3, ('small/maxGPUsPerPod', 'fail'): 1})\n"
+        "metrics.audit_findings({('builtin/capacity', 'fail'): 2})\n"
+    )
+    subprocess.run([sys.executable, "-c", write], env=env, check=True, timeout=60)
+    read = "from webhook.serving import metrics\nprint(metrics.exposition()[0].decode())\n"
+    served = subprocess.run(
+        [sys.executable, "-c", read],
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert 'gpu_webhook_audit_findings{result="fail",rule="builtin/capacity"} 2.0' in served
+    assert 'gpu_webhook_audit_findings{result="fail",rule="small/maxGPUsPerPod"} 0.0' in served
