@@ -185,16 +185,7 @@ class ApiClient:
         """A write (POST, PUT, DELETE) with a JSON body; the answer as JSON. A 409 raises
         ``ApiError`` with ``code`` 409, for the caller's read-and-retry."""
         data = orjson.dumps(body) if body is not None else None
-        response = self._request(
-            path, {}, read_timeout=self.request_timeout_seconds, method=method, body=data
-        )
-        try:
-            raw = response.data
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"{method} {path}: connection lost: {_describe(exc)}") from None
-        finally:
-            self._forget(response)
-        return _json_object(raw or b"{}", f"{method} {path}: the answer is not a JSON object")
+        return self._json(path, {}, method=method, body=data)
 
     def watch(
         self, path: str, *, resource_version: str, timeout_seconds: int
@@ -247,14 +238,26 @@ class ApiClient:
         self._pool.clear()
 
     def _get_json(self, path: str, query: Mapping[str, str | int]) -> Mapping[str, Any]:
-        response = self._request(path, query, read_timeout=self.request_timeout_seconds)
+        return self._json(path, query)
+
+    def _json(
+        self,
+        path: str,
+        query: Mapping[str, str | int],
+        *,
+        method: str = "GET",
+        body: bytes | None = None,
+    ) -> Mapping[str, Any]:
+        response = self._request(
+            path, query, read_timeout=self.request_timeout_seconds, method=method, body=body
+        )
         try:
             data = response.data
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"GET {path}: connection lost: {_describe(exc)}") from None
+            raise ApiError(f"{method} {path}: connection lost: {_describe(exc)}") from None
         finally:
             self._forget(response)
-        return _json_object(data, f"GET {path}: the answer is not a JSON object")
+        return _json_object(data or b"{}", f"{method} {path}: the answer is not a JSON object")
 
     def _request(
         self,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -15,18 +14,19 @@ import yaml
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
-from webhook.commands import fail
-from webhook.commands.check import DEFAULT_RULES
+from webhook.commands import add_rules_option, add_timeout_option, fail, rules_or_fail
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView
-from webhook.engine.policy import Policy, PolicyError
+from webhook.engine.policy import Policy
 from webhook.engine.workloads import WorkloadKind
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.manifests import load_manifests
-from webhook.files.rulefiles import load_policy
 from webhook.reports.audit import Audit, render_text
 from webhook.reports.policyreport import policy_reports
 
 PROGRESS_EVERY_SECONDS = 0.2
+
+
+COMMAND = "audit"
 
 
 def register(sub: Any) -> None:
@@ -68,22 +68,11 @@ def register(sub: Any) -> None:
         metavar="KIND,...",
         help="only these kinds, e.g. Pod,Deployment,PyTorchJob (kind, plural or kind.group)",
     )
-    parser.add_argument(
-        "--rules",
-        default=os.environ.get("GPU_WEBHOOK_RULES", DEFAULT_RULES),
-        metavar="DIR",
-        help="rule file directory (default: $GPU_WEBHOOK_RULES or ./rules)",
-    )
+    add_rules_option(parser)
     parser.add_argument(
         "--output", "-o", choices=["table", "json", "policyreport"], default="table"
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="read timeout for each API request (default 30)",
-    )
+    add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -107,10 +96,9 @@ def kind_filter(spec: str | None) -> Callable[[WorkloadKind], bool]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        policy = load_policy(args.rules)
-    except PolicyError as exc:
-        return _fail(f"the rules in {args.rules} are not usable:\n{exc}")
+    policy = rules_or_fail(COMMAND, args.rules)
+    if isinstance(policy, int):
+        return policy
     wanted = kind_filter(args.kinds)
     if args.kinds and not any(wanted(k) for k in policy.kinds):
         known = ", ".join(sorted(k.kind for k in policy.kinds))

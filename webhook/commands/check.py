@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -13,16 +12,16 @@ import yaml
 
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects
-from webhook.commands import fail
+from webhook.commands import add_rules_option, fail, rules_or_fail
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
-from webhook.engine.policy import Policy, PolicyError
+from webhook.engine.policy import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.manifests import Document, load_manifests
-from webhook.files.rulefiles import load_policy
+from webhook.reports.audit import finding_json
 from webhook.reports.explain import object_diff
 
-DEFAULT_RULES = "rules"
+COMMAND = "check"
 
 
 def register(sub: Any) -> None:
@@ -42,12 +41,7 @@ def register(sub: Any) -> None:
         metavar="FILE|DIR|-",
         help="manifest file, directory (walked for .yaml/.yml/.json) or - for stdin; repeatable",
     )
-    parser.add_argument(
-        "--rules",
-        default=os.environ.get("GPU_WEBHOOK_RULES", DEFAULT_RULES),
-        metavar="DIR",
-        help="rule file directory (default: $GPU_WEBHOOK_RULES or ./rules)",
-    )
+    add_rules_option(parser)
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--inventory",
@@ -69,10 +63,9 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        policy = load_policy(args.rules)
-    except PolicyError as exc:
-        return _fail(f"the rules in {args.rules} are not usable:\n{exc}")
+    policy = rules_or_fail(COMMAND, args.rules)
+    if isinstance(policy, int):
+        return policy
     inventory = NO_INVENTORY
     labels: Mapping[str, Mapping[str, str]] = {}
     if args.inventory:
@@ -141,16 +134,7 @@ def result_json(doc: Document, decision: Decision, namespace: str | None = None)
         "allowed": decision.allowed,
         "messages": [f.message for f in decision.denials],
         "warnings": list(decision.warnings),
-        "findings": [
-            {
-                "rule": f.rule,
-                "check": f.check,
-                "action": f.action,
-                "message": f.message,
-                "path": f.path,
-            }
-            for f in decision.findings
-        ],
+        "findings": [finding_json(f) for f in decision.findings],
         "audit": dict(decision.audit),
         "notices": list(decision.notices),
         "patch": list(decision.patch),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -12,14 +11,14 @@ from urllib.parse import quote
 
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects, event_time
-from webhook.commands import fail
-from webhook.commands.check import DEFAULT_RULES
+from webhook.commands import add_rules_option, add_timeout_option, fail, rules_or_fail
 from webhook.engine.evaluate import InventoryView
-from webhook.engine.policy import Policy, PolicyError
+from webhook.engine.policy import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.manifests import load_manifests
-from webhook.files.rulefiles import load_policy
 from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text
+
+COMMAND = "explain"
 
 
 def register(sub: Any) -> None:
@@ -44,14 +43,9 @@ def register(sub: Any) -> None:
     parser.add_argument("-f", "--filename", dest="files", action="append", metavar="FILE|-")
     parser.add_argument("--inventory", metavar="FILE", help="nodes, with -f")
     parser.add_argument("--kubeconfig", metavar="FILE")
-    parser.add_argument(
-        "--rules",
-        default=os.environ.get("GPU_WEBHOOK_RULES", DEFAULT_RULES),
-        metavar="DIR",
-        help="rule file directory (default: $GPU_WEBHOOK_RULES or ./rules)",
-    )
+    add_rules_option(parser)
     parser.add_argument("--output", "-o", choices=["text", "json"], default="text")
-    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS")
+    add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -70,10 +64,9 @@ def pod_name(target: list[str]) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        policy = load_policy(args.rules)
-    except PolicyError as exc:
-        return _fail(f"the rules in {args.rules} are not usable:\n{exc}")
+    policy = rules_or_fail(COMMAND, args.rules)
+    if isinstance(policy, int):
+        return policy
     if args.files:
         if args.target or args.kubeconfig:
             return _fail("give either -f FILE --inventory FILE, or pod NAME, not both")

@@ -31,6 +31,17 @@ MAX_OWNER_DEPTH = 8
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 
 
+def finding_json(finding: Finding) -> dict[str, str]:
+    """A finding as ``check -o json``, ``audit -o json`` and ``explain -o json`` show it."""
+    return {
+        "rule": finding.rule,
+        "check": finding.check,
+        "action": finding.action,
+        "message": finding.message,
+        "path": finding.path,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectRef:
     """An audited object, as a PolicyReport's subject names it."""
@@ -104,16 +115,7 @@ class AuditEntry:
             "allowed": self.allowed,
             "gpu": self.gpu,
             "rules": list(self.rules),
-            "findings": [
-                {
-                    "rule": f.rule,
-                    "check": f.check,
-                    "action": f.action,
-                    "message": f.message,
-                    "path": f.path,
-                }
-                for f in self.findings
-            ],
+            "findings": [finding_json(f) for f in self.findings],
             "warnings": list(self.warnings),
             "notices": list(self.notices),
             "folded": dict(sorted(self.folded.items())),

@@ -22,7 +22,7 @@ from webhook.engine.gpus import pod_gpus
 from webhook.engine.inventory import Node
 from webhook.engine.placement import Refusal, refusal, shared_slots
 from webhook.engine.policy import GPUResources, Policy
-from webhook.reports.audit import ObjectRef
+from webhook.reports.audit import ObjectRef, finding_json
 from webhook.reports.inventory import NO_GPU, class_key, table
 
 # The scheduler compares every extended resource, GPU or not: a typo such as
@@ -108,10 +108,7 @@ class Explanation:
             "phase": self.phase,
             "webhook": {
                 "allowed": self.allowed,
-                "findings": [
-                    {"rule": f.rule, "check": f.check, "action": f.action, "message": f.message}
-                    for f in self.findings
-                ],
+                "findings": [finding_json(f) for f in self.findings],
                 "warnings": list(self.warnings),
                 "notices": list(self.notices),
                 "patch": [dict(op) for op in self.patch],

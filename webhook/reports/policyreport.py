@@ -120,43 +120,27 @@ def _results(
             out["folded"] = folded
         return out
 
+    def result(policy: str, rule: str, outcome: str, severity: str, message: str) -> dict[str, Any]:
+        return {
+            **base,
+            "policy": policy,
+            "rule": rule,
+            "result": outcome,
+            "severity": severity,
+            "message": _short(message),
+            "properties": properties({}),
+        }
+
     results = [_finding(f, base, documents, properties) for f in entry.findings]
-    results.extend(
-        {
-            **base,
-            "policy": "builtin",
-            "rule": "warning",
-            "result": "warn",
-            "severity": "medium",
-            "message": _short(warning),
-            "properties": properties({}),
-        }
-        for warning in entry.warnings
-    )
-    results.extend(
-        {
-            **base,
-            "policy": "builtin",
-            "rule": "capacity",
-            "result": "skip",
-            "severity": "info",
-            "message": _short(notice),
-            "properties": properties({}),
-        }
+    results += [result("builtin", "warning", "warn", "medium", w) for w in entry.warnings]
+    results += [
+        result("builtin", "capacity", "skip", "info", notice)
         for notice in entry.notices
         if notice.startswith(CAPACITY_SKIPPED)
-    )
+    ]
     if not results:
         results.append(
-            {
-                **base,
-                "policy": SOURCE,
-                "rule": "admission",
-                "result": "pass",
-                "severity": "info",
-                "message": "admitted by the current rules as it is",
-                "properties": properties({}),
-            }
+            result(SOURCE, "admission", "pass", "info", "admitted by the current rules as it is")
         )
     return results
 
