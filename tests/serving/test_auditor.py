@@ -176,6 +176,23 @@ spec:
     assert a.runs == 3
 
 
+def test_a_replica_that_loses_the_lease_zeroes_its_findings(
+    fake_api: FakeApiServer, client: ApiClient, rules: Path
+) -> None:
+    serve_crds(fake_api)
+    clock = Clock()
+    exported: list[Any] = []
+    a = auditor(fake_api, client, rules, clock, identity="pod-a", exported=exported)
+    a.step()
+    # The API server was unreachable from pod-a for longer than the Lease: pod-b took it.
+    clock.seconds = 400
+    b = auditor(fake_api, client, rules, clock, identity="pod-b", exported=[])
+    b.step()
+    a.step()
+    assert (a.runs, b.runs) == (1, 1)
+    assert exported[-1] == {}
+
+
 def test_without_the_crd_the_audit_says_what_to_install(
     fake_api: FakeApiServer, client: ApiClient, rules: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

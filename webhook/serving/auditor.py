@@ -100,8 +100,13 @@ class BackgroundAudit:
             log.warning("rule files are broken; auditing with the last good rules")
         now = self._clock()
         if now >= self._renew_at or not self._holding:
+            held = self._holding
             self._holding = self.lease.try_hold()
             self._renew_at = now + self.lease.duration_seconds / 3
+            if held and not self._holding and self.export is not None:
+                # Another replica audits now: this one's figures would go stale on its
+                # /metrics, so they read 0 (sum or max over replicas stays right).
+                self.export({})
         if not self._holding:
             return
         changed = self.rules.current.generation != self._audited_generation
