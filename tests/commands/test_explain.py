@@ -160,6 +160,11 @@ def test_a_file_is_explained_against_an_inventory_file(capsys: pytest.CaptureFix
             "--inventory goes with -f",
             id="live-with-inventory",
         ),
+        pytest.param(
+            ["-f", "/dev/null", "--inventory", str(INVENTORY)],
+            "no objects in /dev/null",
+            id="empty-file",
+        ),
     ],
 )
 def test_unusable_requests_exit_2(

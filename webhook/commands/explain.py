@@ -93,8 +93,10 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
         explain(doc.obj, policy=policy, inventory=InventoryView(inventory), nodes=inventory.nodes)
         for doc in documents
     ]
+    if not explanations and not errors:
+        return _fail(f"no objects in {', '.join(args.files)}")
     _print(args.output, explanations)
-    if errors or not explanations:
+    if errors:
         return 2
     return _code(explanations)
 
