@@ -9,7 +9,8 @@ node(s) had untolerated taint {nvidia.com/gpu: present}, 5 Insufficient nvidia.c
 
 Resources are compared with a node's allocatable, not with what other pods already use:
 this is whether a pod can ever fit, which is the question behind a pod that stays Pending
-on an idle cluster. Only GPU resources are compared.
+on an idle cluster. Only the resources in ``demand`` are compared (``explain`` passes every
+extended resource the pod asks for, GPU or not); NodePorts and volume filters are not run.
 """
 
 from __future__ import annotations
