@@ -39,10 +39,23 @@ def register(sub: Any) -> None:
         metavar="pod NAME",
         help="a live pod: the word 'pod' (or 'pods', 'po') and its name, or pod/NAME",
     )
-    parser.add_argument("--namespace", "-n", default="default", metavar="NS")
-    parser.add_argument("-f", "--filename", dest="files", action="append", metavar="FILE|-")
-    parser.add_argument("--inventory", metavar="FILE", help="nodes, with -f")
-    parser.add_argument("--kubeconfig", metavar="FILE")
+    parser.add_argument(
+        "--namespace", "-n", default="default", metavar="NS", help="the pod's namespace"
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        metavar="FILE|-",
+        help="explain the objects in this file (or - for stdin) instead of a live pod",
+    )
+    parser.add_argument(
+        "--inventory",
+        metavar="FILE",
+        help="with -f: nodes, as 'kubectl get nodes -o yaml' prints them",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the pod's cluster")
     add_rules_option(parser)
     parser.add_argument("--output", "-o", choices=["text", "json"], default="text")
     add_timeout_option(parser)
