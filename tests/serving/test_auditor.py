@@ -26,7 +26,7 @@ from tests.cluster.test_reportwriter import serve_crds
 from tests.reports.reportschema import assert_valid_report
 from tests.running import kubeconfig
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint
-from webhook.cluster.lease import Lease
+from webhook.cluster.lease import Lease, micro_time
 from webhook.cluster.reportwriter import BASE
 from webhook.files.rulefiles import RuleStore
 from webhook.serving.auditor import BackgroundAudit, findings_by_rule
@@ -191,6 +191,45 @@ def test_a_replica_that_loses_the_lease_zeroes_its_findings(
     a.step()
     assert (a.runs, b.runs) == (1, 1)
     assert exported[-1] == {}
+
+
+def test_a_long_audit_renews_the_lease_between_pages_and_stops_if_it_is_lost(
+    fake_api: FakeApiServer, client: ApiClient, rules: Path
+) -> None:
+    serve_crds(fake_api)
+    clock = Clock()
+    a = auditor(fake_api, client, rules, clock, identity="pod-a", exported=[])
+    lists = []
+
+    def slow_pages(req: Any) -> None:
+        # Each list page takes 150 s on this clock: the Lease (300 s) must be renewed.
+        if req.method == "GET" and req.query.get("limit"):
+            lists.append(req.path)
+            clock.seconds += 150
+        return None
+
+    fake_api.intercept = slow_pages
+    a.step()
+    assert a.runs == 1
+    renewed = fake_api.objects[LEASE]["spec"]["renewTime"]
+    assert renewed > "2026-11-30T12:05:00"  # renewed during the audit, not only at its start
+    # Next period, another replica takes the Lease while pod-a lists: pod-a stops and
+    # writes nothing.
+    clock.seconds += 3600
+
+    def taken_meanwhile(req: Any) -> None:
+        slow_pages(req)
+        if req.method == "GET" and req.query.get("limit") and len(lists) > 6:
+            spec = fake_api.objects[LEASE]["spec"]
+            spec |= {"holderIdentity": "pod-b", "renewTime": micro_time(clock.utc())}
+        return None
+
+    fake_api.intercept = taken_meanwhile
+    before = len(fake_api.writes())
+    a.step()
+    assert a.runs == 1
+    assert "another replica took the audit Lease" in a.last_error
+    assert [r for r in fake_api.writes()[before:] if "policyreports" in r.path] == []
 
 
 def test_without_the_crd_the_audit_says_what_to_install(

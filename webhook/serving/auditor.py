@@ -46,6 +46,10 @@ LEASE_SECONDS = 300
 FindingsGauge = Callable[[Mapping[tuple[str, str], int]], None]
 
 
+class LeaseLost(Exception):
+    """The Lease went to another replica while this one audited."""
+
+
 def findings_by_rule(reports: Sequence[Mapping[str, Any]]) -> Counter[tuple[str, str]]:
     """Results per (policy/rule, result) over every report: what the gauge exports."""
     counts: Counter[tuple[str, str]] = Counter()
@@ -100,13 +104,7 @@ class BackgroundAudit:
             log.warning("rule files are broken; auditing with the last good rules")
         now = self._clock()
         if now >= self._renew_at or not self._holding:
-            held = self._holding
-            self._holding = self.lease.try_hold()
-            self._renew_at = now + self.lease.duration_seconds / 3
-            if held and not self._holding and self.export is not None:
-                # Another replica audits now: this one's figures would go stale on its
-                # /metrics, so they read 0 (sum or max over replicas stays right).
-                self.export({})
+            self._renew(now)
         if not self._holding:
             return
         changed = self.rules.current.generation != self._audited_generation
@@ -114,13 +112,31 @@ class BackgroundAudit:
             self.audit_once()
             self._due = self._clock() + self.period_seconds
 
+    def _renew(self, now: float) -> None:
+        held = self._holding
+        self._holding = self.lease.try_hold()
+        self._renew_at = now + self.lease.duration_seconds / 3
+        if held and not self._holding and self.export is not None:
+            # Another replica audits now: this one's figures would go stale on its
+            # /metrics, so they read 0 (sum or max over replicas stays right).
+            self.export({})
+
+    def _keep_lease(self, _kind: str, _count: int) -> None:
+        """Called after every page of a list: a long audit renews the Lease as it goes,
+        and stops, writing nothing, if another replica took it meanwhile."""
+        now = self._clock()
+        if now >= self._renew_at:
+            self._renew(now)
+            if not self._holding:
+                raise LeaseLost("another replica took the audit Lease during the audit")
+
     def audit_once(self) -> bool:
         ruleset = self.rules.current
         self._audited_generation = ruleset.generation
         started = self._clock()
         try:
             with ClusterObjects(self.endpoint, request_timeout_seconds=self._timeout) as cluster:
-                audit, _ = audit_cluster(cluster, ruleset.policy)
+                audit, _ = audit_cluster(cluster, ruleset.policy, progress=self._keep_lease)
                 reports = policy_reports(
                     audit.entries(),
                     policy=ruleset.policy,
@@ -133,6 +149,10 @@ class BackgroundAudit:
         except CrdMissing as exc:
             self.last_error = str(exc)
             log.error("background audit: %s", exc)
+            return False
+        except LeaseLost as exc:
+            self.last_error = str(exc)
+            log.info("background audit stopped: %s", exc)
             return False
         except (ApiError, KubeconfigError) as exc:
             self.last_error = str(exc)
