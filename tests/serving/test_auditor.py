@@ -206,7 +206,6 @@ def test_a_long_audit_renews_the_lease_between_pages_and_stops_if_it_is_lost(
         if req.method == "GET" and req.query.get("limit"):
             lists.append(req.path)
             clock.seconds += 150
-        return None
 
     fake_api.intercept = slow_pages
     a.step()
@@ -222,7 +221,6 @@ def test_a_long_audit_renews_the_lease_between_pages_and_stops_if_it_is_lost(
         if req.method == "GET" and req.query.get("limit") and len(lists) > 6:
             spec = fake_api.objects[LEASE]["spec"]
             spec |= {"holderIdentity": "pod-b", "renewTime": micro_time(clock.utc())}
-        return None
 
     fake_api.intercept = taken_meanwhile
     before = len(fake_api.writes())
