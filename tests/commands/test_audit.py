@@ -314,6 +314,21 @@ def test_an_expired_continue_token_lists_again_without_counting_twice(
     assert train["folded"]["Pod"] == 5
 
 
+def test_a_user_who_may_not_list_nodes_gets_an_audit_without_capacity_checks(
+    cluster: tuple[ReplayServer, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay, config = cluster
+    replay.lists.clear()
+    replay.lists.append(Body(fixture("list-403.json"), 403))
+    code, out, err = _audit(capsys, "--kubeconfig", config, "-o", "json")
+    assert code == 1  # the requests-only notebook is still denied
+    assert "notice: cannot list nodes, so capacity checks are skipped" in err
+    results = {r["name"]: r for r in json.loads(out)["results"]}
+    assert results["train"]["rules"] == []
+    assert results["train"]["notices"] == ["capacity checks skipped: no node inventory given"]
+    assert results["notebook"]["rules"] == ["builtin/requestsWithoutLimits"]
+
+
 def test_an_unreachable_cluster_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = kubeconfig(tmp_path, "http://127.0.0.1:9")
     code, _, err = _audit(capsys, "--kubeconfig", config)

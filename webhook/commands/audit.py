@@ -161,7 +161,7 @@ def _cluster(
     progress = ProgressLine(sys.stderr)
     with cluster:
         try:
-            audit, missing = audit_cluster(
+            audit, missing, notices = audit_cluster(
                 cluster, policy, namespace=args.namespace, wanted=wanted, progress=progress
             )
         except ApiError as exc:
@@ -169,8 +169,9 @@ def _cluster(
         finally:
             progress.done()
     if args.kinds:  # asked for by name: say why one is absent
-        for note in missing:
-            print(f"notice: {note}", file=sys.stderr)
+        notices = [*notices, *missing]
+    for notice in notices:
+        print(f"notice: {notice}", file=sys.stderr)
     return _report(args, audit, policy, errors=len(audit.errors))
 
 

@@ -136,7 +136,11 @@ class BackgroundAudit:
         started = self._clock()
         try:
             with ClusterObjects(self.endpoint, request_timeout_seconds=self._timeout) as cluster:
-                audit, _ = audit_cluster(cluster, ruleset.policy, progress=self._keep_lease)
+                audit, _, notices = audit_cluster(
+                    cluster, ruleset.policy, progress=self._keep_lease
+                )
+                for notice in notices:
+                    log.warning("background audit: %s", notice)
                 reports = policy_reports(
                     audit.entries(),
                     policy=ruleset.policy,
