@@ -112,7 +112,7 @@ def api_endpoint_from_kubeconfig(path: str | None) -> ApiEndpoint:
 class Page:
     """One page of a list: its items as raw JSON, and where the list stands."""
 
-    items: list[Mapping[str, Any]]
+    items: list[dict[str, Any]]
     resource_version: str
     # What the server says is left after this page (an estimate; absent on some lists).
     remaining: int | None = None
@@ -168,7 +168,7 @@ class ApiClient:
             meta = body.get("metadata") or {}
             token = str(meta.get("continue") or "")
             yield Page(
-                items=[i for i in items if isinstance(i, Mapping)],
+                items=[i for i in items if isinstance(i, dict)],
                 resource_version=str(meta.get("resourceVersion") or ""),
                 remaining=_int(meta.get("remainingItemCount")),
             )
