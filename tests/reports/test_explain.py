@@ -150,3 +150,30 @@ def test_the_schedulers_last_message_is_quoted_next_to_our_reading() -> None:
     )
     data = _explain("cordoned", event).to_json()
     assert data["scheduler"]["lastFailedScheduling"] == event.message
+
+
+def test_a_declared_node_pool_is_a_class_of_its_own_that_may_scale_from_zero(
+    tmp_path: Path,
+) -> None:
+    for rule in RULES.glob("*.yaml"):
+        (tmp_path / rule.name).write_text(rule.read_text())
+    (tmp_path / "95-pool.yaml").write_text(
+        """apiVersion: gpu-webhook.io/v1alpha1
+kind: NodePool
+metadata: {name: h100-on-demand}
+spec:
+  labels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
+  taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+  allocatable: {nvidia.com/gpu: "8"}
+  maxNodes: 4
+"""
+    )
+    obj = yaml.safe_load((CASES / "fits" / "object.yaml").read_text())
+    policy = load_policy(str(tmp_path))
+    explanation = explain(
+        obj, policy=policy, inventory=InventoryView(INVENTORY), nodes=INVENTORY.nodes
+    )
+    (template,) = explanation.templates
+    (pool,) = [c for c in template.classes if c.pool_nodes]
+    assert pool.product == "NVIDIA-H100-80GB-HBM3 (node pool h100-on-demand)"
+    assert (pool.node_count, pool.verdict) == ("0-4 nodes", "fits (on a node the pool adds)")

@@ -40,9 +40,20 @@ class ClassAnswer:
     fits: int
     reasons: tuple[tuple[str, int], ...]  # most common first
     detail: str
+    # A node pool declared in rule files: up to this many nodes the cluster may create.
+    pool_nodes: int = 0
+
+    @property
+    def node_count(self) -> str:
+        if self.pool_nodes:
+            return f"0-{self.pool_nodes} nodes"
+        return f"{self.nodes} node" if self.nodes == 1 else f"{self.nodes} nodes"
 
     @property
     def verdict(self) -> str:
+        if self.fits and self.pool_nodes:
+            detail = "; ".join(filter(None, ["on a node the pool adds", self.detail]))
+            return f"fits ({detail})"
         if self.fits:
             of = f" {self.fits} of {self.nodes} nodes" if self.nodes > 1 else ""
             return f"fits{of}" + (f" ({self.detail})" if self.detail else "")
@@ -54,6 +65,7 @@ class ClassAnswer:
             "product": self.product,
             "resources": self.resources,
             "nodes": self.nodes,
+            "poolNodes": self.pool_nodes,
             "fits": self.fits,
             "reasons": [{"reason": r, "nodes": n} for r, n in self.reasons],
             "detail": self.detail,
@@ -152,7 +164,7 @@ def explain(
             TemplateAnswer(
                 path=".".join(map(str, template.spec_path)) or "spec",
                 demand=demand,
-                classes=_classes(nodes, template.spec, demand),
+                classes=_classes((*nodes, *policy.node_pools), template.spec, demand),
                 other_nodes=sum(1 for n in nodes if class_key(n)[0] == NO_GPU),
                 unoffered=_unoffered(nodes, demand),
             )
@@ -177,12 +189,14 @@ def _classes(
 ) -> tuple[ClassAnswer, ...]:
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in nodes:
-        key = class_key(node)
+        key = (*class_key(node), node.pool)
         if key[0] != NO_GPU:
             groups.setdefault(key, []).append(node)
     answers = []
     for key, members in groups.items():
-        product, gpus, _, sharing, replicas_label, _ = key
+        product, gpus, _, sharing, replicas_label, _, pool = key
+        if pool:  # declared in rule files: nodes the cluster may create for a waiting pod
+            product = f"{product} (node pool {pool})"
         replicas = int(replicas_label) if str(replicas_label).isdigit() else 1
         refusals: list[Refusal | None] = [refusal(n, spec, demand) for n in members]
         fitting = [n for n, r in zip(members, refusals, strict=True) if r is None]
@@ -203,6 +217,7 @@ def _classes(
                 fits=len(fitting),
                 reasons=tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
                 detail=detail,
+                pool_nodes=members[0].count if pool else 0,
             )
         )
     answers.sort(key=lambda a: (not a.fits, a.product, a.resources))
@@ -240,7 +255,7 @@ def render_text(explanation: Explanation) -> str:
         lines += [f"  {note}" for note in template.unoffered]
         if not template.classes:
             lines.append("  no node advertises a GPU resource")
-        rows = [(c.product, _count(c.nodes), c.resources, c.verdict) for c in template.classes]
+        rows = [(c.product, c.node_count, c.resources, c.verdict) for c in template.classes]
         if rows:
             lines += table([("NODE CLASS", "NODES", "GPU RESOURCES PER NODE", "ANSWER"), *rows])
         if template.other_nodes:
