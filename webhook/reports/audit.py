@@ -169,37 +169,48 @@ class Audit:
 
     def add(self, obj: Mapping[str, Any], *, source: str = "") -> None:
         """Judge one object as a CREATE, unless an owner already audited speaks for it."""
-        templates = self.policy.kinds.templates(obj)
-        if templates is None:
+        kind = self.policy.kinds.lookup(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        if kind is None:
             return
-        ref = ObjectRef.of(obj)
-        self._seen[ref.kind] += 1
-        owner = _owner_keys(obj, ref.namespace)
+        meta = _mapping(obj.get("metadata"))
+        namespace = str(meta.get("namespace") or "default")
+        self._seen[kind.kind] += 1
+        owner = _owner_keys(meta, namespace)
         root = self._root(owner)
         if root is not None:
-            root.folded[ref.kind] += 1
+            # Most pods of a cluster end here, so nothing more is read of them.
+            root.folded[kind.kind] += 1
             self._folded += 1
-            if ref.kind != "Pod":  # its own children (a ReplicaSet's pods) fold there too
-                for key in _own_keys(ref):
+            if kind.kind != "Pod":  # its own children (a ReplicaSet's pods) fold there too
+                for key in _own_keys(ObjectRef.of(obj)):
                     self._by_key[key] = root
             return
-        labels = self._namespace_labels(ref.namespace) if self._namespace_labels else None
+        ref = ObjectRef.of(obj)
+        labels = self._namespace_labels(namespace) if self._namespace_labels else None
         decision = evaluate(
-            Request(obj, namespace=ref.namespace, namespace_labels=labels),
+            Request(obj, namespace=namespace, namespace_labels=labels),
             policy=self.policy,
             inventory=self.inventory,
         )
-        gpus = self.policy.settings.gpu_resources
-        gpu = any((p := pod_gpus(t.spec, gpus)).total or p.problems for t in templates if t.spec)
+        # With a finding it is reported anyway; only a clean object is asked about GPUs.
+        gpu = bool(decision.findings) or self._asks_for_gpus(obj)
         entry = _entry(ref, source=source, decision=decision, gpu=gpu, owner=owner)
-        if not entry.reportable and ref.kind == "Pod" and (self._owners_complete or not owner):
+        if not entry.reportable and kind.kind == "Pod" and (self._owners_complete or not owner):
             # A bare CPU-only pod that passes: nothing owns it and nothing can be folded
             # into it, so a count is all it costs.
-            self._passed[ref.kind] += 1
+            self._passed[kind.kind] += 1
             return
         self._entries.append(entry)
         for key in _own_keys(ref):
             self._by_key[key] = entry
+
+    def _asks_for_gpus(self, obj: Mapping[str, Any]) -> bool:
+        gpus = self.policy.settings.gpu_resources
+        return any(
+            (p := pod_gpus(t.spec, gpus)).total or p.problems
+            for t in self.policy.kinds.templates(obj) or ()
+            if t.spec
+        )
 
     def add_all(self, objects: Iterable[tuple[Mapping[str, Any], str]]) -> None:
         for obj, source in objects:
@@ -270,10 +281,10 @@ def _own_keys(ref: ObjectRef) -> tuple[str, ...]:
     return (f"uid:{ref.uid}", by_name) if ref.uid else (by_name,)
 
 
-def _owner_keys(obj: Mapping[str, Any], namespace: str) -> tuple[str, ...]:
+def _owner_keys(meta: Mapping[str, Any], namespace: str) -> tuple[str, ...]:
     """The controlling owner (or, in hand-written files, the first owner): by uid, and by
     namespace, kind and name for files whose objects carry no uid."""
-    refs = [r for r in _mapping(obj.get("metadata")).get("ownerReferences") or [] if _is_map(r)]
+    refs = [r for r in meta.get("ownerReferences") or [] if _is_map(r)]
     if not refs:
         return ()
     owner = next((r for r in refs if r.get("controller") is True), refs[0])
