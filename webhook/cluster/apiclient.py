@@ -151,6 +151,17 @@ class ApiClient:
             if not token:
                 return items, str(meta.get("resourceVersion") or "")
 
+    def serves(self, path: str) -> bool:
+        """Whether the API server serves ``path`` (an API group version's discovery
+        document): False on 404, ``ApiError`` when it cannot tell."""
+        try:
+            self._get_json(path, {})
+        except ApiError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return True
+
     def watch(
         self, path: str, *, resource_version: str, timeout_seconds: int
     ) -> Iterator[Mapping[str, Any]]:

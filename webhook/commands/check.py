@@ -14,9 +14,10 @@ import yaml
 
 from webhook.commands import fail
 from webhook.engine.decision import Decision
+from webhook.engine.devices import DeviceInventory, is_dra_object
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
 from webhook.engine.policy import Policy, PolicyError
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import Document, load_manifests
 from webhook.files.rulefiles import load_policy
 
@@ -49,7 +50,8 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--inventory",
         metavar="FILE",
-        help="nodes as 'kubectl get nodes -o yaml' prints them; without it, no capacity checks",
+        help="nodes as 'kubectl get nodes -o yaml' prints them, and DRA device classes, "
+        "resource slices, claims and templates; without it, no capacity checks",
     )
     parser.add_argument("--namespace", metavar="NS", help="namespace for objects that name none")
     parser.add_argument("--output", "-o", choices=["text", "json", "yaml", "patch"], default="text")
@@ -68,10 +70,12 @@ def run(args: argparse.Namespace) -> int:
     inventory = NO_INVENTORY
     if args.inventory:
         try:
-            inventory = InventoryView(load_inventory(args.inventory))
+            nodes, devices = load_inventory_file(args.inventory)
+            inventory = InventoryView(nodes, devices=devices)
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
     documents, errors = load_manifests(args.files)
+    inventory = with_checked_claims(inventory, [d.obj for d in documents])
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     if not args.inventory and args.output == "text":
@@ -81,6 +85,20 @@ def run(args: argparse.Namespace) -> int:
     if errors:
         return 2
     return 1 if any(not d.allowed for _, d in results) else 0
+
+
+def with_checked_claims(view: InventoryView, objects: list[Mapping[str, Any]]) -> InventoryView:
+    """The claims and claim templates being checked are seen by the pods checked with them,
+    as they would be in the cluster once applied together."""
+    claims = [
+        o
+        for o in objects
+        if is_dra_object(o) and o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate")
+    ]
+    if not claims:
+        return view
+    devices = view.devices or DeviceInventory({}, (), {}, {}, complete=False)
+    return InventoryView(view.snapshot, view.problem, devices.with_claims(claims))
 
 
 def _evaluate(

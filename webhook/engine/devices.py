@@ -1,0 +1,419 @@
+"""What Dynamic Resource Allocation (``resource.k8s.io/v1``) offers and asks: an immutable
+snapshot of device classes, the devices of ResourceSlices, claims and claim templates.
+
+Read from raw JSON, tolerant of missing parts, like ``webhook.engine.inventory`` reads
+nodes. Which devices a node can use follows the allocator's ``GatherPools``
+(``k8s.io/dynamic-resource-allocation/structured/internal/stable/pools_stable.go``): a
+slice's devices belong to the node it names, to every node (``allNodes``), or to the
+nodes its ``nodeSelector`` selects; of a pool only the slices of its newest generation
+count.
+
+Admission cost must not grow with the number of nodes and devices. Devices are compared
+by *content* (driver, attributes, capacity) without the attributes that name one device
+(uuid, PCI bus id: found by counting, like identity labels of nodes), so the thousand
+nodes of one kind share one *profile* and its answers.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from webhook.engine.deviceselectors import DeviceView, Version
+from webhook.engine.inventory import Node
+from webhook.engine.quantity import QuantityError, parse_quantity
+from webhook.engine.selectors import clean_terms, dig, terms_match
+
+GROUP = "resource.k8s.io"
+KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+# resourceapi.AllocationResultsMaxSize: more devices than this in one claim never fit.
+ALLOCATION_RESULTS_MAX_SIZE = 32
+_IDENTITY_MIN_DEVICES = 8
+
+
+def _intern(text: object) -> str:
+    return sys.intern(str(text))
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def is_dra_object(obj: Mapping[str, Any]) -> bool:
+    api = str(obj.get("apiVersion", ""))
+    return api.partition("/")[0] == GROUP and obj.get("kind") in KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device of a slice, as selectors and the fit see it."""
+
+    driver: str
+    pool: str
+    name: str
+    # (domain, name, value) sorted; values are str, int, bool or Version.
+    attributes: tuple[tuple[str, str, Any], ...]
+    capacity: tuple[tuple[str, str, Fraction], ...]
+    # allowMultipleAllocations: one device may serve several requests.
+    shared: bool = False
+
+    def view(self) -> DeviceView:
+        attributes: dict[str, dict[str, Any]] = {}
+        for domain, name, value in self.attributes:
+            attributes.setdefault(domain, {})[name] = value
+        capacity: dict[str, dict[str, Fraction]] = {}
+        for domain, name, amount in self.capacity:
+            capacity.setdefault(domain, {})[name] = amount
+        return DeviceView(self.driver, attributes, capacity)
+
+    def content(self, identity: frozenset[tuple[str, str]]) -> tuple[Any, ...]:
+        """What selectors that name no identity attribute can tell apart."""
+        return (
+            self.driver,
+            tuple(a for a in self.attributes if (a[0], a[1]) not in identity),
+            self.capacity,
+            self.shared,
+        )
+
+
+def _qualified(name: str, driver: str) -> tuple[str, str]:
+    domain, slash, ident = name.partition("/")
+    return (_intern(domain), _intern(ident)) if slash else (_intern(driver), _intern(name))
+
+
+def _attribute(raw: Mapping[str, Any]) -> Any:
+    if "string" in raw:
+        return _intern(raw["string"])
+    if "bool" in raw:
+        return bool(raw["bool"])
+    if "int" in raw:
+        return int(raw["int"])
+    if "version" in raw:
+        return Version(str(raw["version"]))
+    return None
+
+
+def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Device:
+    attributes = []
+    for name, value in _map(raw.get("attributes")).items():
+        parsed = _attribute(_map(value))
+        if parsed is not None:
+            attributes.append((*_qualified(str(name), driver), parsed))
+    capacity = []
+    for name, value in _map(raw.get("capacity")).items():
+        try:
+            amount = parse_quantity(_map(value).get("value"))
+        except QuantityError:
+            continue
+        capacity.append((*_qualified(str(name), driver), amount))
+    return Device(
+        driver=_intern(driver),
+        pool=_intern(pool),
+        name=str(raw.get("name", "")),
+        attributes=tuple(sorted(attributes, key=lambda a: (a[0], a[1]))),
+        capacity=tuple(sorted(capacity)),
+        shared=bool(raw.get("allowMultipleAllocations")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """A ResourceSlice: its pool, which nodes it serves, its devices."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    node_name: str = ""
+    all_nodes: bool = False
+    node_terms: tuple[Mapping[str, Any], ...] | None = None
+    devices: tuple[Device, ...] = ()
+    # perDeviceNodeSelection: (device, node name, all nodes, terms) per device.
+    per_device: tuple[tuple[Device, str, bool, tuple[Mapping[str, Any], ...] | None], ...] = ()
+
+
+def _terms(raw: object) -> tuple[Mapping[str, Any], ...] | None:
+    terms = clean_terms(raw)
+    return None if terms is None else tuple(terms)
+
+
+def slice_from_json(raw: Mapping[str, Any]) -> Slice:
+    spec = _map(raw.get("spec"))
+    driver = str(spec.get("driver", ""))
+    pool = _map(spec.get("pool"))
+    pool_name = str(pool.get("name", ""))
+    devices = [_map(d) for d in _list(spec.get("devices"))]
+    parsed = tuple(device_from_json(d, driver=driver, pool=pool_name) for d in devices)
+    per_device: tuple[Any, ...] = ()
+    if spec.get("perDeviceNodeSelection"):
+        per_device = tuple(
+            (
+                device,
+                str(d.get("nodeName") or ""),
+                bool(d.get("allNodes")),
+                _terms(d.get("nodeSelector")),
+            )
+            for device, d in zip(parsed, devices, strict=True)
+        )
+        parsed = ()
+    return Slice(
+        name=str(dig(raw, "metadata", "name") or ""),
+        driver=_intern(driver),
+        pool=_intern(pool_name),
+        generation=int(pool.get("generation") or 0),
+        node_name=str(spec.get("nodeName") or ""),
+        all_nodes=bool(spec.get("allNodes")),
+        node_terms=_terms(spec.get("nodeSelector")),
+        devices=parsed,
+        per_device=per_device,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...] = ()
+    extended_resource: str = ""
+
+
+def _selectors(raw: object) -> tuple[str, ...]:
+    return tuple(
+        str(dig(s, "cel", "expression"))
+        for s in _list(raw)
+        if isinstance(dig(s, "cel", "expression"), str)
+    )
+
+
+def class_from_json(raw: Mapping[str, Any]) -> DeviceClass:
+    spec = _map(raw.get("spec"))
+    return DeviceClass(
+        name=str(dig(raw, "metadata", "name") or ""),
+        selectors=_selectors(spec.get("selectors")),
+        extended_resource=str(spec.get("extendedResourceName") or ""),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SubRequest:
+    """One way to satisfy a request: ``exactly``, or one entry of ``firstAvailable``."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    all_devices: bool = False  # allocationMode: All
+    count: int = 1
+    admin: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    name: str
+    # One entry for ``exactly``; the ``firstAvailable`` alternatives in order otherwise.
+    alternatives: tuple[SubRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    """``spec.devices`` of a ResourceClaim (or of a template's claim)."""
+
+    requests: tuple[DeviceRequest, ...] = ()
+
+
+def _sub_request(raw: Mapping[str, Any], name: str) -> SubRequest:
+    mode = raw.get("allocationMode") or "ExactCount"
+    count = raw.get("count")
+    return SubRequest(
+        name=name,
+        device_class=str(raw.get("deviceClassName") or ""),
+        selectors=_selectors(raw.get("selectors")),
+        all_devices=mode == "All",
+        count=int(count) if isinstance(count, int) and mode != "All" else 1,
+        admin=bool(raw.get("adminAccess")),
+    )
+
+
+def claim_spec_from_json(spec: object) -> ClaimSpec:
+    """Read ``spec`` of a ResourceClaim; the v1 shape (``exactly`` / ``firstAvailable``)."""
+    requests = []
+    for item in _list(dig(spec, "devices", "requests")):
+        raw = _map(item)
+        name = str(raw.get("name", ""))
+        if isinstance(raw.get("exactly"), dict):
+            alternatives: tuple[SubRequest, ...] = (_sub_request(raw["exactly"], name),)
+        else:
+            alternatives = tuple(
+                _sub_request(_map(s), f"{name}/{_map(s).get('name', '')}")
+                for s in _list(raw.get("firstAvailable"))
+            )
+        requests.append(DeviceRequest(name=name, alternatives=alternatives))
+    return ClaimSpec(requests=tuple(requests))
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A ResourceClaim or ResourceClaimTemplate, by namespace and name."""
+
+    namespace: str
+    name: str
+    spec: ClaimSpec
+    # Set for an allocated claim: the nodes its devices are reachable from (None: any).
+    allocated: bool = False
+    allocation_terms: tuple[Mapping[str, Any], ...] | None = None
+
+
+def claim_from_json(raw: Mapping[str, Any]) -> Claim:
+    meta = _map(raw.get("metadata"))
+    template = raw.get("kind") == "ResourceClaimTemplate"
+    spec = dig(raw, "spec", "spec") if template else raw.get("spec")
+    allocation = dig(raw, "status", "allocation")
+    return Claim(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name", "")),
+        spec=claim_spec_from_json(spec),
+        allocated=isinstance(allocation, dict),
+        allocation_terms=_terms(_map(allocation).get("nodeSelector")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """The devices one node can use. Nodes with equal ``key`` get equal answers."""
+
+    devices: tuple[Device, ...]
+    key: tuple[Any, ...]
+    example: str  # a node name, for messages
+
+
+@dataclass
+class DeviceInventory:
+    """A frozen DRA snapshot: build a new one for every change, never mutate one.
+
+    ``complete`` is false when only claims and templates are known (``check`` without an
+    inventory of classes and slices): fit and class checks are then skipped.
+    """
+
+    classes: Mapping[str, DeviceClass]
+    slices: Sequence[Slice]
+    claims: Mapping[tuple[str, str], Claim]
+    templates: Mapping[tuple[str, str], Claim]
+    complete: bool = True
+    resource_version: str = ""
+    _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._local: dict[str, list[Device]] = {}
+        self._network: list[
+            tuple[Slice, Device, str, bool, tuple[Mapping[str, Any], ...] | None]
+        ] = []
+        newest: dict[tuple[str, str], int] = {}
+        for s in self.slices:
+            key = (s.driver, s.pool)
+            newest[key] = max(newest.get(key, s.generation), s.generation)
+        devices: list[Device] = []
+        for s in self.slices:
+            if s.generation != newest[(s.driver, s.pool)]:
+                continue  # an older generation of a pool being updated
+            if s.per_device:
+                for device, node, every, terms in s.per_device:
+                    devices.append(device)
+                    if node:
+                        self._local.setdefault(node, []).append(device)
+                    else:
+                        self._network.append((s, device, node, every, terms))
+            elif s.node_name:
+                self._local.setdefault(s.node_name, []).extend(s.devices)
+                devices.extend(s.devices)
+            elif s.all_nodes or s.node_terms is not None:
+                devices.extend(s.devices)
+                for device in s.devices:
+                    self._network.append((s, device, "", s.all_nodes, s.node_terms))
+        self.device_count = len(devices)
+        self.identity = _identity_attributes(devices)
+        self._contents: dict[Device, tuple[Any, ...]] = {}
+
+    @classmethod
+    def of(cls, objects: Iterable[Mapping[str, Any]], *, complete: bool = True) -> DeviceInventory:
+        classes: dict[str, DeviceClass] = {}
+        slices: list[Slice] = []
+        claims: dict[tuple[str, str], Claim] = {}
+        templates: dict[tuple[str, str], Claim] = {}
+        for obj in objects:
+            kind = obj.get("kind")
+            if kind == "DeviceClass":
+                c = class_from_json(obj)
+                classes[c.name] = c
+            elif kind == "ResourceSlice":
+                slices.append(slice_from_json(obj))
+            elif kind == "ResourceClaim":
+                claim = claim_from_json(obj)
+                claims[(claim.namespace, claim.name)] = claim
+            elif kind == "ResourceClaimTemplate":
+                template = claim_from_json(obj)
+                templates[(template.namespace, template.name)] = template
+        return cls(classes, slices, claims, templates, complete=complete)
+
+    def with_claims(self, objects: Iterable[Mapping[str, Any]]) -> DeviceInventory:
+        """This snapshot plus claims and templates (``check`` adds those it is given)."""
+        extra = DeviceInventory.of(objects, complete=False)
+        if not extra.claims and not extra.templates:
+            return self
+        return DeviceInventory(
+            self.classes,
+            self.slices,
+            {**self.claims, **extra.claims},
+            {**self.templates, **extra.templates},
+            complete=self.complete,
+            resource_version=self.resource_version,
+        )
+
+    def content(self, device: Device) -> tuple[Any, ...]:
+        known = self._contents.get(device)
+        if known is None:
+            known = self._contents[device] = device.content(self.identity)
+        return known
+
+    def devices_for(self, node: Node) -> tuple[Device, ...]:
+        local = self._local.get(node.name, ())
+        if not self._network:
+            return tuple(local)
+        shared = [
+            device
+            for _, device, _, every, terms in self._network
+            if every or (terms is not None and terms_match(terms, node.labels, node.name))
+        ]
+        return (*local, *shared)
+
+    def profile(self, node: Node) -> Profile:
+        """The node's devices and the key of nodes with the same devices."""
+        devices = self.devices_for(node)
+        key = tuple(sorted((self.content(d) for d in devices), key=repr))
+        return Profile(devices=devices, key=key, example=node.name)
+
+    def node_names(self) -> list[str]:
+        """Nodes named by slices: what to judge when no node inventory is given."""
+        return sorted(self._local)
+
+
+def _identity_attributes(devices: Sequence[Device]) -> frozenset[tuple[str, str]]:
+    """Attributes whose value names a device rather than describes it (uuid, bus id):
+    a value that differs on most devices cannot help group them."""
+    if len(devices) < _IDENTITY_MIN_DEVICES:
+        return frozenset()
+    values: dict[tuple[str, str], set[Any]] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for device in devices:
+        for domain, name, value in device.attributes:
+            values.setdefault((domain, name), set()).add(value)
+            counts[(domain, name)] = counts.get((domain, name), 0) + 1
+    return frozenset(
+        k
+        for k, v in values.items()
+        if counts[k] >= _IDENTITY_MIN_DEVICES and len(v) > counts[k] // 2
+    )

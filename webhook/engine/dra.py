@@ -1,0 +1,587 @@
+"""DRA claims: which of a pod's claims ask for GPUs, and whether they can ever be met.
+
+The fit answers what ``k8s.io/dynamic-resource-allocation/structured`` answers for one
+node (``internal/stable/allocator_stable.go``, ``Allocator.Allocate``), against an empty
+cluster as the capacity checks do for nodes:
+
+- every request (or, with ``firstAvailable``, one of its sub-requests, tried in order:
+  ``allocateOne``) needs ``count`` devices (``ExactCount``), or every matching device of
+  the node and at least one (``All``: ``validateDeviceRequest``, "At least one device is
+  required for 'All' allocation mode");
+- a device matches when the class's selectors and the request's selectors are all true
+  (``isSelectable``, ``selectorsMatch``); a CEL runtime error fails the node;
+- a device serves one request of all the pod's claims (``deviceInUse``), unless it allows
+  multiple allocations or the request has admin access;
+- a request naming an unknown class fails (``classLister.Get``), and a claim needs at most
+  ``AllocationResultsMaxSize`` devices.
+
+The allocator's search is exhaustive, so "some assignment exists" is its answer; here that
+is a bipartite matching per combination of ``firstAvailable`` choices. Left out, so that a
+denial stays true: ``matchAttribute`` constraints, shared counters of partitionable
+devices, device taints and consumable capacity (each can only make a fit fail more).
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.decision import Finding, action_of
+from webhook.engine.devices import (
+    ALLOCATION_RESULTS_MAX_SIZE,
+    Claim,
+    ClaimSpec,
+    Device,
+    DeviceInventory,
+    Profile,
+    SubRequest,
+)
+from webhook.engine.deviceselectors import Selector, SelectorError, compile_selector
+from webhook.engine.gpus import PodGPUs
+from webhook.engine.inventory import Inventory, Node, Placement
+from webhook.engine.selectors import dig, terms_match
+from webhook.engine.workloads import Path
+
+_MAX_COMBINATIONS = 64
+_MEMO_SIZE = 4096
+# Admits every node a pod could be allowed onto (a cordoned node is never one).
+EVERYWHERE = Placement(node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},))
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of ``spec.resourceClaims`` and the claim it stands for."""
+
+    name: str
+    source: str  # "ResourceClaim x" or "ResourceClaimTemplate y", for messages
+    claim: Claim | None  # None: not in the inventory (yet)
+    gpu_count: int = 0
+    gpu_requests: frozenset[str] = frozenset()  # request names (and "request/sub")
+    gpu_classes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaims:
+    claims: tuple[PodClaim, ...] = ()
+    holders: frozenset[Path] = frozenset()  # containers that hold a GPU claim
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(c.gpu_count for c in self.claims)
+
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(k for c in self.claims for k in c.gpu_classes))
+
+    @property
+    def missing(self) -> tuple[PodClaim, ...]:
+        return tuple(c for c in self.claims if c.claim is None)
+
+
+NO_CLAIMS = PodClaims()
+
+
+def gpu_share(
+    spec: ClaimSpec, is_gpu_class: Callable[[str], bool]
+) -> tuple[int, frozenset[str], tuple[str, ...]]:
+    """GPUs a claim asks for (the most any ``firstAvailable`` choice gets; ``All`` counts
+    as one), the names of its GPU requests, and its GPU classes."""
+    count = 0
+    names: set[str] = set()
+    classes: list[str] = []
+    for request in spec.requests:
+        gpu = [a for a in request.alternatives if is_gpu_class(a.device_class)]
+        if not gpu:
+            continue
+        count += max(1 if a.all_devices else a.count for a in gpu)
+        names.add(request.name)
+        names.update(a.name for a in gpu)
+        classes.extend(a.device_class for a in gpu)
+    return count, frozenset(names), tuple(dict.fromkeys(classes))
+
+
+def pod_claims(
+    spec: Mapping[str, Any],
+    *,
+    namespace: str,
+    devices: DeviceInventory | None,
+    is_gpu_class: Callable[[str], bool],
+) -> PodClaims:
+    """The pod's claims as the inventory knows them, and which containers hold GPUs."""
+    entries = spec.get("resourceClaims")
+    if not isinstance(entries, list) or not entries:
+        return NO_CLAIMS
+    claims: list[PodClaim] = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            continue
+        if isinstance(entry.get("resourceClaimName"), str):
+            ref = entry["resourceClaimName"]
+            source = f"ResourceClaim {ref}"
+            found = devices.claims.get((namespace, ref)) if devices else None
+        elif isinstance(entry.get("resourceClaimTemplateName"), str):
+            ref = entry["resourceClaimTemplateName"]
+            source = f"ResourceClaimTemplate {ref}"
+            found = devices.templates.get((namespace, ref)) if devices else None
+        else:
+            continue
+        if found is None:
+            claims.append(PodClaim(entry["name"], source, None))
+            continue
+        count, names, classes = gpu_share(found.spec, is_gpu_class)
+        claims.append(PodClaim(entry["name"], source, found, count, names, classes))
+    by_name = {c.name: c for c in claims}
+    holders: set[Path] = set()
+    for section in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(section) or []):
+            refs = dig(container, "resources", "claims")
+            for ref in refs if isinstance(refs, list) else []:
+                claim = by_name.get(str(dig(ref, "name")))
+                if claim is None or not claim.gpu_count:
+                    continue
+                request = dig(ref, "request")
+                if not request or str(request) in claim.gpu_requests:
+                    holders.add((section, index))
+    return PodClaims(tuple(claims), frozenset(holders))
+
+
+# --- fit ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FitAnswer:
+    """``fits`` is None when this webhook cannot tell (a selector it cannot evaluate)."""
+
+    fits: bool | None
+    reason: str = ""
+
+
+class _Matcher:
+    """Selector answers per device, memoised on the snapshot (content-keyed when the
+    selectors name no identity attribute)."""
+
+    def __init__(self, inventory: DeviceInventory) -> None:
+        self.inventory = inventory
+        self.memo = inventory._memo
+
+    def selector(self, expression: str) -> Selector | SelectorError:
+        return compile_selector(expression)
+
+    def exact(self, expression: str) -> bool:
+        """Whether the expression can tell devices apart by their identity attributes."""
+        compiled = compile_selector(expression)
+        if isinstance(compiled, SelectorError):
+            return False
+        identity = self.inventory.identity
+        return compiled.reads_everything or any(compiled.mentions(name) for _, name in identity)
+
+    def matches(self, expression: str, device: Device) -> bool | SelectorError:
+        key_device: Any = device if self.exact(expression) else self.inventory.content(device)
+        key = ("match", expression, key_device)
+        known = self.memo.get(key)
+        if known is not None:
+            return known  # type: ignore[no-any-return]
+        compiled = compile_selector(expression)
+        result: bool | SelectorError
+        if isinstance(compiled, SelectorError):
+            result = compiled
+        else:
+            try:
+                result = compiled.matches(device.view())
+            except SelectorError as exc:
+                result = exc
+        if len(self.memo) >= _MEMO_SIZE:
+            self.memo.clear()
+        self.memo[key] = result
+        return result
+
+
+def _eligible(
+    sub: SubRequest, devices: Sequence[Device], classes: Mapping[str, Any], matcher: _Matcher
+) -> tuple[list[int], str, bool]:
+    """Indexes of matching devices, the first selector error, and whether any selector
+    could not be evaluated here."""
+    device_class = classes.get(sub.device_class)
+    expressions = (*(device_class.selectors if device_class else ()), *sub.selectors)
+    found: list[int] = []
+    error = ""
+    unknown = False
+    for index, device in enumerate(devices):
+        ok = True
+        for expression in expressions:
+            result = matcher.matches(expression, device)
+            if isinstance(result, SelectorError):
+                unknown = unknown or result.unsupported
+                error = error or f"selector {expression!r} on device {device.name}: {result}"
+                ok = False
+                break
+            if not result:
+                ok = False
+                break
+        if ok:
+            found.append(index)
+    return found, error, unknown
+
+
+def _assign(slots: Sequence[Sequence[int]], taken: set[int], shared: Sequence[bool]) -> bool:
+    """Whether every slot gets its own device (augmenting paths; shared devices serve any
+    number of slots)."""
+    owner: dict[int, int] = {}
+
+    def place(slot: int, seen: set[int]) -> bool:
+        for device in slots[slot]:
+            if device in taken or device in seen:
+                continue
+            if shared[device]:
+                return True
+            seen.add(device)
+            if device not in owner or place(owner[device], seen):
+                owner[device] = slot
+                return True
+        return False
+
+    return all(place(slot, set()) for slot in range(len(slots)))
+
+
+def fit(
+    claims: Sequence[ClaimSpec], devices: Sequence[Device], inventory: DeviceInventory
+) -> FitAnswer:
+    """Can all ``claims`` be allocated together from ``devices`` (one node's)?"""
+    matcher = _Matcher(inventory)
+    classes = inventory.classes
+    requests = [(ci, r) for ci, claim in enumerate(claims) for r in claim.requests]
+    choices = [range(len(r.alternatives)) for _, r in requests]
+    shared = [d.shared for d in devices]
+    unknown = ""
+    error = ""
+    for n, combination in enumerate(itertools.product(*choices)):
+        if n >= _MAX_COMBINATIONS:
+            return FitAnswer(None, "too many firstAvailable combinations to try")
+        slots: list[list[int]] = []
+        taken: set[int] = set()
+        per_claim = [0] * len(claims)
+        failed = False
+        for (claim_index, request), choice in zip(requests, combination, strict=True):
+            sub = request.alternatives[choice]
+            if sub.device_class not in classes:
+                failed = True
+                break
+            eligible, problem, cannot_tell = _eligible(sub, devices, classes, matcher)
+            error = error or problem
+            if cannot_tell:
+                unknown = unknown or problem
+            need = len(eligible) if sub.all_devices else sub.count
+            per_claim[claim_index] += need
+            if sub.all_devices and not eligible:
+                failed = True
+                break
+            if sub.admin:
+                failed = len(eligible) < need
+            elif sub.all_devices:
+                clash = [d for d in eligible if d in taken and not shared[d]]
+                taken.update(eligible)
+                failed = bool(clash)
+            else:
+                slots.extend([eligible] * need)
+            if failed or per_claim[claim_index] > ALLOCATION_RESULTS_MAX_SIZE:
+                failed = True
+                break
+        if not failed and _assign(slots, taken, shared):
+            return FitAnswer(True)
+    if unknown:
+        return FitAnswer(None, unknown)
+    return FitAnswer(False, error)
+
+
+# --- nodes ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The device profiles of the nodes a pod can land on."""
+
+    profiles: tuple[Profile, ...]
+    # A declared node pool (scale from zero) is among them: its devices are unknown.
+    pool: bool = False
+
+
+def candidates(
+    inventory: DeviceInventory,
+    nodes: Inventory | None,
+    placement: Placement,
+    allowed: Sequence[tuple[Mapping[str, Any], ...] | None] = (),
+) -> Candidates:
+    """Distinct device profiles of the nodes ``placement`` admits (not cordoned), and that
+    the node selectors of already allocated claims in ``allowed`` admit."""
+    key = ("nodes", id(nodes), placement.key(), tuple(map(repr, allowed)))
+    memo = inventory._memo
+    known = memo.get(key)
+    if known is not None and known[0] is nodes:
+        return known[1]  # type: ignore[no-any-return]
+    pool = False
+    members: list[Node] = []
+    if nodes is None:
+        members = [Node(name=name) for name in inventory.node_names()]
+    else:
+        names_nodes = placement.names_nodes(nodes.identity_labels)
+        for shape in nodes.shapes:
+            if shape.unschedulable:
+                continue
+            group = shape.members if names_nodes or allowed else shape.members[:1]
+            admitted = [n for n in group if placement.admits(n.labels, n.name, shape.taints)]
+            if not admitted:
+                continue
+            if shape.pool:
+                pool = True
+                continue
+            members.extend(admitted if names_nodes or allowed else shape.members)
+    profiles: dict[Any, Profile] = {}
+    for node in members:
+        if any(t is not None and not terms_match(t, node.labels, node.name) for t in allowed):
+            continue
+        profile = inventory.profile(node)
+        if profile.devices:
+            profiles.setdefault(profile.key, profile)
+    answer = Candidates(tuple(profiles.values()), pool)
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    memo[key] = (nodes, answer)
+    return answer
+
+
+def fits_somewhere(
+    claims: tuple[ClaimSpec, ...], found: Candidates, inventory: DeviceInventory
+) -> FitAnswer:
+    """True as soon as one candidate node fits; unknown if one cannot be told."""
+    exact = any(
+        _Matcher(inventory).exact(e)
+        for claim in claims
+        for r in claim.requests
+        for a in r.alternatives
+        for e in (*a.selectors, *getattr(inventory.classes.get(a.device_class), "selectors", ()))
+    )
+    unknown: FitAnswer | None = None
+    last = FitAnswer(False)
+    for profile in found.profiles:
+        key = ("fit", claims, profile.example if exact else profile.key)
+        answer = inventory._memo.get(key)
+        if answer is None:
+            answer = fit(claims, profile.devices, inventory)
+            inventory._memo[key] = answer
+        if answer.fits:
+            return answer
+        if answer.fits is None:
+            unknown = answer
+        else:
+            last = answer
+    if found.pool:
+        return FitAnswer(None, "a node pool may add nodes whose devices are not known yet")
+    return unknown or last
+
+
+# --- findings ---------------------------------------------------------------------------
+
+
+def _counts(
+    sub: SubRequest, profiles: Sequence[Profile], inventory: DeviceInventory
+) -> tuple[int, int, str]:
+    """Most devices of the class on one node; most that also pass the request's
+    selectors; the first request selector that leaves none."""
+    matcher = _Matcher(inventory)
+    classes = inventory.classes
+    device_class = classes.get(sub.device_class)
+    class_selectors = device_class.selectors if device_class else ()
+    best_class = best_all = 0
+    blocking = ""
+    for profile in profiles:
+        of_class = [
+            d
+            for d in profile.devices
+            if all(matcher.matches(e, d) is True for e in class_selectors)
+        ]
+        best_class = max(best_class, len(of_class))
+        remaining = of_class
+        for expression in sub.selectors:
+            remaining = [d for d in remaining if matcher.matches(expression, d) is True]
+            if not remaining and of_class:
+                blocking = blocking or expression
+        best_all = max(best_all, len(remaining))
+    return best_class, best_all, blocking
+
+
+def shortfall(
+    claims: Sequence[PodClaim],
+    found: Candidates,
+    everywhere: Candidates,
+    inventory: DeviceInventory,
+    usable: str = "the pod can use",
+) -> tuple[str, str]:
+    """What is missing, worded for the user: the first request no node can meet alone."""
+    for pod_claim in claims:
+        if pod_claim.claim is None:
+            continue
+        for request in pod_claim.claim.spec.requests:
+            sub = request.alternatives[0] if request.alternatives else None
+            if sub is None:
+                continue
+            where = f'request "{request.name}"'
+            if pod_claim.name:
+                where = f'claim "{pod_claim.name}" ({pod_claim.source}) {where}'
+            need = 1 if sub.all_devices else sub.count
+            of_class, matching, blocking = _counts(sub, found.profiles, inventory)
+            if of_class == 0:
+                anywhere, _, _ = _counts(sub, everywhere.profiles, inventory)
+                text = (
+                    f"{where} asks for devices of class {sub.device_class}, "
+                    f"but no node {usable} has any"
+                )
+                if anywhere:
+                    text += (
+                        f"; {anywhere} exist on other nodes, which the pod's nodeSelector, "
+                        "node affinity or tolerations exclude. Let the pod use those nodes."
+                    )
+                else:
+                    text += (
+                        ". No node publishes such devices: check the class name and the DRA driver."
+                    )
+                return text, f"no {sub.device_class} device on a usable node"
+            if matching == 0 and blocking:
+                return (
+                    f"{where}: no device of class {sub.device_class} on a node {usable} "
+                    f"matches the selector {blocking!r}. Fix or relax the selector.",
+                    f"selector matches no {sub.device_class} device",
+                )
+            if matching < need and len(request.alternatives) == 1:
+                return (
+                    f"{where} asks for {need} devices of class {sub.device_class}, but the node "
+                    f"{usable} with the most such devices has {matching}. Ask for at most "
+                    f"{matching}, or spread the work over more pods.",
+                    f"{need} {sub.device_class} asked, a usable node has at most {matching}",
+                )
+    return (
+        "the pod's claims cannot all be met on any one node it can use: together they need "
+        "more matching devices than a single node has. Ask for fewer devices per pod.",
+        "claims need more devices together than any usable node has",
+    )
+
+
+def _finding(check: str, settings_action: str, message: str, summary: str, where: str) -> Finding:
+    return Finding("builtin", check, action_of(settings_action), message, summary, where)
+
+
+def claim_findings(
+    claims: PodClaims,
+    *,
+    placement: Placement,
+    nodes: Inventory | None,
+    devices: DeviceInventory,
+    actions: Mapping[str, str],
+    where: str,
+) -> Iterator[Finding]:
+    """Findings for the pod's claims: missing claims, unknown classes, no fit."""
+    for missing in claims.missing:
+        yield _finding(
+            "missingClaim",
+            actions.get("missingClaim", "warn"),
+            f'claim "{missing.name}" refers to {missing.source}, which the webhook has not '
+            "seen (not created yet, or not in its cache), so its devices were not checked. "
+            "Create it before the pod.",
+            f"{missing.source} not found; devices not checked",
+            where,
+        )
+    known = [c for c in claims.claims if c.claim is not None]
+    if not known or not devices.complete:
+        return
+    unknown_classes = False
+    for pod_claim in known:
+        assert pod_claim.claim is not None
+        for finding in class_findings(
+            pod_claim.claim.spec, devices, actions, where, f'claim "{pod_claim.name}" '
+        ):
+            unknown_classes = True
+            yield finding
+    if unknown_classes or not any(c.gpu_count for c in known):
+        return
+    pending = tuple(c.claim.spec for c in known if c.claim is not None and not c.claim.allocated)
+    allowed = tuple(
+        c.claim.allocation_terms for c in known if c.claim is not None and c.claim.allocated
+    )
+    found = candidates(devices, nodes, placement, allowed)
+    answer = (
+        fits_somewhere(pending, found, devices)
+        if pending
+        else FitAnswer(bool(found.profiles) or None)
+    )
+    if answer.fits:
+        return
+    if answer.fits is None:
+        if answer.reason and "selector" in answer.reason:
+            yield _finding(
+                "deviceSelector",
+                actions.get("deviceSelector", "warn"),
+                f"the webhook could not evaluate a device selector ({answer.reason}); "
+                "whether the pod's claims fit was not checked.",
+                "device selector not evaluated; claims not checked",
+                where,
+            )
+        return
+    everywhere = candidates(devices, nodes, EVERYWHERE)
+    message, summary = shortfall(known, found, everywhere, devices)
+    if answer.reason and "selector" in answer.reason:
+        message += f" (CEL error: {answer.reason})"
+    yield _finding("deviceClaims", actions.get("deviceClaims", "deny"), message, summary, where)
+
+
+def looks_like_gpu_class(
+    spec: ClaimSpec, devices: DeviceInventory, is_gpu_class: Callable[[str], bool]
+) -> bool:
+    """Whether a request names a class that does not exist but is close to a GPU class
+    (a typo such as ``mig.nvidia.comm``): judged as the GPU claim it was meant to be."""
+    gpu_classes = [name for name in devices.classes if is_gpu_class(name)]
+    return any(
+        sub.device_class not in devices.classes
+        and difflib.get_close_matches(sub.device_class, gpu_classes, n=1)
+        for request in spec.requests
+        for sub in request.alternatives
+    )
+
+
+def class_findings(
+    spec: ClaimSpec,
+    devices: DeviceInventory,
+    actions: Mapping[str, str],
+    where: str,
+    claim_name: str,
+) -> Iterator[Finding]:
+    for request in spec.requests:
+        for sub in request.alternatives:
+            if sub.device_class in devices.classes:
+                continue
+            offered = ", ".join(sorted(devices.classes)) or "none"
+            close = difflib.get_close_matches(sub.device_class, list(devices.classes), n=1)
+            hint = f" Did you mean {close[0]}?" if close else ""
+            yield _finding(
+                "unknownDeviceClass",
+                actions.get("unknownDeviceClass", "deny"),
+                f'{claim_name}request "{sub.name}" names device class '
+                f"{sub.device_class!r}, which does not exist; this cluster has: {offered}.{hint}",
+                f"device class {sub.device_class} does not exist",
+                where,
+            )
+
+
+def with_claim_gpus(pod: PodGPUs, claims: PodClaims) -> PodGPUs:
+    """The pod's GPU asks with its claims' GPUs counted in ``total``: rules match it and
+    per-pod limits see them (container and resource views stay as requested)."""
+    if not claims.gpu_count:
+        return pod
+    return PodGPUs(
+        containers=pod.containers,
+        effective=pod.effective,
+        total=pod.total + claims.gpu_count,
+        resources=pod.resources,
+        problems=pod.problems,
+    )
