@@ -282,7 +282,7 @@ def fit(
                 failed = len(eligible) < need
             elif sub.all_devices:
                 clash = [d for d in eligible if d in taken and not shared[d]]
-                taken.update(eligible)
+                taken.update(d for d in eligible if not shared[d])
                 failed = bool(clash)
             else:
                 slots.extend([eligible] * need)

@@ -1,0 +1,200 @@
+"""The DRA fit against the Kubernetes allocator's semantics, on random claims and devices.
+
+The reference below is a plain transcription of the structured allocator's search
+(``k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go``:
+``Allocate``, ``validateDeviceRequest``, ``allocateOne``, ``isSelectable``,
+``allocateDevice``): claims one after the other, requests in order, ``firstAvailable``
+sub-requests tried in order, devices tried one by one with backtracking, a device in use
+by any of the pod's claims skipped (unless it allows multiple allocations), ``All`` taking
+every selectable device of the node and needing at least one. Its selectors are Python
+predicates; the engine gets the same selectors as CEL text, so the CEL evaluation is
+under test too. The engine answers the same question with a matching per combination of
+choices; the two must agree on every generated case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook.engine.devices import (
+    ClaimSpec,
+    Device,
+    DeviceClass,
+    DeviceInventory,
+    DeviceRequest,
+    SubRequest,
+)
+from webhook.engine.dra import fit
+
+DRIVER = "gpu.example.com"
+GI = 1024**3
+
+
+@dataclass(frozen=True)
+class Sel:
+    """A selector as CEL text (for the engine) and as a predicate (for the reference)."""
+
+    cel: str
+    test: Callable[[Device], bool]
+
+
+def _attr(device: Device, name: str) -> object:
+    return next((v for d, n, v in device.attributes if (d, n) == (DRIVER, name)), None)
+
+
+def _memory(device: Device) -> Fraction:
+    return next(v for d, n, v in device.capacity if (d, n) == (DRIVER, "memory"))
+
+
+MODELS = ("a100", "h100", "l40s")
+SELECTORS = [
+    *(
+        Sel(f'device.attributes["{DRIVER}"].model == "{m}"', lambda d, m=m: _attr(d, "model") == m)
+        for m in MODELS
+    ),
+    *(
+        Sel(
+            f'device.capacity["{DRIVER}"].memory.compareTo(quantity("{g}Gi")) >= 0',
+            lambda d, g=g: _memory(d) >= g * GI,
+        )
+        for g in (24, 48, 80)
+    ),
+    Sel(f'"nvlink" in device.attributes["{DRIVER}"]', lambda d: _attr(d, "nvlink") is not None),
+    Sel('"x" in device.attributes["other.example.com"]', lambda _: False),
+]
+CLASSES = {
+    "gpu": DeviceClass("gpu", (f'device.driver == "{DRIVER}"',)),
+    "big": DeviceClass(
+        "big", (f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) > 0',)
+    ),
+}
+CLASS_TESTS: dict[str, Callable[[Device], bool]] = {
+    "gpu": lambda d: d.driver == DRIVER,
+    "big": lambda d: _memory(d) > 40 * GI,
+}
+
+
+@st.composite
+def devices(draw: st.DrawFn) -> list[Device]:
+    out = []
+    for i in range(draw(st.integers(0, 6))):
+        attributes = [(DRIVER, "model", draw(st.sampled_from(MODELS)))]
+        if draw(st.booleans()):
+            attributes.append((DRIVER, "nvlink", True))
+        memory = Fraction(draw(st.sampled_from((16, 40, 80))) * GI)
+        out.append(
+            Device(
+                driver=DRIVER,
+                pool="node-0",
+                name=f"gpu-{i}",
+                attributes=tuple(sorted(attributes, key=lambda a: a[1])),
+                capacity=((DRIVER, "memory", memory),),
+                shared=draw(st.integers(0, 9)) == 0,
+            )
+        )
+    return out
+
+
+@st.composite
+def sub_request(draw: st.DrawFn, name: str) -> tuple[SubRequest, list[Sel]]:
+    chosen = draw(st.lists(st.sampled_from(SELECTORS), max_size=2))
+    all_devices = draw(st.integers(0, 5)) == 0
+    sub = SubRequest(
+        name=name,
+        device_class=draw(st.sampled_from(sorted(CLASSES))),
+        selectors=tuple(s.cel for s in chosen),
+        all_devices=all_devices,
+        count=1 if all_devices else draw(st.integers(1, 3)),
+    )
+    return sub, chosen
+
+
+@st.composite
+def claims(draw: st.DrawFn) -> tuple[list[ClaimSpec], dict[str, list[Sel]]]:
+    specs = []
+    tests: dict[str, list[Sel]] = {}
+    for c in range(draw(st.integers(1, 3))):
+        requests = []
+        for r in range(draw(st.integers(1, 2))):
+            alternatives = []
+            for a in range(draw(st.integers(1, 2))):
+                sub, chosen = draw(sub_request(f"c{c}r{r}a{a}"))
+                tests[sub.name] = chosen
+                alternatives.append(sub)
+            requests.append(DeviceRequest(name=f"c{c}r{r}", alternatives=tuple(alternatives)))
+        specs.append(ClaimSpec(tuple(requests)))
+    return specs, tests
+
+
+def reference(
+    specs: Sequence[ClaimSpec], node: Sequence[Device], tests: dict[str, list[Sel]]
+) -> bool:
+    """The allocator's exhaustive search, without constraints, counters or taints."""
+
+    def selectable(sub: SubRequest, device: Device) -> bool:
+        return CLASS_TESTS[sub.device_class](device) and all(
+            s.test(device) for s in tests[sub.name]
+        )
+
+    slots = [(ci, r) for ci, spec in enumerate(specs) for r in spec.requests]
+    in_use: set[int] = set()
+
+    def take(devices: list[int]) -> list[int]:
+        taken = [d for d in devices if not node[d].shared]
+        in_use.update(taken)
+        return taken
+
+    def allocate(slot: int, per_claim: list[int]) -> bool:
+        if slot == len(slots):
+            return True
+        claim_index, request = slots[slot]
+        for sub in request.alternatives:  # firstAvailable: in order, first that works
+            matching = [i for i, d in enumerate(node) if selectable(sub, d)]
+            if sub.all_devices:
+                if not matching or any(i in in_use for i in matching):
+                    continue
+                taken = take(matching)
+                per_claim[claim_index] += len(matching)
+                if per_claim[claim_index] <= 32 and allocate(slot + 1, per_claim):
+                    return True
+                per_claim[claim_index] -= len(matching)
+                in_use.difference_update(taken)
+                continue
+            if pick(sub, matching, left=sub.count, slot=slot, per_claim=per_claim, ci=claim_index):
+                return True
+        return False
+
+    def pick(
+        sub: SubRequest, matching: list[int], *, left: int, slot: int, per_claim: list[int], ci: int
+    ) -> bool:
+        if left == 0:
+            per_claim[ci] += sub.count
+            done = per_claim[ci] <= 32 and allocate(slot + 1, per_claim)
+            per_claim[ci] -= sub.count
+            return done
+        for i in matching:
+            if i in in_use:
+                continue
+            taken = take([i])
+            if pick(sub, matching, left=left - 1, slot=slot, per_claim=per_claim, ci=ci):
+                return True
+            in_use.difference_update(taken)
+        return False
+
+    return allocate(0, [0] * len(specs))
+
+
+@settings(max_examples=150, deadline=None)
+@given(node=devices(), pod=claims())
+def test_the_fit_agrees_with_the_allocators_search(
+    node: list[Device], pod: tuple[list[ClaimSpec], dict[str, list[Sel]]]
+) -> None:
+    specs, tests = pod
+    inventory = DeviceInventory(CLASSES, (), {}, {})
+    answer = fit(specs, node, inventory)
+    assert answer.fits is reference(specs, node, tests), (answer, specs, node)
