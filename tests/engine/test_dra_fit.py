@@ -6,7 +6,8 @@ The reference below is a plain transcription of the structured allocator's searc
 ``allocateDevice``): claims one after the other, requests in order, ``firstAvailable``
 sub-requests tried in order, devices tried one by one with backtracking, a device in use
 by any of the pod's claims skipped (unless it allows multiple allocations), ``All`` taking
-every selectable device of the node and needing at least one. Its selectors are Python
+every selectable device of the node and needing at least one, ``matchAttribute``
+constraints checked as each device is added (``matchAttributeConstraint.add``). Its selectors are Python
 predicates; the engine gets the same selectors as CEL text, so the CEL evaluation is
 under test too. The engine answers the same question with a matching per combination of
 choices; the two must agree on every generated case.
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from webhook.engine.devices import (
     ClaimSpec,
+    Constraint,
     Device,
     DeviceClass,
     DeviceInventory,
@@ -86,6 +88,7 @@ def devices(draw: st.DrawFn) -> list[Device]:
         attributes = [(DRIVER, "model", draw(st.sampled_from(MODELS)))]
         if draw(st.booleans()):
             attributes.append((DRIVER, "nvlink", True))
+        attributes.append((DRIVER, "pcieRoot", draw(st.sampled_from(("pci0", "pci1")))))
         memory = Fraction(draw(st.sampled_from((16, 40, 80))) * GI)
         out.append(
             Device(
@@ -127,7 +130,16 @@ def claims(draw: st.DrawFn) -> tuple[list[ClaimSpec], dict[str, list[Sel]]]:
                 tests[sub.name] = chosen
                 alternatives.append(sub)
             requests.append(DeviceRequest(name=f"c{c}r{r}", alternatives=tuple(alternatives)))
-        specs.append(ClaimSpec(tuple(requests)))
+        constraints = []
+        if draw(st.integers(0, 2)) == 0:
+            names = [r.name for r in requests] + [a.name for r in requests for a in r.alternatives]
+            constraints.append(
+                Constraint(
+                    requests=frozenset(draw(st.lists(st.sampled_from(names), max_size=2))),
+                    attribute=(DRIVER, draw(st.sampled_from(("pcieRoot", "nvlink", "model")))),
+                )
+            )
+        specs.append(ClaimSpec(tuple(requests), tuple(constraints)))
     return specs, tests
 
 
@@ -143,6 +155,26 @@ def reference(
 
     slots = [(ci, r) for ci, spec in enumerate(specs) for r in spec.requests]
     in_use: set[int] = set()
+    # Per claim and constraint: the devices added so far that it applies to.
+    members: list[list[list[int]]] = [[[] for _ in spec.constraints] for spec in specs]
+
+    def agrees(ci: int, request: str, sub: str, device: int) -> bool:
+        for constraint, held in zip(specs[ci].constraints, members[ci], strict=True):
+            if constraint.requests and not constraint.requests & {request, sub}:
+                continue
+            value = _attr(node[device], constraint.attribute[1])
+            if value is None or any(_attr(node[h], constraint.attribute[1]) != value for h in held):
+                return False
+        return True
+
+    def join(ci: int, request: str, sub: str, device: int, sign: int) -> None:
+        for constraint, held in zip(specs[ci].constraints, members[ci], strict=True):
+            if constraint.requests and not constraint.requests & {request, sub}:
+                continue
+            if sign > 0:
+                held.append(device)
+            else:
+                held.remove(device)
 
     def take(devices: list[int]) -> list[int]:
         taken = [d for d in devices if not node[d].shared]
@@ -158,12 +190,21 @@ def reference(
             if sub.all_devices:
                 if not matching or any(i in in_use for i in matching):
                     continue
-                taken = take(matching)
-                per_claim[claim_index] += len(matching)
-                if per_claim[claim_index] <= 32 and allocate(slot + 1, per_claim):
-                    return True
-                per_claim[claim_index] -= len(matching)
-                in_use.difference_update(taken)
+                joined = []
+                for i in matching:
+                    if not agrees(claim_index, request.name, sub.name, i):
+                        break
+                    join(claim_index, request.name, sub.name, i, +1)
+                    joined.append(i)
+                if len(joined) == len(matching):
+                    taken = take(matching)
+                    per_claim[claim_index] += len(matching)
+                    if per_claim[claim_index] <= 32 and allocate(slot + 1, per_claim):
+                        return True
+                    per_claim[claim_index] -= len(matching)
+                    in_use.difference_update(taken)
+                for i in joined:
+                    join(claim_index, request.name, sub.name, i, -1)
                 continue
             if pick(sub, matching, left=sub.count, slot=slot, per_claim=per_claim, ci=claim_index):
                 return True
@@ -177,12 +218,15 @@ def reference(
             done = per_claim[ci] <= 32 and allocate(slot + 1, per_claim)
             per_claim[ci] -= sub.count
             return done
+        request = slots[slot][1].name
         for i in matching:
-            if i in in_use:
+            if i in in_use or not agrees(ci, request, sub.name, i):
                 continue
             taken = take([i])
+            join(ci, request, sub.name, i, +1)
             if pick(sub, matching, left=left - 1, slot=slot, per_claim=per_claim, ci=ci):
                 return True
+            join(ci, request, sub.name, i, -1)
             in_use.difference_update(taken)
         return False
 

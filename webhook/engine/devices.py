@@ -73,6 +73,10 @@ class Device:
             capacity.setdefault(domain, {})[name] = amount
         return DeviceView(self.driver, attributes, capacity)
 
+    def attribute(self, key: tuple[str, str]) -> Any:
+        """``lookupAttribute``: by domain and name (a bare name is the driver's)."""
+        return next((v for d, n, v in self.attributes if (d, n) == key), None)
+
     def content(self, identity: frozenset[tuple[str, str]]) -> tuple[Any, ...]:
         """What selectors that name no identity attribute can tell apart."""
         return (
@@ -220,10 +224,23 @@ class DeviceRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Constraint:
+    """``matchAttribute``: the devices of ``requests`` (all of the claim's when empty) must
+    all have ``attribute`` (domain, name), with one value."""
+
+    requests: frozenset[str]
+    attribute: tuple[str, str]
+
+    def applies(self, request: str, sub_request: str) -> bool:
+        return not self.requests or request in self.requests or sub_request in self.requests
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimSpec:
     """``spec.devices`` of a ResourceClaim (or of a template's claim)."""
 
     requests: tuple[DeviceRequest, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
 
 
 def _sub_request(raw: Mapping[str, Any], name: str) -> SubRequest:
@@ -253,7 +270,15 @@ def claim_spec_from_json(spec: object) -> ClaimSpec:
                 for s in _list(raw.get("firstAvailable"))
             )
         requests.append(DeviceRequest(name=name, alternatives=alternatives))
-    return ClaimSpec(requests=tuple(requests))
+    constraints = tuple(
+        Constraint(
+            requests=frozenset(str(r) for r in _list(c.get("requests"))),
+            attribute=_qualified(str(c["matchAttribute"]), ""),
+        )
+        for c in map(_map, _list(dig(spec, "devices", "constraints")))
+        if isinstance(c.get("matchAttribute"), str)
+    )
+    return ClaimSpec(requests=tuple(requests), constraints=constraints)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,15 @@ cluster as the capacity checks do for nodes:
 - a request naming an unknown class fails (``classLister.Get``), and a claim needs at most
   ``AllocationResultsMaxSize`` devices.
 
+- ``matchAttribute`` constraints: the devices of the named requests (all, when none are
+  named) must have the attribute, with one value (``matchAttributeConstraint``).
+
 The allocator's search is exhaustive, so "some assignment exists" is its answer; here that
-is a bipartite matching per combination of ``firstAvailable`` choices. Left out, so that a
-denial stays true: ``matchAttribute`` constraints, shared counters of partitionable
-devices, device taints and consumable capacity (each can only make a fit fail more).
+is a bipartite matching per combination of ``firstAvailable`` choices, or, for claims with
+constraints, the allocator's own backtracking (``_Search``) with a step budget. Left out,
+so that a denial stays true: shared counters of partitionable devices, device taints and
+consumable capacity (each can only make a fit fail more); a device that allows multiple
+allocations is taken to serve any number of requests.
 """
 
 from __future__ import annotations
@@ -246,10 +251,146 @@ def _assign(slots: Sequence[Sequence[int]], taken: set[int], shared: Sequence[bo
     return all(place(slot, set()) for slot in range(len(slots)))
 
 
+class _OverBudget(Exception):
+    """The search tried too many assignments: the answer is unknown."""
+
+
+class _Search:
+    """The allocator's backtracking (``allocateOne``, ``allocateDevice``), for claims with
+    ``matchAttribute`` constraints, where a matching cannot say which devices agree.
+
+    ``plan`` holds per request its claim and the sub-requests that may serve it, each with
+    its matching devices, in ``firstAvailable`` order."""
+
+    def __init__(
+        self,
+        claims: Sequence[ClaimSpec],
+        devices: Sequence[Device],
+        plan: list[tuple[int, str, list[tuple[SubRequest, list[int]]]]],
+        *,
+        budget: int = 20_000,
+    ) -> None:
+        self.claims = claims
+        self.devices = devices
+        self.plan = plan
+        self.budget = budget
+        self.in_use: dict[int, int] = {}
+        self.per_claim = [0] * len(claims)
+        # Per claim, per constraint: the value its devices share and how many hold it.
+        self.agreed: list[list[list[Any]]] = [[[None, 0] for _ in c.constraints] for c in claims]
+
+    def run(self) -> bool:
+        return self._allocate(0)
+
+    def _allocate(self, slot: int) -> bool:
+        self.budget -= 1
+        if self.budget < 0:
+            raise _OverBudget
+        if slot == len(self.plan):
+            return True
+        claim, request, alternatives = self.plan[slot]
+        for sub, eligible in alternatives:
+            if sub.all_devices:
+                if not eligible:
+                    continue
+                added: list[int] = []
+                every = all(self._add(claim, request, sub, d, added) for d in eligible)
+                if every and self._allocate(slot + 1):
+                    return True
+                self._undo(claim, request, sub, added)
+            elif self._pick(slot, sub, eligible, left=sub.count, start=0):
+                return True
+        return False
+
+    def _pick(
+        self, slot: int, sub: SubRequest, eligible: list[int], *, left: int, start: int
+    ) -> bool:
+        """``left`` more devices for ``sub`` from ``eligible[start:]`` (sets, not orders)."""
+        if left == 0:
+            return self._allocate(slot + 1)
+        claim, request, _ = self.plan[slot]
+        for position in range(start, len(eligible)):
+            added: list[int] = []
+            # A device that allows multiple allocations may serve this request again.
+            again = position if self.devices[eligible[position]].shared else position + 1
+            if self._add(claim, request, sub, eligible[position], added) and self._pick(
+                slot, sub, eligible, left=left - 1, start=again
+            ):
+                return True
+            self._undo(claim, request, sub, added)
+        return False
+
+    def _add(self, claim: int, request: str, sub: SubRequest, index: int, added: list[int]) -> bool:
+        device = self.devices[index]
+        if not sub.admin and not device.shared and self.in_use.get(index, 0):
+            return False
+        if self.per_claim[claim] >= ALLOCATION_RESULTS_MAX_SIZE:
+            return False
+        values: list[Any] = []
+        for constraint, state in zip(
+            self.claims[claim].constraints, self.agreed[claim], strict=True
+        ):
+            if not constraint.applies(request, sub.name):
+                values.append(None)
+                continue
+            value = device.attribute(constraint.attribute)
+            if value is None or (state[1] and state[0] != value):
+                return False
+            values.append(value)
+        for value, state in zip(values, self.agreed[claim], strict=True):
+            if value is not None:
+                state[0], state[1] = value, state[1] + 1
+        self.in_use[index] = self.in_use.get(index, 0) + (0 if sub.admin else 1)
+        self.per_claim[claim] += 1
+        added.append(index)
+        return True
+
+    def _undo(self, claim: int, request: str, sub: SubRequest, added: list[int]) -> None:
+        for index in added:
+            self.in_use[index] -= 0 if sub.admin else 1
+            self.per_claim[claim] -= 1
+            for constraint, state in zip(
+                self.claims[claim].constraints, self.agreed[claim], strict=True
+            ):
+                if constraint.applies(request, sub.name):
+                    state[1] -= 1
+        added.clear()
+
+
+def _fit_by_search(
+    claims: Sequence[ClaimSpec], devices: Sequence[Device], inventory: DeviceInventory
+) -> FitAnswer:
+    matcher = _Matcher(inventory)
+    classes = inventory.classes
+    plan: list[tuple[int, str, list[tuple[SubRequest, list[int]]]]] = []
+    unknown = error = ""
+    for claim_index, claim in enumerate(claims):
+        for request in claim.requests:
+            alternatives = []
+            for sub in request.alternatives:
+                if sub.device_class not in classes:
+                    continue
+                eligible, problem, cannot_tell = _eligible(sub, devices, classes, matcher)
+                error = error or problem
+                unknown = unknown or (problem if cannot_tell else "")
+                alternatives.append((sub, eligible))
+            plan.append((claim_index, request.name, alternatives))
+    try:
+        if _Search(claims, devices, plan).run():
+            return FitAnswer(True)
+    except _OverBudget:
+        return FitAnswer(None, "too many device combinations to try")
+    if unknown:
+        return FitAnswer(None, unknown)
+    return FitAnswer(False, error)
+
+
 def fit(
     claims: Sequence[ClaimSpec], devices: Sequence[Device], inventory: DeviceInventory
 ) -> FitAnswer:
     """Can all ``claims`` be allocated together from ``devices`` (one node's)?"""
+    if any(claim.constraints for claim in claims):
+        return _fit_by_search(claims, devices, inventory)
     matcher = _Matcher(inventory)
     classes = inventory.classes
     requests = [(ci, r) for ci, claim in enumerate(claims) for r in claim.requests]
@@ -362,7 +503,7 @@ def fits_somewhere(
         for r in claim.requests
         for a in r.alternatives
         for e in (*a.selectors, *getattr(inventory.classes.get(a.device_class), "selectors", ()))
-    )
+    ) or any(c.attribute in inventory.identity for claim in claims for c in claim.constraints)
     unknown: FitAnswer | None = None
     last = FitAnswer(False)
     for profile in found.profiles:
@@ -461,6 +602,17 @@ def shortfall(
                     f"{matching}, or spread the work over more pods.",
                     f"{need} {sub.device_class} asked, a usable node has at most {matching}",
                 )
+    for pod_claim in claims:
+        constraints = pod_claim.claim.spec.constraints if pod_claim.claim else ()
+        if constraints:
+            names = ", ".join(sorted({"/".join(c.attribute) for c in constraints}))
+            owner = f'claim "{pod_claim.name}"' if pod_claim.name else "the claim"
+            return (
+                f"{owner} needs devices that share {names} (matchAttribute), and no node "
+                f"{usable} has enough matching devices that do. Relax the constraint or ask "
+                "for fewer devices.",
+                f"no usable node has enough devices sharing {names}",
+            )
     return (
         "the pod's claims cannot all be met on any one node it can use: together they need "
         "more matching devices than a single node has. Ask for fewer devices per pod.",
