@@ -28,6 +28,9 @@ from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.selectors import clean_terms, dig, terms_match
 
 GROUP = "resource.k8s.io"
+# A class may be asked for as this extended resource name without extendedResourceName
+# (KEP-5004, DRAExtendedResource).
+IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
 # resourceapi.AllocationResultsMaxSize: more devices than this in one claim never fit.
 ALLOCATION_RESULTS_MAX_SIZE = 32
@@ -360,6 +363,12 @@ class DeviceInventory:
                 for device in s.devices:
                     self._network.append((s, device, "", s.all_nodes, s.node_terms))
         self.device_count = len(devices)
+        # Extended resources served by DRA: resource name to device class.
+        self.extended: dict[str, str] = {}
+        for device_class in self.classes.values():
+            self.extended[IMPLICIT_EXTENDED_PREFIX + device_class.name] = device_class.name
+            if device_class.extended_resource:
+                self.extended[device_class.extended_resource] = device_class.name
         self.identity = _identity_attributes(devices)
         self._contents: dict[Device, tuple[Any, ...]] = {}
 

@@ -41,6 +41,7 @@ from webhook.engine.devices import (
     ClaimSpec,
     Device,
     DeviceInventory,
+    DeviceRequest,
     Profile,
     SubRequest,
 )
@@ -66,6 +67,9 @@ class PodClaim:
     gpu_count: int = 0
     gpu_requests: frozenset[str] = frozenset()  # request names (and "request/sub")
     gpu_classes: tuple[str, ...] = ()
+    # False for the claim the scheduler makes for an extended resource a device class
+    # serves: its GPUs are already counted as the resource.
+    counted: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +79,7 @@ class PodClaims:
 
     @property
     def gpu_count(self) -> int:
-        return sum(c.gpu_count for c in self.claims)
+        return sum(c.gpu_count for c in self.claims if c.counted)
 
     @property
     def gpu_classes(self) -> tuple[str, ...]:
@@ -569,7 +573,11 @@ def shortfall(
             if sub is None:
                 continue
             where = f'request "{request.name}"'
-            if pod_claim.name:
+            if not pod_claim.counted:
+                where = (
+                    f"the pod's {pod_claim.name} (served by DRA device class {sub.device_class})"
+                )
+            elif pod_claim.name:
                 where = f'claim "{pod_claim.name}" ({pod_claim.source}) {where}'
             need = 1 if sub.all_devices else sub.count
             of_class, matching, blocking = _counts(sub, found.profiles, inventory)
@@ -657,7 +665,11 @@ def claim_findings(
             yield finding
     if unknown_classes or not any(c.gpu_count for c in known):
         return
-    pending = tuple(c.claim.spec for c in known if c.claim is not None and not c.claim.allocated)
+    # Only GPU claims: other drivers' devices (a ComputeDomain's channels) may appear only
+    # once their own controller has run, and judging them could deny a pod that will run.
+    pending = tuple(
+        c.claim.spec for c in known if c.claim is not None and not c.claim.allocated and c.gpu_count
+    )
     allowed = tuple(
         c.claim.allocation_terms for c in known if c.claim is not None and c.claim.allocated
     )
@@ -723,6 +735,43 @@ def class_findings(
                 f"device class {sub.device_class} does not exist",
                 where,
             )
+
+
+def extended_resource_claims(
+    pod: PodGPUs, claims: PodClaims, *, devices: DeviceInventory | None, nodes: Inventory | None
+) -> tuple[PodGPUs, PodClaims]:
+    """GPU resources that a device class serves (``extendedResourceName``), where no node
+    advertises them: the scheduler turns them into a claim for that class (KEP-5004), so
+    they are judged as one instead of as a resource no node has.
+
+    Where some node does advertise the resource (a device plugin on some nodes, DRA on
+    others), neither check runs: which one the scheduler uses depends on the node."""
+    if devices is None or not devices.complete or not devices.extended:
+        return pod, claims
+    served = {r: devices.extended[r] for r in pod.effective if r in devices.extended}
+    if not served:
+        return pod, claims
+    extra = []
+    for resource, device_class in sorted(served.items()):
+        if nodes is not None and resource in nodes.resource_names:
+            continue
+        need = pod.effective[resource]
+        sub = SubRequest(name=resource, device_class=device_class, count=need)
+        spec = ClaimSpec((DeviceRequest(name=resource, alternatives=(sub,)),))
+        source = f"resource {resource}, served by device class {device_class}"
+        claim = Claim(namespace="", name="", spec=spec)
+        extra.append(
+            PodClaim(resource, source, claim, need, frozenset({resource}), (device_class,), False)
+        )
+    effective = {r: n for r, n in pod.effective.items() if r not in served}
+    kept = PodGPUs(
+        containers=pod.containers,
+        effective=effective,
+        total=pod.total,
+        resources=pod.resources,
+        problems=pod.problems,
+    )
+    return kept, PodClaims((*claims.claims, *extra), claims.holders)
 
 
 def with_claim_gpus(pod: PodGPUs, claims: PodClaims) -> PodGPUs:

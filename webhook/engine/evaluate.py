@@ -14,7 +14,14 @@ from webhook.engine.checks import (
 )
 from webhook.engine.decision import Decision, Finding, action_of, decide
 from webhook.engine.devices import DeviceInventory, is_dra_object
-from webhook.engine.dra import NO_CLAIMS, PodClaims, claim_findings, pod_claims, with_claim_gpus
+from webhook.engine.dra import (
+    NO_CLAIMS,
+    PodClaims,
+    claim_findings,
+    extended_resource_claims,
+    pod_claims,
+    with_claim_gpus,
+)
 from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
@@ -202,6 +209,7 @@ def _evaluate_template(
         if template.spec.get("resourceClaims")
         else NO_CLAIMS
     )
+    pod, claims = extended_resource_claims(pod, claims, devices=view.devices, nodes=snapshot)
     pod = with_claim_gpus(pod, claims)
     if not pod.total and not pod.problems and not policy.rules and not claims.claims:
         return pod, claims
