@@ -124,8 +124,9 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         )
         per_pod.append((template, pod))
         classes.append(claims.gpu_classes)
-        if claims.claims and inventory.devices is None and not inventory.problem:
-            notices.append("DRA claims not checked: no DRA inventory (classes, slices, claims)")
+        devices = inventory.devices
+        if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
+            notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
     gpu_pods = [p for _, p in per_pod if p.total or p.problems]
     warnings: list[str] = []
     if gpu_pods:
