@@ -2,9 +2,11 @@
 
 Device classes, resource slices, claims and claim templates are listed and watched like
 nodes, when the API server serves ``resource.k8s.io/v1`` (asked once through discovery; a
-cluster without DRA costs one request). Objects are trimmed to what policy reads as they
-arrive; ``DeviceCache.snapshot`` builds one immutable ``DeviceInventory`` per change,
-on first use after it, so a burst of slice updates costs one build.
+cluster without DRA costs one request). Objects are trimmed to what policy reads and
+parsed as they arrive (in the reflector's thread, once per object); ``DeviceCache.snapshot``
+builds one immutable ``DeviceInventory`` per change, on first use after it, so a burst of
+slice updates costs one build, and a build costs what the slices number (about 15 ms for
+10,000 slices of 8 GPUs: ``bench/dra.py``), not a parse of every device.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from typing import Any
 
 from webhook.cluster.apiclient import ApiClient, ApiError
 from webhook.cluster.reflector import Backoff, Handler, Reflector
-from webhook.engine.devices import KINDS, DeviceInventory
+from webhook.engine.devices import (
+    KINDS,
+    DeviceInventory,
+    claim_from_json,
+    class_from_json,
+    slice_from_json,
+)
 
 log = logging.getLogger("webhook.inventory")
 GROUP_VERSION_PATH = "/apis/resource.k8s.io/v1"
@@ -50,12 +58,25 @@ def key_of(obj: Mapping[str, Any]) -> Key:
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
-class DeviceCache:
-    """The four collections by key; thread-safe, one snapshot per change."""
+PARSERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "DeviceClass": class_from_json,
+    "ResourceSlice": slice_from_json,
+    "ResourceClaim": claim_from_json,
+    "ResourceClaimTemplate": claim_from_json,
+}
 
-    def __init__(self) -> None:
+
+class DeviceCache:
+    """The four collections by key; thread-safe, one snapshot per change.
+
+    ``parse``: keep the engine's parsed objects (a source that answers admissions), or
+    only the trimmed JSON (the watcher, which passes objects on to workers)."""
+
+    def __init__(self, *, parse: bool = True) -> None:
+        self._parse = parse
         self._lock = threading.Lock()
         self._objects: dict[str, dict[Key, Mapping[str, Any]]] = {k: {} for k in KINDS}
+        self._parsed: dict[str, dict[Key, Any]] = {k: {} for k in KINDS}
         self._synced: set[str] = set()
         self._snapshot: DeviceInventory | None = None
         self._dirty = True
@@ -70,20 +91,29 @@ class DeviceCache:
         return _KindHandler(self, kind)
 
     def replace(self, kind: str, objects: list[Mapping[str, Any]], resource_version: str) -> None:
+        parse = PARSERS[kind]
+        parsed = {key_of(o): parse(o) for o in objects} if self._parse else {}
         with self._lock:
-            self._objects[kind] = {key_of(o): o for o in objects}
+            self._objects[kind] = {} if self._parse else {key_of(o): o for o in objects}
+            self._parsed[kind] = parsed
             self._synced.add(kind)
             self._changed(resource_version)
 
     def apply(self, kind: str, event: str, obj: Mapping[str, Any], resource_version: str) -> None:
+        key = key_of(obj)
+        parsed = PARSERS[kind](obj) if self._parse and event != "DELETED" else None
         with self._lock:
             if event == "DELETED":
-                self._objects[kind].pop(key_of(obj), None)
+                self._objects[kind].pop(key, None)
+                self._parsed[kind].pop(key, None)
+            elif self._parse:
+                self._parsed[kind][key] = parsed
             else:
-                self._objects[kind][key_of(obj)] = obj
+                self._objects[kind][key] = obj
             self._changed(resource_version)
 
     def objects(self, kind: str) -> list[Mapping[str, Any]]:
+        """The trimmed objects of a cache that does not parse (the watcher's)."""
         with self._lock:
             return list(self._objects[kind].values())
 
@@ -104,9 +134,14 @@ class DeviceCache:
             return self._snapshot
         with self._lock:
             if self._dirty or self._snapshot is None:
-                objects = [o for kind in KINDS for o in self._objects[kind].values()]
-                snapshot = DeviceInventory.of(objects)
-                snapshot.resource_version = self.resource_version
+                parsed = self._parsed
+                snapshot = DeviceInventory(
+                    {c.name: c for c in parsed["DeviceClass"].values()},
+                    list(parsed["ResourceSlice"].values()),
+                    {(c.namespace, c.name): c for c in parsed["ResourceClaim"].values()},
+                    {(c.namespace, c.name): c for c in parsed["ResourceClaimTemplate"].values()},
+                    resource_version=self.resource_version,
+                )
                 self._snapshot = snapshot
                 self._dirty = False
             return self._snapshot

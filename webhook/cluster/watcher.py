@@ -126,7 +126,7 @@ class DeviceFeed(DeviceCache):
     """The DRA reflectors' cache in the watcher: every change is also sent to workers."""
 
     def __init__(self, subscribers: Subscribers) -> None:
-        super().__init__()
+        super().__init__(parse=False)
         self.subscribers = subscribers
 
     def set_served(self, served: bool) -> None:

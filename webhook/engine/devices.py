@@ -16,6 +16,7 @@ nodes of one kind share one *profile* and its answers.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,9 @@ IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
 # resourceapi.AllocationResultsMaxSize: more devices than this in one claim never fit.
 ALLOCATION_RESULTS_MAX_SIZE = 32
-_IDENTITY_MIN_DEVICES = 8
+# Attribute names that name one device wherever they appear (NVIDIA's driver's uuid).
+ALWAYS_IDENTITY_ATTRIBUTES = frozenset({"uuid"})
+Identity = frozenset[tuple[str, str]]
 
 
 def _intern(text: object) -> str:
@@ -144,6 +147,55 @@ class Slice:
     devices: tuple[Device, ...] = ()
     # perDeviceNodeSelection: (device, node name, all nodes, terms) per device.
     per_device: tuple[tuple[Device, str, bool, tuple[Mapping[str, Any], ...] | None], ...] = ()
+    # Attributes that tell this slice's devices apart (a different value on each).
+    identity: Identity = frozenset()
+    # The number of its devices' contents per identity set: a slice is parsed once and
+    # lives across snapshots, so nodes are grouped without looking at devices again.
+    _signatures: dict[Identity, int] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+
+    def signature(self, identity: Identity) -> int:
+        known = self._signatures.get(identity)
+        if known is None:
+            contents = tuple(sorted((d.content(identity) for d in self.devices), key=hash))
+            known = self._signatures[identity] = _signature_number(contents)
+        return known
+
+
+_SIGNATURES: dict[tuple[Any, ...], int] = {}
+_NUMBERS = itertools.count(1)
+
+
+def _signature_number(contents: tuple[Any, ...]) -> int:
+    """One number per distinct set of device contents, so that a node's key is cheap to
+    hash. Numbers are never reused: forgetting them (past a bound) only groups less."""
+    known = _SIGNATURES.get(contents)
+    if known is None:
+        if len(_SIGNATURES) >= 100_000:
+            _SIGNATURES.clear()
+        known = _SIGNATURES[contents] = next(_NUMBERS)
+    return known
+
+
+def _slice_identity(devices: Sequence[Device]) -> Identity:
+    """Attributes with a different value on every device of the slice (uuid, bus id,
+    index): what names a device rather than describes it. Only groups nodes; selectors
+    and constraints that name such an attribute are evaluated per device."""
+    found = {
+        (d, n)
+        for device in devices
+        for d, n, _ in device.attributes
+        if n in ALWAYS_IDENTITY_ATTRIBUTES
+    }
+    if len(devices) < 2:
+        return frozenset(found)
+    values: dict[tuple[str, str], set[Any]] = {}
+    for device in devices:
+        for domain, name, value in device.attributes:
+            values.setdefault((domain, name), set()).add(value)
+    found.update(k for k, v in values.items() if len(v) == len(devices))
+    return frozenset(found)
 
 
 def _terms(raw: object) -> tuple[Mapping[str, Any], ...] | None:
@@ -170,7 +222,9 @@ def slice_from_json(raw: Mapping[str, Any]) -> Slice:
             for device, d in zip(parsed, devices, strict=True)
         )
         parsed = ()
+    every = (*parsed, *(entry[0] for entry in per_device))
     return Slice(
+        identity=_slice_identity(every),
         name=str(dig(raw, "metadata", "name") or ""),
         driver=_intern(driver),
         pool=_intern(pool_name),
@@ -336,41 +390,40 @@ class DeviceInventory:
     _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self._local: dict[str, list[Device]] = {}
-        self._network: list[
-            tuple[Slice, Device, str, bool, tuple[Mapping[str, Any], ...] | None]
-        ] = []
+        # Costs what the slices number, not their devices: a live cache builds one per change.
+        self._local: dict[str, list[Slice]] = {}
+        self._placed: dict[str, list[Device]] = {}  # perDeviceNodeSelection by node name
+        self._network: list[tuple[Device, bool, tuple[Mapping[str, Any], ...] | None]] = []
         newest: dict[tuple[str, str], int] = {}
         for s in self.slices:
             key = (s.driver, s.pool)
             newest[key] = max(newest.get(key, s.generation), s.generation)
-        devices: list[Device] = []
+        identity: set[tuple[str, str]] = set()
+        count = 0
         for s in self.slices:
             if s.generation != newest[(s.driver, s.pool)]:
                 continue  # an older generation of a pool being updated
+            identity.update(s.identity)
+            count += len(s.devices) + len(s.per_device)
             if s.per_device:
                 for device, node, every, terms in s.per_device:
-                    devices.append(device)
                     if node:
-                        self._local.setdefault(node, []).append(device)
+                        self._placed.setdefault(node, []).append(device)
                     else:
-                        self._network.append((s, device, node, every, terms))
+                        self._network.append((device, every, terms))
             elif s.node_name:
-                self._local.setdefault(s.node_name, []).extend(s.devices)
-                devices.extend(s.devices)
+                self._local.setdefault(s.node_name, []).append(s)
             elif s.all_nodes or s.node_terms is not None:
-                devices.extend(s.devices)
-                for device in s.devices:
-                    self._network.append((s, device, "", s.all_nodes, s.node_terms))
-        self.device_count = len(devices)
+                self._network.extend((device, s.all_nodes, s.node_terms) for device in s.devices)
+        self.device_count = count
+        self.identity: Identity = frozenset(identity)
+        self._contents: dict[Device, tuple[Any, ...]] = {}
         # Extended resources served by DRA: resource name to device class.
         self.extended: dict[str, str] = {}
         for device_class in self.classes.values():
             self.extended[IMPLICIT_EXTENDED_PREFIX + device_class.name] = device_class.name
             if device_class.extended_resource:
                 self.extended[device_class.extended_resource] = device_class.name
-        self.identity = _identity_attributes(devices)
-        self._contents: dict[Device, tuple[Any, ...]] = {}
 
     @classmethod
     def of(cls, objects: Iterable[Mapping[str, Any]], *, complete: bool = True) -> DeviceInventory:
@@ -413,41 +466,32 @@ class DeviceInventory:
             known = self._contents[device] = device.content(self.identity)
         return known
 
-    def devices_for(self, node: Node) -> tuple[Device, ...]:
-        local = self._local.get(node.name, ())
-        if not self._network:
-            return tuple(local)
-        shared = [
+    def _extra(self, node: Node) -> list[Device]:
+        extra = list(self._placed.get(node.name, ()))
+        extra.extend(
             device
-            for _, device, _, every, terms in self._network
+            for device, every, terms in self._network
             if every or (terms is not None and terms_match(terms, node.labels, node.name))
-        ]
-        return (*local, *shared)
+        )
+        return extra
+
+    def devices_for(self, node: Node) -> tuple[Device, ...]:
+        local = [d for s in self._local.get(node.name, ()) for d in s.devices]
+        return (*local, *self._extra(node))
 
     def profile(self, node: Node) -> Profile:
         """The node's devices and the key of nodes with the same devices."""
-        devices = self.devices_for(node)
-        key = tuple(sorted((self.content(d) for d in devices), key=repr))
+        slices = self._local.get(node.name, ())
+        extra = self._extra(node) if self._placed or self._network else []
+        if len(slices) == 1 and not extra:
+            key: tuple[Any, ...] = (slices[0].signature(self.identity),)
+        else:
+            numbers = sorted(s.signature(self.identity) for s in slices)
+            contents = sorted((self.content(d) for d in extra), key=hash)
+            key = (*numbers, *contents)
+        devices = (*(d for s in slices for d in s.devices), *extra)
         return Profile(devices=devices, key=key, example=node.name)
 
     def node_names(self) -> list[str]:
         """Nodes named by slices: what to judge when no node inventory is given."""
-        return sorted(self._local)
-
-
-def _identity_attributes(devices: Sequence[Device]) -> frozenset[tuple[str, str]]:
-    """Attributes whose value names a device rather than describes it (uuid, bus id):
-    a value that differs on most devices cannot help group them."""
-    if len(devices) < _IDENTITY_MIN_DEVICES:
-        return frozenset()
-    values: dict[tuple[str, str], set[Any]] = {}
-    counts: dict[tuple[str, str], int] = {}
-    for device in devices:
-        for domain, name, value in device.attributes:
-            values.setdefault((domain, name), set()).add(value)
-            counts[(domain, name)] = counts.get((domain, name), 0) + 1
-    return frozenset(
-        k
-        for k, v in values.items()
-        if counts[k] >= _IDENTITY_MIN_DEVICES and len(v) > counts[k] // 2
-    )
+        return sorted({*self._local, *self._placed})
