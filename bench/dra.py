@@ -14,15 +14,16 @@ placement; the very first one also groups every slice's devices).
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from engine import median_seconds  # noqa: E402
 
 from webhook.engine.devices import DeviceInventory, slice_from_json  # noqa: E402
 from webhook.engine.evaluate import InventoryView, Request, evaluate  # noqa: E402
@@ -127,17 +128,6 @@ def pod(*, claim: bool) -> dict[str, Any]:
         "metadata": {"name": "t", "namespace": "team-a"},
         "spec": spec,
     }
-
-
-def median_seconds(fn: Callable[[], object], *, repeat: int = 1000) -> float:
-    for _ in range(100):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def main() -> int:
