@@ -7,7 +7,9 @@ The reference below is a plain transcription of the structured allocator's searc
 sub-requests tried in order, devices tried one by one with backtracking, a device in use
 by any of the pod's claims skipped (unless it allows multiple allocations), ``All`` taking
 every selectable device of the node and needing at least one, ``matchAttribute``
-constraints checked as each device is added (``matchAttributeConstraint.add``). Its selectors are Python
+constraints checked as each device is added (``matchAttributeConstraint.add``), shared
+counters of partitionable devices (``checkAvailableCounters``) and device taints that the
+request does not tolerate (``taintPreventsAllocation``). Its selectors are Python
 predicates; the engine gets the same selectors as CEL text, so the CEL evaluation is
 under test too. The engine answers the same question with a matching per combination of
 choices; the two must agree on every generated case.
@@ -29,6 +31,7 @@ from webhook.engine.devices import (
     DeviceClass,
     DeviceInventory,
     DeviceRequest,
+    Slice,
     SubRequest,
 )
 from webhook.engine.dra import fit
@@ -84,12 +87,15 @@ CLASS_TESTS: dict[str, Callable[[Device], bool]] = {
 @st.composite
 def devices(draw: st.DrawFn) -> list[Device]:
     out = []
-    for i in range(draw(st.integers(0, 6))):
+    # One node in three has partitionable devices (consuming the GPU's shared counter).
+    partitionable = draw(st.integers(0, 2)) == 0
+    for i in range(draw(st.integers(0, 8))):
         attributes = [(DRIVER, "model", draw(st.sampled_from(MODELS)))]
         if draw(st.booleans()):
             attributes.append((DRIVER, "nvlink", True))
         attributes.append((DRIVER, "pcieRoot", draw(st.sampled_from(("pci0", "pci1")))))
         memory = Fraction(draw(st.sampled_from((16, 40, 80))) * GI)
+        slices = draw(st.sampled_from((0, 1, 2))) if partitionable else 0
         out.append(
             Device(
                 driver=DRIVER,
@@ -98,21 +104,35 @@ def devices(draw: st.DrawFn) -> list[Device]:
                 attributes=tuple(sorted(attributes, key=lambda a: a[1])),
                 capacity=((DRIVER, "memory", memory),),
                 shared=draw(st.integers(0, 9)) == 0,
+                consumes=(("gpu", (("slices", Fraction(slices)),)),) if slices else (),
+                taints=(("maintenance", "", "NoSchedule"),) if draw(st.integers(0, 4)) == 0 else (),
             )
         )
     return out
 
 
+MAINTENANCE = (("key", "maintenance"), ("operator", "Exists"))
+
+
+def _tolerated(sub: SubRequest, device: Device) -> bool:
+    return not device.taints or MAINTENANCE in sub.tolerations
+
+
+def _slices(device: Device) -> Fraction:
+    return sum((a for _, counters in device.consumes for _, a in counters), Fraction(0))
+
+
 @st.composite
 def sub_request(draw: st.DrawFn, name: str) -> tuple[SubRequest, list[Sel]]:
-    chosen = draw(st.lists(st.sampled_from(SELECTORS), max_size=2))
+    chosen = draw(st.lists(st.sampled_from(SELECTORS), max_size=1))
     all_devices = draw(st.integers(0, 5)) == 0
     sub = SubRequest(
         name=name,
         device_class=draw(st.sampled_from(sorted(CLASSES))),
         selectors=tuple(s.cel for s in chosen),
         all_devices=all_devices,
-        count=1 if all_devices else draw(st.integers(1, 3)),
+        count=1 if all_devices else draw(st.integers(1, 2)),
+        tolerations=(MAINTENANCE,) if draw(st.integers(0, 2)) == 0 else (),
     )
     return sub, chosen
 
@@ -121,7 +141,7 @@ def sub_request(draw: st.DrawFn, name: str) -> tuple[SubRequest, list[Sel]]:
 def claims(draw: st.DrawFn) -> tuple[list[ClaimSpec], dict[str, list[Sel]]]:
     specs = []
     tests: dict[str, list[Sel]] = {}
-    for c in range(draw(st.integers(1, 3))):
+    for c in range(draw(st.integers(1, 2))):
         requests = []
         for r in range(draw(st.integers(1, 2))):
             alternatives = []
@@ -144,14 +164,21 @@ def claims(draw: st.DrawFn) -> tuple[list[ClaimSpec], dict[str, list[Sel]]]:
 
 
 def reference(
-    specs: Sequence[ClaimSpec], node: Sequence[Device], tests: dict[str, list[Sel]]
+    specs: Sequence[ClaimSpec], node: Sequence[Device], tests: dict[str, list[Sel]], slices: int
 ) -> bool:
-    """The allocator's exhaustive search, without constraints, counters or taints."""
+    """The allocator's exhaustive search (``slices``: the GPU's shared counter)."""
 
     def selectable(sub: SubRequest, device: Device) -> bool:
-        return CLASS_TESTS[sub.device_class](device) and all(
-            s.test(device) for s in tests[sub.name]
+        return (
+            CLASS_TESTS[sub.device_class](device)
+            and all(s.test(device) for s in tests[sub.name])
+            and _tolerated(sub, device)
         )
+
+    consumed = [Fraction(0)]
+
+    def counters_allow(devices: list[int]) -> bool:
+        return consumed[0] + sum((_slices(node[d]) for d in devices), Fraction(0)) <= slices
 
     slots = [(ci, r) for ci, spec in enumerate(specs) for r in spec.requests]
     in_use: set[int] = set()
@@ -179,7 +206,12 @@ def reference(
     def take(devices: list[int]) -> list[int]:
         taken = [d for d in devices if not node[d].shared]
         in_use.update(taken)
+        consumed[0] += sum((_slices(node[d]) for d in devices), Fraction(0))
         return taken
+
+    def give_back(taken: list[int], devices: list[int]) -> None:
+        in_use.difference_update(taken)
+        consumed[0] -= sum((_slices(node[d]) for d in devices), Fraction(0))
 
     def allocate(slot: int, per_claim: list[int]) -> bool:
         if slot == len(slots):
@@ -196,13 +228,13 @@ def reference(
                         break
                     join(claim_index, request.name, sub.name, i, +1)
                     joined.append(i)
-                if len(joined) == len(matching):
+                if len(joined) == len(matching) and counters_allow(matching):
                     taken = take(matching)
                     per_claim[claim_index] += len(matching)
                     if per_claim[claim_index] <= 32 and allocate(slot + 1, per_claim):
                         return True
                     per_claim[claim_index] -= len(matching)
-                    in_use.difference_update(taken)
+                    give_back(taken, matching)
                 for i in joined:
                     join(claim_index, request.name, sub.name, i, -1)
                 continue
@@ -220,25 +252,33 @@ def reference(
             return done
         request = slots[slot][1].name
         for i in matching:
-            if i in in_use or not agrees(ci, request, sub.name, i):
+            if i in in_use or not agrees(ci, request, sub.name, i) or not counters_allow([i]):
                 continue
             taken = take([i])
             join(ci, request, sub.name, i, +1)
             if pick(sub, matching, left=left - 1, slot=slot, per_claim=per_claim, ci=ci):
                 return True
             join(ci, request, sub.name, i, -1)
-            in_use.difference_update(taken)
+            give_back(taken, [i])
         return False
 
     return allocate(0, [0] * len(specs))
 
 
 @settings(max_examples=150, deadline=None)
-@given(node=devices(), pod=claims())
+@given(node=devices(), pod=claims(), slices=st.integers(1, 6))
 def test_the_fit_agrees_with_the_allocators_search(
-    node: list[Device], pod: tuple[list[ClaimSpec], dict[str, list[Sel]]]
+    node: list[Device], pod: tuple[list[ClaimSpec], dict[str, list[Sel]]], slices: int
 ) -> None:
     specs, tests = pod
-    inventory = DeviceInventory(CLASSES, (), {}, {})
+    # The pool's shared counters, in a slice of their own (as drivers may publish them).
+    counters = Slice(
+        name="counters",
+        driver=DRIVER,
+        pool="node-0",
+        generation=1,
+        counters=(("gpu", (("slices", Fraction(slices)),)),),
+    )
+    inventory = DeviceInventory(CLASSES, (counters,), {}, {})
     answer = fit(specs, node, inventory)
-    assert answer.fits is reference(specs, node, tests), (answer, specs, node)
+    assert answer.fits is reference(specs, node, tests, slices), (answer, specs, node)

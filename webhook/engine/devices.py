@@ -26,7 +26,7 @@ from typing import Any
 from webhook.engine.deviceselectors import DeviceView, Version
 from webhook.engine.inventory import Node
 from webhook.engine.quantity import QuantityError, parse_quantity
-from webhook.engine.selectors import clean_terms, dig, terms_match
+from webhook.engine.selectors import clean_terms, dig, terms_match, tolerates
 
 GROUP = "resource.k8s.io"
 # A class may be asked for as this extended resource name without extendedResourceName
@@ -69,6 +69,11 @@ class Device:
     capacity: tuple[tuple[str, str, Fraction], ...]
     # allowMultipleAllocations: one device may serve several requests.
     shared: bool = False
+    # consumesCounters (partitionable devices): (counter set, ((counter, amount), ...)).
+    consumes: tuple[tuple[str, tuple[tuple[str, Fraction], ...]], ...] = ()
+    # taints: (key, value, effect); NoSchedule and NoExecute keep requests that do not
+    # tolerate them away (``taintPreventsAllocation``).
+    taints: tuple[tuple[str, str, str], ...] = ()
 
     def view(self) -> DeviceView:
         attributes: dict[str, dict[str, Any]] = {}
@@ -90,6 +95,8 @@ class Device:
             tuple(a for a in self.attributes if (a[0], a[1]) not in identity),
             self.capacity,
             self.shared,
+            self.consumes,
+            self.taints,
         )
 
 
@@ -130,7 +137,25 @@ def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Devic
         attributes=tuple(sorted(attributes, key=lambda a: (a[0], a[1]))),
         capacity=tuple(sorted(capacity)),
         shared=bool(raw.get("allowMultipleAllocations")),
+        consumes=tuple(
+            (str(c.get("counterSet", "")), _counters(c.get("counters")))
+            for c in map(_map, _list(raw.get("consumesCounters")))
+        ),
+        taints=tuple(
+            (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+            for t in map(_map, _list(raw.get("taints")))
+        ),
     )
+
+
+def _counters(raw: object) -> tuple[tuple[str, Fraction], ...]:
+    out = []
+    for name, value in _map(raw).items():
+        try:
+            out.append((str(name), parse_quantity(_map(value).get("value"))))
+        except QuantityError:
+            continue
+    return tuple(sorted(out))
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +174,8 @@ class Slice:
     per_device: tuple[tuple[Device, str, bool, tuple[Mapping[str, Any], ...] | None], ...] = ()
     # Attributes that tell this slice's devices apart (a different value on each).
     identity: Identity = frozenset()
+    # sharedCounters: (counter set, ((counter, amount), ...)) of the pool.
+    counters: tuple[tuple[str, tuple[tuple[str, Fraction], ...]], ...] = ()
     # The number of its devices' contents per identity set: a slice is parsed once and
     # lives across snapshots, so nodes are grouped without looking at devices again.
     _signatures: dict[Identity, int] = field(
@@ -225,6 +252,10 @@ def slice_from_json(raw: Mapping[str, Any]) -> Slice:
     every = (*parsed, *(entry[0] for entry in per_device))
     return Slice(
         identity=_slice_identity(every),
+        counters=tuple(
+            (str(c.get("name", "")), _counters(c.get("counters")))
+            for c in map(_map, _list(spec.get("sharedCounters")))
+        ),
         name=str(dig(raw, "metadata", "name") or ""),
         driver=_intern(driver),
         pool=_intern(pool_name),
@@ -271,6 +302,19 @@ class SubRequest:
     all_devices: bool = False  # allocationMode: All
     count: int = 1
     admin: bool = False
+    # Each toleration as its sorted items: a request is part of memo keys, so hashable.
+    tolerations: tuple[tuple[tuple[str, Any], ...], ...] = ()
+
+    def tolerates(self, device: Device) -> bool:
+        """No NoSchedule or NoExecute taint of the device that this request does not
+        tolerate (``taintPreventsAllocation``; other effects are ignored)."""
+        return all(
+            effect not in ("NoSchedule", "NoExecute")
+            or any(
+                tolerates(dict(t), key=key, value=value, effect=effect) for t in self.tolerations
+            )
+            for key, value, effect in device.taints
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +354,10 @@ def _sub_request(raw: Mapping[str, Any], name: str) -> SubRequest:
         all_devices=mode == "All",
         count=int(count) if isinstance(count, int) and mode != "All" else 1,
         admin=bool(raw.get("adminAccess")),
+        tolerations=tuple(
+            tuple(sorted((str(k), v) for k, v in t.items() if isinstance(v, str | int)))
+            for t in map(_map, _list(raw.get("tolerations")))
+        ),
     )
 
 
@@ -400,10 +448,14 @@ class DeviceInventory:
             newest[key] = max(newest.get(key, s.generation), s.generation)
         identity: set[tuple[str, str]] = set()
         count = 0
+        # Counters per pool (driver, pool) and counter set: what partitions share.
+        self.counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
         for s in self.slices:
             if s.generation != newest[(s.driver, s.pool)]:
                 continue  # an older generation of a pool being updated
             identity.update(s.identity)
+            for set_name, counters in s.counters:
+                self.counters.setdefault((s.driver, s.pool), {})[set_name] = dict(counters)
             count += len(s.devices) + len(s.per_device)
             if s.per_device:
                 for device, node, every, terms in s.per_device:
@@ -490,6 +542,20 @@ class DeviceInventory:
             contents = sorted((self.content(d) for d in extra), key=hash)
             key = (*numbers, *contents)
         devices = (*(d for s in slices for d in s.devices), *extra)
+        if self.counters:
+            pools = sorted({(d.driver, d.pool) for d in devices if d.consumes})
+            key = (
+                *key,
+                tuple(
+                    tuple(
+                        sorted(
+                            (n, tuple(sorted(c.items())))
+                            for n, c in self.counters.get(p, {}).items()
+                        )
+                    )
+                    for p in pools
+                ),
+            )
         return Profile(devices=devices, key=key, example=node.name)
 
     def node_names(self) -> list[str]:

@@ -16,13 +16,17 @@ cluster as the capacity checks do for nodes:
   ``AllocationResultsMaxSize`` devices.
 
 - ``matchAttribute`` constraints: the devices of the named requests (all, when none are
-  named) must have the attribute, with one value (``matchAttributeConstraint``).
+  named) must have the attribute, with one value (``matchAttributeConstraint``);
+- partitionable devices: what devices consume of their pool's shared counters stays within
+  them (``checkAvailableCounters``): MIG partitions of one GPU, or the GPU itself;
+- a device tainted NoSchedule or NoExecute serves only requests that tolerate the taint
+  (``taintPreventsAllocation``).
 
 The allocator's search is exhaustive, so "some assignment exists" is its answer; here that
 is a bipartite matching per combination of ``firstAvailable`` choices, or, for claims with
-constraints, the allocator's own backtracking (``_Search``) with a step budget. Left out,
-so that a denial stays true: shared counters of partitionable devices, device taints and
-consumable capacity (each can only make a fit fail more); a device that allows multiple
+constraints and devices with counters, the allocator's own backtracking (``_Search``) with
+a step budget (past it the answer is unknown, never a denial). Left out, so that a denial
+stays true: consumable capacity (capacity requests); a device that allows multiple
 allocations is taken to serve any number of requests.
 """
 
@@ -32,6 +36,7 @@ import difflib
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from webhook.engine.decision import Finding, action_of
@@ -219,8 +224,8 @@ def _eligible(
     error = ""
     unknown = False
     for index, device in enumerate(devices):
-        ok = True
-        for expression in expressions:
+        ok = sub.tolerates(device)
+        for expression in expressions if ok else ():
             result = matcher.matches(expression, device)
             if isinstance(result, SelectorError):
                 unknown = unknown or result.unsupported
@@ -272,6 +277,7 @@ class _Search:
         devices: Sequence[Device],
         plan: list[tuple[int, str, list[tuple[SubRequest, list[int]]]]],
         *,
+        available: Mapping[tuple[str, str], Mapping[str, Mapping[str, Fraction]]],
         budget: int = 20_000,
     ) -> None:
         self.claims = claims
@@ -282,6 +288,9 @@ class _Search:
         self.per_claim = [0] * len(claims)
         # Per claim, per constraint: the value its devices share and how many hold it.
         self.agreed: list[list[list[Any]]] = [[[None, 0] for _ in c.constraints] for c in claims]
+        # Counters the devices taken so far consume, per (driver, pool, set, counter).
+        self.available = available
+        self.consumed: dict[tuple[str, str, str, str], Fraction] = {}
 
     def run(self) -> bool:
         return self._allocate(0)
@@ -341,6 +350,8 @@ class _Search:
             if value is None or (state[1] and state[0] != value):
                 return False
             values.append(value)
+        if device.consumes and not self._consume(device, 1):
+            return False
         for value, state in zip(values, self.agreed[claim], strict=True):
             if value is not None:
                 state[0], state[1] = value, state[1] + 1
@@ -349,8 +360,29 @@ class _Search:
         added.append(index)
         return True
 
+    def _consume(self, device: Device, sign: int) -> bool:
+        """Take (or give back) the counters the device consumes; False, and nothing taken,
+        when a counter of its pool would go over (``checkAvailableCounters``)."""
+        pool = self.available.get((device.driver, device.pool), {})
+        changed = []
+        fits = True
+        for set_name, counters in device.consumes:
+            for name, amount in counters:
+                key = (device.driver, device.pool, set_name, name)
+                self.consumed[key] = self.consumed.get(key, Fraction(0)) + sign * amount
+                changed.append((key, amount))
+                limit = pool.get(set_name, {}).get(name)
+                if sign > 0 and limit is not None and self.consumed[key] > limit:
+                    fits = False
+        if not fits:
+            for key, amount in changed:
+                self.consumed[key] -= amount
+        return fits
+
     def _undo(self, claim: int, request: str, sub: SubRequest, added: list[int]) -> None:
         for index in added:
+            if self.devices[index].consumes:
+                self._consume(self.devices[index], -1)
             self.in_use[index] -= 0 if sub.admin else 1
             self.per_claim[claim] -= 1
             for constraint, state in zip(
@@ -380,7 +412,7 @@ def _fit_by_search(
                 alternatives.append((sub, eligible))
             plan.append((claim_index, request.name, alternatives))
     try:
-        if _Search(claims, devices, plan).run():
+        if _Search(claims, devices, plan, available=inventory.counters).run():
             return FitAnswer(True)
     except _OverBudget:
         return FitAnswer(None, "too many device combinations to try")
@@ -393,7 +425,7 @@ def fit(
     claims: Sequence[ClaimSpec], devices: Sequence[Device], inventory: DeviceInventory
 ) -> FitAnswer:
     """Can all ``claims`` be allocated together from ``devices`` (one node's)?"""
-    if any(claim.constraints for claim in claims):
+    if any(claim.constraints for claim in claims) or any(d.consumes for d in devices):
         return _fit_by_search(claims, devices, inventory)
     matcher = _Matcher(inventory)
     classes = inventory.classes
