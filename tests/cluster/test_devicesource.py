@@ -131,6 +131,7 @@ def expected_after_watch() -> tuple[Any, ...]:
             "dra-a100-1": 4,
             "dra-b200-0": 2,
             "dra-h100-0": 8,
+            "dra-dynmig-0": 9,
             "dra-l40s-cordoned": 16,
             "dra-mig-0": 4,
         },

@@ -371,7 +371,7 @@ class _Search:
                 key = (device.driver, device.pool, set_name, name)
                 self.consumed[key] = self.consumed.get(key, Fraction(0)) + sign * amount
                 changed.append((key, amount))
-                limit = pool.get(set_name, {}).get(name)
+                limit = pool.get(set_name, {}).get(name) if pool else None
                 if sign > 0 and limit is not None and self.consumed[key] > limit:
                     fits = False
         if not fits:
@@ -394,7 +394,11 @@ class _Search:
 
 
 def _fit_by_search(
-    claims: Sequence[ClaimSpec], devices: Sequence[Device], inventory: DeviceInventory
+    claims: Sequence[ClaimSpec],
+    devices: Sequence[Device],
+    inventory: DeviceInventory,
+    *,
+    counters: bool = True,
 ) -> FitAnswer:
     matcher = _Matcher(inventory)
     classes = inventory.classes
@@ -412,7 +416,8 @@ def _fit_by_search(
                 alternatives.append((sub, eligible))
             plan.append((claim_index, request.name, alternatives))
     try:
-        if _Search(claims, devices, plan, available=inventory.counters).run():
+        available = inventory.counters if counters else {}
+        if _Search(claims, devices, plan, available=available).run():
             return FitAnswer(True)
     except _OverBudget:
         return FitAnswer(None, "too many device combinations to try")
@@ -621,8 +626,9 @@ def shortfall(
                 )
                 if anywhere:
                     text += (
-                        f"; {anywhere} exist on other nodes, which the pod's nodeSelector, "
-                        "node affinity or tolerations exclude. Let the pod use those nodes."
+                        f"; other nodes have them (up to {anywhere} on one), but the pod's "
+                        "nodeSelector, node affinity or tolerations exclude them. Let the pod "
+                        "use those nodes."
                     )
                 else:
                     text += (
@@ -653,6 +659,18 @@ def shortfall(
                 "for fewer devices.",
                 f"no usable node has enough devices sharing {names}",
             )
+    specs = [c.claim.spec for c in claims if c.claim is not None and c.gpu_count]
+    if any(
+        _fit_by_search(specs, profile.devices, inventory, counters=False).fits
+        for profile in found.profiles
+        if any(d.consumes for d in profile.devices)
+    ):
+        return (
+            f"the pod's claims cannot all be met on any one node {usable}: the devices they "
+            "would take share their GPU's counters (partitions of one GPU, or the GPU itself) "
+            "and together need more than it has. Ask for partitions that fit one GPU.",
+            "claims need more of a GPU's partitions than it has",
+        )
     return (
         "the pod's claims cannot all be met on any one node it can use: together they need "
         "more matching devices than a single node has. Ask for fewer devices per pod.",
