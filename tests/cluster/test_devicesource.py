@@ -85,6 +85,37 @@ B200_SLICE = {
 }
 
 
+CLAIM = {
+    "metadata": {"name": "trainer-gpu", "namespace": "default"},
+    "spec": {
+        "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+    },
+    "status": {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpu",
+                        "driver": "gpu.nvidia.com",
+                        "pool": "dra-a100-0",
+                        "device": "gpu-0",
+                    }
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["dra-a100-0"]}
+                        ]
+                    }
+                ]
+            },
+        }
+    },
+}
+
+
 def script(replay: ReplayServer, *, gate: threading.Event | None = None) -> None:
     """A DRA cluster: every kind listed; a slice added and a template deleted by watch."""
     replay.dra_served = True
@@ -99,6 +130,9 @@ def script(replay: ReplayServer, *, gate: threading.Event | None = None) -> None
     replay.dra_watches["resourceslices"] = deque(
         [Stream([event("ResourceSlice", B200_SLICE, "ADDED", "101")], end="hold")]
     )
+    replay.dra_watches["resourceclaims"] = deque(
+        [Stream([event("ResourceClaim", CLAIM, "ADDED", "103")], end="hold")]
+    )
     replay.dra_watches["resourceclaimtemplates"] = deque(
         [Stream([event("ResourceClaimTemplate", one_gpu, "DELETED", "102")], end="hold")]
     )
@@ -108,6 +142,8 @@ def seen(source: InventorySource) -> tuple[Any, ...] | None:
     devices = source.devices()
     if devices is None:
         return None
+    allocated = [c.allocation_terms is not None for c in devices.claims.values()]
+    assert all(allocated), "an allocated claim keeps the nodes its allocation names"
     return (
         sorted(devices.classes),
         sorted(devices.templates),
@@ -125,7 +161,7 @@ def expected_after_watch() -> tuple[Any, ...]:
     return (
         ["gpu.nvidia.com", "mig.nvidia.com"],
         templates,
-        [],
+        [("default", "trainer-gpu")],
         {
             "dra-a100-0": 4,
             "dra-a100-1": 4,

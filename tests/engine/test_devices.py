@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from webhook.engine.devices import DeviceInventory
-from webhook.engine.dra import pod_claims
+from webhook.engine.dra import EVERYWHERE, candidates, pod_claims
 from webhook.engine.inventory import Node
 from webhook.engine.policy import glob_matcher
 
@@ -131,3 +131,13 @@ def test_containers_holding_a_gpu_request_are_known(
     assert claims.gpu_count == 1
     assert claims.gpu_classes == ("gpu.nvidia.com",)
     assert set(claims.holders) == holders
+
+
+def test_a_snapshot_with_other_claims_keeps_the_answers_about_its_devices() -> None:
+    nodes = [Node(name=f"n{i}") for i in range(4)]
+    first = DeviceInventory.of([rslice(f"n{i}", 8, nodeName=f"n{i}") for i in range(4)])
+    answer = candidates(first, None, EVERYWHERE)
+    later = first.with_claim_objects({}, {}, resource_version="2")
+    assert later is not first
+    assert candidates(later, None, EVERYWHERE) is answer
+    assert [later.profile(n).key for n in nodes] == [first.profile(n).key for n in nodes]

@@ -80,6 +80,8 @@ class DeviceCache:
         self._synced: set[str] = set()
         self._snapshot: DeviceInventory | None = None
         self._dirty = True
+        # Classes or slices changed since the last snapshot (not only claims).
+        self._devices_dirty = True
         self.served: bool | None = None  # None: not known yet
         self.resource_version = ""
         self.last_error = ""
@@ -97,7 +99,7 @@ class DeviceCache:
             self._objects[kind] = {} if self._parse else {key_of(o): o for o in objects}
             self._parsed[kind] = parsed
             self._synced.add(kind)
-            self._changed(resource_version)
+            self._changed(kind, resource_version)
 
     def apply(self, kind: str, event: str, obj: Mapping[str, Any], resource_version: str) -> None:
         key = key_of(obj)
@@ -110,7 +112,7 @@ class DeviceCache:
                 self._parsed[kind][key] = parsed
             else:
                 self._objects[kind][key] = obj
-            self._changed(resource_version)
+            self._changed(kind, resource_version)
 
     def objects(self, kind: str) -> list[Mapping[str, Any]]:
         """The trimmed objects of a cache that does not parse (the watcher's)."""
@@ -120,8 +122,10 @@ class DeviceCache:
     def synced(self, kind: str) -> bool:
         return kind in self._synced
 
-    def _changed(self, resource_version: str) -> None:
+    def _changed(self, kind: str, resource_version: str) -> None:
         self._dirty = True
+        if kind in ("DeviceClass", "ResourceSlice"):
+            self._devices_dirty = True
         self.resource_version = resource_version or self.resource_version
         self.last_error = ""
 
@@ -135,15 +139,27 @@ class DeviceCache:
         with self._lock:
             if self._dirty or self._snapshot is None:
                 parsed = self._parsed
-                snapshot = DeviceInventory(
-                    {c.name: c for c in parsed["DeviceClass"].values()},
-                    list(parsed["ResourceSlice"].values()),
-                    {(c.namespace, c.name): c for c in parsed["ResourceClaim"].values()},
-                    {(c.namespace, c.name): c for c in parsed["ResourceClaimTemplate"].values()},
-                    resource_version=self.resource_version,
-                )
+                claims = {(c.namespace, c.name): c for c in parsed["ResourceClaim"].values()}
+                templates = {
+                    (c.namespace, c.name): c for c in parsed["ResourceClaimTemplate"].values()
+                }
+                previous = self._snapshot
+                if previous is not None and not self._devices_dirty:
+                    # Only claims changed (a pod made from a template): keep the devices'
+                    # index and answers.
+                    snapshot = previous.with_claim_objects(
+                        claims, templates, resource_version=self.resource_version
+                    )
+                else:
+                    snapshot = DeviceInventory(
+                        {c.name: c for c in parsed["DeviceClass"].values()},
+                        list(parsed["ResourceSlice"].values()),
+                        claims,
+                        templates,
+                        resource_version=self.resource_version,
+                    )
                 self._snapshot = snapshot
-                self._dirty = False
+                self._dirty = self._devices_dirty = False
             return self._snapshot
 
 

@@ -16,6 +16,7 @@ nodes of one kind share one *profile* and its answers.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -503,14 +504,27 @@ class DeviceInventory:
         extra = DeviceInventory.of(objects, complete=False)
         if not extra.claims and not extra.templates:
             return self
-        return DeviceInventory(
-            self.classes,
-            self.slices,
+        return self.with_claim_objects(
             {**self.claims, **extra.claims},
             {**self.templates, **extra.templates},
-            complete=self.complete,
             resource_version=self.resource_version,
         )
+
+    def with_claim_objects(
+        self,
+        claims: Mapping[tuple[str, str], Claim],
+        templates: Mapping[tuple[str, str], Claim],
+        *,
+        resource_version: str,
+    ) -> DeviceInventory:
+        """A snapshot with other claims and templates and these very devices: it shares
+        this one's index and answers, which depend on devices only. Claims change with
+        every pod made from a template; devices seldom do."""
+        snapshot = copy.copy(self)
+        snapshot.claims = claims
+        snapshot.templates = templates
+        snapshot.resource_version = resource_version
+        return snapshot
 
     def content(self, device: Device) -> tuple[Any, ...]:
         known = self._contents.get(device)
