@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from webhook.commands import DEFAULT_RULES, RULES_ENV, fail, rules_directory
+from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
+from webhook.cluster.clusterobjects import ClusterObjects
+from webhook.commands import add_rules_option, fail, rules_or_fail
 from webhook.engine.decision import Decision
+from webhook.engine.devices import DeviceInventory, is_dra_object
 from webhook.engine.evaluate import (
     NO_INVENTORY,
     NO_INVENTORY_NOTICE,
@@ -22,13 +23,16 @@ from webhook.engine.evaluate import (
     Request,
     evaluate,
 )
-from webhook.engine.policy import Policy, PolicyError
+from webhook.engine.policy import Policy
 from webhook.engine.shape import shape_problems
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import Document, load_manifests
-from webhook.files.rulefiles import load_policy
+from webhook.reports.audit import finding_json
 from webhook.reports.colour import Paint
+from webhook.reports.explain import object_diff
 from webhook.reports.wording import counted
+
+COMMAND = "check"
 
 
 def register(sub: Any) -> None:
@@ -55,17 +59,19 @@ def register(sub: Any) -> None:
         help="manifest file, directory (walked for .yaml/.yml/.json) or - for stdin; "
         "repeatable (default: none; give a PATH or -f)",
     )
-    parser.add_argument(
-        "--rules",
-        default=None,
-        metavar="DIR",
-        help=f"rule file directory (default: ${RULES_ENV}, else ./{DEFAULT_RULES})",
-    )
-    parser.add_argument(
+    add_rules_option(parser)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--inventory",
         metavar="FILE",
-        help="nodes as 'kubectl get nodes -o yaml' prints them (default: none, so no "
-        "capacity checks)",
+        help="nodes as 'kubectl get nodes -o yaml' prints them, and DRA device classes, "
+        "resource slices, claims and templates (default: none, so no capacity checks)",
+    )
+    where.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="use this cluster's live nodes and namespace labels (read once) instead of a file "
+        "(default: none)",
     )
     parser.add_argument(
         "--namespace",
@@ -99,23 +105,26 @@ def run(args: argparse.Namespace) -> int:
     paths = [*args.paths, *args.files]
     if not paths:
         return _fail("no manifests given: name files or directories (or - for stdin)")
-    rules, origin = rules_directory(args.rules)
-    if origin == "default" and not Path(rules).is_dir():
-        return _fail(
-            f"no rules: looked for the default ./{DEFAULT_RULES} in {Path.cwd()}; pass "
-            f"--rules DIR or set {RULES_ENV} (the repository's rules/ is the shipped policy)"
-        )
-    try:
-        policy = load_policy(rules)
-    except PolicyError as exc:
-        return _fail(f"the rules in {rules} ({origin}) are not usable:\n{exc}")
+    policy = rules_or_fail(COMMAND, args.rules)
+    if isinstance(policy, int):
+        return policy
     inventory = NO_INVENTORY
+    labels: Mapping[str, Mapping[str, str]] = {}
     if args.inventory:
         try:
-            inventory = InventoryView(load_inventory(args.inventory))
+            nodes, devices = load_inventory_file(args.inventory)
+            inventory = InventoryView(nodes, devices=devices)
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
+    elif args.kubeconfig:
+        try:
+            inventory, labels = _cluster(args.kubeconfig, namespaces=bool(policy.rules))
+        except KubeconfigError as exc:
+            return _fail(f"no usable cluster configuration: {exc}")
+        except ApiError as exc:
+            return _fail(f"cannot read the cluster's nodes and namespaces: {exc}")
     documents, errors = load_manifests(paths)
+    inventory = with_checked_claims(inventory, [d.obj for d in documents])
     problems = [str(e) for e in errors]
     results: list[Checked] = []
     for doc in documents:
@@ -123,11 +132,11 @@ def run(args: argparse.Namespace) -> int:
         if refused:
             problems += [f"{doc.source}#{doc.index}: {_label(doc)}: {p}" for p in refused]
             continue
-        results.append(_evaluate(doc, policy, inventory, args.namespace))
+        results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
     paint = Paint.for_stream(sys.stderr)
     for problem in problems:
         print(f"{paint('red', 'error:')} {problem}", file=sys.stderr)
-    if not args.inventory:
+    if inventory.snapshot is None:
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
     _print(args.output, results)
     if problems:
@@ -148,13 +157,41 @@ def _own_namespace(obj: Mapping[str, Any]) -> str:
     return own if isinstance(own, str) else ""
 
 
+def _cluster(
+    kubeconfig: str, *, namespaces: bool
+) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
+    """The cluster's nodes, and its namespaces' labels when rules may match on them."""
+    with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig)) as cluster:
+        inventory = InventoryView(cluster.inventory())
+        return inventory, cluster.namespace_labels() if namespaces else {}
+
+
+def with_checked_claims(view: InventoryView, objects: list[Mapping[str, Any]]) -> InventoryView:
+    """The claims and claim templates being checked are seen by the pods checked with them,
+    as they would be in the cluster once applied together."""
+    claims = [
+        o
+        for o in objects
+        if is_dra_object(o) and o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate")
+    ]
+    if not claims:
+        return view
+    devices = view.devices or DeviceInventory({}, (), {}, {}, complete=False)
+    return InventoryView(view.snapshot, view.problem, devices.with_claims(claims))
+
+
 def _evaluate(
-    doc: Document, policy: Policy, inventory: InventoryView, namespace: str | None
+    doc: Document,
+    policy: Policy,
+    inventory: InventoryView,
+    namespace: str | None,
+    labels: Mapping[str, Mapping[str, str]],
 ) -> Checked:
     # As kubectl does: the object's own namespace, else -n, else default.
     effective = _own_namespace(doc.obj) or namespace or "default"
-    decision = evaluate(Request(doc.obj, namespace=effective), policy=policy, inventory=inventory)
-    return Checked(doc, effective, decision)
+    own = labels.get(effective) if labels else None
+    request = Request(doc.obj, namespace=effective, namespace_labels=own)
+    return Checked(doc, effective, evaluate(request, policy=policy, inventory=inventory))
 
 
 def _identity(checked: Checked) -> dict[str, str]:
@@ -182,16 +219,7 @@ def result_json(checked: Checked) -> dict[str, Any]:
         "allowed": decision.allowed,
         "messages": [f.message for f in decision.denials],
         "warnings": list(decision.warnings),
-        "findings": [
-            {
-                "rule": f.rule,
-                "check": f.check,
-                "action": f.action,
-                "message": f.message,
-                "path": f.path,
-            }
-            for f in decision.findings
-        ],
+        "findings": [finding_json(f) for f in decision.findings],
         "audit": dict(decision.audit),
         "notices": _notices(decision),
         "patch": list(decision.patch),
@@ -223,9 +251,9 @@ def summary(results: list[Checked], paint: Paint) -> str:
     allowed = sum(1 for c in results if c.decision.allowed)
     denied = len(results) - allowed
     warned = sum(1 for c in results if c.decision.warnings)
-    objects = counted(len(results), "object")
     return (
-        f"{paint('bold', objects)}: {paint('green', f'{allowed} allowed')}, "
+        f"{paint('bold', counted(len(results), 'object'))}: "
+        f"{paint('green', f'{allowed} allowed')}, "
         f"{paint('red' if denied else 'green', f'{denied} denied')}, "
         f"{paint('yellow' if warned else 'green', f'{warned} with warnings')}"
     )
@@ -249,9 +277,7 @@ def _text(checked: Checked, paint: Paint) -> str:
     )
     lines.extend(f"  notice: {n}" for n in _notices(decision))
     if decision.patch and decision.mutated is not None:
-        before = yaml.safe_dump(dict(doc.obj), sort_keys=False).splitlines()
-        after = yaml.safe_dump(dict(decision.mutated), sort_keys=False).splitlines()
-        diff = difflib.unified_diff(before, after, "original", "mutated", n=2, lineterm="")
+        diff = object_diff(doc.obj, decision.mutated)
         lines.extend("  " + _diff_colour(line, paint) for line in diff)
     return "\n".join(lines) + "\n"
 

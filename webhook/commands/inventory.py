@@ -13,7 +13,7 @@ from webhook.cluster.inventorysource import (
     api_endpoint_from_kubeconfig,
     list_inventory,
 )
-from webhook.commands import fail
+from webhook.commands import add_timeout_option, fail
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.reports.inventory import render_text, summarize
 
@@ -47,13 +47,7 @@ def register(sub: Any) -> None:
         default="text",
         help="text for people, json for tools (default: text)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="read timeout for each API request (default: 30)",
-    )
+    add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
 
