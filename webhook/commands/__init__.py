@@ -39,6 +39,16 @@ def add_rules_option(parser: Any) -> None:
     )
 
 
+def add_text_or_json_option(parser: Any) -> None:
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=["text", "json"],
+        default="text",
+        help="text for people, json for tools (default: text)",
+    )
+
+
 def add_timeout_option(parser: Any) -> None:
     parser.add_argument(
         "--timeout",

@@ -11,7 +11,13 @@ from urllib.parse import quote
 
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects, event_time
-from webhook.commands import add_rules_option, add_timeout_option, fail, rules_or_fail
+from webhook.commands import (
+    add_rules_option,
+    add_text_or_json_option,
+    add_timeout_option,
+    fail,
+    rules_or_fail,
+)
 from webhook.engine.evaluate import InventoryView
 from webhook.engine.policy import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
@@ -68,13 +74,7 @@ def register(sub: Any) -> None:
         "$KUBECONFIG or ~/.kube/config)",
     )
     add_rules_option(parser)
-    parser.add_argument(
-        "--output",
-        "-o",
-        choices=["text", "json"],
-        default="text",
-        help="text for people, json for tools (default: text)",
-    )
+    add_text_or_json_option(parser)
     add_timeout_option(parser)
     parser.set_defaults(handler=run)
 

@@ -13,7 +13,7 @@ from webhook.cluster.inventorysource import (
     api_endpoint_from_kubeconfig,
     list_inventory,
 )
-from webhook.commands import add_timeout_option, fail
+from webhook.commands import add_text_or_json_option, add_timeout_option, fail
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.reports.inventory import render_text, summarize
 
@@ -40,13 +40,7 @@ def register(sub: Any) -> None:
         help="kubeconfig of the cluster to list (default: in a pod its service account, else "
         "$KUBECONFIG or ~/.kube/config)",
     )
-    parser.add_argument(
-        "--output",
-        "-o",
-        choices=["text", "json"],
-        default="text",
-        help="text for people, json for tools (default: text)",
-    )
+    add_text_or_json_option(parser)
     add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
