@@ -27,7 +27,11 @@ def problems(directory: Path) -> list[str]:
 
 def test_the_shipped_rules_load() -> None:
     policy = load_policy(str(ROOT / "rules"))
-    assert policy.rule_names == ("nvidia-gpu-taint", "hide-gpus-from-non-gpu-containers")
+    assert policy.rule_names == (
+        "gpu-stack",
+        "nvidia-gpu-taint",
+        "hide-gpus-from-non-gpu-containers",
+    )
 
 
 def test_the_shipped_schema_is_the_generated_one() -> None:
@@ -135,7 +139,7 @@ def test_a_broken_edit_never_replaces_the_last_good_rules(tmp_path: Path) -> Non
     shutil.copy(ROOT / "rules" / "10-nvidia-tolerations.yaml", rules)
     (rules / "20-hide-gpus.yaml").unlink()
     assert store.reload_if_changed() is True
-    assert store.current.policy.rule_names == ("nvidia-gpu-taint",)
+    assert store.current.policy.rule_names == ("gpu-stack", "nvidia-gpu-taint")
     assert store.current.generation == good.generation + 1
 
 

@@ -6,6 +6,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.engine.accesscontrol import (
+    Template,
+    access_findings,
+    exemptions,
+    hide_on_gpu_nodes,
+    node_findings,
+    place,
+    reach_of,
+    runtime_class_findings,
+    without_exempt,
+)
 from webhook.engine.checks import (
     Scope,
     capacity_findings,
@@ -45,6 +56,8 @@ class InventoryView:
 
     snapshot: Inventory | None
     problem: str = ""  # set when a configured inventory is unavailable (never synced, stale)
+    # Names of the cluster's RuntimeClasses, from a live inventory; None: not known.
+    runtime_classes: frozenset[str] | None = None
 
 
 NO_INVENTORY = InventoryView(None)
@@ -87,6 +100,12 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     if templates is None:
         return Decision(allowed=True, mutated=obj, understood=False)
     snapshot = _inventory(inventory, policy)
+    kind = policy.kinds.lookup(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+    context = _Context(
+        kind=str(obj.get("kind", "")),
+        daemon=kind is not None and kind.per_node,
+        runtime_classes=inventory.runtime_classes,
+    )
     editor = Editor(obj)
     findings: list[Finding] = []
     per_pod: list[tuple[PodTemplate, PodGPUs]] = []
@@ -94,7 +113,13 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         if _unchanged(request, template):
             continue
         pod = _evaluate_template(
-            request, template, policy=policy, snapshot=snapshot, editor=editor, findings=findings
+            request,
+            template,
+            policy=policy,
+            snapshot=snapshot,
+            editor=editor,
+            findings=findings,
+            context=context,
         )
         per_pod.append((template, pod))
     gpu_pods = [p for _, p in per_pod if p.total or p.problems]
@@ -111,6 +136,15 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     return decide(
         findings, patch=editor.ops, mutated=editor.doc, notices=notices, extra_warnings=warnings
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What every template of one object shares."""
+
+    kind: str
+    daemon: bool
+    runtime_classes: frozenset[str] | None
 
 
 def _unchanged(request: Request, template: PodTemplate) -> bool:
@@ -160,18 +194,25 @@ def _evaluate_template(
     snapshot: Inventory | None,
     editor: Editor,
     findings: list[Finding],
+    context: _Context,
 ) -> PodGPUs:
     settings = policy.settings
     spec_path = template.spec_path
     pod = pod_gpus(template.spec, settings.gpu_resources)
-    if not pod.total and not pod.problems and not policy.rules:
-        return pod
     if not isinstance(editor.get(spec_path), dict):
         return pod  # an ill-typed spec: the API server's schema check rejects the object
-    rules = _matching_rules(request, template, pod, policy)
+    rules = _matching_rules(request, template, pod, policy) if policy.rules else []
+    access = Template(
+        spec_path=spec_path,
+        metadata=_metadata(template),
+        pod=pod,
+        exempt=exemptions(rules),
+        daemon=context.daemon,
+    )
     for rule in rules:
         if rule.mutations.places:
             apply_placement(editor, spec_path, rule.mutations)
+    findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
     if settings.actions.get("requestsWithoutLimits") == "repair":
         for container, problem in pod.problems:
             if problem.check == "requestsWithoutLimits":
@@ -188,7 +229,9 @@ def _evaluate_template(
                     )
                 )
     for rule in rules:
-        apply_containers(editor, spec_path, pod, rule.mutations, inventory=snapshot)
+        mutations = without_exempt(rule.mutations, access.exempt)
+        apply_containers(editor, spec_path, pod, mutations, inventory=snapshot)
+    hide_on_gpu_nodes(editor, access, rules, settings=settings, inventory=snapshot)
     spec = editor.get(spec_path)
     scope = Scope(
         where=".".join(map(str, spec_path)),
@@ -197,6 +240,7 @@ def _evaluate_template(
         pod=pod,
         placement=Placement.of(spec),
         settings=settings,
+        kind=context.kind,
     )
     if pod.problems:
         findings.extend(quantity_findings(scope, settings))
@@ -205,7 +249,25 @@ def _evaluate_template(
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
+    reach = reach_of(spec, settings, snapshot)
+    findings.extend(access_findings(editor, access, settings=settings, reach=reach))
+    findings.extend(
+        node_findings(editor, access, settings=settings, reach=reach, live=snapshot is not None)
+    )
+    findings.extend(
+        runtime_class_findings(
+            editor, access, rules, settings=settings, known=context.runtime_classes
+        )
+    )
     return pod
+
+
+def _metadata(template: PodTemplate) -> Mapping[str, Any]:
+    """The pod's metadata as its containers' field references read it."""
+    if template.pod_spec:
+        return {}
+    meta = template.template.get("metadata")
+    return meta if isinstance(meta, dict) else {}
 
 
 def _inventory_unavailable(
