@@ -21,6 +21,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
+# What a cluster without RuntimeClasses answers: the list unscripted tests get.
+NO_RUNTIME_CLASSES = json.dumps(
+    {
+        "kind": "RuntimeClassList",
+        "apiVersion": "node.k8s.io/v1",
+        "metadata": {"resourceVersion": "1"},
+        "items": [],
+    }
+).encode()
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "apiserver"
 if not FIXTURES.is_dir():
     FIXTURES = Path("/work/shared/fixtures/apiserver")
@@ -91,6 +101,8 @@ class ReplayServer:
         self.watches: deque[Stream | Body] = deque()
         self.namespace_lists: deque[Body] = deque()
         self.namespace_watches: deque[Stream | Body] = deque()
+        self.runtime_class_lists: deque[Body] = deque()
+        self.runtime_class_watches: deque[Stream | Body] = deque()
         self.requests: list[Request] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -131,12 +143,20 @@ class ReplayServer:
         self._thread.join(5)
 
     def watch_requests(self) -> list[Request]:
+        """Watches of nodes and namespaces (RuntimeClasses: ``runtime_class_requests``)."""
         with self._lock:
-            return [r for r in self.requests if r.query.get("watch")]
+            return [r for r in self.requests if r.query.get("watch") and r.path != RUNTIME_CLASSES]
 
     def list_requests(self) -> list[Request]:
+        """Lists of nodes and namespaces (RuntimeClasses: ``runtime_class_requests``)."""
         with self._lock:
-            return [r for r in self.requests if not r.query.get("watch")]
+            return [
+                r for r in self.requests if not r.query.get("watch") and r.path != RUNTIME_CLASSES
+            ]
+
+    def runtime_class_requests(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.path == RUNTIME_CLASSES]
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(handler.path)
@@ -148,7 +168,13 @@ class ReplayServer:
                 queue = self.watches if query.get("watch") else self.lists
             elif parts.path == "/api/v1/namespaces":
                 queue = self.namespace_watches if query.get("watch") else self.namespace_lists
+            elif parts.path == RUNTIME_CLASSES:
+                queue = (
+                    self.runtime_class_watches if query.get("watch") else self.runtime_class_lists
+                )
             answer = queue.popleft() if queue else None
+        if answer is None and parts.path == RUNTIME_CLASSES and not query.get("watch"):
+            answer = Body(NO_RUNTIME_CLASSES)
         if answer is None:
             # Nothing scripted: an idle watch, or a list the test did not expect.
             answer = Stream([], end="hold") if query.get("watch") else Body(b"{}", 500)

@@ -243,12 +243,12 @@ def test_rbac_grants_reads_and_named_patches_only(name):
                 assert rule.get("resourceNames") == NAMED_ONLY[resource], (role, resource)
                 assert set(rule["verbs"]) <= {"get", "patch"}, (role, resource)
             else:
-                assert resource in ("nodes", "namespaces"), (role, resource)
+                assert resource in ("nodes", "namespaces", "runtimeclasses"), (role, resource)
                 assert set(rule["verbs"]) == {"get", "list", "watch"}, (role, resource)
 
 
 @each
-def test_the_server_account_can_only_watch_nodes_and_namespaces(name):
+def test_the_server_account_can_only_watch_nodes_namespaces_and_runtime_classes(name):
     objs = render(name)
     account = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     bound = [
@@ -262,7 +262,16 @@ def test_the_server_account_can_only_watch_nodes_and_namespaces(name):
     ]
     role = one(objs, "ClusterRole", account)
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["get", "list", "watch"]}
+        {
+            "apiGroups": [""],
+            "resources": ["nodes", "namespaces"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["node.k8s.io"],
+            "resources": ["runtimeclasses"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
 
 

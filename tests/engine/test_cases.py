@@ -34,7 +34,7 @@ from webhook.engine.evaluate import (
     evaluate,
 )
 from webhook.engine.policy import Policy
-from webhook.files.inventoryfile import load_inventory
+from webhook.files.inventoryfile import load_inventory, load_runtime_classes
 from webhook.files.rulefiles import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,12 +74,14 @@ def rules_dir(case: Path) -> Path:
 
 
 def inventory_view(case: Path) -> InventoryView:
+    """The case's nodes, and its RuntimeClasses when the inventory lists any."""
     if (case / "inventory.yaml").is_file():
-        return InventoryView(load_inventory(str(case / "inventory.yaml")))
-    if (case / "inventory.ref").is_file():
+        path = case / "inventory.yaml"
+    elif (case / "inventory.ref").is_file():
         path = SHARED_INVENTORIES / f"{_ref(case, 'inventory.ref')}.yaml"
-        return InventoryView(load_inventory(str(path)))
-    return NO_INVENTORY
+    else:
+        return NO_INVENTORY
+    return InventoryView(load_inventory(str(path)), runtime_classes=load_runtime_classes(str(path)))
 
 
 def load_request(case: Path, obj: Mapping[str, Any]) -> Request:

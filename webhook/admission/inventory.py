@@ -15,7 +15,7 @@ from typing import Protocol
 
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView
 from webhook.engine.inventory import Inventory
-from webhook.files.inventoryfile import load_inventory
+from webhook.files.inventoryfile import load_inventory, load_runtime_classes
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,7 @@ class InventorySource(Protocol):
     def ready(self) -> bool: ...
     def status(self) -> InventoryStatus: ...
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
+    def runtime_classes(self) -> frozenset[str] | None: ...
 
 
 class StaticInventorySource:
@@ -58,6 +59,7 @@ class StaticInventorySource:
         self.path = path
         self._clock = clock
         self._inventory = load_inventory(path)
+        self._runtime_classes = load_runtime_classes(path)
         self._loaded_at = clock()
 
     def start(self) -> None:
@@ -86,6 +88,10 @@ class StaticInventorySource:
         """A file holds no namespaces: rules on namespace labels see them as unknown."""
         return None
 
+    def runtime_classes(self) -> frozenset[str] | None:
+        """The file's RuntimeClasses; ``None`` when it lists none."""
+        return self._runtime_classes
+
 
 def view_of(source: InventorySource | None) -> InventoryView:
     """The inventory as the engine may use it right now."""
@@ -100,4 +106,4 @@ def view_of(source: InventorySource | None) -> InventoryView:
             None,
             problem=f"node inventory is stale ({status.age_seconds or 0:.0f}s since last sync)",
         )
-    return InventoryView(snapshot)
+    return InventoryView(snapshot, runtime_classes=source.runtime_classes())

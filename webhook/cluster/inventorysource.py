@@ -42,6 +42,7 @@ __all__ = [
 log = logging.getLogger("webhook.inventory")
 NODES_PATH = "/api/v1/nodes"
 NAMESPACES_PATH = "/api/v1/namespaces"
+RUNTIME_CLASSES_PATH = "/apis/node.k8s.io/v1/runtimeclasses"
 
 
 def list_inventory(api: ApiEndpoint, *, request_timeout_seconds: float = 30.0) -> Inventory:
@@ -58,9 +59,9 @@ NamespaceItem = tuple[str, Mapping[str, str]]
 
 
 class ClusterWatch:
-    """The list-and-watch loops behind a cache: nodes, and namespaces when a handler is
-    given. Shared by the in-process live source and the pod's inventory watcher, which
-    differ only in what they do with each event."""
+    """The list-and-watch loops behind a cache: nodes, and namespaces and RuntimeClasses
+    when handlers are given. Shared by the in-process live source and the pod's inventory
+    watcher, which differ only in what they do with each event."""
 
     def __init__(
         self,
@@ -68,6 +69,7 @@ class ClusterWatch:
         api: ApiEndpoint,
         nodes: Handler[Node],
         namespaces: Handler[NamespaceItem] | None,
+        runtime_classes: Handler[str] | None = None,
         backoff: Callable[[], Backoff] = Backoff,
         page_size: int = 500,
         watch_timeout_seconds: Callable[[], int] | None = None,
@@ -87,6 +89,9 @@ class ClusterWatch:
 
         self._nodes = reflector(NODES_PATH, nodes)
         self._namespaces = None if namespaces is None else reflector(NAMESPACES_PATH, namespaces)
+        self._runtime_classes = (
+            None if runtime_classes is None else reflector(RUNTIME_CLASSES_PATH, runtime_classes)
+        )
 
     @property
     def relists(self) -> int:
@@ -98,6 +103,8 @@ class ClusterWatch:
         loops = [("inventory-nodes", self._nodes.run)]
         if self._namespaces is not None:
             loops.append(("inventory-namespaces", self._namespaces.run))
+        if self._runtime_classes is not None:
+            loops.append(("inventory-runtimeclasses", self._runtime_classes.run))
         return [
             threading.Thread(target=run, args=(stop,), name=name, daemon=True)
             for name, run in loops
@@ -132,10 +139,12 @@ class LiveInventorySource:
         self._started_at: float | None = None
         self._nodes = NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
         self._namespaces = NamespaceCache(clock=clock) if watch_namespaces else None
+        self._runtime_classes = RuntimeClassCache()
         self._watch = ClusterWatch(
             api=api,
             nodes=self._nodes,
             namespaces=self._namespaces,
+            runtime_classes=self._runtime_classes,
             backoff=backoff,
             page_size=page_size,
             watch_timeout_seconds=watch_timeout_seconds,
@@ -186,6 +195,9 @@ class LiveInventorySource:
         if self._namespaces is None:
             return None
         return self._namespaces.labels.get(name)
+
+    def runtime_classes(self) -> frozenset[str] | None:
+        return self._runtime_classes.names
 
 
 class NodeCache:
@@ -402,6 +414,38 @@ class NamespaceCache:
             self.labels.pop(name, None)
         else:
             self.labels[name] = labels
+        self.resource_version = resource_version
+
+    def progress(self, resource_version: str) -> None:
+        self.resource_version = resource_version or self.resource_version
+        self.last_error = ""
+
+    def failed(self, error: ApiError) -> None:
+        self.last_error = str(error)
+
+
+class RuntimeClassCache:
+    """Names of the cluster's RuntimeClasses (``node.k8s.io/v1``), for the check that a pod's
+    class exists. ``names`` is ``None`` until the first list: a class cannot be called
+    unknown before then, nor while listing is forbidden (an older RBAC), which only logs."""
+
+    def __init__(self) -> None:
+        self.names: frozenset[str] | None = None
+        self.resource_version = ""
+        self.last_error = ""
+
+    def parse(self, obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        return str(meta["name"])
+
+    def replace(self, items: list[str], resource_version: str) -> None:
+        self.names = frozenset(items)  # swapped in whole, as readers may be mid-request
+        self.resource_version = resource_version
+        self.last_error = ""
+
+    def apply(self, kind: str, item: str, resource_version: str) -> None:
+        names = self.names or frozenset()
+        self.names = names - {item} if kind == "DELETED" else names | {item}
         self.resource_version = resource_version
 
     def progress(self, resource_version: str) -> None:

@@ -16,7 +16,11 @@ from webhook.commands import fail
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
 from webhook.engine.policy import Policy, PolicyError
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import (
+    InventoryFileError,
+    load_inventory,
+    load_runtime_classes,
+)
 from webhook.files.manifests import Document, load_manifests
 from webhook.files.rulefiles import load_policy
 
@@ -68,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
     inventory = NO_INVENTORY
     if args.inventory:
         try:
-            inventory = InventoryView(load_inventory(args.inventory))
+            inventory = InventoryView(
+                load_inventory(args.inventory),
+                runtime_classes=load_runtime_classes(args.inventory),
+            )
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
     documents, errors = load_manifests(args.files)
