@@ -198,14 +198,13 @@ def access_findings(
         name = f'container "{container.name}"'
         ways = "; ".join(a.what for a in found)
         fixes = ", ".join(dict.fromkeys(a.fix for a in found))
-        where = " in a pod that can land on a GPU node" if PRIVILEGED in found else ""
         yield Finding(
             "builtin",
             GPU_ACCESS,
             action,
-            f"{name} asks for no GPU but {ways}{where}: it can use GPUs that the scheduler "
-            f"and quotas do not count. Request a GPU in its resources.limits, or {fixes}.",
-            f"{name} reaches GPUs without requesting one ({found[0].what.split(',')[0]})",
+            f"{name} asks for no GPU but {ways}: it can use GPUs that the scheduler and quotas "
+            f"do not count. Request a GPU in its resources.limits, or {fixes}.",
+            f"{name} reaches GPUs without a GPU request: {found[0].short}",
             template.at(container),
         )
 

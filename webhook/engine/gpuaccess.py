@@ -162,10 +162,11 @@ def environment(body: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[st
 
 @dataclass(frozen=True, slots=True)
 class Access:
-    """One way a container reaches GPUs: what it does, and what to change."""
+    """One way a container reaches GPUs: what it does, what to change, and in a few words."""
 
     what: str
     fix: str
+    short: str
 
 
 def _shown(name: str, value: EnvValue) -> str:
@@ -174,15 +175,19 @@ def _shown(name: str, value: EnvValue) -> str:
     return f"sets {name}={value.value}"
 
 
+def _short(name: str, value: EnvValue) -> str:
+    return f"{name} from {value.source}" if value.value is None else f"{name}={value.value}"
+
+
 def env_access(body: Mapping[str, Any], metadata: Mapping[str, Any]) -> list[Access]:
     """A value the spec shows that exposes GPUs, or one it hides behind a ConfigMap, Secret
     or field: a container that asks for no GPU has no use for either."""
     env = environment(body, metadata)
     visible, capabilities = env.get(VISIBLE_DEVICES), env.get(DRIVER_CAPABILITIES)
-    fix = f"remove it or set {VISIBLE_DEVICES}=void"
     if visible is not None:
         if visible.value is None or exposes_devices(visible.value):
-            return [Access(_shown(VISIBLE_DEVICES, visible), fix)]
+            fix = f"remove {VISIBLE_DEVICES} or set it to void"
+            return [Access(_shown(VISIBLE_DEVICES, visible), fix, _short(VISIBLE_DEVICES, visible))]
         return []  # hidden explicitly: capabilities without devices expose nothing
     if capabilities is not None and (
         capabilities.value is None or adds_capabilities(capabilities.value)
@@ -191,7 +196,8 @@ def env_access(body: Mapping[str, Any], metadata: Mapping[str, Any]) -> list[Acc
             Access(
                 _shown(DRIVER_CAPABILITIES, capabilities)
                 + " (with the image's NVIDIA_VISIBLE_DEVICES, all in CUDA images)",
-                f"remove it, or set {VISIBLE_DEVICES}=void",
+                f"remove {DRIVER_CAPABILITIES} or set {VISIBLE_DEVICES}=void",
+                _short(DRIVER_CAPABILITIES, capabilities),
             )
         ]
     return []
@@ -230,10 +236,12 @@ def mount_access(body: Mapping[str, Any], spec: Mapping[str, Any]) -> list[Acces
         sub = mount.get("subPath")
         path = posixpath.normpath(posixpath.join(base, str(sub)) if sub else base or "/")
         if host.get("type") == "CharDevice" or _device_path(path):
+            shown = f"{base} with subPath {sub}" if sub else base
             found.append(
                 Access(
-                    f'mounts the host path {base} (volume "{mount.get("name")}")',
-                    "remove the mount",
+                    f'mounts the host path {shown} (volume "{mount.get("name")}")',
+                    f'remove the mount of volume "{mount.get("name")}"',
+                    f"hostPath {path}",
                 )
             )
     return found
@@ -244,4 +252,8 @@ def privileged(body: Mapping[str, Any]) -> bool:
     return isinstance(context, dict) and context.get("privileged") is True
 
 
-PRIVILEGED = Access("is privileged, which gives it every device of its node", "drop privileged")
+PRIVILEGED = Access(
+    "is privileged (every device of its node) in a pod that can land on a GPU node",
+    "drop privileged",
+    "privileged",
+)

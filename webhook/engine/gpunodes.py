@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from webhook.engine.inventory import Inventory, Placement, Shape
+from webhook.engine.inventory import CONDITION_TAINT_PREFIX, Inventory, Placement, Shape
 from webhook.engine.policy import GPUNodes, GPUResources, NodeLabel
 from webhook.engine.selectors import requirement_matches, tolerates
 
@@ -83,7 +83,7 @@ def _tolerated_taints(
             if probe is None:
                 probe = str(toleration.get("value") or "")
             if tolerates(toleration, key=key, value=probe, effect=effect):
-                out.append(key if value is None else f"{key}={value}")
+                out.append(key if value is None or not value else f"{key}={value}")
                 break
     return tuple(dict.fromkeys(out))
 
@@ -106,18 +106,67 @@ def gpu_node_reach(
     return _reach_described(placement, nodes)
 
 
+def _gpu_taints(
+    inventory: Inventory, *, nodes: GPUNodes, resources: GPUResources
+) -> list[tuple[str, str | None, str]]:
+    """Taints that GPU nodes carry and other nodes do not; a node's condition taints
+    (``node.kubernetes.io/not-ready`` and the like) come and go on any node."""
+    on_gpu: set[tuple[str, str | None, str]] = set()
+    elsewhere: set[tuple[str, str | None, str]] = set()
+    for shape in inventory.shapes:
+        found = is_gpu_shape(shape, nodes=nodes, resources=resources)
+        for t in shape.taints:
+            if not t.key.startswith(CONDITION_TAINT_PREFIX):
+                (on_gpu if found else elsewhere).add((t.key, t.value, t.effect))
+    return sorted(on_gpu - elsewhere, key=str)
+
+
+@dataclass(slots=True)
+class _Memo:
+    """Answers for one (snapshot, settings): held by reference, like evaluate's pool memo,
+    since a freed snapshot's id may be reused by the next one."""
+
+    inventory: Inventory
+    nodes: GPUNodes
+    resources: GPUResources
+    taints: list[tuple[str, str | None, str]]
+    answers: dict[bytes, GPUNodeReach]
+
+
+_memo: _Memo | None = None
+_MEMO_SIZE = 2048
+
+
+def _memo_for(inventory: Inventory, nodes: GPUNodes, resources: GPUResources) -> _Memo:
+    global _memo  # noqa: PLW0603 - a memo; answers stay a function of their inputs
+    memo = _memo
+    if (
+        memo is None
+        or memo.inventory is not inventory
+        or memo.nodes is not nodes
+        or memo.resources is not resources
+    ):
+        taints = _gpu_taints(inventory, nodes=nodes, resources=resources)
+        memo = _memo = _Memo(inventory, nodes, resources, taints, {})
+    return memo
+
+
 def _reach_in(
     inventory: Inventory, placement: Placement, *, nodes: GPUNodes, resources: GPUResources
 ) -> GPUNodeReach:
-    gpu_taints = {(t.key, t.value, t.effect) for t in nodes.taints}
-    for shape in inventory.shapes:
-        if is_gpu_shape(shape, nodes=nodes, resources=resources):
-            gpu_taints.update((t.key, t.value, t.effect) for t in shape.taints)
-    tolerated = _tolerated_taints(placement, sorted(gpu_taints, key=str))
+    memo = _memo_for(inventory, nodes, resources)
+    known = memo.answers.get(placement.key())
+    if known is not None:
+        return known
+    tolerated = _tolerated_taints(placement, memo.taints)
     admitted = inventory.shapes_admitting(placement)
     gpu = sum(1 for s in admitted if is_gpu_shape(s, nodes=nodes, resources=resources))
     reach = Reach.NONE if not gpu else Reach.ONLY if gpu == len(admitted) else Reach.SOME
-    return GPUNodeReach(reach, tolerated, _selects(placement))
+    answer = GPUNodeReach(reach, tolerated, _selects(placement))
+    if len(memo.answers) >= _MEMO_SIZE:
+        memo.answers = {}
+    memo.answers[placement.key()] = answer
+    return answer
 
 
 def _judge(expr: Mapping[str, Any], labels: Sequence[NodeLabel]) -> tuple[bool, bool]:
