@@ -169,20 +169,26 @@ def _reach_in(
     return answer
 
 
-def _judge(expr: Mapping[str, Any], labels: Sequence[NodeLabel]) -> tuple[bool, bool]:
-    """(holds on a GPU node, holds only on GPU nodes) for one requirement, judged on the
-    GPU labels alone; a requirement on another key holds on some GPU node."""
+def _judge(
+    expr: Mapping[str, Any], label: NodeLabel, labels: Sequence[NodeLabel]
+) -> tuple[bool, bool]:
+    """(holds on some GPU node carrying ``label``, holds only on GPU nodes) for one
+    requirement. Such a node may also carry the other GPU labels (each with its configured
+    value) or not; a requirement on any other key may hold on it."""
     key = expr.get("key")
-    label = next((la for la in labels if la.key == key), None)
-    if label is None:
-        return True, False
     operator = expr.get("operator")
-    only = operator in ("In", "Exists", "Gt", "Lt")
-    if label.value is None:
-        # Any value: some GPU node carries one the requirement accepts, unless it
-        # demands that the label is absent.
-        return operator != "DoesNotExist", only
-    holds = requirement_matches(expr, {label.key: label.value})
+    only = operator in ("In", "Exists", "Gt", "Lt") and any(la.key == key for la in labels)
+    if key == label.key:
+        if label.value is None:
+            # Any value: some GPU node carries one the requirement accepts, unless it
+            # demands that the label is absent.
+            return operator != "DoesNotExist", only
+        holds = requirement_matches(expr, {label.key: label.value})
+        return holds, holds and only
+    other = next((la for la in labels if la.key == key), None)
+    if other is None or other.value is None:
+        return True, only
+    holds = requirement_matches(expr, {}) or requirement_matches(expr, {other.key: other.value})
     return holds, holds and only
 
 
@@ -215,9 +221,9 @@ def _reach_described(placement: Placement, nodes: GPUNodes) -> GPUNodeReach:
     holding = [
         term
         for term in _terms(placement)
-        if any(all(_judge(e, [label])[0] for e in term) for label in labels)
+        if any(all(_judge(e, label, labels)[0] for e in term) for label in labels)
     ]
     if not holding:
         return GPUNodeReach(Reach.NONE, tolerated, selects)
-    only = all(any(_judge(e, nodes.labels)[1] for e in term) for term in holding)
+    only = all(any(_judge(e, labels[0], labels)[1] for e in term) for term in holding)
     return GPUNodeReach(Reach.ONLY if only else Reach.SOME, tolerated, selects)
