@@ -18,8 +18,9 @@ from webhook.engine.gpuaccess import (
     Access,
     asks_for_gpu,
     env_access,
+    host_paths,
+    may_reach,
     mount_access,
-    pod_asks_for_gpu,
     privileged,
 )
 from webhook.engine.gpunodes import GPUNodeReach, Reach, gpu_node_reach, pinned_to_a_node
@@ -28,24 +29,34 @@ from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import avoid_label, hide_gpus, set_runtime_class
 from webhook.engine.patch import Editor
 from webhook.engine.policy import Mutations, Rule, Settings
-from webhook.engine.workloads import Path
+from webhook.engine.workloads import Path, PodTemplate
 
 GPU_ACCESS = "gpuAccessWithoutRequest"
 GPU_NODE = "nonGPUPodOnGPUNode"
 UNKNOWN_RUNTIME_CLASS = "unknownRuntimeClass"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Template:
     """One pod template as access control sees it."""
 
     spec_path: Path
-    metadata: Mapping[str, Any]
+    template: PodTemplate
     pod: PodGPUs
     # Built-in checks and mutations the matching rules exempt this pod from.
     exempt: frozenset[str]
     # A DaemonSet's template: its pods must run on every node they are meant for.
     daemon: bool
+    # Whether any container asks for a GPU (``gpuaccess.pod_asks_for_gpu``), read often.
+    asks: bool
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The pod's metadata as its containers' field references read it."""
+        if self.template.pod_spec:
+            return {}
+        meta = self.template.template.get("metadata")
+        return meta if isinstance(meta, dict) else {}
 
     @property
     def where(self) -> str:
@@ -55,8 +66,12 @@ class Template:
         return f"{self.where}.{container.section}[{container.index}]"
 
 
+NO_EXEMPTIONS: frozenset[str] = frozenset()
+
+
 def exemptions(rules: Sequence[Rule]) -> frozenset[str]:
-    return frozenset().union(*(rule.exempt for rule in rules)) if rules else frozenset()
+    exempt = [rule.exempt for rule in rules if rule.exempt]
+    return NO_EXEMPTIONS.union(*exempt) if exempt else NO_EXEMPTIONS
 
 
 def without_exempt(mutations: Mutations, exempt: Collection[str]) -> Mutations:
@@ -69,15 +84,42 @@ def without_exempt(mutations: Mutations, exempt: Collection[str]) -> Mutations:
 
 
 def reach_of(
-    spec: Mapping[str, Any], settings: Settings, inventory: Inventory | None
+    spec: Mapping[str, Any],
+    settings: Settings,
+    inventory: Inventory | None,
+    placement: Placement | None = None,
 ) -> GPUNodeReach:
     return gpu_node_reach(
         spec,
-        Placement.of(spec),
+        placement or Placement.of(spec),
         nodes=settings.gpu_nodes,
         resources=settings.gpu_resources,
         inventory=inventory,
     )
+
+
+class PodReach:
+    """Where one pod can land, worked out on first use: most GPU pods never need it."""
+
+    __slots__ = ("_answer", "_inventory", "_placement", "_settings", "_spec")
+
+    def __init__(
+        self,
+        spec: Mapping[str, Any],
+        placement: Placement,
+        *,
+        settings: Settings,
+        inventory: Inventory | None,
+    ) -> None:
+        self._spec, self._placement = spec, placement
+        self._settings, self._inventory = settings, inventory
+        self._answer: GPUNodeReach | None = None
+
+    @property
+    def value(self) -> GPUNodeReach:
+        if self._answer is None:
+            self._answer = reach_of(self._spec, self._settings, self._inventory, self._placement)
+        return self._answer
 
 
 def node_bound(template: Template, spec: Mapping[str, Any], settings: Settings) -> bool:
@@ -130,7 +172,7 @@ def place(
         for r in rules
         if r.mutations.avoid_gpu_nodes is not None and "avoidGPUNodes" not in template.exempt
     ]
-    if not avoiding or pod_asks_for_gpu(template.pod):
+    if not avoiding or template.asks:
         return findings
     spec = _spec(editor, template)
     # A pod that can only use GPU nodes wants them: keeping it off would strand it (the
@@ -144,21 +186,13 @@ def place(
     return findings
 
 
-def hide_on_gpu_nodes(
-    editor: Editor,
-    template: Template,
-    rules: Sequence[Rule],
-    *,
-    settings: Settings,
-    inventory: Inventory | None,
-) -> None:
-    """``hideGPUsFromNonGPUContainers: gpuNodes``: every container that asks for no GPU,
-    in any pod that can land on a GPU node."""
+def hide_on_gpu_nodes(editor: Editor, template: Template, *, reach: PodReach) -> None:
+    """``hideGPUsFromNonGPUContainers: gpuNodes`` (a matching rule asks for it): every
+    container that asks for no GPU, in any pod that can land on a GPU node (a GPU pod lands
+    on one or nowhere)."""
     if "hideGPUs" in template.exempt:
         return
-    if not any(r.mutations.hide_gpus == "gpuNodes" for r in rules):
-        return
-    if reach_of(_spec(editor, template), settings, inventory).can_land:
+    if template.asks or reach.value.can_land:
         hide_gpus(editor, template.spec_path, template.pod)
 
 
@@ -171,28 +205,44 @@ def _body(editor: Editor, template: Template, container: Container) -> Mapping[s
 
 
 def _accesses(
-    body: Mapping[str, Any], template: Template, spec: Mapping[str, Any], reach: GPUNodeReach
+    body: Mapping[str, Any],
+    template: Template,
+    spec: Mapping[str, Any],
+    paths: Mapping[str, Any],
+    reach: PodReach,
 ) -> list[Access]:
     found = env_access(body, template.metadata)
-    found += mount_access(body, spec)
-    if privileged(body) and reach.can_land:
+    if paths:
+        found += mount_access(body, spec, paths)
+    if privileged(body) and reach.value.can_land:
         found.append(PRIVILEGED)
     return found
 
 
 def access_findings(
-    editor: Editor, template: Template, *, settings: Settings, reach: GPUNodeReach
-) -> Iterator[Finding]:
+    editor: Editor, template: Template, *, settings: Settings, reach: PodReach
+) -> list[Finding]:
     """``gpuAccessWithoutRequest``: one finding per container that asks for no GPU but can
     reach GPUs, naming every way it does and what to change."""
-    if GPU_ACCESS in template.exempt:
-        return
+    candidates = [c for c in template.pod.containers if may_reach(c.body) and not asks_for_gpu(c)]
+    if not candidates or GPU_ACCESS in template.exempt:
+        return []
+    return list(_access_findings(editor, template, candidates, settings=settings, reach=reach))
+
+
+def _access_findings(
+    editor: Editor,
+    template: Template,
+    candidates: Sequence[Container],
+    *,
+    settings: Settings,
+    reach: PodReach,
+) -> Iterator[Finding]:
     spec = _spec(editor, template)
+    paths = host_paths(spec)
     action = action_of(settings.actions.get(GPU_ACCESS, "deny"))
-    for container in template.pod.containers:
-        if asks_for_gpu(container):
-            continue
-        found = _accesses(_body(editor, template, container), template, spec, reach)
+    for container in candidates:
+        found = _accesses(_body(editor, template, container), template, spec, paths, reach)
         if not found:
             continue
         name = f'container "{container.name}"'
@@ -210,14 +260,15 @@ def access_findings(
 
 
 def node_findings(
-    editor: Editor, template: Template, *, settings: Settings, reach: GPUNodeReach, live: bool
+    editor: Editor, template: Template, *, settings: Settings, pod_reach: PodReach, live: bool
 ) -> Iterator[Finding]:
     """``nonGPUPodOnGPUNode``: a pod that asks for no GPU but can only use GPU nodes, or
     that tolerates a GPU taint with nothing keeping it off GPU nodes."""
-    if GPU_NODE in template.exempt or pod_asks_for_gpu(template.pod):
+    if GPU_NODE in template.exempt or template.asks:
         return
     if node_bound(template, _spec(editor, template), settings):
         return
+    reach = pod_reach.value
     action = action_of(settings.actions.get(GPU_NODE, "warn"))
     if reach.reach is Reach.ONLY:
         yield Finding(

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.accesscontrol import (
+    NO_EXEMPTIONS,
+    PodReach,
     Template,
     access_findings,
     exemptions,
     hide_on_gpu_nodes,
     node_findings,
     place,
-    reach_of,
     runtime_class_findings,
     without_exempt,
 )
@@ -24,6 +25,7 @@ from webhook.engine.checks import (
     rule_findings,
 )
 from webhook.engine.decision import Decision, Finding, action_of, decide
+from webhook.engine.gpuaccess import pod_asks_for_gpu
 from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
@@ -100,10 +102,11 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     if templates is None:
         return Decision(allowed=True, mutated=obj, understood=False)
     snapshot = _inventory(inventory, policy)
-    kind = policy.kinds.lookup(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+    kind = str(obj.get("kind", ""))
     context = _Context(
-        kind=str(obj.get("kind", "")),
-        daemon=kind is not None and kind.per_node,
+        kind=kind,
+        # The one per-node kind (workloads.BUILTIN_KINDS).
+        daemon=kind == "DaemonSet" and str(obj.get("apiVersion", "")).startswith("apps/"),
         runtime_classes=inventory.runtime_classes,
     )
     editor = Editor(obj)
@@ -138,7 +141,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Context:
     """What every template of one object shares."""
 
@@ -202,17 +205,26 @@ def _evaluate_template(
     if not isinstance(editor.get(spec_path), dict):
         return pod  # an ill-typed spec: the API server's schema check rejects the object
     rules = _matching_rules(request, template, pod, policy) if policy.rules else []
+    places_access = hides_on_gpu_nodes = exempting = False
+    for rule in rules:
+        mutations = rule.mutations
+        if mutations.places:
+            apply_placement(editor, spec_path, mutations)
+        if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
+            places_access = True
+        if mutations.hide_gpus == "gpuNodes":
+            hides_on_gpu_nodes = True
+        exempting = exempting or bool(rule.exempt)
     access = Template(
         spec_path=spec_path,
-        metadata=_metadata(template),
+        template=template,
         pod=pod,
-        exempt=exemptions(rules),
+        exempt=exemptions(rules) if exempting else NO_EXEMPTIONS,
         daemon=context.daemon,
+        asks=pod_asks_for_gpu(pod),
     )
-    for rule in rules:
-        if rule.mutations.places:
-            apply_placement(editor, spec_path, rule.mutations)
-    findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
+    if places_access:
+        findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
     if settings.actions.get("requestsWithoutLimits") == "repair":
         for container, problem in pod.problems:
             if problem.check == "requestsWithoutLimits":
@@ -228,17 +240,22 @@ def _evaluate_template(
                         ".".join(map(str, (*spec_path, *container.path))),
                     )
                 )
+    exempt = access.exempt
     for rule in rules:
-        mutations = without_exempt(rule.mutations, access.exempt)
+        mutations = without_exempt(rule.mutations, exempt) if exempt else rule.mutations
         apply_containers(editor, spec_path, pod, mutations, inventory=snapshot)
-    hide_on_gpu_nodes(editor, access, rules, settings=settings, inventory=snapshot)
+    # Container mutations and hiding leave the placement as it is: read it once.
+    placement = Placement.of(editor.get(spec_path))
+    reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
+    if hides_on_gpu_nodes:
+        hide_on_gpu_nodes(editor, access, reach=reach)
     spec = editor.get(spec_path)
     scope = Scope(
         where=".".join(map(str, spec_path)),
         spec=spec,
         labels=template.labels,
         pod=pod,
-        placement=Placement.of(spec),
+        placement=placement,
         settings=settings,
         kind=context.kind,
     )
@@ -249,25 +266,18 @@ def _evaluate_template(
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
-    reach = reach_of(spec, settings, snapshot)
     findings.extend(access_findings(editor, access, settings=settings, reach=reach))
-    findings.extend(
-        node_findings(editor, access, settings=settings, reach=reach, live=snapshot is not None)
-    )
-    findings.extend(
-        runtime_class_findings(
-            editor, access, rules, settings=settings, known=context.runtime_classes
+    if not access.asks:
+        live = snapshot is not None
+        findings.extend(
+            node_findings(editor, access, settings=settings, pod_reach=reach, live=live)
         )
-    )
+    if context.runtime_classes is not None:
+        known = context.runtime_classes
+        findings.extend(
+            runtime_class_findings(editor, access, rules, settings=settings, known=known)
+        )
     return pod
-
-
-def _metadata(template: PodTemplate) -> Mapping[str, Any]:
-    """The pod's metadata as its containers' field references read it."""
-    if template.pod_spec:
-        return {}
-    meta = template.template.get("metadata")
-    return meta if isinstance(meta, dict) else {}
 
 
 def _inventory_unavailable(

@@ -38,7 +38,7 @@ def asks_for_gpu(container: Container) -> bool:
     checks' findings). A DRA claim in ``resources.claims`` counts too: its device class is
     not known here, and judging a claimed GPU as unrequested would be a false denial.
     """
-    if container.gpu_count or container.problems:
+    if container.gpus or container.problems:  # gpus holds only counts above zero
         return True
     resources = container.body.get("resources")
     claims = resources.get("claims") if isinstance(resources, dict) else None
@@ -46,7 +46,7 @@ def asks_for_gpu(container: Container) -> bool:
 
 
 def pod_asks_for_gpu(pod: PodGPUs) -> bool:
-    return any(asks_for_gpu(c) for c in pod.containers)
+    return bool(pod.total or pod.problems) or any(asks_for_gpu(c) for c in pod.containers)
 
 
 # --- what the NVIDIA container runtime does with the variables ---------------------------
@@ -179,10 +179,36 @@ def _short(name: str, value: EnvValue) -> str:
     return f"{name} from {value.source}" if value.value is None else f"{name}={value.value}"
 
 
+def _last_literals(env: object) -> dict[str, str] | None:
+    """The last ``value`` of each of the two variables, when the spec shows it plainly (no
+    ``valueFrom``, no ``$(...)``), without building the whole environment; ``None`` when a
+    value needs the environment to be read."""
+    found: dict[str, str] = {}
+    for entry in env if isinstance(env, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        name = entry.get("name")
+        if name not in (VISIBLE_DEVICES, DRIVER_CAPABILITIES):
+            continue
+        raw = entry.get("value")
+        text = "" if raw is None else str(raw)
+        if "valueFrom" in entry or "$(" in text:
+            return None
+        found[name] = text
+    return found
+
+
 def env_access(body: Mapping[str, Any], metadata: Mapping[str, Any]) -> list[Access]:
     """A value the spec shows that exposes GPUs, or one it hides behind a ConfigMap, Secret
     or field: a container that asks for no GPU has no use for either."""
-    env = environment(body, metadata)
+    literals = _last_literals(body.get("env"))
+    if literals == {}:
+        return []  # most containers name neither variable
+    env = (
+        {name: EnvValue(value, "value") for name, value in literals.items()}
+        if literals is not None
+        else environment(body, metadata)
+    )
     visible, capabilities = env.get(VISIBLE_DEVICES), env.get(DRIVER_CAPABILITIES)
     if visible is not None:
         if visible.value is None or exposes_devices(visible.value):
@@ -218,10 +244,17 @@ def _host_paths(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return out
 
 
-def mount_access(body: Mapping[str, Any], spec: Mapping[str, Any]) -> list[Access]:
+def host_paths(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The pod's ``hostPath`` volumes by name: read once per pod, asked per container."""
+    return _host_paths(spec)
+
+
+def mount_access(
+    body: Mapping[str, Any], spec: Mapping[str, Any], paths: Mapping[str, Any] | None = None
+) -> list[Access]:
     """A mounted ``hostPath`` of GPU device nodes: ``/dev/nvidia*``, ``/dev/dri``, ``/dev``
     itself (a ``subPath`` counts), or any ``CharDevice``."""
-    host_paths = _host_paths(spec)
+    host_paths = _host_paths(spec) if paths is None else paths
     if not host_paths:
         return []
     mounts = body.get("volumeMounts")
@@ -245,6 +278,19 @@ def mount_access(body: Mapping[str, Any], spec: Mapping[str, Any]) -> list[Acces
                 )
             )
     return found
+
+
+def may_reach(body: Mapping[str, Any]) -> bool:
+    """Whether a container as written could reach GPUs at all: it names one of the
+    variables, mounts a volume or asks for privilege. Mutations add none of these (hiding
+    adds NVIDIA_VISIBLE_DEVICES=void, which reaches nothing), so this cheap look at the
+    original spares the rest for most containers."""
+    env = body.get("env")
+    if isinstance(env, list) and any(
+        isinstance(e, dict) and e.get("name") in (VISIBLE_DEVICES, DRIVER_CAPABILITIES) for e in env
+    ):
+        return True
+    return bool(body.get("volumeMounts")) or privileged(body)
 
 
 def privileged(body: Mapping[str, Any]) -> bool:
