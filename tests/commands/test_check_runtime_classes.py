@@ -5,28 +5,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from tests.builders import pod
 from webhook.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = REPO / "tests" / "cases" / "_inventories"
 
 
-def gpu_pod(runtime_class: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "train", "namespace": "ml"},
-        "spec": {
-            "runtimeClassName": runtime_class,
-            "containers": [
-                {"name": "main", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": 1}}}
-            ],
-        },
-    }
+def gpu_pod(runtime_class: str) -> dict[str, Any]:
+    obj = pod(gpus=1)
+    obj["spec"]["runtimeClassName"] = runtime_class
+    return obj
 
 
 @pytest.mark.parametrize(

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
-import kubernetes_validate
 import pytest
 import yaml
 
+from tests.kubeschema import validation_error
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import (
     IDENTITY_METADATA,
@@ -43,7 +43,6 @@ CASES = REPO / "tests" / "cases"
 SHARED_RULES = CASES / "_rules"
 SHARED_INVENTORIES = CASES / "_inventories"
 UPDATE = os.environ.get("GOLDEN_UPDATE") == "1"
-K8S_VERSION = kubernetes_validate.latest_version()
 
 REQUIRED_FILES = {"object.yaml", "expected.yaml", "expected-object.yaml"}
 OPTIONAL_FILES = {"rules", "rules.ref", "inventory.yaml", "inventory.ref", "request.yaml"}
@@ -265,15 +264,6 @@ def test_identity_metadata_never_changes_the_decision(case: Path) -> None:
     assert list(other.patch) == list(decision.patch)
 
 
-def _schema_error(obj: Any) -> str | None:
-    """``None`` when valid for the newest Kubernetes schema kubernetes-validate knows."""
-    try:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=False)
-    except kubernetes_validate.ValidationError as exc:
-        return f"{'.'.join(map(str, exc.path))}: {exc.message}"
-    return None
-
-
 BUILTIN_GROUPS = ("v1", "apps/v1", "batch/v1")
 
 
@@ -282,5 +272,8 @@ def test_patches_keep_built_in_objects_schema_valid(case: Path) -> None:
     obj = _read_yaml(case / "object.yaml")
     if obj.get("apiVersion") not in BUILTIN_GROUPS:
         pytest.skip("kubernetes-validate knows the schemas of built-in kinds only")
-    before, after = _schema_error(obj), _schema_error(_read_yaml(case / "expected-object.yaml"))
+    before, after = (
+        validation_error(obj),
+        validation_error(_read_yaml(case / "expected-object.yaml")),
+    )
     assert after == before

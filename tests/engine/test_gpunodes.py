@@ -19,8 +19,7 @@ UNTAINTED = load_inventory(str(INVENTORIES / "untainted-gpu-nodes.yaml"))
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def _required(*exprs: dict[str, Any]) -> dict[str, Any]:
-    term = {"matchExpressions": list(exprs)}
+def _required_term(term: dict[str, Any]) -> dict[str, Any]:
     return {
         "affinity": {
             "nodeAffinity": {
@@ -28,6 +27,10 @@ def _required(*exprs: dict[str, Any]) -> dict[str, Any]:
             }
         }
     }
+
+
+def _required(*exprs: dict[str, Any]) -> dict[str, Any]:
+    return _required_term({"matchExpressions": list(exprs)})
 
 
 def reach(
@@ -166,25 +169,9 @@ def test_a_prefer_no_schedule_taint_does_not_filter() -> None:
     [
         pytest.param({"nodeName": "gpu-a100-0"}, True, id="nodeName"),
         pytest.param(
-            {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchFields": [
-                                        {
-                                            "key": "metadata.name",
-                                            "operator": "In",
-                                            "values": ["gpu-a100-0"],
-                                        }
-                                    ]
-                                }
-                            ]
-                        }
-                    }
-                }
-            },
+            _required_term(
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n"]}]}
+            ),
             True,
             id="as the DaemonSet controller pins its pods",
         ),

@@ -384,15 +384,30 @@ class NodeCache:
         )
 
 
-class NamespaceCache:
+class Bookkeeping:
+    """What a small cache's reflector handler keeps besides its items: where the list or
+    watch is, and its last error."""
+
+    def __init__(self) -> None:
+        self.resource_version = ""
+        self.last_error = ""
+
+    def progress(self, resource_version: str) -> None:
+        self.resource_version = resource_version or self.resource_version
+        self.last_error = ""
+
+    def failed(self, error: ApiError) -> None:
+        self.last_error = str(error)
+
+
+class NamespaceCache(Bookkeeping):
     """Labels of every namespace, for rules that select namespaces by label."""
 
     def __init__(self, *, clock: Callable[[], float]) -> None:
+        super().__init__()
         self._clock = clock
         self.labels: dict[str, Mapping[str, str]] = {}
         self.synced = False
-        self.resource_version = ""
-        self.last_error = ""
 
     def parse(self, obj: Mapping[str, Any]) -> tuple[str, Mapping[str, str]]:
         meta = obj.get("metadata") or {}
@@ -416,23 +431,15 @@ class NamespaceCache:
             self.labels[name] = labels
         self.resource_version = resource_version
 
-    def progress(self, resource_version: str) -> None:
-        self.resource_version = resource_version or self.resource_version
-        self.last_error = ""
 
-    def failed(self, error: ApiError) -> None:
-        self.last_error = str(error)
-
-
-class RuntimeClassCache:
+class RuntimeClassCache(Bookkeeping):
     """Names of the cluster's RuntimeClasses (``node.k8s.io/v1``), for the check that a pod's
     class exists. ``names`` is ``None`` until the first list: a class cannot be called
     unknown before then, nor while listing is forbidden (an older RBAC), which only logs."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.names: frozenset[str] | None = None
-        self.resource_version = ""
-        self.last_error = ""
 
     def parse(self, obj: Mapping[str, Any]) -> str:
         meta = obj.get("metadata") or {}
@@ -447,10 +454,3 @@ class RuntimeClassCache:
         names = self.names or frozenset()
         self.names = names - {item} if kind == "DELETED" else names | {item}
         self.resource_version = resource_version
-
-    def progress(self, resource_version: str) -> None:
-        self.resource_version = resource_version or self.resource_version
-        self.last_error = ""
-
-    def failed(self, error: ApiError) -> None:
-        self.last_error = str(error)
