@@ -224,7 +224,7 @@ def access_findings(
 ) -> list[Finding]:
     """``gpuAccessWithoutRequest``: one finding per container that asks for no GPU but can
     reach GPUs, naming every way it does and what to change."""
-    candidates = [c for c in template.pod.containers if may_reach(c.body) and not asks_for_gpu(c)]
+    candidates = [c for c in template.pod.containers if not asks_for_gpu(c) and may_reach(c.body)]
     if not candidates or GPU_ACCESS in template.exempt:
         return []
     return list(_access_findings(editor, template, candidates, settings=settings, reach=reach))
