@@ -141,9 +141,12 @@ def hide_gpus(editor: Editor, spec_path: Path, pod: PodGPUs) -> None:
         names = _env_names(editor, path)
         if VISIBLE_DEVICES in names:
             continue
-        for name, value in HIDE_GPUS:
-            if name not in names:
-                editor.append((*path, "env"), {"name": name, "value": value})
+        missing = [{"name": name, "value": value} for name, value in HIDE_GPUS if name not in names]
+        if _list(editor.get((*path, "env"))):
+            for entry in missing:
+                editor.append((*path, "env"), entry)
+        else:
+            editor.add((*path, "env"), missing)  # one operation for a container without env
 
 
 def render_env(template: str, gpu_count: int) -> str:
