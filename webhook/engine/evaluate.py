@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.engine.accesscontrol import (
+    NO_EXEMPTIONS,
+    PodReach,
+    Template,
+    access_findings,
+    exemptions,
+    hide_on_gpu_nodes,
+    node_findings,
+    place,
+    runtime_class_findings,
+    without_exempt,
+)
 from webhook.engine.checks import (
     Scope,
     capacity_findings,
@@ -22,12 +35,14 @@ from webhook.engine.dra import (
     pod_claims,
     with_claim_gpus,
 )
+from webhook.engine.gpuaccess import pod_asks_for_gpu
 from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
 from webhook.engine.patch import Editor, lookup
-from webhook.engine.policy import Policy, Rule
+from webhook.engine.policy import Mutations, Policy, Rule
 from webhook.engine.selectors import dig
+from webhook.engine.workloads import Path as WorkloadPath
 from webhook.engine.workloads import PodTemplate
 
 
@@ -57,6 +72,8 @@ class InventoryView:
     # DRA classes, slices, claims and templates; None when the cluster serves no DRA API
     # (or ``check`` was given none).
     devices: DeviceInventory | None = None
+    # Names of the cluster's RuntimeClasses, from a live inventory; None: not known.
+    runtime_classes: frozenset[str] | None = None
 
 
 NO_INVENTORY = InventoryView(None)
@@ -106,6 +123,13 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     if templates is None:
         return Decision(allowed=True, mutated=obj, understood=False)
     snapshot = _inventory(inventory, policy)
+    kind = str(obj.get("kind", ""))
+    context = _Context(
+        kind=kind,
+        # The one per-node kind (workloads.BUILTIN_KINDS).
+        daemon=kind == "DaemonSet" and str(obj.get("apiVersion", "")).startswith("apps/"),
+        runtime_classes=inventory.runtime_classes,
+    )
     editor = Editor(obj)
     findings: list[Finding] = []
     mutated_by: dict[str, None] = {}
@@ -123,6 +147,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
             view=inventory,
             editor=editor,
             findings=findings,
+            context=context,
             mutated_by=mutated_by,
         )
         per_pod.append((template, pod))
@@ -148,6 +173,49 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         extra_warnings=warnings,
         mutated_by=list(mutated_by),
     )
+
+
+@dataclass(slots=True)
+class _Context:
+    """What every template of one object shares."""
+
+    kind: str
+    daemon: bool
+    runtime_classes: frozenset[str] | None
+
+
+def _repair_requests_only(
+    editor: Editor, spec_path: WorkloadPath, pod: PodGPUs
+) -> Iterator[Finding]:
+    """Copy a GPU request into limits (GPUSettings ``repair``), saying so as a warning."""
+    for container, problem in pod.problems:
+        if problem.check == "requestsWithoutLimits":
+            repair_requests_only(editor, spec_path, container, problem.resource)
+            yield Finding(
+                "builtin",
+                "requestsWithoutLimits",
+                "warn",
+                f'container "{container.name}" requested {problem.resource} without a '
+                "limit; the request was copied into limits. Set the limit yourself.",
+                f'container "{container.name}": {problem.resource} limit set from request',
+                ".".join(map(str, (*spec_path, *container.path))),
+            )
+
+
+def _places_access(mutations: Mutations) -> bool:
+    return mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None
+
+
+@contextmanager
+def _crediting(
+    editor: Editor, mutated_by: dict[str, None], rules: Sequence[Rule]
+) -> Iterator[None]:
+    """Name ``rules`` as mutators when the block adds patch operations (for the log line)."""
+    before = len(editor.ops)
+    yield
+    if len(editor.ops) > before:
+        for rule in rules:
+            mutated_by[f"{rule.name}/mutate"] = None
 
 
 def _unchanged(request: Request, template: PodTemplate) -> bool:
@@ -200,6 +268,7 @@ def _evaluate_template(
     view: InventoryView,
     editor: Editor,
     findings: list[Finding],
+    context: _Context,
     mutated_by: dict[str, None],
 ) -> tuple[PodGPUs, PodClaims]:
     settings = policy.settings
@@ -217,47 +286,57 @@ def _evaluate_template(
     )
     pod, claims = extended_resource_claims(pod, claims, devices=view.devices, nodes=snapshot)
     pod = with_claim_gpus(pod, claims)
-    if not pod.total and not pod.problems and not policy.rules and not claims.claims:
-        return pod, claims
     if not isinstance(editor.get(spec_path), dict):
         return pod, claims  # an ill-typed spec: the API server's schema check rejects it
-    rules = _matching_rules(request, template, pod, policy, claims)
+    rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
+    places_access = hides_on_gpu_nodes = exempting = False
     for rule in rules:
-        if rule.mutations.places:
-            before = len(editor.ops)
-            apply_placement(editor, spec_path, rule.mutations)
-            if len(editor.ops) > before:
-                mutated_by[f"{rule.name}/mutate"] = None
+        mutations = rule.mutations
+        if mutations.places:
+            with _crediting(editor, mutated_by, [rule]):
+                apply_placement(editor, spec_path, mutations)
+        if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
+            places_access = True
+        if mutations.hide_gpus == "gpuNodes":
+            hides_on_gpu_nodes = True
+        exempting = exempting or bool(rule.exempt)
+    access = Template(
+        spec_path=spec_path,
+        template=template,
+        pod=pod,
+        exempt=exemptions(rules) if exempting else NO_EXEMPTIONS,
+        daemon=context.daemon,
+        asks=pod_asks_for_gpu(pod),
+    )
+    if places_access:
+        with _crediting(editor, mutated_by, [r for r in rules if _places_access(r.mutations)]):
+            findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
     if settings.actions.get("requestsWithoutLimits") == "repair":
-        for container, problem in pod.problems:
-            if problem.check == "requestsWithoutLimits":
-                repair_requests_only(editor, spec_path, container, problem.resource)
-                findings.append(
-                    Finding(
-                        "builtin",
-                        "requestsWithoutLimits",
-                        "warn",
-                        f'container "{container.name}" requested {problem.resource} without a '
-                        "limit; the request was copied into limits. Set the limit yourself.",
-                        f'container "{container.name}": {problem.resource} limit set from request',
-                        ".".join(map(str, (*spec_path, *container.path))),
-                    )
-                )
+        findings.extend(_repair_requests_only(editor, spec_path, pod))
+    exempt = access.exempt
     for rule in rules:
-        before = len(editor.ops)
-        apply_containers(
-            editor, spec_path, pod, rule.mutations, inventory=snapshot, claim_holders=claims.holders
-        )
-        if len(editor.ops) > before:
-            mutated_by[f"{rule.name}/mutate"] = None
+        mutations = without_exempt(rule.mutations, exempt) if exempt else rule.mutations
+        with _crediting(editor, mutated_by, [rule]):
+            apply_containers(
+                editor, spec_path, pod, mutations, inventory=snapshot, claim_holders=claims.holders
+            )
+    # Container mutations and hiding leave the placement as it is: read it once.
+    placement = Placement.of(editor.get(spec_path))
+    reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
+    if hides_on_gpu_nodes:
+        with _crediting(
+            editor, mutated_by, [r for r in rules if r.mutations.hide_gpus == "gpuNodes"]
+        ):
+            hide_on_gpu_nodes(editor, access, reach=reach)
     spec = editor.get(spec_path)
     scope = Scope(
         where=".".join(map(str, spec_path)),
         spec=spec,
         labels=template.labels,
         pod=pod,
-        placement=Placement.of(spec),
+        placement=placement,
         settings=settings,
+        kind=context.kind,
     )
     if pod.problems:
         findings.extend(quantity_findings(scope, settings))
@@ -277,6 +356,17 @@ def _evaluate_template(
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
+    findings.extend(access_findings(editor, access, settings=settings, reach=reach))
+    if not access.asks:
+        live = snapshot is not None
+        findings.extend(
+            node_findings(editor, access, settings=settings, pod_reach=reach, live=live)
+        )
+    if context.runtime_classes is not None:
+        known = context.runtime_classes
+        findings.extend(
+            runtime_class_findings(editor, access, rules, settings=settings, known=known)
+        )
     return pod, claims
 
 
