@@ -17,13 +17,21 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "apiserver"
-if not FIXTURES.is_dir():
-    FIXTURES = Path("/work/shared/fixtures/apiserver")
+from tests.builders import APISERVER as FIXTURES
+
+RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
+# What a cluster without RuntimeClasses answers: the list unscripted tests get.
+NO_RUNTIME_CLASSES = json.dumps(
+    {
+        "kind": "RuntimeClassList",
+        "apiVersion": "node.k8s.io/v1",
+        "metadata": {"resourceVersion": "1"},
+        "items": [],
+    }
+).encode()
 
 
 def fixture(name: str) -> bytes:
@@ -91,6 +99,15 @@ class ReplayServer:
         self.watches: deque[Stream | Body] = deque()
         self.namespace_lists: deque[Body] = deque()
         self.namespace_watches: deque[Stream | Body] = deque()
+        # Any other path: its answers in order; the last one repeats (discovery, a pod).
+        self.routes: dict[str, deque[Body]] = {}
+        # DRA (resource.k8s.io/v1): discovery answers 404 (a cluster without DRA) unless
+        # ``dra_served``; then each collection takes answers from its own queues.
+        self.dra_served = False
+        self.dra_lists: dict[str, deque[Body]] = {}
+        self.dra_watches: dict[str, deque[Stream | Body]] = {}
+        self.runtime_class_lists: deque[Body] = deque()
+        self.runtime_class_watches: deque[Stream | Body] = deque()
         self.requests: list[Request] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -131,12 +148,22 @@ class ReplayServer:
         self._thread.join(5)
 
     def watch_requests(self) -> list[Request]:
+        """Watches of core resources (RuntimeClasses: ``runtime_class_requests``)."""
         with self._lock:
-            return [r for r in self.requests if r.query.get("watch")]
+            return [r for r in self.requests if r.query.get("watch") and _core(r.path)]
 
     def list_requests(self) -> list[Request]:
+        """Lists of core resources (RuntimeClasses: ``runtime_class_requests``)."""
         with self._lock:
-            return [r for r in self.requests if not r.query.get("watch")]
+            return [r for r in self.requests if not r.query.get("watch") and _core(r.path)]
+
+    def dra_requests(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.path.startswith(DRA_PATH)]
+
+    def runtime_class_requests(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.path == RUNTIME_CLASSES]
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(handler.path)
@@ -148,7 +175,31 @@ class ReplayServer:
                 queue = self.watches if query.get("watch") else self.lists
             elif parts.path == "/api/v1/namespaces":
                 queue = self.namespace_watches if query.get("watch") else self.namespace_lists
+            elif parts.path in self.routes:
+                queue = self.routes[parts.path]
+                if len(queue) == 1:
+                    queue = deque(queue)
+            elif parts.path.startswith(DRA_PATH + "/"):
+                resource = parts.path.rsplit("/", 1)[1]
+                queues = self.dra_watches if query.get("watch") else self.dra_lists
+                queue = queues.setdefault(resource, deque())
+            elif parts.path == RUNTIME_CLASSES:
+                queue = (
+                    self.runtime_class_watches if query.get("watch") else self.runtime_class_lists
+                )
             answer = queue.popleft() if queue else None
+            if parts.path == DRA_PATH and self.dra_served:
+                discovery = {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1"}
+                answer = Body(json.dumps(discovery).encode())
+        if answer is None and parts.path == RUNTIME_CLASSES and not query.get("watch"):
+            answer = Body(NO_RUNTIME_CLASSES)
+        scripted = parts.path in ("/api/v1/nodes", "/api/v1/namespaces", RUNTIME_CLASSES)
+        if answer is None and not scripted and not parts.path.startswith(DRA_PATH + "/"):
+            # A path nobody scripted: what the API server says of a group it does not serve.
+            answer = Body(
+                status_body(404, "NotFound", "the server could not find the requested resource"),
+                404,
+            )
         if answer is None:
             # Nothing scripted: an idle watch, or a list the test did not expect.
             answer = Stream([], end="hold") if query.get("watch") else Body(b"{}", 500)
@@ -194,6 +245,13 @@ class ReplayServer:
         except (BrokenPipeError, ConnectionResetError):
             return
         handler.close_connection = True
+
+
+DRA_PATH = "/apis/resource.k8s.io/v1"
+
+
+def _core(path: str) -> bool:
+    return path.startswith("/api/v1/")
 
 
 def status_body(code: int, reason: str, message: str) -> bytes:

@@ -1,6 +1,6 @@
-"""``gpu-webhook check`` over the shared corpus of real manifests, and its output contract.
+"""``gpu-webhook check`` over the corpus of real manifests, and its output contract.
 
-The corpus lives in the ``shared`` directory next to the repository (``../shared/corpus``).
+The corpus is a copy in ``tests/corpus`` (origins in its ``INDEX.tsv``).
 """
 
 from __future__ import annotations
@@ -17,17 +17,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.kubeschema import validation_error
 from webhook.cli import main
 from webhook.files.manifests import load_manifests
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = (REPO / ".." / "shared").resolve()
-CORPUS = SHARED / "corpus"
+CORPUS = REPO / "tests" / "corpus"
 UNPARSEABLE = CORPUS / "_unparseable"
 RULES = REPO / "rules"
 CLUSTER = REPO / "tests" / "cases" / "_inventories" / "cluster.yaml"
 NOT_MANIFESTS = {"INDEX.tsv", "README.md", "_unparseable/UNPARSEABLE.tsv"}
-K8S_VERSION = kubernetes_validate.latest_version()
 COMMAND = (sys.executable, "-m", "webhook", "check", "-o", "json")
 JSON_KEYS = {"kind", "name", "namespace", "allowed", "messages", "warnings", "patch"}
 
@@ -41,11 +40,8 @@ def _manifests(root: Path) -> list[Path]:
 PARSEABLE = [p for p in _manifests(CORPUS) if UNPARSEABLE not in p.parents]
 
 
-def test_the_corpus_is_next_to_the_repository() -> None:
-    assert CORPUS.is_dir(), (
-        f"the shared corpus is missing: expected {CORPUS} (the 'shared' directory next to the "
-        "repository); without it the corpus tests below check nothing"
-    )
+def test_the_corpus_is_in_the_repository() -> None:
+    assert CORPUS.is_dir(), f"the corpus is missing: expected {CORPUS}"
     assert len(PARSEABLE) > 100
     assert _manifests(UNPARSEABLE)
 
@@ -63,18 +59,9 @@ def check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return code, out.out, out.err
 
 
-def _validation_error(obj: Any) -> str | None:
-    """``None`` when valid; the first error otherwise. Raises for kinds without a schema."""
-    try:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=False)
-    except kubernetes_validate.ValidationError as exc:
-        return f"{'.'.join(map(str, exc.path))}: {exc.message}"
-    return None
-
-
 def _is_builtin(obj: Any) -> bool:
     try:
-        _validation_error(obj)
+        validation_error(obj)
     except kubernetes_validate.SchemaNotFoundError:
         return False  # a custom resource: kubernetes-validate knows only built-in kinds
     return True
@@ -98,7 +85,7 @@ def test_check_handles_the_corpus_file_and_patches_stay_schema_valid(
         patched = jsonpatch.apply_patch(dict(doc.obj), result["patch"])
         if not result["patch"] or not _is_builtin(doc.obj):
             continue
-        before, after = _validation_error(doc.obj), _validation_error(patched)
+        before, after = validation_error(doc.obj), validation_error(patched)
         # A manifest that is already invalid (a kustomize patch without a selector) must not
         # get a different, new error from our patch.
         assert after == before, f"{result['kind']} {result['name']}: {after}"

@@ -19,17 +19,21 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from webhook.cluster.devicesource import PATHS
 from webhook.engine.selectors import label_selector_matches
 from webhook.engine.workloads import BUILTIN_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-KUSTOMIZATIONS = ["base", "overlays/fail-closed", "overlays/cert-manager"]
+KUSTOMIZATIONS = ["base", "overlays/fail-closed", "overlays/cert-manager", "overlays/audit"]
 FAILURE_POLICY = {
     "base": "Ignore",
     "overlays/fail-closed": "Fail",
     "overlays/cert-manager": "Ignore",
+    "overlays/audit": "Ignore",
 }
+# What the opt-in background audit adds (tests/deploy/test_audit_overlay.py checks it).
+AUDIT = {"app.kubernetes.io/component": "audit"}
 NAMESPACE = "gpu-webhook"
 OPT_OUT = {"gpu-webhook.io/ignore": "true"}
 # Custom resources with no schema in kubernetes-validate: checked by the tests below instead.
@@ -134,13 +138,16 @@ def test_the_mutating_webhook_sees_pod_creation_only_and_may_be_called_again(nam
 
 def test_the_validating_rules_list_exactly_the_engines_workload_kinds():
     (hook,) = one(render("base"), "ValidatingWebhookConfiguration")["webhooks"]
-    listed = {
-        (g, r) for rule in hook["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-    }
+    dra, *workloads = hook["rules"]
+    listed = {(g, r) for rule in workloads for g in rule["apiGroups"] for r in rule["resources"]}
     assert listed == {(k.group, k.resource) for k in BUILTIN_KINDS}
-    for rule in hook["rules"]:
+    for rule in workloads:
         assert rule["apiVersions"] == ["*"]
         assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+    # DRA claims are judged on create only: their spec is immutable.
+    assert dra["apiGroups"] == ["resource.k8s.io"]
+    assert dra["resources"] == ["resourceclaims", "resourceclaimtemplates"]
+    assert dra["operations"] == ["CREATE"]
 
 
 @pytest.mark.parametrize(
@@ -221,9 +228,14 @@ def test_cert_manager_injects_the_ca_of_the_certificate_that_fills_the_tls_secre
 
 def rbac_rules(objs: tuple[dict[str, Any], ...]) -> Iterator[tuple[str, dict[str, Any]]]:
     for obj in objs:
-        if obj["kind"] in ("Role", "ClusterRole"):
+        if obj["kind"] in ("Role", "ClusterRole") and not _audit(obj):
             for rule in obj["rules"]:
                 yield f"{obj['kind']} {obj['metadata']['name']}", rule
+
+
+def _audit(obj: dict[str, Any]) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in AUDIT.items())
 
 
 NAMED_ONLY = {
@@ -231,6 +243,10 @@ NAMED_ONLY = {
     "mutatingwebhookconfigurations": ["gpu-webhook"],
     "validatingwebhookconfigurations": ["gpu-webhook"],
 }
+
+
+# Exactly the collections webhook.cluster.devicesource lists and watches.
+DRA_RESOURCES = tuple(path.rsplit("/", 1)[1] for path in PATHS.values())
 
 
 @each
@@ -243,18 +259,22 @@ def test_rbac_grants_reads_and_named_patches_only(name):
                 assert rule.get("resourceNames") == NAMED_ONLY[resource], (role, resource)
                 assert set(rule["verbs"]) <= {"get", "patch"}, (role, resource)
             else:
-                assert resource in ("nodes", "namespaces"), (role, resource)
+                assert resource in ("nodes", "namespaces", "runtimeclasses", *DRA_RESOURCES), (
+                    role,
+                    resource,
+                )
                 assert set(rule["verbs"]) == {"get", "list", "watch"}, (role, resource)
 
 
 @each
-def test_the_server_account_can_only_watch_nodes_and_namespaces(name):
+def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_and_dra_objects(name):
     objs = render(name)
     account = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     bound = [
         b["roleRef"]
         for b in objs
         if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and not _audit(b)
         and {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} in b["subjects"]
     ]
     assert bound == [
@@ -262,7 +282,21 @@ def test_the_server_account_can_only_watch_nodes_and_namespaces(name):
     ]
     role = one(objs, "ClusterRole", account)
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["get", "list", "watch"]}
+        {
+            "apiGroups": [""],
+            "resources": ["nodes", "namespaces"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": list(DRA_RESOURCES),
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["node.k8s.io"],
+            "resources": ["runtimeclasses"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
 
 

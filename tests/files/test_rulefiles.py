@@ -29,7 +29,11 @@ def problems(directory: Path) -> list[str]:
 
 def test_the_shipped_rules_load() -> None:
     policy = load_policy(str(ROOT / "rules"))
-    assert policy.rule_names == ("nvidia-gpu-taint", "hide-gpus-from-non-gpu-containers")
+    assert policy.rule_names == (
+        "gpu-stack",
+        "nvidia-gpu-taint",
+        "hide-gpus-from-non-gpu-containers",
+    )
 
 
 def test_the_shipped_schema_is_the_generated_one() -> None:
@@ -42,12 +46,12 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
     [
         pytest.param(
             HEADER + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n    tolerate: []\n",
-            "a.yaml: doc 1 (GPUPolicy a): spec.mutate: unknown field 'tolerate'",
+            'a.yaml: doc 1 (GPUPolicy a): spec.mutate: unknown field "tolerate" (did you mean "tolerations"?)',
             id="unknown-key",
         ),
         pytest.param(
             HEADER + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  order: first\n",
-            "spec.order: 'first' is not of type 'integer'",
+            'spec.order: "first" is not a whole number',
             id="wrong-type",
         ),
         pytest.param(
@@ -59,7 +63,7 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
         pytest.param(
             HEADER
             + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n    memoryLimit: {fixed: lots}\n",
-            "spec.mutate.memoryLimit.fixed: 'lots' is not a quantity",
+            'spec.mutate.memoryLimit.fixed: "lots" is not a Kubernetes quantity',
             id="bad-quantity",
         ),
         pytest.param(
@@ -110,7 +114,7 @@ def test_two_rules_that_write_one_field_differently_are_an_error(tmp_path: Path)
     )
     (found,) = problems(tmp_path)
     assert "b.yaml: doc 1 (GPUPolicy b): spec.mutate.env.gpuContainers[NCCL_DEBUG]" in found
-    assert "conflicts with rule 'a'" in found
+    assert 'conflicts with rule "a"' in found
 
 
 def test_rules_with_disjoint_namespaces_may_write_different_values(tmp_path: Path) -> None:
@@ -137,7 +141,7 @@ def test_a_broken_edit_never_replaces_the_last_good_rules(tmp_path: Path) -> Non
     shutil.copy(ROOT / "rules" / "10-nvidia-tolerations.yaml", rules)
     (rules / "20-hide-gpus.yaml").unlink()
     assert store.reload_if_changed() is True
-    assert store.current.policy.rule_names == ("nvidia-gpu-taint",)
+    assert store.current.policy.rule_names == ("gpu-stack", "nvidia-gpu-taint")
     assert store.current.generation == good.generation + 1
 
 
@@ -255,3 +259,106 @@ def test_the_last_good_set_follows_good_reloads_only(tmp_path: Path) -> None:
     assert sorted(p.name for p in kept.rules().iterdir()) == [
         name for name in shipped if name != "20-hide-gpus.yaml"
     ]
+
+
+# --- GPU access control fields -------------------------------------------------------------
+
+POLICY_HEAD = HEADER + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n"
+SETTINGS_HEAD = HEADER + "kind: GPUSettings\nmetadata: {name: cluster}\nspec:\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            POLICY_HEAD + "  exempt: [gpuAccess]\n",
+            'spec.exempt[0]: "gpuAccess" is not one of gpuAccessWithoutRequest, '
+            "nonGPUPodOnGPUNode, hideGPUs, avoidGPUNodes",
+            id="unknown-exemption",
+        ),
+        pytest.param(
+            POLICY_HEAD + "  mutate:\n    env: {hideGPUsFromNonGPUContainers: everywhere}\n",
+            "spec.mutate.env.hideGPUsFromNonGPUContainers",
+            id="unknown-hide-scope",
+        ),
+        pytest.param(
+            POLICY_HEAD + "  mutate:\n    runtimeClassName: NVIDIA_Runtime\n",
+            'spec.mutate.runtimeClassName: "NVIDIA_Runtime" is not a valid name',
+            id="runtime-class-not-a-dns-name",
+        ),
+        pytest.param(
+            POLICY_HEAD + "  mutate:\n    avoidGPUNodes: {value: 'true'}\n",
+            "spec.mutate.avoidGPUNodes.nodeLabel: missing",
+            id="avoid-without-label",
+        ),
+        pytest.param(
+            POLICY_HEAD + "  validate:\n    - requireProbes: [health]\n",
+            'spec.validate[0]: requireProbes[0]: "health" is not one of liveness, readiness, startup',
+            id="unknown-probe",
+        ),
+        pytest.param(
+            SETTINGS_HEAD + "  checks: {gpuAccessWithoutRequest: repair}\n",
+            'spec.checks.gpuAccessWithoutRequest: "repair" is not one of deny, warn, audit',
+            id="no-repair-for-gpu-access",
+        ),
+        pytest.param(
+            SETTINGS_HEAD + "  gpuNodes:\n    taints: [{key: nvidia.com/gpu, effect: Prefer}]\n",
+            'spec.gpuNodes.taints[0].effect: "Prefer" is not one of NoSchedule, NoExecute',
+            id="gpu-taint-effect",
+        ),
+    ],
+)
+def test_gpu_access_control_fields_are_checked_with_their_path(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    write(tmp_path, "a.yaml", text)
+    assert any(expected in p for p in problems(tmp_path)), problems(tmp_path)
+
+
+def test_an_exemption_matches_pods_without_gpus_unless_its_gpu_count_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "a.yaml", POLICY_HEAD + "  exempt: [hideGPUs]\n")
+    write(
+        tmp_path,
+        "b.yaml",
+        HEADER + "kind: GPUPolicy\nmetadata: {name: b}\nspec:\n  match: {gpuCount: {min: 2}}\n"
+        "  exempt: [hideGPUs]\n",
+    )
+    a, b = load_policy(str(tmp_path)).rules
+    assert (a.match.gpu_min, b.match.gpu_min) == (0, 2)
+
+
+def test_two_rules_that_set_different_runtime_classes_for_the_same_pods_are_an_error(
+    tmp_path: Path,
+) -> None:
+    for name, runtime in (("a", "nvidia"), ("b", "nvidia-cdi")):
+        write(
+            tmp_path,
+            f"{name}.yaml",
+            HEADER + f"kind: GPUPolicy\nmetadata: {{name: {name}}}\nspec:\n"
+            f"  mutate: {{runtimeClassName: {runtime}}}\n",
+        )
+    (found,) = problems(tmp_path)
+    assert 'b.yaml: doc 1 (GPUPolicy b): spec.mutate.runtimeClassName: conflicts with rule "a"' in (
+        found
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "scope"),
+    [
+        pytest.param("true", "gpuPods", id="true is the scope it always had"),
+        pytest.param("false", "none", id="false"),
+        pytest.param("gpuPods", "gpuPods", id="gpuPods"),
+        pytest.param("gpuNodes", "gpuNodes", id="gpuNodes"),
+    ],
+)
+def test_the_hide_scope_is_read(tmp_path: Path, value: str, scope: str) -> None:
+    write(
+        tmp_path,
+        "a.yaml",
+        POLICY_HEAD + f"  mutate:\n    env: {{hideGPUsFromNonGPUContainers: {value}}}\n",
+    )
+    (rule,) = load_policy(str(tmp_path)).rules
+    assert rule.mutations.hide_gpus == scope

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from webhook.engine.devices import DeviceInventory
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView
 from webhook.engine.inventory import Inventory
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import InventoryFile, InventoryFileError, load_inventory_file
 from webhook.files.lastgood import LastGood
 
 log = logging.getLogger("gpu_webhook.inventory")
@@ -51,16 +52,18 @@ class InventorySource(Protocol):
     def ready(self) -> bool: ...
     def status(self) -> InventoryStatus: ...
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
+    def devices(self) -> DeviceInventory | None: ...
+    def runtime_classes(self) -> frozenset[str] | None: ...
 
 
-def _load_keeping(path: str, last_good: LastGood | None) -> Inventory:
+def _load_keeping(path: str, last_good: LastGood | None) -> InventoryFile:
     """The file's nodes, kept in ``last_good`` when it loads; when it does not, the last
     good copy's (a worker started after the file broke serves what its siblings serve)."""
     if last_good is None:
-        return load_inventory(path)
+        return load_inventory_file(path)
     try:
         before = Path(path).read_bytes()
-        inventory = load_inventory(path)
+        inventory = load_inventory_file(path)
     except (OSError, InventoryFileError) as exc:
         kept = last_good.inventory()
         if kept is None:
@@ -69,7 +72,7 @@ def _load_keeping(path: str, last_good: LastGood | None) -> Inventory:
             "inventory file not usable; serving the last good copy",
             extra={"inventory": path, "error": str(exc)[:1000]},
         )
-        return load_inventory(str(kept))
+        return load_inventory_file(str(kept))
     if Path(path).read_bytes() == before:
         with contextlib.suppress(OSError):
             last_good.save_inventory(before)
@@ -92,7 +95,7 @@ class StaticInventorySource:
     ) -> None:
         self.path = path
         self._clock = clock
-        self._inventory = _load_keeping(path, last_good)
+        self._file = _load_keeping(path, last_good)
         self._loaded_at = clock()
 
     def start(self) -> None:
@@ -102,7 +105,7 @@ class StaticInventorySource:
         """Nothing to stop."""
 
     def snapshot(self) -> Inventory:
-        return self._inventory
+        return self._file.nodes
 
     def ready(self) -> bool:
         return True
@@ -112,14 +115,21 @@ class StaticInventorySource:
             synced=True,
             stale=False,
             age_seconds=self._clock() - self._loaded_at,
-            resource_version=self._inventory.resource_version,
-            node_count=len(self._inventory),
+            resource_version=self._file.nodes.resource_version,
+            node_count=len(self._file.nodes),
             source=self.path,
         )
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:  # noqa: ARG002
         """A file holds no namespaces: rules on namespace labels see them as unknown."""
         return None
+
+    def devices(self) -> DeviceInventory | None:
+        return self._file.devices
+
+    def runtime_classes(self) -> frozenset[str] | None:
+        """The file's RuntimeClasses; ``None`` when it lists none."""
+        return self._file.runtime_classes
 
 
 def view_of(source: InventorySource | None) -> InventoryView:
@@ -135,4 +145,6 @@ def view_of(source: InventorySource | None) -> InventoryView:
             None,
             problem=f"node inventory is stale ({status.age_seconds or 0:.0f}s since last sync)",
         )
-    return InventoryView(snapshot)
+    return InventoryView(
+        snapshot, devices=source.devices(), runtime_classes=source.runtime_classes()
+    )

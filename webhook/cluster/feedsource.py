@@ -21,16 +21,19 @@ from typing import Any
 
 from webhook.admission.inventory import InventoryStatus
 from webhook.cluster import feedwire
+from webhook.cluster.devicesource import DeviceCache
 from webhook.cluster.feedwire import WatcherStatus
-from webhook.cluster.inventorysource import NodeCache
+from webhook.cluster.inventorysource import NodeCache, devices_settled
 from webhook.cluster.reflector import Backoff, let_requests_run
+from webhook.engine.devices import DeviceInventory
 from webhook.engine.inventory import Inventory, Node
 
 log = logging.getLogger("webhook.inventory")
 
 
 class FeedInventorySource:
-    """Nodes and namespaces as the pod's inventory watcher last reported them."""
+    """Nodes, namespaces and RuntimeClasses as the pod's inventory watcher last reported
+    them."""
 
     def __init__(
         self,
@@ -47,6 +50,7 @@ class FeedInventorySource:
         self._backoff = backoff or Backoff(initial_seconds=0.05, cap_seconds=2.0)
         self._nodes = NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
         self._namespaces: dict[str, Mapping[str, str]] | None = None
+        self._runtime_classes: frozenset[str] | None = None
         self._watcher = WatcherStatus()
         # When the watcher last heard from the API server, on this process's clock.
         self._contact: float | None = None
@@ -54,6 +58,8 @@ class FeedInventorySource:
         self._connection_error = ""
         self._connection: socket.socket | None = None
         self._listing: _Listing | None = None
+        self._devices = DeviceCache()
+        self._dra_lists: dict[str, list[Mapping[str, Any]]] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -85,7 +91,14 @@ class FeedInventorySource:
         return self._nodes.published
 
     def ready(self) -> bool:
-        return self._nodes.published is not None and self._namespaces is not None
+        return (
+            self._nodes.published is not None
+            and self._namespaces is not None
+            and devices_settled(self._devices)
+        )
+
+    def devices(self) -> DeviceInventory | None:
+        return self._devices.snapshot()
 
     def status(self) -> InventoryStatus:
         namespaces = self._namespaces
@@ -102,6 +115,9 @@ class FeedInventorySource:
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         namespaces = self._namespaces
         return None if namespaces is None else namespaces.get(name)
+
+    def runtime_classes(self) -> frozenset[str] | None:
+        return self._runtime_classes
 
     # The receiving thread.
 
@@ -156,13 +172,28 @@ class FeedInventorySource:
             self._namespaces = dict(message["namespaces"])
         elif kind == "namespace":
             self._apply_namespace(message["name"], message["labels"])
+        elif kind == "dra-served":
+            self._devices.set_served(bool(message["served"]))
+        elif kind == "dra":
+            # A list in lines: the kind is replaced once whole, never half a list.
+            pending = self._dra_lists.setdefault(message["kind"], [])
+            pending.extend(message["objects"])
+            if message["last"]:
+                objects = self._dra_lists.pop(message["kind"])
+                self._devices.replace(message["kind"], objects, message["rv"])
+        elif kind == "dra-event":
+            self._devices.apply(message["kind"], message["event"], message["object"], message["rv"])
+        elif kind == "runtimeclasses":
+            self._apply_runtime_classes(message["names"])
 
     def _apply_state(self, message: feedwire.Message) -> None:
         """A (re)connection: take the watcher's whole state. Its node list follows; a
         watcher that has not listed yet sends none, and the worker keeps what it had."""
         self._listing = None
+        self._dra_lists = {}
         if message["namespaces"] is not None:
             self._namespaces = dict(message["namespaces"])
+        self._apply_runtime_classes(message.get("runtime_classes"))
         self._apply_status(message["status"])
         self._backoff.reset()
         if self._connection_error:
@@ -194,6 +225,11 @@ class FeedInventorySource:
         self._listing = None
         self._nodes.replace(listing.nodes, listing.resource_version)
         self._contact = self._clock()
+
+    def _apply_runtime_classes(self, names: list[str] | None) -> None:
+        """Null keeps what this worker had: a watcher that restarted has not listed yet."""
+        if names is not None:
+            self._runtime_classes = frozenset(names)
 
     def _apply_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
         # A new dict, swapped in whole: readers never see one half-changed.

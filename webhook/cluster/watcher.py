@@ -1,5 +1,5 @@
-"""The pod's one inventory watcher: lists and watches nodes and namespaces, and feeds the
-gunicorn workers over a Unix socket.
+"""The pod's one inventory watcher: lists and watches nodes, namespaces and RuntimeClasses,
+and feeds the gunicorn workers over a Unix socket.
 
 Why a process of its own: parsing an 11 KB node event takes the interpreter lock, and in a
 worker that lock is what admissions wait for. Here the parsing happens once per pod, not
@@ -27,10 +27,12 @@ from typing import Any
 
 from webhook.cluster import feedwire
 from webhook.cluster.apiclient import ApiEndpoint, ApiError, KubeconfigError
+from webhook.cluster.devicesource import PATHS, DeviceCache
 from webhook.cluster.inventorysource import (
     ClusterWatch,
     NamespaceCache,
     NamespaceItem,
+    RuntimeClassCache,
     api_endpoint_from_kubeconfig,
 )
 from webhook.cluster.reflector import Backoff
@@ -91,6 +93,8 @@ class FeedState:
         self.last_contact: float | None = None
         self.node_error = ""
         self.namespaces = NamespaceCache(clock=clock)
+        self.devices = DeviceFeed(subscribers)
+        self.runtime_classes = RuntimeClassCache()
         self.relists: Callable[[], int] = lambda: 0
 
     def contact(self, resource_version: str) -> None:
@@ -112,11 +116,57 @@ class FeedState:
     def greeting(self) -> bytes:
         """The whole state, as the first messages of a connection."""
         namespaces = self.namespaces.labels if self.namespaces.synced else None
-        state = {"t": "state", "namespaces": namespaces, "status": self.status().to_json()}
+        state = {
+            "t": "state",
+            "namespaces": namespaces,
+            "runtime_classes": feedwire.names(self.runtime_classes.names),
+            "status": self.status().to_json(),
+        }
+        devices = self.devices.messages()
         if self.nodes is None:
-            return feedwire.encode(state)
+            return feedwire.encode(state, *devices)
         nodes = feedwire.node_list(self.nodes.values(), resource_version=self.resource_version)
-        return feedwire.encode(state, *nodes)
+        return feedwire.encode(state, *nodes, *devices)
+
+
+class DeviceFeed(DeviceCache):
+    """The DRA reflectors' cache in the watcher: every change is also sent to workers."""
+
+    def __init__(self, subscribers: Subscribers) -> None:
+        super().__init__(parse=False)
+        self.subscribers = subscribers
+
+    def set_served(self, served: bool) -> None:
+        with self.subscribers.lock:
+            super().set_served(served)
+            self.subscribers.send({"t": "dra-served", "served": served})
+
+    def replace(self, kind: str, objects: list[Mapping[str, Any]], resource_version: str) -> None:
+        with self.subscribers.lock:
+            super().replace(kind, objects, resource_version)
+            self.subscribers.send(
+                *feedwire.dra_list(kind, objects, resource_version=resource_version)
+            )
+
+    def apply(self, kind: str, event: str, obj: Mapping[str, Any], resource_version: str) -> None:
+        with self.subscribers.lock:
+            super().apply(kind, event, obj, resource_version)
+            message = {"t": "dra-event", "kind": kind, "event": event, "object": obj}
+            self.subscribers.send({**message, "rv": resource_version})
+
+    def messages(self) -> list[feedwire.Message]:
+        """The whole DRA state, for a worker that connects."""
+        if self.served is None:
+            return []
+        out: list[feedwire.Message] = [{"t": "dra-served", "served": self.served}]
+        for kind in PATHS:
+            if self.synced(kind):
+                out.extend(
+                    feedwire.dra_list(
+                        kind, self.objects(kind), resource_version=self.resource_version
+                    )
+                )
+        return out
 
 
 class NodeFeed:
@@ -190,6 +240,40 @@ class NamespaceFeed:
         self.cache.failed(error)
 
 
+class RuntimeClassFeed:
+    """The RuntimeClass reflector's handler: the names, sent whole when they change (a
+    cluster has a handful)."""
+
+    def __init__(self, state: FeedState) -> None:
+        self.state = state
+        self.cache = state.runtime_classes
+
+    def parse(self, obj: Mapping[str, Any]) -> str:
+        return self.cache.parse(obj)
+
+    def replace(self, items: list[str], resource_version: str) -> None:
+        with self.state.subscribers.lock:
+            self.cache.replace(items, resource_version)
+            self._send()
+
+    def apply(self, kind: str, item: str, resource_version: str) -> None:
+        with self.state.subscribers.lock:
+            before = self.cache.names
+            self.cache.apply(kind, item, resource_version)
+            if self.cache.names != before:
+                self._send()
+
+    def _send(self) -> None:
+        names = feedwire.names(self.cache.names)
+        self.state.subscribers.send({"t": "runtimeclasses", "names": names})
+
+    def progress(self, resource_version: str) -> None:
+        self.cache.progress(resource_version)
+
+    def failed(self, error: ApiError) -> None:
+        self.cache.failed(error)
+
+
 class InventoryFeed:
     """List and watch, and serve the result on ``socket_path`` until stopped."""
 
@@ -211,6 +295,8 @@ class InventoryFeed:
             api=api,
             nodes=NodeFeed(self.state),
             namespaces=NamespaceFeed(self.state),
+            devices=self.state.devices,
+            runtime_classes=RuntimeClassFeed(self.state),
             backoff=backoff,
             watch_timeout_seconds=watch_timeout_seconds,
         )

@@ -10,7 +10,7 @@ from typing import Any
 
 from webhook.engine.decision import Finding, action_of
 from webhook.engine.gpus import Container, PodGPUs, QuantityProblem
-from webhook.engine.inventory import Fit, Inventory, Placement
+from webhook.engine.inventory import Fit, Inventory, Placement, Taint
 from webhook.engine.policy import Rule, RuleCheck, Settings, glob_matcher
 from webhook.engine.quantity import format_quantity
 
@@ -27,46 +27,59 @@ class Scope:
     pod: PodGPUs
     placement: Placement
     settings: Settings
+    kind: str = ""  # the object's kind: a Pod, or the workload holding the template
 
     def at(self, container: Container) -> str:
         return f"{self.where}.{container.section}[{container.index}]"
 
 
-def _q(value: Fraction | None) -> str:
+def _q(value: Fraction | None, spelled: str = "") -> str:
+    """The quantity as the user wrote it when known, else in Kubernetes' canonical form."""
+    if spelled:
+        return spelled
     return format_quantity(value) if value is not None else "?"
+
+
+def _whole(value: Fraction | None) -> int:
+    """The whole number of GPUs to ask for instead: a part of one rounds up to one."""
+    if value is None:
+        return 1
+    return max(1, -(-value.numerator // value.denominator))
 
 
 def _quantity_text(container: Container, problem: QuantityProblem) -> tuple[str, str]:
     c, r = f'container "{container.name}"', problem.resource
     if problem.check == "requestsWithoutLimits":
-        q = _q(problem.request)
+        q = _q(problem.request, problem.request_text)
+        fix = (
+            f'Set resources.limits["{r}"] to {q}.'
+            if problem.request is not None and problem.request.denominator == 1
+            else f'Set resources.requests["{r}"] and resources.limits["{r}"] to '
+            f"{_whole(problem.request)}."
+        )
         return (
-            f"{c} requests {r}: {q} but sets no limit for it; GPUs are allocated by limit. "
-            f'Set resources.limits["{r}"] to {q}.',
+            f"{c} requests {r}: {q} but sets no limit for it; GPUs are allocated by limit. {fix}",
             f"{c}: {r} is in requests but not in limits",
         )
     if problem.check == "requestsNotEqualLimits":
-        q, lim = _q(problem.request), _q(problem.limit)
+        q = _q(problem.request, problem.request_text)
+        lim = _q(problem.limit, problem.limit_text)
+        both = lim if problem.limit is not None and problem.limit.denominator == 1 else None
         return (
             f"{c} requests {r}: {q} but limits it to {lim}; GPUs cannot be overcommitted, "
-            f"so request and limit must be equal. Set both to {lim}.",
+            f"so request and limit must be equal. Set both to {both or _whole(problem.limit)}.",
             f"{c}: {r} request {q} differs from limit {lim}",
         )
     if problem.check == "fractionalQuantity":
-        q = _q(problem.request)
-        whole = (
-            max(1, -(-problem.request.numerator // problem.request.denominator))
-            if problem.request
-            else 1
-        )
+        q = _q(problem.request, problem.request_text)
         return (
             f"{c} asks for {r}: {q}, which is not a whole number; GPUs are allocated whole. "
-            f"Use {whole}, or a resource for part of a GPU (a MIG profile such as "
-            "nvidia.com/mig-1g.10gb, or nvidia.com/gpu.shared).",
+            f"Use {_whole(problem.request)}, or a resource for part of a GPU (a MIG profile "
+            "such as nvidia.com/mig-1g.10gb, or nvidia.com/gpu.shared).",
             f"{c}: {r} {q} is not a whole number",
         )
     if problem.check == "negativeQuantity":
-        q = _q(problem.request)
+        q = _q(problem.request, problem.request_text)
         return (
             f"{c} asks for {r}: {q}; a quantity cannot be negative. Use 0 or more.",
             f"{c}: {r} {q} is negative",
@@ -116,23 +129,79 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
                 f"the pod requests {need} {resource}, but the largest node it can use, "
                 f"{_node_text(fit).removeprefix('node ')}, has {fit.amount} allocatable."
             )
-        if best.amount > fit.amount:
-            text += (
-                f" {_node_text(best).capitalize()} has {best.amount}, but the pod's "
-                "nodeSelector, node affinity or tolerations exclude it."
-            )
-        if best.amount >= need and fit.amount == 0:
-            text += " Let the pod use that node."
-        elif best.amount >= need:
-            text += f" Let the pod use that node, or request at most {fit.amount}."
-        else:
-            text += (
-                f" No node has {need}: request at most {best.amount} per pod and spread the "
-                "work over more pods."
-            )
+        tainted = _tainted_fit(scope, inventory, resource, fit.amount)
+        text += _remedy(need, fit, best) if tainted is None else _taint_text(need, *tainted)
         summary = f"{need} {resource} requested, largest usable node has {fit.amount}"
         action = settings.actions["capacity"]
         yield Finding("builtin", "capacity", action_of(action), text, summary, scope.where)
+
+
+def _remedy(need: int, fit: Fit, best: Fit) -> str:
+    text = ""
+    if best.amount > fit.amount:
+        text += (
+            f" {_node_text(best).capitalize()} has {best.amount}, but the pod's "
+            "nodeSelector, node affinity or tolerations exclude it."
+        )
+    if best.amount >= need and fit.amount == 0:
+        return text + " Let the pod use that node."
+    if best.amount >= need:
+        return text + f" Let the pod use that node, or request at most {fit.amount}."
+    return text + (
+        f" No node has {need}: request at most {best.amount} per pod and spread the "
+        "work over more pods."
+    )
+
+
+def _tainted_fit(
+    scope: Scope, inventory: Inventory, resource: str, usable: int
+) -> tuple[Fit, list[Taint]] | None:
+    """The larger node the pod's selector and affinity admit but its tolerations do not, and
+    the taints that keep it off: the scheduler's TaintToleration filter, named for the user."""
+    selected = Placement(
+        node_selector=scope.placement.node_selector,
+        required_terms=scope.placement.required_terms,
+        tolerations=({"operator": "Exists"},),
+    )
+    fit = inventory.largest(resource, selected)
+    if fit.node is None or fit.amount <= usable:
+        return None
+    tolerations = Placement(
+        node_selector={}, required_terms=None, tolerations=scope.placement.tolerations
+    )
+    taints = [t for t in fit.node.taints if not tolerations.admits({}, "", (t,))]
+    return (fit, taints) if taints else None
+
+
+def _taint_text(need: int, fit: Fit, taints: list[Taint]) -> str:
+    named = ", ".join(_taint_name(t) for t in taints)
+    tolerations = "; ".join(_toleration_text(t) for t in taints)
+    one = len(taints) == 1
+    text = (
+        f" {_node_text(fit).capitalize()} has {fit.amount}, but its "
+        f"{'taint' if one else 'taints'} {named} {'keeps' if one else 'keep'} the pod off. "
+        f"If the pod may run there, add to its tolerations: {tolerations}."
+    )
+    if fit.amount < need:
+        text += f" Even there, request at most {fit.amount}."
+    return text
+
+
+def _taint_name(taint: Taint) -> str:
+    return (
+        f"{taint.key}={taint.value}:{taint.effect}"
+        if taint.value
+        else f"{taint.key}:{taint.effect}"
+    )
+
+
+def _toleration_text(taint: Taint) -> str:
+    if taint.value:
+        return (
+            f'{{key: "{taint.key}", operator: "Equal", value: "{taint.value}", '
+            f'effect: "{taint.effect}"}}'
+        )
+    return f'{{key: "{taint.key}", operator: "Exists", effect: "{taint.effect}"}}'
 
 
 def _unknown_resource(
@@ -301,6 +370,53 @@ def _forbidden(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
     )
 
 
+# Workloads that run for long: a GPU that hangs (driver hang, XID error) leaves their pods
+# Running and useless until a liveness probe restarts them.
+LONG_RUNNING_KINDS = frozenset({"Deployment", "StatefulSet", "LeaderWorkerSet"})
+_PROBE_FIELDS = {
+    "liveness": "livenessProbe",
+    "readiness": "readinessProbe",
+    "startup": "startupProbe",
+}
+
+
+def _require_probes(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    if scope.kind not in LONG_RUNNING_KINDS:
+        return None
+    for c in scope.pod.containers:
+        if not c.gpu_count or (c.section == "initContainers" and not c.sidecar):
+            continue
+        missing = [_PROBE_FIELDS[p] for p in check.value if not c.body.get(_PROBE_FIELDS[p])]
+        if missing:
+            return (
+                f'GPU container "{c.name}" of this {scope.kind} has no {", ".join(missing)}; '
+                "a GPU driver hang or XID error leaves its pod Running but useless until a "
+                "liveness probe restarts it. Add a probe that exercises the GPU (the "
+                "server's health endpoint, or nvidia-smi).",
+                f'GPU container "{c.name}" has no {", ".join(missing)}',
+            )
+    return None
+
+
+def _allowed_priority_classes(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    allowed = glob_matcher(check.value)
+    listed = ", ".join(check.value)
+    name = scope.spec.get("priorityClassName")
+    if isinstance(name, str) and name and allowed(name):
+        return None
+    if not isinstance(name, str) or not name:
+        return (
+            f"the pod sets no priorityClassName; GPU pods here must use one of {listed}. "
+            "Set spec.priorityClassName.",
+            f"no priorityClassName; allowed: {listed}",
+        )
+    return (
+        f'the pod uses priorityClassName "{name}"; GPU pods here must use one of {listed}. '
+        "Change spec.priorityClassName.",
+        f'priorityClassName "{name}" not allowed (allowed: {listed})',
+    )
+
+
 _RULE_CHECKS = {
     "maxGPUsPerPod": _max_per_pod,
     "maxGPUsPerContainer": _max_per_container,
@@ -309,4 +425,6 @@ _RULE_CHECKS = {
     "maxSharedGPUs": _max_shared,
     "requiredLabels": _required_labels,
     "forbiddenResources": _forbidden,
+    "requireProbes": _require_probes,
+    "allowedPriorityClasses": _allowed_priority_classes,
 }

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.engine.accesscontrol import (
+    NO_EXEMPTIONS,
+    PodReach,
+    Template,
+    access_findings,
+    exemptions,
+    hide_on_gpu_nodes,
+    node_findings,
+    place,
+    runtime_class_findings,
+    without_exempt,
+)
 from webhook.engine.checks import (
     Scope,
     capacity_findings,
@@ -13,12 +26,23 @@ from webhook.engine.checks import (
     rule_findings,
 )
 from webhook.engine.decision import Decision, Finding, action_of, decide
+from webhook.engine.devices import DeviceInventory, is_dra_object
+from webhook.engine.dra import (
+    NO_CLAIMS,
+    PodClaims,
+    claim_findings,
+    extended_resource_claims,
+    pod_claims,
+    with_claim_gpus,
+)
+from webhook.engine.gpuaccess import pod_asks_for_gpu
 from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
 from webhook.engine.patch import Editor, lookup
-from webhook.engine.policy import Policy, Rule
+from webhook.engine.policy import Mutations, Policy, Rule
 from webhook.engine.selectors import dig
+from webhook.engine.workloads import Path as WorkloadPath
 from webhook.engine.workloads import PodTemplate
 
 
@@ -45,9 +69,15 @@ class InventoryView:
 
     snapshot: Inventory | None
     problem: str = ""  # set when a configured inventory is unavailable (never synced, stale)
+    # DRA classes, slices, claims and templates; None when the cluster serves no DRA API
+    # (or ``check`` was given none).
+    devices: DeviceInventory | None = None
+    # Names of the cluster's RuntimeClasses, from a live inventory; None: not known.
+    runtime_classes: frozenset[str] | None = None
 
 
 NO_INVENTORY = InventoryView(None)
+NO_INVENTORY_NOTICE = "capacity checks skipped: no node inventory given"
 # Top-level metadata that ``evaluate`` never reads: replicas of one workload differ only
 # here, so callers may treat objects equal but for these as the same question
 # (``webhook.admission.memo``). tests/engine/test_properties.py holds the engine to it.
@@ -83,34 +113,109 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
 
 def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
     obj = request.object
+    if is_dra_object(obj) and obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
+        from webhook.engine.claimobjects import evaluate_claim_object
+
+        return evaluate_claim_object(
+            request, policy=policy, view=inventory, snapshot=_inventory(inventory, policy)
+        )
     templates = policy.kinds.templates(obj)
     if templates is None:
         return Decision(allowed=True, mutated=obj, understood=False)
     snapshot = _inventory(inventory, policy)
+    kind = str(obj.get("kind", ""))
+    context = _Context(
+        kind=kind,
+        # The one per-node kind (workloads.BUILTIN_KINDS).
+        daemon=kind == "DaemonSet" and str(obj.get("apiVersion", "")).startswith("apps/"),
+        runtime_classes=inventory.runtime_classes,
+    )
     editor = Editor(obj)
     findings: list[Finding] = []
+    mutated_by: dict[str, None] = {}
+    notices: list[str] = []
     per_pod: list[tuple[PodTemplate, PodGPUs]] = []
+    classes: list[tuple[str, ...]] = []
     for template in templates:
         if _unchanged(request, template):
             continue
-        pod = _evaluate_template(
-            request, template, policy=policy, snapshot=snapshot, editor=editor, findings=findings
+        pod, claims = _evaluate_template(
+            request,
+            template,
+            policy=policy,
+            snapshot=snapshot,
+            view=inventory,
+            editor=editor,
+            findings=findings,
+            context=context,
+            mutated_by=mutated_by,
         )
         per_pod.append((template, pod))
+        classes.append(claims.gpu_classes)
+        devices = inventory.devices
+        if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
+            notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
     gpu_pods = [p for _, p in per_pod if p.total or p.problems]
-    notices: list[str] = []
     warnings: list[str] = []
     if gpu_pods:
         if inventory.problem:
             _inventory_unavailable(inventory.problem, policy, findings, warnings)
         elif snapshot is None:
-            notices.append("capacity checks skipped: no node inventory given")
+            notices.append(NO_INVENTORY_NOTICE)
         else:
             findings.extend(_workload_findings(per_pod, snapshot, policy))
-    findings.extend(_workload_rule_findings(request, per_pod, policy))
+    findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
     return decide(
-        findings, patch=editor.ops, mutated=editor.doc, notices=notices, extra_warnings=warnings
+        findings,
+        patch=editor.ops,
+        mutated=editor.doc,
+        notices=tuple(dict.fromkeys(notices)),
+        extra_warnings=warnings,
+        mutated_by=list(mutated_by),
     )
+
+
+@dataclass(slots=True)
+class _Context:
+    """What every template of one object shares."""
+
+    kind: str
+    daemon: bool
+    runtime_classes: frozenset[str] | None
+
+
+def _repair_requests_only(
+    editor: Editor, spec_path: WorkloadPath, pod: PodGPUs
+) -> Iterator[Finding]:
+    """Copy a GPU request into limits (GPUSettings ``repair``), saying so as a warning."""
+    for container, problem in pod.problems:
+        if problem.check == "requestsWithoutLimits":
+            repair_requests_only(editor, spec_path, container, problem.resource)
+            yield Finding(
+                "builtin",
+                "requestsWithoutLimits",
+                "warn",
+                f'container "{container.name}" requested {problem.resource} without a '
+                "limit; the request was copied into limits. Set the limit yourself.",
+                f'container "{container.name}": {problem.resource} limit set from request',
+                ".".join(map(str, (*spec_path, *container.path))),
+            )
+
+
+def _places_access(mutations: Mutations) -> bool:
+    return mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None
+
+
+@contextmanager
+def _crediting(
+    editor: Editor, mutated_by: dict[str, None], rules: Sequence[Rule]
+) -> Iterator[None]:
+    """Name ``rules`` as mutators when the block adds patch operations (for the log line)."""
+    before = len(editor.ops)
+    yield
+    if len(editor.ops) > before:
+        for rule in rules:
+            mutated_by[f"{rule.name}/mutate"] = None
 
 
 def _unchanged(request: Request, template: PodTemplate) -> bool:
@@ -133,12 +238,13 @@ def _same_pod(old: Any, template: PodTemplate) -> bool:
 
 
 def _matching_rules(
-    request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy
+    request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy, claims: PodClaims
 ) -> list[Rule]:
     namespace = request.effective_namespace
     labels = template.labels
     resources = pod.resources
     total = pod.total
+    device_classes = claims.gpu_classes
     return [
         rule
         for rule in policy.rules
@@ -148,6 +254,7 @@ def _matching_rules(
             pod_labels=labels,
             resources=resources,
             gpu_count=total,
+            device_classes=device_classes,
         )
     ]
 
@@ -158,54 +265,109 @@ def _evaluate_template(
     *,
     policy: Policy,
     snapshot: Inventory | None,
+    view: InventoryView,
     editor: Editor,
     findings: list[Finding],
-) -> PodGPUs:
+    context: _Context,
+    mutated_by: dict[str, None],
+) -> tuple[PodGPUs, PodClaims]:
     settings = policy.settings
     spec_path = template.spec_path
     pod = pod_gpus(template.spec, settings.gpu_resources)
-    if not pod.total and not pod.problems and not policy.rules:
-        return pod
+    claims = (
+        pod_claims(
+            template.spec,
+            namespace=request.effective_namespace,
+            devices=view.devices,
+            is_gpu_class=settings.gpu_device_classes,
+        )
+        if template.spec.get("resourceClaims")
+        else NO_CLAIMS
+    )
+    pod, claims = extended_resource_claims(pod, claims, devices=view.devices, nodes=snapshot)
+    pod = with_claim_gpus(pod, claims)
     if not isinstance(editor.get(spec_path), dict):
-        return pod  # an ill-typed spec: the API server's schema check rejects the object
-    rules = _matching_rules(request, template, pod, policy)
+        return pod, claims  # an ill-typed spec: the API server's schema check rejects it
+    rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
+    places_access = hides_on_gpu_nodes = exempting = False
     for rule in rules:
-        if rule.mutations.places:
-            apply_placement(editor, spec_path, rule.mutations)
+        mutations = rule.mutations
+        if mutations.places:
+            with _crediting(editor, mutated_by, [rule]):
+                apply_placement(editor, spec_path, mutations)
+        if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
+            places_access = True
+        if mutations.hide_gpus == "gpuNodes":
+            hides_on_gpu_nodes = True
+        exempting = exempting or bool(rule.exempt)
+    access = Template(
+        spec_path=spec_path,
+        template=template,
+        pod=pod,
+        exempt=exemptions(rules) if exempting else NO_EXEMPTIONS,
+        daemon=context.daemon,
+        asks=pod_asks_for_gpu(pod),
+    )
+    if places_access:
+        with _crediting(editor, mutated_by, [r for r in rules if _places_access(r.mutations)]):
+            findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
     if settings.actions.get("requestsWithoutLimits") == "repair":
-        for container, problem in pod.problems:
-            if problem.check == "requestsWithoutLimits":
-                repair_requests_only(editor, spec_path, container, problem.resource)
-                findings.append(
-                    Finding(
-                        "builtin",
-                        "requestsWithoutLimits",
-                        "warn",
-                        f'container "{container.name}" requested {problem.resource} without a '
-                        "limit; the request was copied into limits. Set the limit yourself.",
-                        f'container "{container.name}": {problem.resource} limit set from request',
-                        ".".join(map(str, (*spec_path, *container.path))),
-                    )
-                )
+        findings.extend(_repair_requests_only(editor, spec_path, pod))
+    exempt = access.exempt
     for rule in rules:
-        apply_containers(editor, spec_path, pod, rule.mutations, inventory=snapshot)
+        mutations = without_exempt(rule.mutations, exempt) if exempt else rule.mutations
+        with _crediting(editor, mutated_by, [rule]):
+            apply_containers(
+                editor, spec_path, pod, mutations, inventory=snapshot, claim_holders=claims.holders
+            )
+    # Container mutations and hiding leave the placement as it is: read it once.
+    placement = Placement.of(editor.get(spec_path))
+    reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
+    if hides_on_gpu_nodes:
+        with _crediting(
+            editor, mutated_by, [r for r in rules if r.mutations.hide_gpus == "gpuNodes"]
+        ):
+            hide_on_gpu_nodes(editor, access, reach=reach)
     spec = editor.get(spec_path)
     scope = Scope(
         where=".".join(map(str, spec_path)),
         spec=spec,
         labels=template.labels,
         pod=pod,
-        placement=Placement.of(spec),
+        placement=placement,
         settings=settings,
+        kind=context.kind,
     )
     if pod.problems:
         findings.extend(quantity_findings(scope, settings))
     if snapshot is not None and pod.total:
         findings.extend(capacity_findings(scope, snapshot, settings))
+    if claims.claims and view.devices is not None and not view.problem:
+        findings.extend(
+            claim_findings(
+                claims,
+                placement=scope.placement,
+                nodes=snapshot,
+                devices=view.devices,
+                actions=settings.actions,
+                where=scope.where,
+            )
+        )
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
-    return pod
+    findings.extend(access_findings(editor, access, settings=settings, reach=reach))
+    if not access.asks:
+        live = snapshot is not None
+        findings.extend(
+            node_findings(editor, access, settings=settings, pod_reach=reach, live=live)
+        )
+    if context.runtime_classes is not None:
+        known = context.runtime_classes
+        findings.extend(
+            runtime_class_findings(editor, access, rules, settings=settings, known=known)
+        )
+    return pod, claims
 
 
 def _inventory_unavailable(
@@ -257,13 +419,20 @@ def _workload_findings(
 
 
 def _workload_rule_findings(
-    request: Request, per_pod: list[tuple[PodTemplate, PodGPUs]], policy: Policy
+    request: Request,
+    per_pod: list[tuple[PodTemplate, PodGPUs]],
+    policy: Policy,
+    classes: list[tuple[str, ...]],
 ) -> list[Finding]:
     findings: list[Finding] = []
-    workload = [(t, p) for t, p in per_pod if t.replicas is not None and t.path]
+    workload = [
+        (t, p, c)
+        for (t, p), c in zip(per_pod, classes, strict=True)
+        if t.replicas is not None and t.path
+    ]
     if not workload:
         return findings
-    total = sum(p.total * (t.replicas or 0) for t, p in workload)
+    total = sum(p.total * (t.replicas or 0) for t, p, _ in workload)
     for rule in policy.rules:
         for check in rule.checks:
             if check.kind != "maxGPUsPerWorkload" or total <= check.value:
@@ -275,8 +444,9 @@ def _workload_rule_findings(
                     pod_labels=t.labels,
                     resources=p.resources,
                     gpu_count=p.total,
+                    device_classes=c,
                 )
-                for t, p in workload
+                for t, p, c in workload
             ):
                 continue
             message = (

@@ -1,9 +1,25 @@
-"""A static node inventory from what ``kubectl get nodes -o yaml`` (or ``-o json``) prints."""
+"""A static inventory from what ``kubectl get nodes -o yaml`` (or ``-o json``) prints.
+
+The same file (or several documents of it) may also hold, for DRA, what ``kubectl get
+deviceclasses,resourceslices,resourceclaims,resourceclaimtemplates -A -o yaml`` prints, and
+the cluster's RuntimeClasses (``kubectl get runtimeclasses -o yaml``): then a pod naming a
+class the cluster lacks is a finding, as with a live inventory.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.devices import DeviceInventory, is_dra_object
+from webhook.engine.evaluate import InventoryView
 from webhook.engine.inventory import Inventory, node_from_json
-from webhook.files.manifests import ManifestError, load_manifests
+from webhook.engine.quantity import QuantityError, parse_quantity
+from webhook.files.manifests import Document, ManifestError, load_manifests
+
+RUNTIME_CLASS = "RuntimeClass"
 
 
 class InventoryFileError(Exception):
@@ -12,25 +28,99 @@ class InventoryFileError(Exception):
         self.errors = errors
 
 
+@dataclass(frozen=True, slots=True)
+class InventoryFile:
+    """What one inventory file says about a cluster."""
+
+    nodes: Inventory
+    # The file's DRA objects; None when it holds none.
+    devices: DeviceInventory | None
+    # The file's RuntimeClasses; None when it lists none, since a file of nodes only says
+    # nothing about runtime classes.
+    runtime_classes: frozenset[str] | None
+
+    def view(self) -> InventoryView:
+        return InventoryView(self.nodes, devices=self.devices, runtime_classes=self.runtime_classes)
+
+
 def load_inventory(path: str) -> Inventory:
-    """Every ``Node`` in the file (a ``List``/``NodeList`` or Node documents).
+    """Every ``Node`` in the file (a ``List``/``NodeList`` or Node documents)."""
+    return load_inventory_file(path).nodes
+
+
+def load_inventory_file(path: str) -> InventoryFile:
+    """The nodes of the file, its DRA objects and its RuntimeClasses.
 
     Raises ``InventoryFileError`` when the file cannot be read or holds no Node, because a
-    capacity check against an empty inventory would deny every GPU pod.
+    capacity check against an empty inventory would deny every GPU pod. DRA objects
+    without a DeviceClass or ResourceSlice are kept as claims only (``complete`` false):
+    without classes and slices a fit cannot be judged.
     """
     docs, errors = load_manifests([path])
     if errors:
         raise InventoryFileError(errors)
+    nodes_docs = [d for d in docs if d.obj.get("kind") == "Node"]
+    bad = [problem for d in nodes_docs for problem in _quantity_problems(d, path)]
+    if bad:
+        raise InventoryFileError(bad)
     try:
-        nodes = [node_from_json(d.obj) for d in docs if d.obj.get("kind") == "Node"]
+        nodes = [node_from_json(d.obj) for d in nodes_docs]
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
         message = f"holds a Node that cannot be read ({type(exc).__name__}: {str(exc)[:100]})"
         raise InventoryFileError([ManifestError(path, message)]) from None
     if not nodes:
         raise InventoryFileError([ManifestError(path, "holds no Node objects")])
-    others = sorted({str(d.obj.get("kind")) for d in docs if d.obj.get("kind") != "Node"})
+    dra: list[Mapping[str, Any]] = [d.obj for d in docs if is_dra_object(d.obj)]
+    others = sorted(
+        {
+            str(d.obj.get("kind"))
+            for d in docs
+            if d.obj.get("kind") not in ("Node", RUNTIME_CLASS) and not is_dra_object(d.obj)
+        }
+    )
     if others:
         raise InventoryFileError(
-            [ManifestError(path, f"holds objects that are not Nodes: {', '.join(others)}")]
+            [
+                ManifestError(
+                    path,
+                    "holds objects that are neither Nodes, RuntimeClasses nor DRA objects: "
+                    + ", ".join(others),
+                )
+            ]
         )
-    return Inventory(nodes, source=path)
+    devices = None
+    if dra:
+        complete = any(o.get("kind") in ("DeviceClass", "ResourceSlice") for o in dra)
+        devices = DeviceInventory.of(dra, complete=complete)
+    names = {
+        str((d.obj.get("metadata") or {}).get("name", ""))
+        for d in docs
+        if d.obj.get("kind") == RUNTIME_CLASS
+    }
+    return InventoryFile(
+        Inventory(nodes, source=path), devices, frozenset(names) if names else None
+    )
+
+
+def _quantity_problems(doc: Document, path: str) -> Iterator[ManifestError]:
+    """Resource amounts that are not quantities. The reader would drop them, and a node
+    whose GPU count is "eight" would pass for a node without GPUs."""
+    meta = doc.obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    status = doc.obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    for field in ("allocatable", "capacity"):
+        amounts: Any = status.get(field)
+        if not isinstance(amounts, Mapping):
+            continue
+        for resource, raw in amounts.items():
+            if resource not in ("cpu", "memory") and "/" not in str(resource):
+                continue
+            try:
+                parse_quantity(raw)
+            except QuantityError:
+                yield ManifestError(
+                    path,
+                    f'node {name or f"#{doc.index}"}: status.{field}["{resource}"] is '
+                    f'{json.dumps(raw)}, not a quantity (kubectl prints numbers such as "8")',
+                )

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from webhook.engine.inventory import Inventory, Node
+from webhook.reports.wording import counted
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
@@ -67,7 +68,7 @@ class InventoryReport:
         return asdict(self)
 
 
-def _class_key(node: Node) -> tuple[Any, ...]:
+def class_key(node: Node) -> tuple[Any, ...]:
     labels = node.labels
     gpus = tuple(sorted((k, v) for k, v in node.allocatable.items() if is_gpu_resource(k)))
     return (
@@ -83,7 +84,7 @@ def _class_key(node: Node) -> tuple[Any, ...]:
 def summarize(inventory: Inventory) -> InventoryReport:
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in inventory.nodes:
-        groups.setdefault(_class_key(node), []).append(node)
+        groups.setdefault(class_key(node), []).append(node)
     classes = []
     for (product, gpus, mig, sharing, replicas, memory), members in groups.items():
         classes.append(
@@ -132,7 +133,7 @@ def summarize(inventory: Inventory) -> InventoryReport:
 def render_text(report: InventoryReport) -> str:
     version = f" at resource version {report.resource_version}" if report.resource_version else ""
     lines = [
-        f"{report.nodes} nodes from {report.source}{version}: "
+        f"{counted(report.nodes, 'node')} from {report.source}{version}: "
         f"{report.nodes - len(report.not_ready)} ready, {len(report.not_ready)} not ready, "
         f"{len(report.cordoned)} cordoned",
         "",
@@ -150,10 +151,10 @@ def render_text(report: InventoryReport) -> str:
         rows.append(
             (c.product, str(c.nodes), str(c.ready), str(c.cordoned), resources, mig, sharing)
         )
-    lines += _table(rows)
+    lines += table(rows)
     lines += ["", "Largest node per GPU resource"]
     if report.largest:
-        lines += _table(
+        lines += table(
             [("RESOURCE", "LARGEST", "NODE", "TOTAL", "NODES")]
             + [
                 (b.resource, str(b.amount), b.node, str(b.total), str(b.nodes))
@@ -166,7 +167,7 @@ def render_text(report: InventoryReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+def table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [
         "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows

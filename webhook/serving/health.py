@@ -20,6 +20,7 @@ import contextlib
 import socket
 import threading
 
+from webhook.admission.service import NOT_SYNCED
 from webhook.serving import metrics
 
 TIMEOUT_SECONDS = 5.0
@@ -27,6 +28,14 @@ MAX_CONNECTIONS = 64
 MAX_HEAD_BYTES = 8192
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 _REASONS[503] = "Service Unavailable"
+
+
+def readiness(ready: bool | None, reason: str = "") -> tuple[int, str]:
+    """What ``/readyz`` answers, the same on the health port and the TLS port."""
+    if ready:
+        return 200, "ready\n"
+    why = reason or ("workers starting" if ready is None else NOT_SYNCED)
+    return 503, f"not ready: {why}\n"
 
 
 def answer(method: str, path: str) -> tuple[int, bytes, str]:
@@ -37,11 +46,8 @@ def answer(method: str, path: str) -> tuple[int, bytes, str]:
     if path == "/healthz":
         return 200, b"ok\n", "text/plain"
     if path == "/readyz":
-        ready = metrics.all_workers_ready()
-        if ready:
-            return 200, b"ready\n", "text/plain"
-        reason = b"workers starting\n" if ready is None else b"a worker is not ready\n"
-        return 503, reason, "text/plain"
+        code, text = readiness(metrics.all_workers_ready())
+        return code, text.encode(), "text/plain"
     if path == "/metrics":
         body, content_type = metrics.exposition()
         return 200, body, content_type
