@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import struct
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gunicorn.config import Config
 from gunicorn.glogging import Logger
 
 from tests.builders import INVENTORY, RULES, pod, review
-from tests.running import Server, post, workers_of
+from tests.running import Server, post, wait_until, workers_of
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.serving import worker
 from webhook.serving.worker import FREE, BalancedThreadWorker, ConnectionTable
@@ -61,6 +65,14 @@ def test_a_released_slot_no_longer_counts_as_a_sibling():
     assert table.fewest_elsewhere(0) is None
 
 
+def test_a_count_below_zero_still_reads_as_a_serving_sibling():
+    table = ConnectionTable(slots=4)
+    table.publish(table.claim(taken=[]), 3)
+    table.publish(table.claim(taken=[0]), -4)
+
+    assert table.fewest_elsewhere(0) == 0
+
+
 # The child only writes to shared memory and exits: no lock of another thread is involved.
 @pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
 def test_what_a_forked_worker_publishes_its_master_sees():
@@ -91,6 +103,20 @@ def make_worker():
     yield make
     for one in made:
         one.tmp.close()  # the heartbeat file gunicorn gives every worker
+
+
+def test_a_connection_closed_on_two_paths_is_taken_off_its_worker_once(make_worker):
+    table = ConnectionTable(slots=2)
+    table.publish(table.claim(taken=[]), 0)
+    one = make_worker(table, 0, 0)
+    first, second = object(), object()
+    one._opened(first)
+    one._opened(second)
+
+    one._closed(first)
+    one._closed(first)
+
+    assert (one.nr_conns, table.fewest_elsewhere(FREE)) == (1, 1)
 
 
 @pytest.mark.parametrize(
@@ -188,6 +214,69 @@ def test_connections_opened_together_are_spread_evenly_over_the_workers(tmp_path
     assert replies == [200] * 12
     assert sum(held.values()) == 12, held
     assert max(held.values()) - min(held.values()) <= 2, held
+
+
+def _open_together_and_ask(server: Server, count: int, body: bytes) -> list[Any]:
+    """``count`` connections that connect at the same instant (as ``wrk`` opens its
+    connections) and are each answered once."""
+    connections = [server.connection() for _ in range(count)]
+    together = threading.Barrier(count)
+    statuses = []
+
+    def connect_and_ask(conn: Any) -> None:
+        together.wait(timeout=30)
+        conn.connect()
+        statuses.append(post(conn, "/validate", body)[0])
+
+    threads = [threading.Thread(target=connect_and_ask, args=(c,)) for c in connections]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == [200] * count
+    return connections
+
+
+def _close_in_the_middle_of_a_request(conn: Any, body: bytes) -> None:
+    """What a load generator does when its time is up: the request is sent, the answer is
+    never read, and the connection ends with a reset (SO_LINGER 0)."""
+    conn.request("POST", "/validate", body=body, headers={"Content-Type": "application/json"})
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+@pytest.mark.slow
+def test_groups_of_connections_opened_and_closed_in_turn_are_each_spread_evenly(tmp_path):
+    """Each group arrives right after the previous one closed, as when a client reopens its
+    connections. Before, a connection closed mid-request was subtracted twice from its
+    worker's count: counts fell below zero, read as "no serving worker" by the siblings, and
+    the next group piled up on one worker (1-7, 2-6)."""
+    write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=30), tmp_path)
+    server = Server(tmp=tmp_path, cert_dir=tmp_path, rules=RULES, inventory=INVENTORY, workers=2)
+    body = json.dumps(review(pod(gpus=1))).encode()
+    splits = []
+    try:
+        _wait_for_workers_serving(server, 2)
+        workers = workers_of(server.process.pid)
+        for group in range(6):
+            connections = _open_together_and_ask(server, 8, body)
+            splits.append(sorted(_established_by_process(server.port, workers).values()))
+            for conn in connections:
+                if group % 2:
+                    conn.close()
+                else:
+                    _close_in_the_middle_of_a_request(conn, body)
+            Server.clients.clear()
+            wait_until(
+                lambda: sum(_established_by_process(server.port, workers).values()) == 0,
+                timeout=10,
+                what="the group's connections closed",
+            )
+    finally:
+        Server.close_clients()
+        assert server.stop() == 0
+
+    assert all(sum(split) == 8 and split[-1] - split[0] <= 2 for split in splits), splits
 
 
 HEAD = b"POST /mutate HTTP/1.1\r\nHost: x\r\n"

@@ -94,11 +94,13 @@ class ConnectionTable:
         return FREE  # more workers than slots: the extra ones do not balance
 
     def release(self, slot: int) -> None:
-        self.publish(slot, FREE)
+        if 0 <= slot < len(self._counts):
+            self._counts[slot] = FREE
 
     def publish(self, slot: int, held: int) -> None:
+        """A count never reads as FREE or BOOTING: a serving worker stays a sibling."""
         if 0 <= slot < len(self._counts):
-            self._counts[slot] = held
+            self._counts[slot] = max(held, 0)
 
     def fewest_elsewhere(self, slot: int) -> int | None:
         """The fewest connections a serving sibling of ``slot`` holds; None without one."""
@@ -164,6 +166,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._open: set[TConn] = set()  # what ``nr_conns`` counts
         self._reading: dict[TConn, float] = {}  # connection -> when it is dropped
         self._lingering: dict[TConn, float] = {}
         self._parked: deque[TConn] = deque()  # large bodies waiting for their turn
@@ -183,8 +186,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             elif exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
                 raise
             return
-        self.nr_conns += 1
         conn = TConn(self.cfg, client, address, listener.getsockname())  # non-blocking
+        self._opened(conn)
         conn.pending = bytearray()
         conn.head = None
         conn.continued = False
@@ -196,6 +199,19 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         else:
             self._start_parser(conn)
         self._watch(conn, time.monotonic() + READ_TIMEOUT_SECONDS)
+
+    def _opened(self, conn: TConn) -> None:
+        self._open.add(conn)
+        self.nr_conns = len(self._open)
+
+    def _closed(self, conn: TConn) -> None:
+        """Idempotent: a connection that two paths close counts once. gthread subtracts
+        from ``nr_conns`` on each path instead, and a close that raised after the count was
+        taken off took it off again (``finish_request``'s ``except``): every client that
+        reset a connection mid-request made its worker's count drift below zero, and the
+        balanced worker's siblings read a count below zero as "not serving"."""
+        self._open.discard(conn)
+        self.nr_conns = len(self._open)
 
     def _out_of_descriptors(self) -> None:
         """Hook: no descriptor for a new connection (the balanced worker pauses accepting)."""
@@ -300,7 +316,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
     def _drop(self, conn: TConn) -> None:
         self._unwatch(conn)
         self._release_large(conn)
-        self.nr_conns -= 1
+        self._closed(conn)
         conn.close()
 
     def _release_large(self, conn: TConn) -> None:
@@ -311,7 +327,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         while self._parked:
             waiting = self._parked.popleft()
             if waiting.parked_deadline <= now:
-                self.nr_conns -= 1
+                self._closed(waiting)
                 waiting.close()
                 continue
             self._large = waiting
@@ -381,7 +397,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
     def _linger(self, conn: TConn) -> None:
         """Shut the write side and wait in the poller for the client to close (RFC 9112
         9.6), so the last answer is not cut off by a reset."""
-        self.nr_conns -= 1
+        self._closed(conn)
         try:
             conn.sock.shutdown(socket.SHUT_WR)  # on TLS this also drops the TLS layer
             conn.sock.setblocking(False)
@@ -433,8 +449,9 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         for conn in [c for c, deadline in self._lingering.items() if deadline <= now]:
             self._end_linger(conn)
         while self._parked and self._parked[0].parked_deadline <= now:
-            self.nr_conns -= 1
-            self._parked.popleft().close()
+            expired = self._parked.popleft()
+            self._closed(expired)
+            expired.close()
 
     def run(self) -> None:
         super().run()
