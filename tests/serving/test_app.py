@@ -1,3 +1,4 @@
+import io
 import json
 import logging
 
@@ -288,3 +289,55 @@ def test_the_log_line_names_the_rules_whose_mutations_are_in_the_patch(client, c
 def test_readiness_says_ready_in_the_words_of_the_health_port(client):
     reply = client.get("/readyz")
     assert (reply.status_code, reply.get_data(as_text=True)) == (200, "ready\n")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body"),
+    [
+        pytest.param("/mutate", review(pod()), id="mutated"),
+        pytest.param("/validate", review(pod()), id="validated"),
+        pytest.param("/mutate", review(pod(gpus="1.5")), id="denied"),
+        pytest.param("/mutate", {"apiVersion": "v1", "kind": "Pod"}, id="not-a-review"),
+    ],
+)
+def test_a_review_in_chunks_is_answered_as_one_with_a_declared_length(client, endpoint, body):
+    data = json.dumps(body).encode()
+
+    declared = post(client, endpoint, data)
+    chunked = client.post(  # no length: what gunicorn passes on for a chunked body
+        endpoint,
+        input_stream=io.BytesIO(data),
+        content_type="application/json",
+        environ_overrides={"CONTENT_LENGTH": ""},
+    )
+
+    assert (chunked.status_code, chunked.json) == (declared.status_code, declared.json)
+    assert chunked.headers["Content-Type"] == declared.headers["Content-Type"]
+
+
+def test_a_body_shorter_than_its_declared_length_gets_a_400(client):
+    data = json.dumps(review(pod())).encode()
+
+    reply = client.post(
+        "/mutate",
+        data=data,
+        content_type="application/json",
+        environ_overrides={"CONTENT_LENGTH": str(len(data) + 10)},
+    )
+
+    assert (reply.status_code, reply.json) == (400, {"error": "Bad Request", "code": 400})
+
+
+class BrokenService:
+    def review(self, request, *, mutate):
+        raise RuntimeError("a bug")
+
+
+def test_a_bug_answering_a_review_is_a_json_500_and_a_logged_traceback(caplog):
+    client = create_app(BrokenService(), max_body=64 * 1024).test_client()  # type: ignore[arg-type]
+
+    with caplog.at_level(logging.ERROR, logger="gpu_webhook.app"):
+        reply = post(client, "/mutate", review(pod()))
+
+    assert (reply.status_code, reply.json) == (500, {"error": "internal error", "code": 500})
+    assert "RuntimeError: a bug" in caplog.text
