@@ -9,12 +9,12 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.engine.decision import Finding, action_of
+from webhook.engine.fit import Demand
+from webhook.engine.gpufacts import PRODUCT_LABEL
 from webhook.engine.gpus import Container, PodGPUs, QuantityProblem
-from webhook.engine.inventory import Fit, Inventory, Placement
+from webhook.engine.inventory import Fit, FitAnswer, Inventory, Placement, Shape
 from webhook.engine.policy import Rule, RuleCheck, Settings, glob_matcher
-from webhook.engine.quantity import format_quantity
-
-PRODUCT_LABEL = "nvidia.com/gpu.product"
+from webhook.engine.quantity import format_bytes, format_quantity
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,8 @@ class Scope:
     pod: PodGPUs
     placement: Placement
     settings: Settings
+    # The pod's request vector; set when an inventory can be asked about it.
+    demand: Demand | None = None
 
     def at(self, container: Container) -> str:
         return f"{self.where}.{container.section}[{container.index}]"
@@ -94,17 +96,38 @@ def _node_text(fit: Fit) -> str:
     return f"node {fit.node.name}"
 
 
+def class_name(shape: Shape) -> str:
+    """A node class as people know it: its product and an example node."""
+    if shape.pool:
+        return f"node pool {shape.pool}"
+    product = shape.gpu.product or shape.labels.get(PRODUCT_LABEL) or "no GPU product label"
+    more = f" and {shape.node_count - 1} more" if shape.node_count > 1 else ""
+    return f"{product} nodes ({shape.example.name}{more})"
+
+
 # Admits every node a pod could be allowed onto: a cordoned node is no alternative to offer.
-_ANYWHERE = Placement(node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},))
+_ANYWHERE = Placement(
+    node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},), cordoned=False
+)
 
 
 def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) -> Iterator[Finding]:
+    unknown = [r for r in scope.pod.resources if r not in inventory.resource_names]
+    for resource in unknown:
+        yield _unknown_resource(scope, resource, inventory, settings)
+    if unknown or scope.demand is None:
+        return
+    answer = inventory.fit(scope.placement, scope.demand)
+    if answer.fitting:
+        return
+    text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
+    action = action_of(settings.actions["capacity"])
+    yield Finding("builtin", "capacity", action, text, summary, scope.where)
+
+
+def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
+    """One GPU resource alone is more than any usable node has: today's message."""
     for resource, need in scope.pod.effective.items():
-        if need <= 0:
-            continue
-        if resource not in inventory.resource_names:
-            yield _unknown_resource(scope, resource, inventory, settings)
-            continue
         fit = inventory.largest(resource, scope.placement)
         if need <= fit.amount:
             continue
@@ -130,9 +153,55 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
                 f" No node has {need}: request at most {best.amount} per pod and spread the "
                 "work over more pods."
             )
-        summary = f"{need} {resource} requested, largest usable node has {fit.amount}"
-        action = settings.actions["capacity"]
-        yield Finding("builtin", "capacity", action_of(action), text, summary, scope.where)
+        return text, f"{need} {resource} requested, largest usable node has {fit.amount}"
+    return None
+
+
+def _amount_text(resource: str, amount: int) -> str:
+    if resource == "memory":
+        return f"{format_bytes(amount)} memory"
+    if resource == "cpu":
+        return f"{format_quantity(Fraction(amount, 1000))} cpu"
+    return f"{amount} {resource}"
+
+
+def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
+    """Every GPU resource fits somewhere, but no single usable node takes the whole pod."""
+    demand = answer.demand
+    asked = [_amount_text(n, c) for n, c in demand.gpus]
+    asked += [_amount_text(n, demand.amount(n)) for n in ("cpu", "memory") if demand.amount(n)]
+    ranked = sorted(answer.missing, key=lambda m: len(m[1]))
+    lacks = []
+    for shape, short in ranked[:3]:
+        parts = [
+            f"{s.have} physical GPUs behind {s.resource} for a container asking {s.need}"
+            if s.physical
+            else f"{_amount_text(s.resource, s.have)} of {_amount_text(s.resource, s.need)}"
+            for s in short
+        ]
+        lacks.append(f"{class_name(shape)} have {', '.join(parts)}")
+    kinds = {s.resource for _, short in answer.missing for s in short}
+    fixes = []
+    if any(s.physical for _, short in answer.missing for s in short):
+        fixes.append(
+            "on shared GPUs (time-slicing, MPS) a container gets no more GPUs than the node "
+            "has, however many slots it asks for: ask for one slot, or for whole GPUs"
+        )
+    if len(demand.gpus) > 1 and kinds & {n for n, _ in demand.gpus}:
+        fixes.append(
+            "no node offers these GPU resources together: ask for one kind of GPU resource, "
+            "or put the containers in separate pods"
+        )
+    if kinds & {"cpu", "memory"}:
+        fixes.append(
+            "lower the pod's cpu or memory requests (memory limits count where no request is "
+            "set, including limits a rule sets) or let the pod use larger nodes"
+        )
+    text = (
+        f"the pod requests {', '.join(asked)}, and no node it can use has all of it at once: "
+        f"{'; '.join(lacks)}. To fix: {'; '.join(fixes) or 'let the pod use larger nodes'}."
+    )
+    return text, f"no usable node fits the whole pod ({', '.join(asked)})"
 
 
 def _unknown_resource(

@@ -13,6 +13,7 @@ from webhook.engine.checks import (
     rule_findings,
 )
 from webhook.engine.decision import Decision, Finding, action_of, decide
+from webhook.engine.fit import demand_of
 from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
@@ -197,6 +198,9 @@ def _evaluate_template(
         pod=pod,
         placement=Placement.of(spec),
         settings=settings,
+        demand=demand_of(spec, pod.vector, pod.per_container)
+        if snapshot is not None and pod.total
+        else None,
     )
     if pod.problems:
         findings.extend(quantity_findings(scope, settings))

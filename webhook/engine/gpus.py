@@ -51,15 +51,29 @@ class PodGPUs:
     total: int = 0
     resources: list[str] = field(default_factory=list)
     problems: list[tuple[Container, QuantityProblem]] = field(default_factory=list)
+    # The GPU part of the request vector (``fit.Demand``), sorted by resource.
+    vector: tuple[tuple[str, int], ...] = ()
+    # Per resource, the most one container asks for.
+    per_container: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def of(cls, containers: list[Container], effective: dict[str, int]) -> PodGPUs:
+        if not effective:
+            problems = [(c, p) for c in containers for p in c.problems]
+            return cls(containers=containers, effective=effective, problems=problems)
+        most: dict[str, int] = {}
+        for c in containers:
+            for name, count in c.gpus.items():
+                if count > most.get(name, 0):
+                    most[name] = count
         return cls(
             containers=containers,
             effective=effective,
             total=sum(effective.values()),
             resources=[r for r, n in effective.items() if n > 0],
             problems=[(c, p) for c in containers for p in c.problems],
+            vector=tuple(sorted((r, n) for r, n in effective.items() if n > 0)),
+            per_container=tuple(sorted(most.items())),
         )
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from webhook.engine.fit import Demand, Shortfall, shortfalls
+from webhook.engine.gpufacts import GPUFacts, gpu_facts
 from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.selectors import Labels, clean_terms, dig, terms_match, tolerates
 
@@ -125,12 +127,24 @@ class Placement:
     node_selector: Mapping[str, str]
     required_terms: Sequence[Mapping[str, Any]] | None
     tolerations: Sequence[Mapping[str, Any]]
+    # NodeUnschedulable lets a pod that tolerates the unschedulable taint onto a cordoned
+    # node; ``None``: read it from the tolerations. False for "anywhere worth suggesting".
+    cordoned: bool | None = None
     # The memo key, serialised once: several checks ask about one placement per review.
     _key: bytes = field(default=b"", repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.cordoned is None:
+            object.__setattr__(
+                self,
+                "cordoned",
+                any(
+                    tolerates(t, key=UNSCHEDULABLE_TAINT, value="", effect="NoSchedule")
+                    for t in self.tolerations
+                ),
+            )
         key = orjson.dumps(
-            [self.node_selector, self.required_terms, self.tolerations],
+            [self.node_selector, self.required_terms, self.tolerations, self.cordoned],
             option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
             default=str,
         )
@@ -206,6 +220,7 @@ class Shape:
     pool: str
     # How many nodes the shape stands for (a declared pool counts as its maxNodes).
     node_count: int = 0
+    gpu: GPUFacts = field(default_factory=GPUFacts)
 
     @property
     def example(self) -> Node:
@@ -339,6 +354,7 @@ class Inventory:
         # Memos, not state: safe to share between threads (plain dict get/set only).
         self._placements: dict[bytes, frozenset[int]] = {}
         self._answers: dict[tuple[bytes, str], _Answer] = {}
+        self._fits: dict[tuple[bytes, Demand], FitAnswer] = {}
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -438,7 +454,7 @@ class Inventory:
 
     @staticmethod
     def _shape_admits(shape: Shape, placement: Placement, *, names_nodes: bool) -> bool:
-        if shape.unschedulable:
+        if shape.unschedulable and not placement.cordoned:
             return False
         # Members differ only in identity labels: one member answers for all unless the
         # placement names nodes (a hostname selector, matchFields on metadata.name).
@@ -466,6 +482,42 @@ class Inventory:
         """
         for answer in list(previous._answers.values()):
             self._answer(answer.resource, answer.placement)
+        for fit in list(previous._fits.values()):
+            self.fit(fit.placement, fit.demand)
+
+    def placeable(self, placement: Placement) -> tuple[Shape, ...]:
+        """The node classes a pod with this placement can land on, by the scheduler's
+        NodeUnschedulable, NodeAffinity (nodeSelector and required terms) and
+        TaintToleration filters, before any resource is counted.
+
+        This is "the nodes this pod can land on" for every check that asks about capacity
+        (GPU resources here, DRA devices elsewhere): filter these further, never the
+        whole inventory.
+        """
+        admitted = self._admitted_shapes(placement.key(), placement)
+        return tuple(shape for i, shape in enumerate(self.shapes) if i in admitted)
+
+    def fit(self, placement: Placement, demand: Demand) -> FitAnswer:
+        """Which node classes the pod can land on *and* whose empty nodes hold its whole
+        request vector; memoised per placement and vector, so the cost of a request does
+        not grow with the number of nodes."""
+        key = (placement.key(), demand)
+        hit = self._fits.get(key)
+        if hit is not None:
+            return hit
+        fitting: list[Shape] = []
+        missing: list[tuple[Shape, tuple[Shortfall, ...]]] = []
+        for shape in self.placeable(placement):
+            short = shortfalls(shape.allocatable, shape.gpu, demand)
+            if short:
+                missing.append((shape, short))
+            else:
+                fitting.append(shape)
+        answer = FitAnswer(placement, demand, tuple(fitting), tuple(missing))
+        if len(self._fits) >= _PLACEMENT_CACHE_SIZE:
+            self._fits = {}
+        self._fits[key] = answer
+        return answer
 
     def _answer(self, resource: str, placement: Placement) -> _Answer:
         # Memoised per placement and resource: the cost of a request does not grow with
@@ -486,6 +538,16 @@ class Inventory:
             self._answers = {}
         self._answers[key] = answer
         return answer
+
+
+@dataclass(frozen=True, slots=True)
+class FitAnswer:
+    """The node classes a pod fits, and what each other class it can land on lacks."""
+
+    placement: Placement
+    demand: Demand
+    fitting: tuple[Shape, ...]
+    missing: tuple[tuple[Shape, tuple[Shortfall, ...]], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,4 +613,5 @@ def _shape(key: _ShapeKey, members: Mapping[str, Node]) -> Shape:
         pool=key[4],
         # Only a declared pool stands for more than one node.
         node_count=sum(n.count for n in members.values()) if key[4] else len(members),
+        gpu=gpu_facts(dict(key[0]), dict(key[3])),
     )
