@@ -10,7 +10,14 @@ from typing import Any
 
 from webhook.engine.decision import Finding, action_of
 from webhook.engine.fit import Demand
-from webhook.engine.gpufacts import PRODUCT_LABEL
+from webhook.engine.gpufacts import (
+    MEMORY_LABEL,
+    MIG_PREFIX,
+    PRODUCT_LABEL,
+    UNLABELLED,
+    DeviceFacts,
+    mig_profile_gpus,
+)
 from webhook.engine.gpus import Container, PodGPUs, QuantityProblem
 from webhook.engine.inventory import Fit, FitAnswer, Inventory, Placement, Shape
 from webhook.engine.policy import Rule, RuleCheck, Settings, glob_matcher
@@ -211,12 +218,22 @@ def _unknown_resource(
     domain = resource.partition("/")[0]
     alike = [n for n in known if n.startswith(domain + "/")] or known
     offered = ", ".join(alike) if alike else "no GPU resources at all"
-    close = difflib.get_close_matches(resource, alike, n=1, cutoff=0.8)
-    hint = f" Did you mean {close[0]}?" if close else " Check the resource name."
-    message = (
-        f"the pod requests {resource}, which no node advertises; this cluster offers "
-        f"{offered}.{hint}"
-    )
+    profile = resource.removeprefix(MIG_PREFIX).removesuffix(".shared")
+    gpus = mig_profile_gpus(profile) if resource.startswith(MIG_PREFIX) else []
+    if gpus:
+        # A real profile this cluster lacks: another profile is no typo fix.
+        message = (
+            f"the pod requests {resource}, a MIG profile of {' and '.join(gpus)} GPUs, but no "
+            f"node in this cluster offers it; this cluster offers {offered}. Ask for one of "
+            "those, or ask an admin to partition GPUs with this profile."
+        )
+    else:
+        close = difflib.get_close_matches(resource, alike, n=1, cutoff=0.8)
+        hint = f" Did you mean {close[0]}?" if close else " Check the resource name."
+        message = (
+            f"the pod requests {resource}, which no node advertises; this cluster offers "
+            f"{offered}.{hint}"
+        )
     summary = f"{resource} is offered by no node (offered: {offered})"
     return Finding(
         "builtin",
@@ -226,6 +243,98 @@ def _unknown_resource(
         summary,
         scope.where,
     )
+
+
+def landing(scope: Scope, inventory: Inventory, resource: str) -> list[Shape]:
+    """The node classes offering ``resource`` that this pod can land on: those that take
+    its whole request, or, when none does (a capacity finding says so), every usable one."""
+    if scope.demand is not None:
+        fitting = inventory.fit(scope.placement, scope.demand).fitting
+        shapes = [s for s in fitting if s.allocatable.get(resource, 0) > 0]
+        if shapes:
+            return shapes
+    return inventory.admitted(resource, scope.placement)
+
+
+def _devices(
+    scope: Scope, inventory: Inventory | None, resource: str
+) -> list[tuple[Shape, DeviceFacts]]:
+    if inventory is None:
+        return []
+    return [
+        (shape, shape.gpu.device(resource, shape.allocatable[resource]))
+        for shape in landing(scope, inventory, resource)
+    ]
+
+
+def device_findings(
+    scope: Scope, inventory: Inventory | None, settings: Settings
+) -> Iterator[Finding]:
+    """What one unit of a GPU resource is on the nodes the pod can use: a shared slot asked
+    for more than once (``sharedGPURequest``), several MIG devices in one container
+    (``multipleMIGDevices``)."""
+    for c in scope.pod.containers:
+        migs: dict[str, int] = {}
+        for resource, count in c.gpus.items():
+            devices = _devices(scope, inventory, resource)
+            if resource.startswith(MIG_PREFIX) or any(d.kind == "mig" for _, d in devices):
+                migs[resource] = count
+            if count > 1:
+                shared = next(((s, d) for s, d in devices if d.shared), None)
+                if shared is not None or settings.gpu_resources.is_shared(resource):
+                    yield _shared_request(
+                        scope, c, resource, count, shared=shared, settings=settings
+                    )
+        if sum(migs.values()) > 1:
+            yield _multiple_migs(scope, c, migs, settings)
+
+
+def _shared_request(
+    scope: Scope,
+    c: Container,
+    resource: str,
+    count: int,
+    *,
+    shared: tuple[Shape, DeviceFacts] | None,
+    settings: Settings,
+) -> Finding:
+    who = f'container "{c.name}"'
+    if shared is None:
+        where = f"{resource} is a shared GPU resource: its slots"
+    else:
+        shape, device = shared
+        behind = f" over {device.physical} GPUs" if device.physical is not None else ""
+        where = (
+            f"on {class_name(shape)} one {resource} is a {device.sharing} slot "
+            f"({device.replicas} per GPU{behind}): {count} slots"
+        )
+    base = resource.removesuffix(".shared")
+    message = (
+        f"{who} asks for {count} {resource}, but {where} may all share one GPU and add no "
+        "compute or memory (the device plugin fails such pods where failRequestsGreaterThanOne "
+        f"is set). Ask for 1 {resource}, or for whole GPUs on nodes that do not share them "
+        f"({base}.sharing-strategy: none)."
+    )
+    summary = f"{who}: {count} {resource}, shared slots add no compute; ask for 1"
+    action = action_of(settings.actions.get("sharedGPURequest", "deny"))
+    return Finding("builtin", "sharedGPURequest", action, message, summary, scope.at(c))
+
+
+def _multiple_migs(
+    scope: Scope, c: Container, migs: Mapping[str, int], settings: Settings
+) -> Finding:
+    who = f'container "{c.name}"'
+    total = sum(migs.values())
+    listed = ", ".join(f"{r}: {n}" for r, n in sorted(migs.items()))
+    message = (
+        f"{who} asks for {total} MIG devices ({listed}); a CUDA process sees only one MIG "
+        "device, so the others stay idle unless the container runs one process per device. "
+        "Ask for one MIG device of a larger profile (e.g. 3g.40gb instead of 3 x 1g.10gb), or "
+        "split the work over several containers or pods."
+    )
+    summary = f"{who}: {total} MIG devices, a CUDA process uses one"
+    action = action_of(settings.actions.get("multipleMIGDevices", "warn"))
+    return Finding("builtin", "multipleMIGDevices", action, message, summary, scope.at(c))
 
 
 # --- rule-driven checks -------------------------------------------------------------------
@@ -305,14 +414,19 @@ def _selected_products(scope: Scope) -> set[str] | None:
     return products if terms else None
 
 
+def _product(shape: Shape, device: DeviceFacts) -> str:
+    return device.product or shape.labels.get(PRODUCT_LABEL) or UNLABELLED
+
+
 def _allowed_products(scope: Scope, check: RuleCheck, inventory: Inventory | None) -> Result:
     allowed = glob_matcher(check.value)
     listed = ", ".join(check.value)
     if inventory is not None:
+        # The product a pod really gets: "-MIG-1g.10gb" under MIG, "-SHARED" on shared GPUs.
         reachable = {
-            shape.labels.get(PRODUCT_LABEL, "(unlabelled)")
+            _product(shape, device)
             for name in scope.pod.resources
-            for shape in inventory.admitted(name, scope.placement)
+            for shape, device in _devices(scope, inventory, name)
         }
         bad = sorted(p for p in reachable if not allowed(p))
     else:
@@ -331,6 +445,90 @@ def _allowed_products(scope: Scope, check: RuleCheck, inventory: Inventory | Non
         f"allowed here. Select allowed products with {PRODUCT_LABEL} in the pod's "
         "nodeSelector or required node affinity.",
         f"GPU product {', '.join(bad)} not allowed (allowed: {listed})",
+    )
+
+
+def _whole_gpus_only(scope: Scope, check: RuleCheck, inventory: Inventory | None) -> Result:
+    if not check.value:
+        return None
+    parts: dict[str, str] = {}
+    for name in scope.pod.resources:
+        if name.startswith(MIG_PREFIX):
+            parts[name] = "a MIG slice"
+        elif scope.settings.gpu_resources.is_shared(name):
+            parts[name] = "a shared slot"
+        for shape, device in _devices(scope, inventory, name):
+            if device.kind != "whole":
+                parts.setdefault(name, f"a {device.describe} on {class_name(shape)}")
+    if not parts:
+        return None
+    got = "; ".join(f"{name} is {what}" for name, what in parts.items())
+    return (
+        f"only whole GPUs are allowed here, but the pod can get part of one: {got}. Ask for "
+        "nvidia.com/gpu on nodes with whole GPUs: select them with nvidia.com/gpu.product "
+        "(products without -MIG- or -SHARED) or nvidia.com/gpu.sharing-strategy: none in the "
+        "pod's nodeSelector or required node affinity.",
+        f"not whole GPUs: {', '.join(parts)}",
+    )
+
+
+MIB = 2**20
+
+
+def _selected_memory(scope: Scope) -> int | None:
+    """The least GPU memory (MiB) the pod's own constraints guarantee, or ``None``."""
+    selected = scope.placement.node_selector.get(MEMORY_LABEL)
+    if selected is not None:
+        return int(selected) if str(selected).isdigit() else None
+    terms = scope.placement.required_terms or []
+    least: int | None = None
+    for term in terms:
+        floors = []
+        for e in term.get("matchExpressions") or []:
+            values = [str(v) for v in e.get("values") or []]
+            if e.get("key") != MEMORY_LABEL or not values or not all(v.isdigit() for v in values):
+                continue
+            if e.get("operator") == "Gt" and len(values) == 1:
+                floors.append(int(values[0]) + 1)
+            elif e.get("operator") == "In":
+                floors.append(min(map(int, values)))
+        if not floors:
+            return None  # this term allows any GPU memory
+        floor = max(floors)
+        least = floor if least is None else min(least, floor)
+    return least
+
+
+def _min_gpu_memory(scope: Scope, check: RuleCheck, inventory: Inventory | None) -> Result:
+    need = -(-int(check.value) // MIB)
+    text = format_bytes(int(check.value))
+    fix = (
+        f"Select nodes with more GPU memory: required node affinity {MEMORY_LABEL} Gt "
+        f"{need - 1} (MiB), or a GPU resource with more memory."
+    )
+    if inventory is None:
+        least = _selected_memory(scope)
+        if least is not None and least >= need:
+            return None
+        return (
+            f"the pod needs GPUs with at least {text} of memory here, but does not select "
+            f"them. {fix}",
+            f"pod does not select GPUs with {text} memory",
+        )
+    seen: dict[str, int | None] = {}
+    for name in scope.pod.resources:
+        for shape, device in _devices(scope, inventory, name):
+            seen[_product(shape, device)] = device.memory_mib
+            if device.memory_mib is not None and device.memory_mib >= need:
+                return None
+    found = ", ".join(
+        f"{product} ({format_bytes(mib * MIB) if mib is not None else 'memory not labelled'})"
+        for product, mib in sorted(seen.items())
+    )
+    return (
+        f"the pod needs GPUs with at least {text} of memory here, but the GPUs of the nodes it "
+        f"can use have less: {found or 'none'}. {fix}",
+        f"no usable GPU has {text} memory",
     )
 
 
@@ -378,4 +576,6 @@ _RULE_CHECKS = {
     "maxSharedGPUs": _max_shared,
     "requiredLabels": _required_labels,
     "forbiddenResources": _forbidden,
+    "wholeGPUsOnly": _whole_gpus_only,
+    "minGPUMemory": _min_gpu_memory,
 }

@@ -9,6 +9,7 @@ from typing import Any
 from webhook.engine.checks import (
     Scope,
     capacity_findings,
+    device_findings,
     quantity_findings,
     rule_findings,
 )
@@ -206,6 +207,8 @@ def _evaluate_template(
         findings.extend(quantity_findings(scope, settings))
     if snapshot is not None and pod.total:
         findings.extend(capacity_findings(scope, snapshot, settings))
+    if pod.total:
+        findings.extend(device_findings(scope, snapshot, settings))
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))

@@ -166,3 +166,48 @@ def gpu_facts(labels: Mapping[str, str], allocatable: Mapping[str, int]) -> GPUF
         cuda_driver_major=_int(labels.get(CUDA_DRIVER_LABEL)),
         devices=devices,
     )
+
+
+# MIG profiles per GPU, from NVIDIA's Multi-Instance GPU User Guide ("Supported MIG
+# Profiles", docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html)
+# and the GPU operator's default mig-parted configuration. A requested profile found here
+# is real: if no node offers it, the cluster lacks it, and no other profile is suggested.
+MIG_PROFILES: dict[str, tuple[str, ...]] = {
+    "A30-24GB": ("1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"),
+    "A100-40GB": ("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+    "A100-80GB / H100-80GB / H800-80GB": (
+        "1g.10gb",
+        "1g.10gb+me",
+        "1g.20gb",
+        "2g.20gb",
+        "3g.40gb",
+        "4g.40gb",
+        "7g.80gb",
+    ),
+    "H100-94GB": ("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"),
+    "GH200-96GB": ("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
+    "H200-141GB": (
+        "1g.18gb",
+        "1g.18gb+me",
+        "1g.35gb",
+        "2g.35gb",
+        "3g.71gb",
+        "4g.71gb",
+        "7g.141gb",
+    ),
+    "B200-180GB": (
+        "1g.23gb",
+        "1g.23gb+me",
+        "1g.45gb",
+        "2g.45gb",
+        "3g.90gb",
+        "4g.90gb",
+        "7g.180gb",
+    ),
+    "RTX-PRO-6000-Blackwell": ("1g.24gb", "2g.48gb", "4g.96gb"),
+}
+
+
+def mig_profile_gpus(profile: str) -> list[str]:
+    """The GPUs that offer a MIG profile; empty for a profile no GPU has (a typo)."""
+    return [gpu for gpu, profiles in MIG_PROFILES.items() if profile in profiles]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from webhook.engine.gpufacts import MEMORY_LABEL
 from webhook.engine.inventory import Node, Taint
 from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.selectors import label_selector_matches
@@ -38,6 +39,8 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
     "capacity": "deny",
     "unknownResource": "deny",
     "clusterCapacity": "warn",
+    "sharedGPURequest": "deny",
+    "multipleMIGDevices": "warn",
 }
 
 
@@ -314,12 +317,15 @@ def _compile_rule(ref: DocumentRef, spec: Mapping[str, Any], problems: list[Poli
     if match.gpu_max is not None and match.gpu_max < match.gpu_min:
         problems.append(PolicyProblem(ref, "spec.match.gpuCount", "max is smaller than min"))
     checks = []
-    for entry in spec.get("validate") or []:
+    for index, entry in enumerate(spec.get("validate") or []):
         kind = next(k for k in entry if k not in ("action", "message"))
+        value = entry[kind]
+        if kind == "minGPUMemory":
+            value = _bytes(value, ref, f"spec.validate[{index}].minGPUMemory", problems)
         checks.append(
             RuleCheck(
                 kind=kind,
-                value=entry[kind],
+                value=value,
                 action=entry.get("action", "deny"),
                 message=entry.get("message", ""),
             )
@@ -338,6 +344,13 @@ def _compile_mutations(
     ref: DocumentRef, spec: Mapping[str, Any], problems: list[PolicyProblem]
 ) -> Mutations:
     affinity = spec.get("nodeAffinity") or {}
+    required = [dict(r) for r in affinity.get("required") or []]
+    gpu_memory = affinity.get("gpuMemory")
+    if gpu_memory:
+        least = _bytes(gpu_memory["min"], ref, "spec.mutate.nodeAffinity.gpuMemory.min", problems)
+        # GPU feature discovery labels memory in MiB; Gt is strict.
+        floor = -(-least // 2**20) - 1
+        required.append({"key": MEMORY_LABEL, "operator": "Gt", "values": [str(floor)]})
     env = spec.get("env") or {}
     memory = spec.get("memoryLimit")
     memory_limit = None
@@ -362,7 +375,7 @@ def _compile_mutations(
             problems.append(PolicyProblem(ref, path, "an empty key needs operator Exists"))
     return Mutations(
         tolerations=tuple(dict(t) for t in spec.get("tolerations") or []),
-        required_affinity=tuple(dict(r) for r in affinity.get("required") or []),
+        required_affinity=tuple(required),
         preferred_affinity=tuple(dict(p) for p in affinity.get("preferred") or []),
         hide_gpus=bool(env.get("hideGPUsFromNonGPUContainers", False)),
         gpu_env=tuple(

@@ -129,6 +129,17 @@ _CHECKS = [
         "GPU resource name globs that matching pods may not request.",
     ),
     _check(
+        "wholeGPUsOnly",
+        {"type": "boolean"},
+        "true: the pod may land only where its GPU resources are whole GPUs (no MIG slice, "
+        "no time-sliced or MPS slot).",
+    ),
+    _check(
+        "minGPUMemory",
+        _QUANTITY,
+        "Some node the pod can use must have GPUs with at least this much memory (e.g. 40Gi).",
+    ),
+    _check(
         "maxGPUsPerWorkload",
         {"type": "integer", "minimum": 0},
         "At most this many GPUs for all pods of a workload (replicas times GPUs per pod).",
@@ -168,6 +179,11 @@ _MUTATE = _obj(
         "nodeAffinity": _obj(
             {
                 "required": {"type": "array", "items": _REQUIREMENT, "minItems": 1},
+                "gpuMemory": _obj(
+                    {"min": _QUANTITY},
+                    required=["min"],
+                    description="Shorthand: a required nvidia.com/gpu.memory Gt term (MiB).",
+                ),
                 "preferred": {
                     "type": "array",
                     "items": _obj(
@@ -227,6 +243,9 @@ BUILTIN_CHECKS = {
     "capacity": "more GPUs than the largest node the pod can use",
     "unknownResource": "a GPU resource that no node advertises",
     "clusterCapacity": "a workload needs more GPUs than the cluster has",
+    "sharedGPURequest": "a container asks for more than one slot of a shared (time-sliced, MPS)"
+    " GPU",
+    "multipleMIGDevices": "a container asks for more than one MIG device",
 }
 _SETTINGS = _obj(
     {
