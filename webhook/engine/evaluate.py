@@ -190,7 +190,17 @@ def _evaluate_template(
                     )
                 )
     for rule in rules:
-        apply_containers(editor, spec_path, pod, rule.mutations, inventory=snapshot)
+        findings.extend(
+            apply_containers(
+                editor,
+                spec_path,
+                pod,
+                rule.mutations,
+                inventory=snapshot,
+                rule=rule.name,
+                gpus=settings.gpu_resources,
+            )
+        )
     spec = editor.get(spec_path)
     scope = Scope(
         where=".".join(map(str, spec_path)),

@@ -184,6 +184,25 @@ def pod_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
     return cpu, memory
 
 
+def pod_memory(spec: Mapping[str, Any], extra: Mapping[tuple[str | int, ...], int]) -> int:
+    """The pod's effective memory request if the containers at ``extra``'s (section, index)
+    keys had no request of their own and those amounts as limits."""
+    rows: list[tuple[str, bool, int]] = []
+    for section in ("initContainers", "containers"):
+        items = spec.get(section)
+        for index, body in enumerate(items if isinstance(items, list) else ()):
+            sidecar = (
+                section == "initContainers"
+                and isinstance(body, dict)
+                and body.get("restartPolicy") == "Always"
+            )
+            amount = extra.get((section, index))
+            rows.append((section, sidecar, _cpu_memory(body)[1] if amount is None else amount))
+    overhead = spec.get("overhead")
+    memory = _amount(overhead.get("memory", 0), cpu=False) if isinstance(overhead, dict) else 0
+    return effective(rows) + memory
+
+
 def demand_of(
     spec: Mapping[str, Any],
     gpus: tuple[tuple[str, int], ...],

@@ -164,6 +164,9 @@ class EnvVar:
 class MemoryLimit:
     mode: Literal["fixed", "perGPU", "inventoryShare"]
     amount: int = 0  # bytes; unused for inventoryShare
+    # When the limits (which Kubernetes copies into unset requests) would keep the pod off
+    # every node it can otherwise use: lower them to fit, leave them out, or deny the pod.
+    when_too_large: Literal["cap", "skip", "deny"] = "cap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,12 +358,13 @@ def _compile_mutations(
     memory = spec.get("memoryLimit")
     memory_limit = None
     if memory:
-        mode, value = next(iter(memory.items()))
+        when = memory.get("whenTooLarge", "cap")
+        mode, value = next((k, v) for k, v in memory.items() if k != "whenTooLarge")
         if mode == "inventoryShare":
-            memory_limit = MemoryLimit("inventoryShare") if value else None
+            memory_limit = MemoryLimit("inventoryShare", when_too_large=when) if value else None
         else:
             amount = _bytes(value, ref, f"spec.mutate.memoryLimit.{mode}", problems)
-            memory_limit = MemoryLimit(mode, amount)
+            memory_limit = MemoryLimit(mode, amount, when_too_large=when)
     shm = spec.get("shm")
     shm_size = None
     if shm:

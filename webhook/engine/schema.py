@@ -213,14 +213,23 @@ _MUTATE = _obj(
         "memoryLimit": _obj(
             {
                 "fixed": _QUANTITY,
-                "perGPU": _QUANTITY,
+                "perGPU": {
+                    **_QUANTITY,
+                    "description": "Per physical GPU: a MIG slice or shared slot counts as "
+                    "part of one GPU.",
+                },
                 "inventoryShare": {
                     "type": "boolean",
                     "description": "Per-GPU share of the smallest usable node's memory.",
                 },
+                "whenTooLarge": {
+                    "enum": ["cap", "skip", "deny"],
+                    "description": "When the limits (copied into unset requests) fit no node "
+                    "the pod can use: cap them to fit (default, with a warning), skip them "
+                    "(with a warning), or deny the pod.",
+                },
             },
-            minProperties=1,
-            maxProperties=1,
+            oneOf=[{"required": [mode]} for mode in ("fixed", "perGPU", "inventoryShare")],
         ),
         "shm": _obj({"sizeLimit": _QUANTITY}, required=["sizeLimit"]),
     }
