@@ -38,6 +38,8 @@ class Scope:
     demand: Demand | None = None
 
     def at(self, container: Container) -> str:
+        if container.index < 0:
+            return f"{self.where}.{container.section}"
         return f"{self.where}.{container.section}[{container.index}]"
 
 

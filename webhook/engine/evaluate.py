@@ -88,6 +88,14 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     templates = policy.kinds.templates(obj)
     if templates is None:
         return Decision(allowed=True, mutated=obj, understood=False)
+    if not templates:
+        # A known kind whose object holds no template where this version's layout keeps
+        # them: say so, rather than allow it as if it had been checked.
+        notice = (
+            f"{obj.get('kind')} {obj.get('apiVersion')}: no pod template at the paths this "
+            "kind keeps them; passed through unchecked (a WorkloadKind rule can add its layout)"
+        )
+        return Decision(allowed=True, mutated=obj, understood=False, notices=(notice,))
     snapshot = _inventory(inventory, policy)
     editor = Editor(obj)
     findings: list[Finding] = []
@@ -165,7 +173,7 @@ def _evaluate_template(
 ) -> PodGPUs:
     settings = policy.settings
     spec_path = template.spec_path
-    pod = pod_gpus(template.spec, settings.gpu_resources)
+    pod = pod_gpus(template.spec, settings.gpu_resources, template.singles)
     if not pod.total and not pod.problems and not policy.rules:
         return pod
     if not isinstance(editor.get(spec_path), dict):
@@ -209,7 +217,7 @@ def _evaluate_template(
         pod=pod,
         placement=Placement.of(spec),
         settings=settings,
-        demand=demand_of(spec, pod.vector, pod.per_container)
+        demand=demand_of(spec, pod.vector, pod.per_container, pod.singles)
         if snapshot is not None and pod.total
         else None,
     )

@@ -156,14 +156,19 @@ def _cpu_memory(body: object) -> tuple[int, int]:
     )
 
 
-def pod_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
+def pod_requests(spec: Mapping[str, Any], singles: tuple[str, ...] = ()) -> tuple[int, int]:
     """The pod's effective ``cpu`` (millicores) and ``memory`` (bytes) requests, overhead
     included (``spec.overhead``, set by a RuntimeClass), as the scheduler counts them.
-    A missing request is the limit, as the API server defaults it (``SetDefaults_Pod``)."""
+    A missing request is the limit, as the API server defaults it (``SetDefaults_Pod``).
+    ``singles``: keys holding one app container each (KServe's ``model``)."""
     cpu = memory = 0
     containers = spec.get("containers")
     for body in containers if isinstance(containers, list) else ():
         c, m = _cpu_memory(body)
+        cpu += c
+        memory += m
+    for key in singles:
+        c, m = _cpu_memory(spec.get(key))
         cpu += c
         memory += m
     inits = spec.get("initContainers")
@@ -184,10 +189,18 @@ def pod_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
     return cpu, memory
 
 
-def pod_memory(spec: Mapping[str, Any], extra: Mapping[tuple[str | int, ...], int]) -> int:
-    """The pod's effective memory request if the containers at ``extra``'s (section, index)
-    keys had no request of their own and those amounts as limits."""
+def pod_memory(
+    spec: Mapping[str, Any],
+    extra: Mapping[tuple[str | int, ...], int],
+    singles: tuple[str, ...] = (),
+) -> int:
+    """The pod's effective memory request if the containers at ``extra``'s paths
+    (``(section, index)``, or ``(key,)`` for a single) had those amounts as limits and no
+    request of their own."""
     rows: list[tuple[str, bool, int]] = []
+    for key in singles:
+        amount = extra.get((key,))
+        rows.append((key, False, _cpu_memory(spec.get(key))[1] if amount is None else amount))
     for section in ("initContainers", "containers"):
         items = spec.get(section)
         for index, body in enumerate(items if isinstance(items, list) else ()):
@@ -207,8 +220,9 @@ def demand_of(
     spec: Mapping[str, Any],
     gpus: tuple[tuple[str, int], ...],
     per_container: tuple[tuple[str, int], ...],
+    singles: tuple[str, ...] = (),
 ) -> Demand:
     """The request vector of a pod spec (after the webhook's own mutations); ``gpus`` and
     ``per_container`` as ``PodGPUs`` holds them."""
-    cpu, memory = pod_requests(spec)
+    cpu, memory = pod_requests(spec, singles)
     return Demand(gpus, cpu, memory, per_container)

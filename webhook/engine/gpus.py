@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from webhook.engine.fit import effective as effective_request
 from webhook.engine.policy import GPUResources
 from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.workloads import Path
@@ -35,7 +36,8 @@ class Container:
 
     @property
     def path(self) -> Path:
-        return (self.section, self.index)
+        # A single container under its own key (KServe's ``model``) has no index.
+        return (self.section, self.index) if self.index >= 0 else (self.section,)
 
     @property
     def gpu_count(self) -> int:
@@ -55,6 +57,8 @@ class PodGPUs:
     vector: tuple[tuple[str, int], ...] = ()
     # Per resource, the most one container asks for.
     per_container: tuple[tuple[str, int], ...] = ()
+    # Keys of the pod spec holding one container each (``pod_gpus``'s ``singles``).
+    singles: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, containers: list[Container], effective: dict[str, int]) -> PodGPUs:
@@ -151,12 +155,13 @@ def _read(container: Container, name: str, raw_request: object, raw_limit: objec
         container.gpus[name] = -(-amount.numerator // amount.denominator)
 
 
-def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources) -> PodGPUs:
+def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources, singles: tuple[str, ...] = ()) -> PodGPUs:
     """Containers' GPU asks and the effective pod request, as the scheduler computes it.
 
     For each resource: max(the largest init container plus the sidecars started before
     it, the app containers plus all sidecars). Limits stand in for missing requests, as
-    the API server defaults them on pods (and controllers do from templates).
+    the API server defaults them on pods (and controllers do from templates). ``singles``
+    name keys that hold one app container each (KServe's ``model``).
     """
     containers: list[Container] = []
     for section in ("initContainers", "containers"):
@@ -167,19 +172,15 @@ def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources) -> PodGPUs:
                 for i, body in enumerate(items)
                 if isinstance(body, dict)
             )
-    effective: dict[str, int] = {}
+    for key in singles:
+        body = spec.get(key)
+        if isinstance(body, dict):
+            containers.append(_container(body, section=key, index=-1, gpus=gpus))
     names = {n for c in containers for n in c.gpus}
-    for name in names:
-        sidecars = init_peak = app = 0
-        for c in containers:
-            amount = c.gpus.get(name, 0)
-            if c.section == "initContainers":
-                if c.sidecar:
-                    sidecars += amount
-                    init_peak = max(init_peak, sidecars)
-                else:
-                    init_peak = max(init_peak, sidecars + amount)
-            else:
-                app += amount
-        effective[name] = max(init_peak, app + sidecars)
-    return PodGPUs.of(containers, effective)
+    effective = {
+        name: effective_request((c.section, c.sidecar, c.gpus.get(name, 0)) for c in containers)
+        for name in names
+    }
+    pod = PodGPUs.of(containers, effective)
+    pod.singles = singles
+    return pod

@@ -267,11 +267,11 @@ def _fit_memory(
     """Keep the injected limits within the nodes the pod can use (``whenTooLarge``)."""
     spec = _map(spec)
     placement = Placement.of(spec)
-    cpu, _ = pod_requests(spec)
+    cpu, _ = pod_requests(spec, pod.singles)
 
     def fitting(plans: list[_Planned]) -> tuple[Any, ...]:
         extra = {p.container.path: p.amount for p in plans if p.becomes_request}
-        demand = Demand(pod.vector, cpu, pod_memory(spec, extra), pod.per_container)
+        demand = Demand(pod.vector, cpu, pod_memory(spec, extra, pod.singles), pod.per_container)
         return inventory.fit(placement, demand).fitting
 
     if fitting(planned):
@@ -280,7 +280,7 @@ def _fit_memory(
     if not without:
         return planned, []  # the pod fits nowhere anyway: the capacity check says why
     room = max(shape.allocatable.get("memory", 0) for shape in without)
-    base = pod_memory(spec, {})
+    base = pod_memory(spec, {}, pod.singles)
     asked = ", ".join(f"{p.container.name or '?'} {format_bytes(p.amount)}" for p in planned)
     where = f"the largest node the pod can use has {format_bytes(room)} allocatable memory"
     if limit.when_too_large == "deny":
