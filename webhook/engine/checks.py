@@ -9,7 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.engine.decision import Finding, action_of
-from webhook.engine.fit import Demand
+from webhook.engine.fit import Demand, Shortfall
 from webhook.engine.gpufacts import (
     MEMORY_LABEL,
     MIG_PREFIX,
@@ -109,7 +109,7 @@ def class_name(shape: Shape) -> str:
     """A node class as people know it: its product and an example node."""
     if shape.pool:
         return f"node pool {shape.pool}"
-    product = shape.gpu.product or shape.labels.get(PRODUCT_LABEL) or "no GPU product label"
+    product = shape.gpu.product or shape.labels.get(PRODUCT_LABEL) or "unlabelled"
     more = f" and {shape.node_count - 1} more" if shape.node_count > 1 else ""
     return f"{product} nodes ({shape.example.name}{more})"
 
@@ -153,7 +153,11 @@ def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
                 f" {_node_text(best).capitalize()} has {best.amount}, but the pod's "
                 "nodeSelector, node affinity or tolerations exclude it."
             )
-        if best.amount >= need and fit.amount == 0:
+        if best.amount == 0:
+            text += (
+                f" Every node with {resource} is cordoned: wait for one to be uncordoned or added."
+            )
+        elif best.amount >= need and fit.amount == 0:
             text += " Let the pod use that node."
         elif best.amount >= need:
             text += f" Let the pod use that node, or request at most {fit.amount}."
@@ -166,12 +170,26 @@ def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
     return None
 
 
-def _amount_text(resource: str, amount: int) -> str:
+def _quantity_of(resource: str, amount: int) -> str:
     if resource == "memory":
-        return f"{format_bytes(amount)} memory"
+        return format_bytes(amount)
     if resource == "cpu":
-        return f"{format_quantity(Fraction(amount, 1000))} cpu"
-    return f"{amount} {resource}"
+        return format_quantity(Fraction(amount, 1000))
+    return str(amount)
+
+
+def _amount_text(resource: str, amount: int) -> str:
+    return f"{_quantity_of(resource, amount)} {resource}"
+
+
+def _short_text(short: Shortfall) -> str:
+    if short.physical:
+        return (
+            f"{short.have} physical GPUs behind {short.resource}, for a container asking "
+            f"{short.need}"
+        )
+    have, need = _quantity_of(short.resource, short.have), _quantity_of(short.resource, short.need)
+    return f"{have} of {need} {short.resource}"
 
 
 def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
@@ -179,24 +197,22 @@ def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
     demand = answer.demand
     asked = [_amount_text(n, c) for n, c in demand.gpus]
     asked += [_amount_text(n, demand.amount(n)) for n in ("cpu", "memory") if demand.amount(n)]
-    ranked = sorted(answer.missing, key=lambda m: len(m[1]))
-    lacks = []
-    for shape, short in ranked[:3]:
-        parts = [
-            f"{s.have} physical GPUs behind {s.resource} for a container asking {s.need}"
-            if s.physical
-            else f"{_amount_text(s.resource, s.have)} of {_amount_text(s.resource, s.need)}"
-            for s in short
-        ]
-        lacks.append(f"{class_name(shape)} have {', '.join(parts)}")
-    kinds = {s.resource for _, short in answer.missing for s in short}
+    gpu_names = {n for n, _ in demand.gpus}
+    # Classes with none of the pod's GPU resources say nothing worth reading.
+    relevant = [m for m in answer.missing if gpu_names & set(m[0].allocatable)]
+    ranked = sorted(relevant or answer.missing, key=lambda m: len(m[1]))
+    lacks = [
+        f"{class_name(shape)} have {', '.join(map(_short_text, short))}"
+        for shape, short in ranked[:3]
+    ]
+    kinds = {s.resource for _, short in relevant for s in short}
     fixes = []
-    if any(s.physical for _, short in answer.missing for s in short):
+    if any(s.physical for _, short in relevant for s in short):
         fixes.append(
             "on shared GPUs (time-slicing, MPS) a container gets no more GPUs than the node "
             "has, however many slots it asks for: ask for one slot, or for whole GPUs"
         )
-    if len(demand.gpus) > 1 and kinds & {n for n, _ in demand.gpus}:
+    if len(demand.gpus) > 1 and kinds & gpu_names:
         fixes.append(
             "no node offers these GPU resources together: ask for one kind of GPU resource, "
             "or put the containers in separate pods"

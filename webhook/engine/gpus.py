@@ -175,7 +175,10 @@ def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources, singles: tuple[str, ..
     for key in singles:
         body = spec.get(key)
         if isinstance(body, dict):
-            containers.append(_container(body, section=key, index=-1, gpus=gpus))
+            single = _container(body, section=key, index=-1, gpus=gpus)
+            # KServe names the container it makes from the model or framework form this way.
+            single.name = single.name or "kserve-container"
+            containers.append(single)
     names = {n for c in containers for n in c.gpus}
     effective = {
         name: effective_request((c.section, c.sidecar, c.gpus.get(name, 0)) for c in containers)

@@ -292,7 +292,7 @@ def _fit_memory(
         finding = Finding(
             rule, "memoryLimit", "deny", message, f"memory limits {asked} fit no node"
         )
-        return planned, [finding]
+        return [], [finding]  # not set: the denial says why, and a retry is judged the same
     if limit.when_too_large == "cap":
         grow = sum(p.amount for p in planned if p.becomes_request)
         share = Fraction(max(room - base, 0), grow) if grow else Fraction(0)
