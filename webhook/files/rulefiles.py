@@ -46,6 +46,11 @@ def _explain(error: ValidationError) -> str:
         extra = sorted(set(instance) - set(schema.get("properties", {})))
         allowed = ", ".join(sorted(schema.get("properties", {})))
         return f"unknown field {', '.join(map(repr, extra))} (allowed: {allowed})"
+    choices: Any = error.validator_value
+    if error.validator == "oneOf" and all(set(c) == {"required"} for c in choices):
+        # A choice of one field among several (memoryLimit's fixed, perGPU, inventoryShare).
+        fields = ", ".join(name for c in choices for name in c["required"])
+        return f"set exactly one of {fields}"
     if error.validator == "oneOf" and isinstance(error.instance, Mapping):
         names = [k for k in error.instance if k not in ("action", "message")]
         return f"unknown or ambiguous check {', '.join(names) or '(none)'}"
