@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from webhook.engine.decision import Finding, action_of
-from webhook.engine.fit import Demand, Shortfall
+from webhook.engine.fit import Shortfall
 from webhook.engine.gpufacts import (
     MEMORY_LABEL,
     MIG_PREFIX,
@@ -34,8 +34,9 @@ class Scope:
     pod: PodGPUs
     placement: Placement
     settings: Settings
-    # The pod's request vector; set when an inventory can be asked about it.
-    demand: Demand | None = None
+    # Which node classes take the pod's whole request vector; set when there is an
+    # inventory to ask (``Inventory.fit``).
+    fit: FitAnswer | None = None
 
     def at(self, container: Container) -> str:
         if container.index < 0:
@@ -124,10 +125,8 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
     unknown = [r for r in scope.pod.resources if r not in inventory.resource_names]
     for resource in unknown:
         yield _unknown_resource(scope, resource, inventory, settings)
-    if unknown or scope.demand is None:
-        return
-    answer = inventory.fit(scope.placement, scope.demand)
-    if answer.fitting:
+    answer = scope.fit
+    if unknown or answer is None or answer.fitting:
         return
     text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
     action = action_of(settings.actions["capacity"])
@@ -263,25 +262,21 @@ def _unknown_resource(
     )
 
 
-def landing(scope: Scope, inventory: Inventory, resource: str) -> list[Shape]:
-    """The node classes offering ``resource`` that this pod can land on: those that take
-    its whole request, or, when none does (a capacity finding says so), every usable one."""
-    if scope.demand is not None:
-        fitting = inventory.fit(scope.placement, scope.demand).fitting
-        shapes = [s for s in fitting if s.allocatable.get(resource, 0) > 0]
-        if shapes:
-            return shapes
-    return inventory.admitted(resource, scope.placement)
-
-
 def _devices(
     scope: Scope, inventory: Inventory | None, resource: str
-) -> list[tuple[Shape, DeviceFacts]]:
+) -> Sequence[tuple[Shape, DeviceFacts]]:
+    """The node classes offering ``resource`` that this pod can land on, with what one unit
+    is there: those that take its whole request, or, when none does (a capacity finding
+    says so), every usable one."""
     if inventory is None:
-        return []
+        return ()
+    if scope.fit is not None:
+        offering = scope.fit.offering(resource)
+        if offering:
+            return offering
     return [
         (shape, shape.gpu.device(resource, shape.allocatable[resource]))
-        for shape in landing(scope, inventory, resource)
+        for shape in inventory.admitted(resource, scope.placement)
     ]
 
 
@@ -292,6 +287,8 @@ def device_findings(
     for more than once (``sharedGPURequest``), several MIG devices in one container
     (``multipleMIGDevices``)."""
     for c in scope.pod.containers:
+        if c.gpu_count <= 1:
+            continue  # neither several slots nor several MIG devices
         migs: dict[str, int] = {}
         for resource, count in c.gpus.items():
             devices = _devices(scope, inventory, resource)

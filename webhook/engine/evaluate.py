@@ -210,14 +210,15 @@ def _evaluate_template(
             )
         )
     spec = editor.get(spec_path)
+    placement = Placement.of(spec)
     scope = Scope(
         where=".".join(map(str, spec_path)),
         spec=spec,
         labels=template.labels,
         pod=pod,
-        placement=Placement.of(spec),
+        placement=placement,
         settings=settings,
-        demand=demand_of(spec, pod.vector, pod.per_container, pod.singles)
+        fit=snapshot.fit(placement, demand_of(spec, pod.vector, pod.per_container, pod.singles))
         if snapshot is not None and pod.total
         else None,
     )

@@ -76,7 +76,9 @@ class PodGPUs:
             total=sum(effective.values()),
             resources=[r for r, n in effective.items() if n > 0],
             problems=[(c, p) for c in containers for p in c.problems],
-            vector=tuple(sorted((r, n) for r, n in effective.items() if n > 0)),
+            vector=tuple(sorted((r, n) for r, n in effective.items() if n > 0))
+            if len(effective) > 1
+            else tuple((r, n) for r, n in effective.items() if n > 0),
             per_container=tuple(sorted(most.items())),
         )
 
@@ -179,11 +181,15 @@ def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources, singles: tuple[str, ..
             # KServe names the container it makes from the model or framework form this way.
             single.name = single.name or "kserve-container"
             containers.append(single)
-    names = {n for c in containers for n in c.gpus}
-    effective = {
-        name: effective_request((c.section, c.sidecar, c.gpus.get(name, 0)) for c in containers)
-        for name in names
-    }
+    effective: dict[str, int] = {}
+    if any(c.section == "initContainers" and c.gpus for c in containers):
+        for name in {n for c in containers for n in c.gpus}:
+            rows = ((c.section, c.sidecar, c.gpus.get(name, 0)) for c in containers)
+            effective[name] = effective_request(rows)
+    else:  # the common case: app containers only, whose requests add up
+        for c in containers:
+            for name, count in c.gpus.items():
+                effective[name] = effective.get(name, 0) + count
     pod = PodGPUs.of(containers, effective)
     pod.singles = singles
     return pod

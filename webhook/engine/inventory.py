@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from webhook.engine.fit import Demand, Shortfall, shortfalls
-from webhook.engine.gpufacts import GPUFacts, gpu_facts
+from webhook.engine.gpufacts import DeviceFacts, GPUFacts, gpu_facts
 from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.selectors import Labels, clean_terms, dig, terms_match, tolerates
 
@@ -139,7 +139,8 @@ class Placement:
                 self,
                 "cordoned",
                 any(
-                    tolerates(t, key=UNSCHEDULABLE_TAINT, value="", effect="NoSchedule")
+                    t.get("key") in (None, "", UNSCHEDULABLE_TAINT)
+                    and tolerates(t, key=UNSCHEDULABLE_TAINT, value="", effect="NoSchedule")
                     for t in self.tolerations
                 ),
             )
@@ -548,6 +549,21 @@ class FitAnswer:
     demand: Demand
     fitting: tuple[Shape, ...]
     missing: tuple[tuple[Shape, tuple[Shortfall, ...]], ...]
+    # Memo of ``offering``: checks ask it per container, answers live as long as the snapshot.
+    _offering: dict[str, tuple[tuple[Shape, DeviceFacts], ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def offering(self, resource: str) -> tuple[tuple[Shape, DeviceFacts], ...]:
+        """The fitting classes that offer ``resource``, with what one unit of it is there."""
+        hit = self._offering.get(resource)
+        if hit is None:
+            hit = self._offering[resource] = tuple(
+                (shape, shape.gpu.device(resource, shape.allocatable[resource]))
+                for shape in self.fitting
+                if shape.allocatable.get(resource, 0) > 0
+            )
+        return hit
 
 
 @dataclass(frozen=True, slots=True)
