@@ -19,7 +19,7 @@ from webhook.engine.gpufacts import (
     mig_profile_gpus,
 )
 from webhook.engine.gpus import Container, PodGPUs, QuantityProblem
-from webhook.engine.inventory import Fit, FitAnswer, Inventory, Placement, Shape
+from webhook.engine.inventory import Fit, FitAnswer, Inventory, Placement, Shape, Units
 from webhook.engine.policy import Rule, RuleCheck, Settings, glob_matcher
 from webhook.engine.quantity import format_bytes, format_quantity
 
@@ -262,22 +262,28 @@ def _unknown_resource(
     )
 
 
+def _units(scope: Scope, inventory: Inventory | None, resource: str) -> Units:
+    """``resource`` on the node classes this pod can land on: those that take its whole
+    request, or, when none does (a capacity finding says so), every usable one."""
+    if inventory is None:
+        return _NO_UNITS
+    if scope.fit is not None:
+        units = scope.fit.units(resource)
+        if units.offering:
+            return units
+    return Units.of(
+        (shape, shape.gpu.device(resource, shape.allocatable[resource]))
+        for shape in inventory.admitted(resource, scope.placement)
+    )
+
+
+_NO_UNITS = Units((), mig=False, shared=None)
+
+
 def _devices(
     scope: Scope, inventory: Inventory | None, resource: str
 ) -> Sequence[tuple[Shape, DeviceFacts]]:
-    """The node classes offering ``resource`` that this pod can land on, with what one unit
-    is there: those that take its whole request, or, when none does (a capacity finding
-    says so), every usable one."""
-    if inventory is None:
-        return ()
-    if scope.fit is not None:
-        offering = scope.fit.offering(resource)
-        if offering:
-            return offering
-    return [
-        (shape, shape.gpu.device(resource, shape.allocatable[resource]))
-        for shape in inventory.admitted(resource, scope.placement)
-    ]
+    return _units(scope, inventory, resource).offering
 
 
 def device_findings(
@@ -291,15 +297,15 @@ def device_findings(
             continue  # neither several slots nor several MIG devices
         migs: dict[str, int] = {}
         for resource, count in c.gpus.items():
-            devices = _devices(scope, inventory, resource)
-            if resource.startswith(MIG_PREFIX) or any(d.kind == "mig" for _, d in devices):
+            units = _units(scope, inventory, resource)
+            if units.mig or resource.startswith(MIG_PREFIX):
                 migs[resource] = count
-            if count > 1:
-                shared = next(((s, d) for s, d in devices if d.shared), None)
-                if shared is not None or settings.gpu_resources.is_shared(resource):
-                    yield _shared_request(
-                        scope, c, resource, count, shared=shared, settings=settings
-                    )
+            if count > 1 and (
+                units.shared is not None or settings.gpu_resources.is_shared(resource)
+            ):
+                yield _shared_request(
+                    scope, c, resource, count, shared=units.shared, settings=settings
+                )
         if sum(migs.values()) > 1:
             yield _multiple_migs(scope, c, migs, settings)
 

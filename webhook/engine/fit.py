@@ -83,16 +83,18 @@ def shortfalls(
 # --- the pod's side of the vector ---------------------------------------------------------
 
 
-_AMOUNTS: dict[tuple[type, object, bool], int] = {}
+# Pods of one cluster repeat a few dozen quantities: memoised by the raw value (1, "1" and
+# 1.0 are the same amount), one map for CPU and one for memory.
+_AMOUNTS: tuple[dict[object, int], dict[object, int]] = ({}, {})
 
 
 def _amount(raw: object, *, cpu: bool) -> int:
-    """Whole millicores or bytes, rounded up as ``resource.Quantity`` does; memoised, since
-    pods of one cluster repeat a few dozen quantities."""
-    if not isinstance(raw, (str, int, float)):
-        return 0  # ill-typed: the API server's validation rejects the object
-    key = (type(raw), raw, cpu)
-    hit = _AMOUNTS.get(key)
+    """Whole millicores or bytes, rounded up as ``resource.Quantity`` does."""
+    memo = _AMOUNTS[cpu]
+    try:
+        hit = memo.get(raw)
+    except TypeError:
+        return 0  # unhashable, so ill-typed: the API server's validation rejects it
     if hit is not None:
         return hit
     try:
@@ -101,8 +103,8 @@ def _amount(raw: object, *, cpu: bool) -> int:
         value = Fraction(0)
     value = max(value * 1000 if cpu else value, Fraction(0))
     amount = -(-value.numerator // value.denominator)
-    if len(_AMOUNTS) < 4096:
-        _AMOUNTS[key] = amount
+    if len(memo) < 4096:
+        memo[raw] = amount
     return amount
 
 

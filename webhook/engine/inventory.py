@@ -549,21 +549,37 @@ class FitAnswer:
     demand: Demand
     fitting: tuple[Shape, ...]
     missing: tuple[tuple[Shape, tuple[Shortfall, ...]], ...]
-    # Memo of ``offering``: checks ask it per container, answers live as long as the snapshot.
-    _offering: dict[str, tuple[tuple[Shape, DeviceFacts], ...]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    # Memo of ``units``: checks ask it per container, answers live as long as the snapshot.
+    _units: dict[str, Units] = field(default_factory=dict, compare=False, repr=False)
 
-    def offering(self, resource: str) -> tuple[tuple[Shape, DeviceFacts], ...]:
-        """The fitting classes that offer ``resource``, with what one unit of it is there."""
-        hit = self._offering.get(resource)
+    def units(self, resource: str) -> Units:
+        """What one unit of ``resource`` is on the fitting classes that offer it."""
+        hit = self._units.get(resource)
         if hit is None:
-            hit = self._offering[resource] = tuple(
+            hit = self._units[resource] = Units.of(
                 (shape, shape.gpu.device(resource, shape.allocatable[resource]))
                 for shape in self.fitting
                 if shape.allocatable.get(resource, 0) > 0
             )
         return hit
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """A GPU resource on some node classes: each class with what one unit is there."""
+
+    offering: tuple[tuple[Shape, DeviceFacts], ...]
+    mig: bool  # a MIG slice on some class
+    shared: tuple[Shape, DeviceFacts] | None  # the first class where it is a shared slot
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[Shape, DeviceFacts]]) -> Units:
+        offering = tuple(pairs)
+        return cls(
+            offering=offering,
+            mig=any(device.kind == "mig" for _, device in offering),
+            shared=next(((s, d) for s, d in offering if d.shared), None),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,6 +93,7 @@ class GPUResources:
         self._is_gpu = glob_matcher(name for name, _ in self.entries)
         self._is_shared = glob_matcher(name for name, shared in self.entries if shared)
         self._memo: dict[str, bool] = {}
+        self._shared_memo: dict[str, bool] = {}
 
     def is_gpu(self, name: str) -> bool:
         known = self._memo.get(name)
@@ -101,7 +102,10 @@ class GPUResources:
         return known
 
     def is_shared(self, name: str) -> bool:
-        return self._is_shared(name)
+        known = self._shared_memo.get(name)
+        if known is None:
+            known = self._shared_memo[name] = self._is_shared(name)
+        return known
 
 
 @dataclass(frozen=True, slots=True)
