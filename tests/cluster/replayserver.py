@@ -91,6 +91,8 @@ class ReplayServer:
         self.watches: deque[Stream | Body] = deque()
         self.namespace_lists: deque[Body] = deque()
         self.namespace_watches: deque[Stream | Body] = deque()
+        # Any other path: its answers in order; the last one repeats (discovery, a pod).
+        self.routes: dict[str, deque[Body]] = {}
         self.requests: list[Request] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -148,7 +150,17 @@ class ReplayServer:
                 queue = self.watches if query.get("watch") else self.lists
             elif parts.path == "/api/v1/namespaces":
                 queue = self.namespace_watches if query.get("watch") else self.namespace_lists
+            elif parts.path in self.routes:
+                queue = self.routes[parts.path]
+                if len(queue) == 1:
+                    queue = deque(queue)
             answer = queue.popleft() if queue else None
+        if answer is None and parts.path not in ("/api/v1/nodes", "/api/v1/namespaces"):
+            # A path nobody scripted: what the API server says of a group it does not serve.
+            answer = Body(
+                status_body(404, "NotFound", "the server could not find the requested resource"),
+                404,
+            )
         if answer is None:
             # Nothing scripted: an idle watch, or a list the test did not expect.
             answer = Stream([], end="hold") if query.get("watch") else Body(b"{}", 500)

@@ -24,12 +24,15 @@ from webhook.engine.workloads import BUILTIN_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-KUSTOMIZATIONS = ["base", "overlays/fail-closed", "overlays/cert-manager"]
+KUSTOMIZATIONS = ["base", "overlays/fail-closed", "overlays/cert-manager", "overlays/audit"]
 FAILURE_POLICY = {
     "base": "Ignore",
     "overlays/fail-closed": "Fail",
     "overlays/cert-manager": "Ignore",
+    "overlays/audit": "Ignore",
 }
+# What the opt-in background audit adds (tests/deploy/test_audit_overlay.py checks it).
+AUDIT = {"app.kubernetes.io/component": "audit"}
 NAMESPACE = "gpu-webhook"
 OPT_OUT = {"gpu-webhook.io/ignore": "true"}
 # Custom resources with no schema in kubernetes-validate: checked by the tests below instead.
@@ -221,9 +224,14 @@ def test_cert_manager_injects_the_ca_of_the_certificate_that_fills_the_tls_secre
 
 def rbac_rules(objs: tuple[dict[str, Any], ...]) -> Iterator[tuple[str, dict[str, Any]]]:
     for obj in objs:
-        if obj["kind"] in ("Role", "ClusterRole"):
+        if obj["kind"] in ("Role", "ClusterRole") and not _audit(obj):
             for rule in obj["rules"]:
                 yield f"{obj['kind']} {obj['metadata']['name']}", rule
+
+
+def _audit(obj: dict[str, Any]) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in AUDIT.items())
 
 
 NAMED_ONLY = {
@@ -255,6 +263,7 @@ def test_the_server_account_can_only_watch_nodes_and_namespaces(name):
         b["roleRef"]
         for b in objs
         if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and not _audit(b)
         and {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} in b["subjects"]
     ]
     assert bound == [

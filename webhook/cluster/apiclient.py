@@ -108,6 +108,16 @@ def api_endpoint_from_kubeconfig(path: str | None) -> ApiEndpoint:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a list: its items as raw JSON, and where the list stands."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+    # What the server says is left after this page (an estimate; absent on some lists).
+    remaining: int | None = None
+
+
 class ApiClient:
     """Paginated lists and streamed watches of one API server, answering raw JSON."""
 
@@ -135,21 +145,47 @@ class ApiClient:
         """Every item of a collection, parsed page by page (so that only one page of raw
         JSON is held at a time), and the list's resource version."""
         items: list[T] = []
+        resource_version = ""
+        for page in self.pages(path, limit=limit):
+            items.extend(parse(i) for i in page.items)
+            resource_version = page.resource_version
+        return items, resource_version
+
+    def pages(
+        self, path: str, *, limit: int = 500, query: Mapping[str, str] | None = None
+    ) -> Iterator[Page]:
+        """A collection one page at a time (``limit`` and ``continue``): a caller that
+        keeps only what it needs of each page lists 100,000 objects in bounded memory."""
         token = ""
         while True:
-            query: dict[str, str | int] = {"limit": limit}
+            params: dict[str, str | int] = {**(query or {}), "limit": limit}
             if token:
-                query["continue"] = token
-            body = self._get_json(path, query)
-            page = body.get("items")
-            if not isinstance(page, list):
+                params["continue"] = token
+            body = self._get_json(path, params)
+            items = body.get("items")
+            if not isinstance(items, list):
                 raise ApiError(f"GET {path}: the answer holds no items list")
-            items.extend(parse(i) for i in page if isinstance(i, Mapping))
-            del page
             meta = body.get("metadata") or {}
             token = str(meta.get("continue") or "")
+            yield Page(
+                items=[i for i in items if isinstance(i, dict)],
+                resource_version=str(meta.get("resourceVersion") or ""),
+                remaining=_int(meta.get("remainingItemCount")),
+            )
             if not token:
-                return items, str(meta.get("resourceVersion") or "")
+                return
+
+    def get(self, path: str, query: Mapping[str, str | int] | None = None) -> Mapping[str, Any]:
+        """One object (or any JSON answer) by path; ``ApiError`` with the status code."""
+        return self._get_json(path, query or {})
+
+    def send(
+        self, method: str, path: str, body: Mapping[str, Any] | None = None
+    ) -> Mapping[str, Any]:
+        """A write (POST, PUT, DELETE) with a JSON body; the answer as JSON. A 409 raises
+        ``ApiError`` with ``code`` 409, for the caller's read-and-retry."""
+        data = orjson.dumps(body) if body is not None else None
+        return self._json(path, {}, method=method, body=data)
 
     def watch(
         self, path: str, *, resource_version: str, timeout_seconds: int
@@ -202,14 +238,26 @@ class ApiClient:
         self._pool.clear()
 
     def _get_json(self, path: str, query: Mapping[str, str | int]) -> Mapping[str, Any]:
-        response = self._request(path, query, read_timeout=self.request_timeout_seconds)
+        return self._json(path, query)
+
+    def _json(
+        self,
+        path: str,
+        query: Mapping[str, str | int],
+        *,
+        method: str = "GET",
+        body: bytes | None = None,
+    ) -> Mapping[str, Any]:
+        response = self._request(
+            path, query, read_timeout=self.request_timeout_seconds, method=method, body=body
+        )
         try:
             data = response.data
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"GET {path}: connection lost: {_describe(exc)}") from None
+            raise ApiError(f"{method} {path}: connection lost: {_describe(exc)}") from None
         finally:
             self._forget(response)
-        return _json_object(data, f"GET {path}: the answer is not a JSON object")
+        return _json_object(data or b"{}", f"{method} {path}: the answer is not a JSON object")
 
     def _request(
         self,
@@ -217,13 +265,19 @@ class ApiClient:
         query: Mapping[str, str | int],
         *,
         read_timeout: float,
+        method: str = "GET",
+        body: bytes | None = None,
     ) -> urllib3.BaseHTTPResponse:
-        url = f"{self.endpoint.host}{path}?{urlencode(query)}"
+        url = f"{self.endpoint.host}{path}"
+        if query:
+            url += f"?{urlencode(query)}"
         headers = {
             "Accept": "application/json",
             "Accept-Encoding": "gzip",
             "User-Agent": USER_AGENT,
         }
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         if self.endpoint.authorization is not None:
             try:
                 value = self.endpoint.authorization()
@@ -233,15 +287,16 @@ class ApiClient:
                 headers["Authorization"] = value
         try:
             response = self._pool.request(
-                "GET",
+                method,
                 url,
+                body=body,
                 headers=headers,
                 preload_content=False,
                 retries=False,
                 timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
             )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"GET {path}: {_describe(exc)}") from None
+            raise ApiError(f"{method} {path}: {_describe(exc)}") from None
         with self._lock:
             closing = self._closing
             if not closing:
@@ -250,8 +305,8 @@ class ApiClient:
             # ``close`` ran while this request was on its way: do not start reading.
             response.shutdown()
             response.release_conn()
-            raise ApiError(f"GET {path}: the client is closed")
-        if response.status != 200:
+            raise ApiError(f"{method} {path}: the client is closed")
+        if response.status not in (200, 201, 202):
             try:
                 raw = response.data
             except (urllib3.exceptions.HTTPError, OSError):
@@ -322,6 +377,10 @@ def _status_of(raw: bytes) -> Mapping[str, Any]:
         return body
     text = raw[:200].decode("utf-8", "replace").strip()
     return {"message": text} if text else {}
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _describe(exc: BaseException) -> str:

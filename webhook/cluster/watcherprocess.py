@@ -33,6 +33,8 @@ HEALTHY_RUN_SECONDS = 60.0
 class WatcherProcess:
     """One watcher process, restarted with backoff whenever it exits until ``stop``."""
 
+    label = "inventory watcher"
+
     def __init__(
         self,
         *,
@@ -97,7 +99,7 @@ class WatcherProcess:
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, path]))}
         process = subprocess.Popen(self._command(), env=env, stdin=subprocess.DEVNULL)
-        log.info("inventory watcher started", extra={"pid": process.pid})
+        log.info("%s started", self.label, extra={"pid": process.pid})
         return process
 
     def _keep_running(self) -> None:
@@ -113,7 +115,8 @@ class WatcherProcess:
                 self.backoff.reset()
             delay = self.backoff.next()
             log.warning(
-                "inventory watcher exited with %s; starting it again in %.1f s",
+                "%s exited with %s; starting it again in %.1f s",
+                self.label,
                 code,
                 delay,
                 extra={"pid": process.pid, "code": code, "retry_in_seconds": round(delay, 3)},

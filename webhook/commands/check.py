@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-from webhook.commands import fail
+from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
+from webhook.cluster.clusterobjects import ClusterObjects
+from webhook.commands import add_rules_option, fail, rules_or_fail
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
-from webhook.engine.policy import Policy, PolicyError
+from webhook.engine.policy import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.manifests import Document, load_manifests
-from webhook.files.rulefiles import load_policy
+from webhook.reports.audit import finding_json
+from webhook.reports.explain import object_diff
 
-DEFAULT_RULES = "rules"
+COMMAND = "check"
 
 
 def register(sub: Any) -> None:
@@ -40,16 +41,17 @@ def register(sub: Any) -> None:
         metavar="FILE|DIR|-",
         help="manifest file, directory (walked for .yaml/.yml/.json) or - for stdin; repeatable",
     )
-    parser.add_argument(
-        "--rules",
-        default=os.environ.get("GPU_WEBHOOK_RULES", DEFAULT_RULES),
-        metavar="DIR",
-        help="rule file directory (default: $GPU_WEBHOOK_RULES or ./rules)",
-    )
-    parser.add_argument(
+    add_rules_option(parser)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--inventory",
         metavar="FILE",
         help="nodes as 'kubectl get nodes -o yaml' prints them; without it, no capacity checks",
+    )
+    where.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="use this cluster's live nodes and namespace labels (read once) instead of a file",
     )
     parser.add_argument("--namespace", metavar="NS", help="namespace for objects that name none")
     parser.add_argument("--output", "-o", choices=["text", "json", "yaml", "patch"], default="text")
@@ -61,32 +63,57 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        policy = load_policy(args.rules)
-    except PolicyError as exc:
-        return _fail(f"the rules in {args.rules} are not usable:\n{exc}")
+    policy = rules_or_fail(COMMAND, args.rules)
+    if isinstance(policy, int):
+        return policy
     inventory = NO_INVENTORY
+    labels: Mapping[str, Mapping[str, str]] = {}
     if args.inventory:
         try:
             inventory = InventoryView(load_inventory(args.inventory))
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
+    elif args.kubeconfig:
+        try:
+            inventory, labels = _cluster(args.kubeconfig, namespaces=bool(policy.rules))
+        except KubeconfigError as exc:
+            return _fail(f"no usable cluster configuration: {exc}")
+        except ApiError as exc:
+            return _fail(f"cannot read the cluster's nodes and namespaces: {exc}")
     documents, errors = load_manifests(args.files)
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
-    if not args.inventory and args.output == "text":
+    if inventory.snapshot is None and args.output == "text":
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
-    results = [(doc, _evaluate(doc, policy, inventory, args.namespace)) for doc in documents]
+    results = [
+        (doc, _evaluate(doc, policy, inventory, args.namespace, labels)) for doc in documents
+    ]
     _print(args.output, results)
     if errors:
         return 2
     return 1 if any(not d.allowed for _, d in results) else 0
 
 
+def _cluster(
+    kubeconfig: str, *, namespaces: bool
+) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
+    """The cluster's nodes, and its namespaces' labels when rules may match on them."""
+    with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig)) as cluster:
+        inventory = InventoryView(cluster.inventory())
+        return inventory, cluster.namespace_labels() if namespaces else {}
+
+
 def _evaluate(
-    doc: Document, policy: Policy, inventory: InventoryView, namespace: str | None
+    doc: Document,
+    policy: Policy,
+    inventory: InventoryView,
+    namespace: str | None,
+    labels: Mapping[str, Mapping[str, str]],
 ) -> Decision:
-    return evaluate(Request(doc.obj, namespace=namespace or ""), policy=policy, inventory=inventory)
+    request = Request(doc.obj, namespace=namespace or "")
+    own = labels.get(request.effective_namespace) if labels else None
+    request = Request(doc.obj, namespace=namespace or "", namespace_labels=own)
+    return evaluate(request, policy=policy, inventory=inventory)
 
 
 def _identity(obj: Mapping[str, Any], namespace: str | None) -> dict[str, str]:
@@ -107,16 +134,7 @@ def result_json(doc: Document, decision: Decision, namespace: str | None = None)
         "allowed": decision.allowed,
         "messages": [f.message for f in decision.denials],
         "warnings": list(decision.warnings),
-        "findings": [
-            {
-                "rule": f.rule,
-                "check": f.check,
-                "action": f.action,
-                "message": f.message,
-                "path": f.path,
-            }
-            for f in decision.findings
-        ],
+        "findings": [finding_json(f) for f in decision.findings],
         "audit": dict(decision.audit),
         "notices": list(decision.notices),
         "patch": list(decision.patch),
@@ -157,8 +175,5 @@ def _text(doc: Document, decision: Decision) -> str:
     )
     lines.extend(f"  notice: {n}" for n in decision.notices)
     if decision.patch and decision.mutated is not None:
-        before = yaml.safe_dump(dict(doc.obj), sort_keys=False).splitlines()
-        after = yaml.safe_dump(dict(decision.mutated), sort_keys=False).splitlines()
-        diff = difflib.unified_diff(before, after, "original", "mutated", n=2, lineterm="")
-        lines.extend("  " + line for line in diff)
+        lines.extend("  " + line for line in object_diff(doc.obj, decision.mutated))
     return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ from webhook.cluster.inventorysource import (
     api_endpoint_from_kubeconfig,
     list_inventory,
 )
-from webhook.commands import fail
+from webhook.commands import add_timeout_option, fail
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.reports.inventory import render_text, summarize
 
@@ -35,13 +35,7 @@ def register(sub: Any) -> None:
     )
     where.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the cluster to list")
     parser.add_argument("--output", "-o", choices=["text", "json"], default="text")
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="read timeout for each API request (default 30)",
-    )
+    add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
 

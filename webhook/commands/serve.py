@@ -71,6 +71,27 @@ def register(sub: Any) -> None:
         help=f"(${env['log_level']})",
     )
     parser.add_argument(
+        "--audit",
+        action="store_true",
+        default=None,
+        help="audit the cluster in the background and write PolicyReports (one replica, "
+        f"by Lease; needs a live cluster and the PolicyReport CRD) (${env['audit']}=true)",
+    )
+    parser.add_argument(
+        "--audit-period",
+        default=env_default("audit_period"),
+        metavar="SECONDS",
+        help=f"seconds between background audits; rule changes audit at once "
+        f"(${env['audit_period']}, default 3600)",
+    )
+    parser.add_argument(
+        "--audit-lease-namespace",
+        default=env_default("audit_lease_namespace"),
+        metavar="NS",
+        help=f"namespace of the audit Lease; default: the pod's own "
+        f"(${env['audit_lease_namespace']})",
+    )
+    parser.add_argument(
         "--dev",
         action="store_true",
         help=f"development: throwaway CA and localhost certificate in {DEV_CERTS}/, the "
@@ -101,6 +122,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         workers=config.integer(args.workers, "--workers", minimum=1),
         log_level=config.log_level(args.log_level),
         inventory_failure_mode=config.failure_mode(env_default("inventory_failure_mode")),
+        audit=args.audit or config.switch(env_default("audit"), config.ENVIRONMENT["audit"]),
+        audit_period=config.seconds(args.audit_period, "--audit-period", minimum=60.0),
+        audit_lease_namespace=args.audit_lease_namespace or None,
     )
 
 
@@ -160,6 +184,10 @@ def preflight(settings: Settings) -> str:
             api_endpoint_from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
         except KubeconfigError as exc:
             return f"the cluster configuration is not usable: {exc}"
+    if settings.audit and not settings.live_inventory:
+        return (
+            "--audit needs a cluster to audit: give --kubeconfig (or run in a pod), not --inventory"
+        )
     return ""
 
 

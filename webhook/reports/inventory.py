@@ -84,7 +84,7 @@ class InventoryReport:
         return asdict(self)
 
 
-def _class_key(node: Node) -> tuple[Any, ...]:
+def class_key(node: Node) -> tuple[Any, ...]:
     labels = node.labels
     gpus = tuple(sorted((k, v) for k, v in node.allocatable.items() if is_gpu_resource(k)))
     return (
@@ -100,7 +100,7 @@ def _class_key(node: Node) -> tuple[Any, ...]:
 def summarize(inventory: Inventory) -> InventoryReport:
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in inventory.nodes:
-        groups.setdefault(_class_key(node), []).append(node)
+        groups.setdefault(class_key(node), []).append(node)
     classes = []
     for (product, gpus, mig, sharing, replicas, memory), members in groups.items():
         facts = gpu_facts(members[0].labels, dict(gpus))
@@ -184,7 +184,7 @@ def render_text(report: InventoryReport) -> str:
         rows.append(
             (c.product, str(c.nodes), str(c.ready), str(c.cordoned), resources, mig, sharing)
         )
-    lines += _table(rows)
+    lines += table(rows)
     lines += ["", "What one unit of each GPU resource is (capacity counts physical GPUs)"]
     unit_rows = [("PRODUCT", "RESOURCE", "PER NODE", "ONE UNIT IS", "PHYSICAL GPUS", "MEMORY")]
     for c in report.classes:
@@ -192,10 +192,10 @@ def render_text(report: InventoryReport) -> str:
             memory = f"{u.memory_mib} MiB" if u.memory_mib is not None else "-"
             physical = str(u.physical_gpus) if u.physical_gpus is not None else "-"
             unit_rows.append((u.product, u.resource, str(u.per_node), u.unit, physical, memory))
-    lines += _table(unit_rows) if len(unit_rows) > 1 else ["  none"]
+    lines += table(unit_rows) if len(unit_rows) > 1 else ["  none"]
     lines += ["", "Largest node per GPU resource"]
     if report.largest:
-        lines += _table(
+        lines += table(
             [("RESOURCE", "LARGEST", "NODE", "TOTAL", "NODES")]
             + [
                 (b.resource, str(b.amount), b.node, str(b.total), str(b.nodes))
@@ -208,7 +208,7 @@ def render_text(report: InventoryReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+def table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [
         "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows

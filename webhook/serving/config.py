@@ -27,6 +27,9 @@ ENVIRONMENT = {
     "workers": "GPU_WEBHOOK_WORKERS",
     "log_level": "GPU_WEBHOOK_LOG_LEVEL",
     "inventory_failure_mode": "GPU_WEBHOOK_INVENTORY_FAILURE_MODE",
+    "audit": "GPU_WEBHOOK_AUDIT",
+    "audit_period": "GPU_WEBHOOK_AUDIT_PERIOD",
+    "audit_lease_namespace": "GPU_WEBHOOK_AUDIT_LEASE_NAMESPACE",
 }
 DEFAULTS: dict[str, str] = {
     "port": "8443",
@@ -35,6 +38,7 @@ DEFAULTS: dict[str, str] = {
     "rules": "rules",
     "workers": "2",
     "log_level": "info",
+    "audit_period": "3600",
 }
 
 
@@ -61,6 +65,10 @@ class Settings:
     inventory_feed: Path | None = None
     # Seconds between checks of the rule files (and certificate files) for changes.
     reload_interval: float = 2.0
+    # The background audit (one replica, by Lease): off unless asked for.
+    audit: bool = False
+    audit_period: float = 3600.0
+    audit_lease_namespace: str | None = None  # None: the pod's own namespace
 
     @property
     def cert_file(self) -> Path:
@@ -111,6 +119,26 @@ def integer(value: str | None, flag: str, *, minimum: int = 0) -> int:
         raise ConfigError(f"{flag} must be a whole number, not {value!r}") from None
     if number < minimum:
         raise ConfigError(f"{flag} must be at least {minimum}")
+    return number
+
+
+def switch(value: str | None, name: str) -> bool:
+    """An on/off environment variable: true/false, 1/0, yes/no, on/off; unset is off."""
+    text = (value or "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name} must be true or false, not {value!r}")
+
+
+def seconds(value: str | None, flag: str, *, minimum: float) -> float:
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise ConfigError(f"{flag} must be a number of seconds, not {value!r}") from None
+    if not number >= minimum:
+        raise ConfigError(f"{flag} must be at least {minimum:g} seconds")
     return number
 
 

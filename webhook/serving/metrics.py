@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -72,6 +72,23 @@ READY = Gauge(
     "1 when the worker's rules are loaded and its inventory (if live) synced",
     multiprocess_mode="livemin",
 )
+AUDIT_FINDINGS = Gauge(
+    "gpu_webhook_audit_findings",
+    "Results of the last background audit, by rule (policy/check) and result "
+    "(pass, fail, warn, error, skip)",
+    ["rule", "result"],
+    multiprocess_mode="mostrecent",
+)
+_audit_labels: set[tuple[str, str]] = set()
+
+
+def audit_findings(counts: Mapping[tuple[str, str], int]) -> None:
+    """Set the gauge to the last audit's counts; a rule that no longer fires goes to 0."""
+    for labels in _audit_labels - counts.keys():
+        AUDIT_FINDINGS.labels(*labels).set(0)
+    for labels, count in counts.items():
+        AUDIT_FINDINGS.labels(*labels).set(count)
+    _audit_labels.update(counts)
 
 
 class ReviewTally:

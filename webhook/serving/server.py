@@ -47,6 +47,7 @@ from webhook.serving.worker import FREE, ConnectionTable
 
 if TYPE_CHECKING:
     from webhook.cluster.watcherprocess import WatcherProcess
+    from webhook.serving.auditor import AuditorProcess
 
 log = logging.getLogger("gpu_webhook.server")
 WSGIApp = Callable[..., Any]
@@ -96,6 +97,22 @@ def inventory_watcher(settings: Settings) -> WatcherProcess | None:
     from webhook.cluster.watcherprocess import WatcherProcess
 
     return WatcherProcess(kubeconfig=_kubeconfig(settings), log_level=settings.log_level)
+
+
+def background_auditor(settings: Settings) -> AuditorProcess | None:
+    """The pod's auditor process, when the background audit is on (one replica audits at
+    a time: the process takes a Lease before it lists anything)."""
+    if not settings.audit or not settings.live_inventory:
+        return None
+    from webhook.serving.auditor import AuditorProcess, lease_namespace
+
+    return AuditorProcess(
+        kubeconfig=_kubeconfig(settings),
+        rules=str(settings.rules),
+        period_seconds=settings.audit_period,
+        lease_namespace=lease_namespace(settings.audit_lease_namespace),
+        log_level=settings.log_level,
+    )
 
 
 def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
@@ -195,6 +212,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         self._tls = ReloadingContext(settings.cert_file, settings.key_file)
         self._health: HealthServer | None = None
         self._watcher: WatcherProcess | None = None
+        self._auditor: AuditorProcess | None = None
         self._stop_worker: Callable[[], None] | None = None
         self._connections = ConnectionTable()  # mapped before any fork: shared with workers
         super().__init__()
@@ -229,6 +247,9 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         # every gauge; only workers report, so drop the master's files.
         metrics.worker_exited(os.getpid())
         self._start_watcher()
+        self._auditor = background_auditor(self.settings)
+        if self._auditor is not None:
+            self._auditor.start()
         if self.settings.health_port:
             self._health = HealthServer(self.settings.host, self.settings.health_port)
             self._health.start()
@@ -251,6 +272,8 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
             self.settings = replace(self.settings, inventory_feed=feed)
 
     def _on_exit(self, server: Any) -> None:  # noqa: ARG002
+        if self._auditor is not None:
+            self._auditor.stop()
         if self._watcher is not None:
             self._watcher.stop()
         if self._health is not None:

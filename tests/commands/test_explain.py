@@ -1,0 +1,180 @@
+"""``gpu-webhook explain``: a live Pending pod (its nodes, namespace and FailedScheduling
+events from a loopback replay server), a file with an inventory, and refusals."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.builders import RULES
+from tests.cluster.listpages import list_pages
+from tests.cluster.replayserver import Body, ReplayServer, status_body
+from tests.running import kubeconfig
+from webhook.cli import main
+
+CASES = Path(__file__).resolve().parents[1] / "reports" / "explain"
+INVENTORY = CASES / "inventory.yaml"
+NODES = yaml.safe_load(INVENTORY.read_text())["items"]
+SCHEDULER_SAYS = (
+    "0/8 nodes are available: 1 node(s) had untolerated taint {dedicated: research}, 1 node(s) "
+    "had untolerated taint {node.kubernetes.io/not-ready: }, 1 node(s) were unschedulable, 5 "
+    "Insufficient nvidia.com/gpu. preemption: 0/8 nodes are available: 8 Preemption is not "
+    "helpful for scheduling."
+)
+
+
+def _live_pod() -> dict[str, Any]:
+    pod = yaml.safe_load((CASES / "more-gpus-than-any-node" / "object.yaml").read_text())
+    pod["metadata"] |= {"uid": "u-1", "resourceVersion": "77"}
+    pod["spec"]["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    return pod
+
+
+def _event(message: str, last: str, count: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"big.{count}", "namespace": "team-a"},
+        "involvedObject": {"kind": "Pod", "namespace": "team-a", "name": "big", "uid": "u-1"},
+        "reason": "FailedScheduling",
+        "message": message,
+        "type": "Warning",
+        "count": count,
+        "lastTimestamp": last,
+        "source": {"component": "default-scheduler"},
+    }
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[ReplayServer, str]]:
+    replay = ReplayServer().start()
+    (page,) = list_pages("NodeList", "v1", NODES, page_size=500)
+    replay.lists.append(Body(page))
+    events = [
+        _event(
+            "0/8 nodes are available: 8 Insufficient nvidia.com/gpu.", "2026-11-30T11:00:00Z", 3
+        ),
+        _event(SCHEDULER_SAYS, "2026-11-30T12:00:00Z", 14),
+    ]
+    (events_page,) = list_pages("EventList", "v1", events[::-1], page_size=500)
+    replay.routes.update(
+        {
+            "/api/v1/namespaces/team-a/pods/big": deque([Body(json.dumps(_live_pod()).encode())]),
+            "/api/v1/namespaces/team-a": deque(
+                [Body(json.dumps({"metadata": {"name": "team-a", "labels": {}}}).encode())]
+            ),
+            "/api/v1/namespaces/team-a/events": deque([Body(events_page)]),
+        }
+    )
+    yield replay, kubeconfig(tmp_path, replay.url)
+    replay.stop()
+
+
+def test_a_live_pending_pod_is_explained_with_the_schedulers_last_message(
+    cluster: tuple[ReplayServer, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay, config = cluster
+    code = main(
+        ["explain", "pod", "big", "-n", "team-a", "--kubeconfig", config, "--rules", str(RULES)]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.startswith("Pod team-a/big (Pending)\n")
+    assert "no: 2 Insufficient nvidia.com/gpu (requests 16, a node here has 8)" in out
+    assert out.endswith(
+        "Scheduler, last FailedScheduling (2026-11-30T12:00:00Z, 14 times):\n"
+        f'  "{SCHEDULER_SAYS}"\n'
+    )
+    # Already created through the webhook: nothing more to change.
+    assert "Webhook on create: DENIED by builtin/capacity\n" in out
+    assert "+++ mutated" not in out
+    (events,) = [r for r in replay.requests if r.path.endswith("/events")]
+    assert events.query["fieldSelector"] == (
+        "involvedObject.kind=Pod,involvedObject.name=big,reason=FailedScheduling,"
+        "involvedObject.uid=u-1"
+    )
+
+
+def test_json_output_carries_the_classes_the_webhook_and_the_scheduler(
+    cluster: tuple[ReplayServer, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, config = cluster
+    main(
+        [
+            "explain",
+            "pod/big",
+            "-n",
+            "team-a",
+            "--kubeconfig",
+            config,
+            "--rules",
+            str(RULES),
+            "-o",
+            "json",
+        ]
+    )
+    (data,) = json.loads(capsys.readouterr().out)
+    assert data["phase"] == "Pending"
+    assert data["webhook"]["allowed"] is False
+    assert data["scheduler"]["count"] == 14
+    (template,) = data["templates"]
+    assert template["requests"] == {"nvidia.com/gpu": 16}
+    assert {c["product"] for c in template["classes"]} >= {"NVIDIA-A100-SXM4-80GB", "Tesla-T4"}
+
+
+def test_a_pod_that_does_not_exist_exits_2(
+    cluster: tuple[ReplayServer, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay, config = cluster
+    replay.routes["/api/v1/namespaces/team-a/pods/gone"] = deque(
+        [Body(status_body(404, "NotFound", 'pods "gone" not found'), 404)]
+    )
+    assert main(["explain", "pod", "gone", "-n", "team-a", "--kubeconfig", config]) == 2
+    assert 'pod "gone" not found in namespace "team-a"' in capsys.readouterr().err
+
+
+def test_a_file_is_explained_against_an_inventory_file(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["explain", "-f", str(CASES / "fits" / "object.yaml"), "--inventory", str(INVENTORY)]
+    assert main([*args, "--rules", str(RULES)]) == 0
+    assert capsys.readouterr().out == (CASES / "fits" / "expected.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param([], "say what to explain", id="nothing"),
+        pytest.param(["deployment", "x"], "say what to explain", id="not-a-pod"),
+        pytest.param(["-f", str(INVENTORY)], "-f needs --inventory", id="file-without-inventory"),
+        pytest.param(
+            ["pod", "x", "--inventory", str(INVENTORY)],
+            "--inventory goes with -f",
+            id="live-with-inventory",
+        ),
+        pytest.param(
+            ["-f", "/dev/null", "--inventory", str(INVENTORY)],
+            "no objects in /dev/null",
+            id="empty-file",
+        ),
+    ],
+)
+def test_unusable_requests_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["explain", "--rules", str(RULES), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_readme_shows_a_real_explain_output() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    golden = (CASES / "more-gpus-than-any-node" / "expected.txt").read_text()
+    assert golden in readme

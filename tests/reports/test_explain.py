@@ -1,0 +1,179 @@
+"""``explain`` against a fixed inventory: one golden output per reason a GPU pod stays
+Pending (tests/reports/explain/<case>/), and the per-class answers as data.
+
+Regenerate the goldens with ``GPU_WEBHOOK_UPDATE_GOLDEN=1 ./scripts/test -k explain`` and
+read the diff: each is the text a user gets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.builders import RULES
+from webhook.engine.evaluate import InventoryView
+from webhook.files.inventoryfile import load_inventory
+from webhook.files.rulefiles import load_policy
+from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text
+
+CASES = Path(__file__).parent / "explain"
+INVENTORY = load_inventory(str(CASES / "inventory.yaml"))
+POLICY = load_policy(str(RULES))
+UPDATE = os.environ.get("GPU_WEBHOOK_UPDATE_GOLDEN") == "1"
+NAMES = sorted(p.name for p in CASES.iterdir() if p.is_dir())
+
+
+def _explain(name: str, event: SchedulerEvent | None = None) -> Explanation:
+    obj = yaml.safe_load((CASES / name / "object.yaml").read_text())
+    return explain(
+        obj,
+        policy=POLICY,
+        inventory=InventoryView(INVENTORY),
+        nodes=INVENTORY.nodes,
+        event=event,
+    )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_explanation(name: str) -> None:
+    text = render_text(_explain(name))
+    expected = CASES / name / "expected.txt"
+    if UPDATE:
+        expected.write_text(text)
+    assert text == expected.read_text()
+
+
+def test_every_case_directory_holds_exactly_its_object_and_golden() -> None:
+    for name in NAMES:
+        assert sorted(p.name for p in (CASES / name).iterdir()) == ["expected.txt", "object.yaml"]
+
+
+def _answers(name: str) -> dict[str, str]:
+    (template,) = _explain(name).templates
+    return {c.product: c.verdict for c in template.classes}
+
+
+@pytest.mark.parametrize(
+    ("name", "product", "verdict"),
+    [
+        pytest.param("fits", "NVIDIA-A100-SXM4-80GB", "fits 2 of 2 nodes", id="fits"),
+        pytest.param(
+            "wrong-resource-name",
+            "NVIDIA-A100-SXM4-80GB",
+            # Not a GPU to the rules, so no toleration: the taint is the scheduler's first word.
+            "no: 2 node(s) had untolerated taint {nvidia.com/gpu: present}",
+            id="resource-name-not-offered",
+        ),
+        pytest.param(
+            "mig-profile-absent",
+            "NVIDIA-H100-80GB-HBM3",
+            "no: 1 Insufficient nvidia.com/mig-2g.20gb (MIG profile 2g.20gb absent; profiles here: 1g.10gb, 3g.40gb)",
+            id="mig-profile-absent",
+        ),
+        pytest.param(
+            "taint-not-tolerated",
+            "Tesla-V100-SXM2-32GB",
+            "no: 1 node(s) had untolerated taint {dedicated: research}",
+            id="taint-not-tolerated",
+        ),
+        pytest.param(
+            "selector-mismatch",
+            "NVIDIA-A100-SXM4-80GB",
+            "no: 2 node(s) didn't match Pod's node affinity/selector (required node affinity matches no term)",
+            id="affinity-mismatch",
+        ),
+        pytest.param(
+            "more-gpus-than-any-node",
+            "NVIDIA-A100-SXM4-80GB",
+            "no: 2 Insufficient nvidia.com/gpu (requests 16, a node here has 8)",
+            id="count-above-class",
+        ),
+        pytest.param(
+            "cordoned", "Tesla-T4", "no: 1 node(s) were unschedulable (cordoned)", id="cordoned"
+        ),
+        pytest.param(
+            "not-ready",
+            "NVIDIA-A10",
+            "no: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: } (not ready)",
+            id="not-ready",
+        ),
+        pytest.param(
+            "shared-only",
+            "NVIDIA-L4",
+            "no: 1 Insufficient nvidia.com/gpu (GPUs here are shared: only nvidia.com/gpu.shared is offered)",
+            id="shared-gpus-only",
+        ),
+        pytest.param(
+            "shared-slots",
+            "NVIDIA-L4",
+            "fits (2 nvidia.com/gpu.shared are 2 time-sliced slots (x4 per GPU), possibly on one GPU, not whole GPUs)",
+            id="shared-slots",
+        ),
+    ],
+)
+def test_each_pending_cause_is_named_for_the_class_it_concerns(
+    name: str, product: str, verdict: str
+) -> None:
+    assert _answers(name)[product] == verdict
+
+
+def test_a_resource_no_node_offers_is_named_with_what_it_may_have_meant() -> None:
+    (template,) = _explain("wrong-resource-name").templates
+    assert template.unoffered == ("no node offers nvidia.com/gpus; did you mean nvidia.com/gpu?",)
+
+
+def test_the_webhooks_toleration_is_what_lets_the_pod_fit() -> None:
+    explanation = _explain("fits")
+    assert explanation.allowed
+    assert any(op["path"] == "/spec/tolerations" for op in explanation.patch)
+    assert "+  - key: nvidia.com/gpu" in explanation.diff
+
+
+def test_a_denial_names_its_rule() -> None:
+    explanation = _explain("mig-profile-absent")
+    assert not explanation.allowed
+    assert "Webhook on create: DENIED by builtin/unknownResource" in render_text(explanation)
+
+
+def test_the_schedulers_last_message_is_quoted_next_to_our_reading() -> None:
+    event = SchedulerEvent(
+        message="0/8 nodes are available: 1 node(s) were unschedulable, 7 node(s) didn't "
+        "match Pod's node affinity/selector.",
+        time="2026-11-30T12:00:00Z",
+        count=12,
+    )
+    text = render_text(_explain("cordoned", event))
+    assert text.endswith(
+        f'Scheduler, last FailedScheduling (2026-11-30T12:00:00Z, 12 times):\n  "{event.message}"\n'
+    )
+    data = _explain("cordoned", event).to_json()
+    assert data["scheduler"]["lastFailedScheduling"] == event.message
+
+
+def test_a_declared_node_pool_is_a_class_of_its_own_that_may_scale_from_zero(
+    tmp_path: Path,
+) -> None:
+    for rule in RULES.glob("*.yaml"):
+        (tmp_path / rule.name).write_text(rule.read_text())
+    (tmp_path / "95-pool.yaml").write_text(
+        """apiVersion: gpu-webhook.io/v1alpha1
+kind: NodePool
+metadata: {name: h100-on-demand}
+spec:
+  labels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
+  taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+  allocatable: {nvidia.com/gpu: "8"}
+  maxNodes: 4
+"""
+    )
+    obj = yaml.safe_load((CASES / "fits" / "object.yaml").read_text())
+    policy = load_policy(str(tmp_path))
+    explanation = explain(
+        obj, policy=policy, inventory=InventoryView(INVENTORY), nodes=INVENTORY.nodes
+    )
+    (template,) = explanation.templates
+    (pool,) = [c for c in template.classes if c.pool_nodes]
+    assert pool.product == "NVIDIA-H100-80GB-HBM3 (node pool h100-on-demand)"
+    assert (pool.node_count, pool.verdict) == ("0-4 nodes", "fits (on a node the pool adds)")

@@ -1,0 +1,231 @@
+"""``gpu-webhook audit``: what the current rules would say of the objects that already exist."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
+
+import yaml
+
+from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
+from webhook.cluster.clusteraudit import audit_cluster
+from webhook.cluster.clusterobjects import ClusterObjects
+from webhook.commands import add_rules_option, add_timeout_option, fail, rules_or_fail
+from webhook.engine.evaluate import NO_INVENTORY, InventoryView
+from webhook.engine.policy import Policy
+from webhook.engine.workloads import WorkloadKind
+from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.manifests import load_manifests
+from webhook.reports.audit import Audit, render_text
+from webhook.reports.policyreport import policy_reports
+
+PROGRESS_EVERY_SECONDS = 0.2
+
+
+COMMAND = "audit"
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "audit",
+        help="judge the objects that already exist (a cluster, or files) by the current rules",
+        description="Evaluate every object of the kinds the webhook understands as a CREATE "
+        "would, and report: a table, JSON, or wgpolicyk8s.io/v1alpha2 PolicyReports. Pods "
+        "owned by an audited workload are folded into it. Without -f, the cluster of "
+        "--kubeconfig (or the pod's service account, or the default kubeconfig) is listed "
+        "page by page with its live nodes. Exit 0: all allowed; 1: any denied; 2: unusable "
+        "input or a kind that could not be listed.",
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        metavar="FILE|DIR|-",
+        help="audit these manifests instead of a cluster; repeatable",
+    )
+    parser.add_argument(
+        "--inventory",
+        metavar="FILE",
+        help="nodes as 'kubectl get nodes -o yaml' prints them (with -f; without it, no "
+        "capacity checks)",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the cluster to audit")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", "-n", metavar="NS", help="only this namespace")
+    scope.add_argument(
+        "--all-namespaces",
+        "-A",
+        action="store_true",
+        help="every namespace (the default)",
+    )
+    parser.add_argument(
+        "--kinds",
+        metavar="KIND,...",
+        help="only these kinds, e.g. Pod,Deployment,PyTorchJob (kind, plural or kind.group)",
+    )
+    add_rules_option(parser)
+    parser.add_argument(
+        "--output", "-o", choices=["table", "json", "policyreport"], default="table"
+    )
+    add_timeout_option(parser)
+    parser.set_defaults(handler=run)
+
+
+def _fail(message: str) -> int:
+    return fail("audit", message)
+
+
+def kind_filter(spec: str | None) -> Callable[[WorkloadKind], bool]:
+    """``Pod,deployments,pytorchjob.kubeflow.org``: matched without regard to case."""
+    if not spec:
+        return lambda _: True
+    names = {n.strip().lower() for n in spec.split(",") if n.strip()}
+
+    def wanted(kind: WorkloadKind) -> bool:
+        forms = {kind.kind.lower(), kind.resource.lower()}
+        if kind.group:
+            forms |= {f"{f}.{kind.group.lower()}" for f in list(forms)}
+        return bool(forms & names)
+
+    return wanted
+
+
+def run(args: argparse.Namespace) -> int:
+    policy = rules_or_fail(COMMAND, args.rules)
+    if isinstance(policy, int):
+        return policy
+    wanted = kind_filter(args.kinds)
+    if args.kinds and not any(wanted(k) for k in policy.kinds):
+        known = ", ".join(sorted(k.kind for k in policy.kinds))
+        return _fail(f"--kinds {args.kinds}: no kind the webhook understands (known: {known})")
+    if args.files:
+        if args.kubeconfig:
+            return _fail("give either -f (files) or --kubeconfig (a cluster), not both")
+        return _offline(args, policy, wanted)
+    if args.inventory:
+        return _fail("--inventory goes with -f; a cluster audit uses the cluster's nodes")
+    return _cluster(args, policy, wanted)
+
+
+def _offline(
+    args: argparse.Namespace, policy: Policy, wanted: Callable[[WorkloadKind], bool]
+) -> int:
+    inventory = NO_INVENTORY
+    if args.inventory:
+        try:
+            inventory = InventoryView(load_inventory(args.inventory))
+        except InventoryFileError as exc:
+            return _fail(f"the inventory is not usable: {exc}")
+    documents, errors = load_manifests(args.files)
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    if not args.inventory and args.output == "table":
+        print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
+    audit = Audit(policy=policy, inventory=inventory)
+    chosen = [d for d in documents if _in_scope(d.obj, policy, wanted, args.namespace)]
+    # Owners first, so that pods fold into them without being judged.
+    chosen.sort(key=lambda d: d.obj.get("kind") == "Pod")
+    audit.add_all((d.obj, f"{d.source}#{d.index}") for d in chosen)
+    return _report(args, audit, policy, errors=len(errors))
+
+
+def _in_scope(
+    obj: Mapping[str, Any],
+    policy: Policy,
+    wanted: Callable[[WorkloadKind], bool],
+    namespace: str | None,
+) -> bool:
+    kind = policy.kinds.lookup(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+    if kind is None or not wanted(kind):
+        return False
+    if namespace is None:
+        return True
+    meta = obj.get("metadata")
+    own = meta.get("namespace") if isinstance(meta, dict) else None
+    return (own or "default") == namespace
+
+
+def _cluster(
+    args: argparse.Namespace, policy: Policy, wanted: Callable[[WorkloadKind], bool]
+) -> int:
+    try:
+        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig)
+        cluster = ClusterObjects(endpoint, request_timeout_seconds=args.timeout)
+    except KubeconfigError as exc:
+        return _fail(f"no usable cluster configuration: {exc}")
+    progress = ProgressLine(sys.stderr)
+    with cluster:
+        try:
+            audit, missing, notices = audit_cluster(
+                cluster, policy, namespace=args.namespace, wanted=wanted, progress=progress
+            )
+        except ApiError as exc:
+            return _fail(f"cannot read the cluster at {endpoint.host}: {exc}")
+        finally:
+            progress.done()
+    if args.kinds:  # asked for by name: say why one is absent
+        notices = [*notices, *missing]
+    for notice in notices:
+        print(f"notice: {notice}", file=sys.stderr)
+    return _report(args, audit, policy, errors=len(audit.errors))
+
+
+def _report(args: argparse.Namespace, audit: Audit, policy: Policy, *, errors: int) -> int:
+    entries = audit.entries()
+    summary = audit.summary()
+    if args.output == "json":
+        json.dump(
+            {"summary": summary.to_json(), "results": [e.to_json() for e in entries]},
+            sys.stdout,
+            indent=2,
+        )
+        sys.stdout.write("\n")
+    elif args.output == "policyreport":
+        reports = policy_reports(entries, policy=policy, now=time.time(), errors=summary.errors)
+        yaml.dump_all(reports, sys.stdout, Dumper=PlainDumper, sort_keys=False)
+    else:
+        sys.stdout.write(render_text(entries, summary))
+    for error in summary.errors:
+        print(f"error: {error}", file=sys.stderr)
+    if errors:
+        return 2
+    return 1 if summary.verdicts.get("deny", 0) else 0
+
+
+class PlainDumper(yaml.SafeDumper):
+    """Writes shared values out in full: a report read by other tools has no YAML aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002
+        return True
+
+
+class ProgressLine:
+    """``listed 12,500 Pod`` on one line of a terminal, redrawn a few times a second; nothing
+    when the output is a file or a pipe (CI logs stay clean)."""
+
+    def __init__(self, stream: TextIO, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._stream = stream
+        self._clock = clock
+        self._shown = 0.0
+        self._active = stream.isatty()
+        self._counts: dict[str, int] = {}
+
+    def __call__(self, kind: str, count: int) -> None:
+        self._counts[kind] = count
+        now = self._clock()
+        if not self._active or now - self._shown < PROGRESS_EVERY_SECONDS:
+            return
+        self._shown = now
+        text = ", ".join(f"{n:,} {k}" for k, n in self._counts.items())
+        self._stream.write(f"\raudit: listed {text}\x1b[K")
+        self._stream.flush()
+
+    def done(self) -> None:
+        if self._active and self._shown:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()

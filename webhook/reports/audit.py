@@ -1,0 +1,329 @@
+"""What the current rules would say of objects that already exist: ``gpu-webhook audit``.
+
+Admission sees only new objects. An audit judges existing ones as a CREATE would, so a team
+can see what a policy would deny before it denies anything. A Deployment's 40 pods are one
+question, not 40: objects owned (through ``ownerReferences``, controller first) by another
+audited object are folded into it, and only the top owner is reported.
+
+Memory stays bounded by what is reported, not by what is listed: a CPU-only pod that passes
+leaves nothing behind but a count, and a pod whose owner is already known is not evaluated
+at all. Listing workloads before pods (as the cluster source does) makes that the rule.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from webhook.engine.decision import Decision, Finding
+from webhook.engine.evaluate import InventoryView, Request, evaluate
+from webhook.engine.gpus import pod_gpus
+from webhook.engine.policy import Policy
+from webhook.reports.inventory import table
+
+Verdict = Literal["deny", "warn", "audit", "pass"]
+VERDICTS: tuple[Verdict, ...] = ("deny", "warn", "audit", "pass")
+# Owner chains are short (Pod -> ReplicaSet -> Deployment, Pod -> Job -> CronJob); a longer
+# one is a loop in hand-written files.
+MAX_OWNER_DEPTH = 8
+NamespaceLabels = Callable[[str], Mapping[str, str] | None]
+
+
+def finding_json(finding: Finding) -> dict[str, str]:
+    """A finding as ``check -o json``, ``audit -o json`` and ``explain -o json`` show it."""
+    return {
+        "rule": finding.rule,
+        "check": finding.check,
+        "action": finding.action,
+        "message": finding.message,
+        "path": finding.path,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """An audited object, as a PolicyReport's subject names it."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any], *, namespace: str = "") -> ObjectRef:
+        meta = _mapping(obj.get("metadata"))
+        return cls(
+            api_version=str(obj.get("apiVersion", "")),
+            kind=str(obj.get("kind", "")),
+            namespace=namespace or str(meta.get("namespace") or "default"),
+            name=str(meta.get("name") or meta.get("generateName") or ""),
+            uid=str(meta.get("uid") or ""),
+        )
+
+    def to_json(self) -> dict[str, str]:
+        out = {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+        }
+        if self.uid:
+            out["uid"] = self.uid
+        return out
+
+
+@dataclass(slots=True)
+class AuditEntry:
+    """One reported object: its decision, and the objects folded into it by kind."""
+
+    ref: ObjectRef
+    source: str
+    allowed: bool
+    gpu: bool
+    findings: tuple[Finding, ...]
+    warnings: tuple[str, ...]
+    notices: tuple[str, ...]
+    folded: Counter[str] = field(default_factory=Counter)
+    owner: tuple[str, ...] = ()  # index keys of its controlling owner
+
+    @property
+    def verdict(self) -> Verdict:
+        if not self.allowed:
+            return "deny"
+        actions = {f.action for f in self.findings}
+        if "warn" in actions or self.warnings:
+            return "warn"
+        return "audit" if "audit" in actions else "pass"
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(f.id for f in self.findings))
+
+    @property
+    def reportable(self) -> bool:
+        """Worth a line and a report result: a finding, or a GPU object that passes."""
+        return self.gpu or bool(self.findings) or bool(self.warnings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.ref.to_json(),
+            "source": self.source,
+            "decision": self.verdict,
+            "allowed": self.allowed,
+            "gpu": self.gpu,
+            "rules": list(self.rules),
+            "findings": [finding_json(f) for f in self.findings],
+            "warnings": list(self.warnings),
+            "notices": list(self.notices),
+            "folded": dict(sorted(self.folded.items())),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSummary:
+    objects: int  # every object of an audited kind that was seen
+    reported: int  # objects with a line of their own (GPU objects and any with findings)
+    folded: int  # objects counted in their owner's line
+    verdicts: Mapping[str, int]  # over objects not folded
+    errors: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "objects": self.objects,
+            "reported": self.reported,
+            "folded": self.folded,
+            **{v: self.verdicts.get(v, 0) for v in VERDICTS},
+            "errors": list(self.errors),
+        }
+
+
+class Audit:
+    """Judges objects one at a time and folds owned objects into their owners."""
+
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        inventory: InventoryView,
+        namespace_labels: NamespaceLabels | None = None,
+    ) -> None:
+        self.policy = policy
+        self.inventory = inventory
+        self._namespace_labels = namespace_labels
+        self._by_key: dict[str, AuditEntry] = {}
+        self._entries: list[AuditEntry] = []
+        self._seen: Counter[str] = Counter()
+        self._passed: Counter[str] = Counter()  # unreported objects that passed, by kind
+        self._folded = 0
+        self._owners_complete = False
+        self.errors: list[str] = []
+
+    def owners_complete(self) -> None:
+        """Every possible owner has been added (a cluster audit lists workloads before
+        pods): a pod whose owner is unknown now stays unowned, and a CPU-only one that
+        passes need not be kept."""
+        self._owners_complete = True
+
+    def add(self, obj: Mapping[str, Any], *, source: str = "") -> None:
+        """Judge one object as a CREATE, unless an owner already audited speaks for it."""
+        kind = self.policy.kinds.lookup(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        if kind is None:
+            return
+        meta = _mapping(obj.get("metadata"))
+        namespace = str(meta.get("namespace") or "default")
+        self._seen[kind.kind] += 1
+        owner = _owner_keys(meta, namespace)
+        root = self._root(owner)
+        if root is not None:
+            # Most pods of a cluster end here, so nothing more is read of them.
+            root.folded[kind.kind] += 1
+            self._folded += 1
+            if kind.kind != "Pod":  # its own children (a ReplicaSet's pods) fold there too
+                for key in _own_keys(ObjectRef.of(obj)):
+                    self._by_key[key] = root
+            return
+        ref = ObjectRef.of(obj)
+        labels = self._namespace_labels(namespace) if self._namespace_labels else None
+        decision = evaluate(
+            Request(obj, namespace=namespace, namespace_labels=labels),
+            policy=self.policy,
+            inventory=self.inventory,
+        )
+        # With a finding it is reported anyway; only a clean object is asked about GPUs.
+        gpu = bool(decision.findings) or self._asks_for_gpus(obj)
+        entry = _entry(ref, source=source, decision=decision, gpu=gpu, owner=owner)
+        if not entry.reportable and kind.kind == "Pod" and (self._owners_complete or not owner):
+            # A bare CPU-only pod that passes: nothing owns it and nothing can be folded
+            # into it, so a count is all it costs.
+            self._passed[kind.kind] += 1
+            return
+        self._entries.append(entry)
+        for key in _own_keys(ref):
+            self._by_key[key] = entry
+
+    def _asks_for_gpus(self, obj: Mapping[str, Any]) -> bool:
+        gpus = self.policy.settings.gpu_resources
+        return any(
+            (p := pod_gpus(t.spec, gpus)).total or p.problems
+            for t in self.policy.kinds.templates(obj) or ()
+            if t.spec
+        )
+
+    def add_all(self, objects: Iterable[tuple[Mapping[str, Any], str]]) -> None:
+        for obj, source in objects:
+            self.add(obj, source=source)
+
+    def _root(self, owner: tuple[str, ...]) -> AuditEntry | None:
+        found: AuditEntry | None = None
+        keys = owner
+        for _ in range(MAX_OWNER_DEPTH):
+            entry = next((self._by_key[k] for k in keys if k in self._by_key), None)
+            if entry is None:
+                break
+            found, keys = entry, entry.owner
+        return found
+
+    def entries(self) -> list[AuditEntry]:
+        """The reported entries, owners found after their children folded in first."""
+        kept: list[AuditEntry] = []
+        for entry in self._entries:
+            root = self._root(entry.owner)
+            if root is None or root is entry:
+                kept.append(entry)
+                continue
+            root.folded[entry.ref.kind] += 1
+            root.folded.update(entry.folded)
+            entry.folded = Counter()
+            self._folded += 1
+            for key in _own_keys(entry.ref):
+                self._by_key[key] = root
+        self._entries = kept
+        return sorted(
+            (e for e in kept if e.reportable),
+            key=lambda e: (e.ref.namespace, e.ref.kind, e.ref.name),
+        )
+
+    def summary(self) -> AuditSummary:
+        entries = self.entries()
+        verdicts: Counter[str] = Counter(e.verdict for e in self._entries)
+        verdicts["pass"] += sum(self._passed.values())
+        return AuditSummary(
+            objects=sum(self._seen.values()),
+            reported=len(entries),
+            folded=self._folded,
+            verdicts=dict(verdicts),
+            errors=tuple(self.errors),
+        )
+
+
+def _entry(
+    ref: ObjectRef, *, source: str, decision: Decision, gpu: bool, owner: tuple[str, ...]
+) -> AuditEntry:
+    return AuditEntry(
+        ref=ref,
+        source=source,
+        allowed=decision.allowed,
+        gpu=gpu,
+        findings=decision.findings,
+        warnings=tuple(
+            w for w in decision.warnings if not any(w == f.warning for f in decision.findings)
+        ),
+        notices=decision.notices,
+        owner=owner,
+    )
+
+
+def _own_keys(ref: ObjectRef) -> tuple[str, ...]:
+    by_name = f"{ref.namespace}/{ref.kind}/{ref.name}"
+    return (f"uid:{ref.uid}", by_name) if ref.uid else (by_name,)
+
+
+def _owner_keys(meta: Mapping[str, Any], namespace: str) -> tuple[str, ...]:
+    """The controlling owner (or, in hand-written files, the first owner): by uid, and by
+    namespace, kind and name for files whose objects carry no uid."""
+    refs = [r for r in meta.get("ownerReferences") or [] if _is_map(r)]
+    if not refs:
+        return ()
+    owner = next((r for r in refs if r.get("controller") is True), refs[0])
+    keys = []
+    if owner.get("uid"):
+        keys.append(f"uid:{owner['uid']}")
+    keys.append(f"{namespace}/{owner.get('kind', '')}/{owner.get('name', '')}")
+    return tuple(keys)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _is_map(value: object) -> bool:
+    return isinstance(value, dict)
+
+
+def render_text(entries: Iterable[AuditEntry], summary: AuditSummary) -> str:
+    """One line per reported object, then the totals."""
+    rows = [("NAMESPACE", "KIND", "NAME", "DECISION", "RULES", "INCLUDES")]
+    for e in entries:
+        includes = ", ".join(f"{n} {kind}" for kind, n in sorted(e.folded.items()))
+        rows.append(
+            (
+                e.ref.namespace,
+                e.ref.kind,
+                e.ref.name,
+                e.verdict,
+                ", ".join(e.rules) or "-",
+                includes or "-",
+            )
+        )
+    lines = table(rows) if len(rows) > 1 else ["  no GPU objects and no findings"]
+    v = summary.verdicts
+    lines += [
+        "",
+        f"{summary.objects:,} objects audited, {summary.folded:,} folded into their owners: "
+        f"{v.get('deny', 0):,} denied, {v.get('warn', 0):,} warned, "
+        f"{v.get('audit', 0):,} audit only, {v.get('pass', 0):,} passed",
+    ]
+    return "\n".join(lines) + "\n"
