@@ -93,6 +93,11 @@ class ReplayServer:
         self.namespace_watches: deque[Stream | Body] = deque()
         # Any other path: its answers in order; the last one repeats (discovery, a pod).
         self.routes: dict[str, deque[Body]] = {}
+        # DRA (resource.k8s.io/v1): discovery answers 404 (a cluster without DRA) unless
+        # ``dra_served``; then each collection takes answers from its own queues.
+        self.dra_served = False
+        self.dra_lists: dict[str, deque[Body]] = {}
+        self.dra_watches: dict[str, deque[Stream | Body]] = {}
         self.requests: list[Request] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -134,11 +139,15 @@ class ReplayServer:
 
     def watch_requests(self) -> list[Request]:
         with self._lock:
-            return [r for r in self.requests if r.query.get("watch")]
+            return [r for r in self.requests if r.query.get("watch") and _core(r.path)]
 
     def list_requests(self) -> list[Request]:
         with self._lock:
-            return [r for r in self.requests if not r.query.get("watch")]
+            return [r for r in self.requests if not r.query.get("watch") and _core(r.path)]
+
+    def dra_requests(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.path.startswith(DRA_PATH)]
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(handler.path)
@@ -154,8 +163,16 @@ class ReplayServer:
                 queue = self.routes[parts.path]
                 if len(queue) == 1:
                     queue = deque(queue)
+            elif parts.path.startswith(DRA_PATH + "/"):
+                resource = parts.path.rsplit("/", 1)[1]
+                queues = self.dra_watches if query.get("watch") else self.dra_lists
+                queue = queues.setdefault(resource, deque())
             answer = queue.popleft() if queue else None
-        if answer is None and parts.path not in ("/api/v1/nodes", "/api/v1/namespaces"):
+            if parts.path == DRA_PATH and self.dra_served:
+                discovery = {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1"}
+                answer = Body(json.dumps(discovery).encode())
+        scripted = parts.path in ("/api/v1/nodes", "/api/v1/namespaces")
+        if answer is None and not scripted and not parts.path.startswith(DRA_PATH + "/"):
             # A path nobody scripted: what the API server says of a group it does not serve.
             answer = Body(
                 status_body(404, "NotFound", "the server could not find the requested resource"),
@@ -206,6 +223,13 @@ class ReplayServer:
         except (BrokenPipeError, ConnectionResetError):
             return
         handler.close_connection = True
+
+
+DRA_PATH = "/apis/resource.k8s.io/v1"
+
+
+def _core(path: str) -> bool:
+    return path.startswith("/api/v1/")
 
 
 def status_body(code: int, reason: str, message: str) -> bytes:

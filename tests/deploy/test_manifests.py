@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from webhook.cluster.devicesource import PATHS
 from webhook.engine.selectors import label_selector_matches
 from webhook.engine.workloads import BUILTIN_KINDS
 
@@ -137,13 +138,16 @@ def test_the_mutating_webhook_sees_pod_creation_only_and_may_be_called_again(nam
 
 def test_the_validating_rules_list_exactly_the_engines_workload_kinds():
     (hook,) = one(render("base"), "ValidatingWebhookConfiguration")["webhooks"]
-    listed = {
-        (g, r) for rule in hook["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-    }
+    dra, *workloads = hook["rules"]
+    listed = {(g, r) for rule in workloads for g in rule["apiGroups"] for r in rule["resources"]}
     assert listed == {(k.group, k.resource) for k in BUILTIN_KINDS}
-    for rule in hook["rules"]:
+    for rule in workloads:
         assert rule["apiVersions"] == ["*"]
         assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+    # DRA claims are judged on create only: their spec is immutable.
+    assert dra["apiGroups"] == ["resource.k8s.io"]
+    assert dra["resources"] == ["resourceclaims", "resourceclaimtemplates"]
+    assert dra["operations"] == ["CREATE"]
 
 
 @pytest.mark.parametrize(
@@ -241,6 +245,10 @@ NAMED_ONLY = {
 }
 
 
+# Exactly the collections webhook.cluster.devicesource lists and watches.
+DRA_RESOURCES = tuple(path.rsplit("/", 1)[1] for path in PATHS.values())
+
+
 @each
 def test_rbac_grants_reads_and_named_patches_only(name):
     for role, rule in rbac_rules(render(name)):
@@ -251,12 +259,12 @@ def test_rbac_grants_reads_and_named_patches_only(name):
                 assert rule.get("resourceNames") == NAMED_ONLY[resource], (role, resource)
                 assert set(rule["verbs"]) <= {"get", "patch"}, (role, resource)
             else:
-                assert resource in ("nodes", "namespaces"), (role, resource)
+                assert resource in ("nodes", "namespaces", *DRA_RESOURCES), (role, resource)
                 assert set(rule["verbs"]) == {"get", "list", "watch"}, (role, resource)
 
 
 @each
-def test_the_server_account_can_only_watch_nodes_and_namespaces(name):
+def test_the_server_account_can_only_watch_nodes_namespaces_and_dra_objects(name):
     objs = render(name)
     account = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     bound = [
@@ -271,7 +279,16 @@ def test_the_server_account_can_only_watch_nodes_and_namespaces(name):
     ]
     role = one(objs, "ClusterRole", account)
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["get", "list", "watch"]}
+        {
+            "apiGroups": [""],
+            "resources": ["nodes", "namespaces"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": list(DRA_RESOURCES),
+            "verbs": ["get", "list", "watch"],
+        },
     ]
 
 

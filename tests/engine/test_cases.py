@@ -34,7 +34,7 @@ from webhook.engine.evaluate import (
     evaluate,
 )
 from webhook.engine.policy import Policy
-from webhook.files.inventoryfile import load_inventory
+from webhook.files.inventoryfile import load_inventory_file
 from webhook.files.rulefiles import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,11 +75,16 @@ def rules_dir(case: Path) -> Path:
 
 def inventory_view(case: Path) -> InventoryView:
     if (case / "inventory.yaml").is_file():
-        return InventoryView(load_inventory(str(case / "inventory.yaml")))
+        return _view(case / "inventory.yaml")
     if (case / "inventory.ref").is_file():
         path = SHARED_INVENTORIES / f"{_ref(case, 'inventory.ref')}.yaml"
-        return InventoryView(load_inventory(str(path)))
+        return _view(path)
     return NO_INVENTORY
+
+
+def _view(path: Path) -> InventoryView:
+    nodes, devices = load_inventory_file(str(path))
+    return InventoryView(nodes, devices=devices)
 
 
 def load_request(case: Path, obj: Mapping[str, Any]) -> Request:

@@ -13,9 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from webhook.engine.devices import DeviceInventory
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView
 from webhook.engine.inventory import Inventory
-from webhook.files.inventoryfile import load_inventory
+from webhook.files.inventoryfile import load_inventory_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,7 @@ class InventorySource(Protocol):
     def ready(self) -> bool: ...
     def status(self) -> InventoryStatus: ...
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
+    def devices(self) -> DeviceInventory | None: ...
 
 
 class StaticInventorySource:
@@ -57,7 +59,7 @@ class StaticInventorySource:
     def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self._clock = clock
-        self._inventory = load_inventory(path)
+        self._inventory, self._devices = load_inventory_file(path)
         self._loaded_at = clock()
 
     def start(self) -> None:
@@ -86,6 +88,9 @@ class StaticInventorySource:
         """A file holds no namespaces: rules on namespace labels see them as unknown."""
         return None
 
+    def devices(self) -> DeviceInventory | None:
+        return self._devices
+
 
 def view_of(source: InventorySource | None) -> InventoryView:
     """The inventory as the engine may use it right now."""
@@ -100,4 +105,4 @@ def view_of(source: InventorySource | None) -> InventoryView:
             None,
             problem=f"node inventory is stale ({status.age_seconds or 0:.0f}s since last sync)",
         )
-    return InventoryView(snapshot)
+    return InventoryView(snapshot, devices=source.devices())

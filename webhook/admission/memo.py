@@ -68,7 +68,7 @@ class DecisionMemo:
         key = self._key(request)
         if key is None:
             return Judgement(self._engine(request, policy=policy, inventory=inventory))
-        context = (policy, inventory.snapshot, inventory.problem)
+        context = (policy, (inventory.snapshot, inventory.devices), inventory.problem)
         with self._lock:
             if not self._same_context(context):
                 self._judgements.clear()
@@ -96,7 +96,8 @@ class DecisionMemo:
         return (
             held is not None
             and held[0] is context[0]
-            and held[1] is context[1]
+            and held[1][0] is context[1][0]
+            and held[1][1] is context[1][1]
             and held[2] == context[2]
         )
 

@@ -187,6 +187,17 @@ class ApiClient:
         data = orjson.dumps(body) if body is not None else None
         return self._json(path, {}, method=method, body=data)
 
+    def serves(self, path: str) -> bool:
+        """Whether the API server serves ``path`` (an API group version's discovery
+        document): False on 404, ``ApiError`` when it cannot tell."""
+        try:
+            self._get_json(path, {})
+        except ApiError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return True
+
     def watch(
         self, path: str, *, resource_version: str, timeout_seconds: int
     ) -> Iterator[Mapping[str, Any]]:

@@ -21,9 +21,11 @@ from typing import Any
 
 from webhook.admission.inventory import InventoryStatus
 from webhook.cluster import feedwire
+from webhook.cluster.devicesource import DeviceCache
 from webhook.cluster.feedwire import WatcherStatus
-from webhook.cluster.inventorysource import NodeCache
+from webhook.cluster.inventorysource import NodeCache, devices_settled
 from webhook.cluster.reflector import Backoff, let_requests_run
+from webhook.engine.devices import DeviceInventory
 from webhook.engine.inventory import Inventory, Node
 
 log = logging.getLogger("webhook.inventory")
@@ -54,6 +56,8 @@ class FeedInventorySource:
         self._connection_error = ""
         self._connection: socket.socket | None = None
         self._listing: _Listing | None = None
+        self._devices = DeviceCache()
+        self._dra_lists: dict[str, list[Mapping[str, Any]]] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -85,7 +89,14 @@ class FeedInventorySource:
         return self._nodes.published
 
     def ready(self) -> bool:
-        return self._nodes.published is not None and self._namespaces is not None
+        return (
+            self._nodes.published is not None
+            and self._namespaces is not None
+            and devices_settled(self._devices)
+        )
+
+    def devices(self) -> DeviceInventory | None:
+        return self._devices.snapshot()
 
     def status(self) -> InventoryStatus:
         namespaces = self._namespaces
@@ -156,11 +167,23 @@ class FeedInventorySource:
             self._namespaces = dict(message["namespaces"])
         elif kind == "namespace":
             self._apply_namespace(message["name"], message["labels"])
+        elif kind == "dra-served":
+            self._devices.set_served(bool(message["served"]))
+        elif kind == "dra":
+            # A list in lines: the kind is replaced once whole, never half a list.
+            pending = self._dra_lists.setdefault(message["kind"], [])
+            pending.extend(message["objects"])
+            if message["last"]:
+                objects = self._dra_lists.pop(message["kind"])
+                self._devices.replace(message["kind"], objects, message["rv"])
+        elif kind == "dra-event":
+            self._devices.apply(message["kind"], message["event"], message["object"], message["rv"])
 
     def _apply_state(self, message: feedwire.Message) -> None:
         """A (re)connection: take the watcher's whole state. Its node list follows; a
         watcher that has not listed yet sends none, and the worker keeps what it had."""
         self._listing = None
+        self._dra_lists = {}
         if message["namespaces"] is not None:
             self._namespaces = dict(message["namespaces"])
         self._apply_status(message["status"])

@@ -12,6 +12,10 @@ then only what changed, in the order the watcher saw it:
 - ``namespaces``: ``namespaces``. The namespaces were listed again.
 - ``namespace``: ``name``, ``labels`` (null: deleted). One namespace changed.
 - ``status``: ``status``. About once a second, so that staleness works as in one process.
+- ``dra-served``: ``served``. Whether the API server serves ``resource.k8s.io/v1``.
+- ``dra``: ``kind``, ``rv``, ``objects``, ``last``. A list of one DRA kind (trimmed objects,
+  ``OBJECTS_PER_LINE`` at most per line); it replaces the kind once ``last`` is true.
+- ``dra-event``: ``kind``, ``event`` (ADDED, MODIFIED, DELETED), ``object``, ``rv``.
 
 A list comes in small lines because decoding one line holds a worker's interpreter lock:
 10,000 nodes in one 27 MB line would stop its admissions for a third of a second.
@@ -100,6 +104,27 @@ def node_list(nodes: Iterable[Node], *, resource_version: str) -> list[Message]:
     chunks = [records[i : i + NODES_PER_LINE] for i in range(0, len(records), NODES_PER_LINE)]
     head: Message = {"t": "nodes", "rv": resource_version, "lines": len(chunks)}
     return [head, *({"t": "chunk", "nodes": chunk} for chunk in chunks)]
+
+
+OBJECTS_PER_LINE = 50
+
+
+def dra_list(
+    kind: str, objects: list[Mapping[str, Any]], *, resource_version: str
+) -> list[Message]:
+    """The messages that replace a worker's objects of one DRA kind."""
+    chunks = [objects[i : i + OBJECTS_PER_LINE] for i in range(0, len(objects), OBJECTS_PER_LINE)]
+    chunks = chunks or [[]]
+    return [
+        {
+            "t": "dra",
+            "kind": kind,
+            "rv": resource_version,
+            "objects": chunk,
+            "last": i == len(chunks) - 1,
+        }
+        for i, chunk in enumerate(chunks)
+    ]
 
 
 def encode(*messages: Message) -> bytes:

@@ -24,7 +24,9 @@ from webhook.cluster.apiclient import (
     KubeconfigError,
     api_endpoint_from_kubeconfig,
 )
+from webhook.cluster.devicesource import DeviceCache, DeviceWatch
 from webhook.cluster.reflector import Backoff, Handler, Reflector, T, let_requests_run
+from webhook.engine.devices import DeviceInventory
 from webhook.engine.inventory import Inventory, Node, node_from_json
 
 __all__ = [
@@ -68,6 +70,7 @@ class ClusterWatch:
         api: ApiEndpoint,
         nodes: Handler[Node],
         namespaces: Handler[NamespaceItem] | None,
+        devices: DeviceCache | None = None,
         backoff: Callable[[], Backoff] = Backoff,
         page_size: int = 500,
         watch_timeout_seconds: Callable[[], int] | None = None,
@@ -87,6 +90,16 @@ class ClusterWatch:
 
         self._nodes = reflector(NODES_PATH, nodes)
         self._namespaces = None if namespaces is None else reflector(NAMESPACES_PATH, namespaces)
+        self._devices = None
+        if devices is not None:
+            self._devices = DeviceWatch(
+                client=self._client,
+                handlers=devices.handler,
+                on_served=devices.set_served,
+                backoff=backoff,
+                page_size=page_size,
+                watch_timeout_seconds=watch_timeout_seconds,
+            )
 
     @property
     def relists(self) -> int:
@@ -98,10 +111,13 @@ class ClusterWatch:
         loops = [("inventory-nodes", self._nodes.run)]
         if self._namespaces is not None:
             loops.append(("inventory-namespaces", self._namespaces.run))
-        return [
+        threads = [
             threading.Thread(target=run, args=(stop,), name=name, daemon=True)
             for name, run in loops
         ]
+        if self._devices is not None:
+            threads.append(self._devices.thread(stop))
+        return threads
 
     def close(self) -> None:
         self._client.close()
@@ -132,10 +148,12 @@ class LiveInventorySource:
         self._started_at: float | None = None
         self._nodes = NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
         self._namespaces = NamespaceCache(clock=clock) if watch_namespaces else None
+        self._devices = DeviceCache()
         self._watch = ClusterWatch(
             api=api,
             nodes=self._nodes,
             namespaces=self._namespaces,
+            devices=self._devices,
             backoff=backoff,
             page_size=page_size,
             watch_timeout_seconds=watch_timeout_seconds,
@@ -165,9 +183,12 @@ class LiveInventorySource:
         return self._nodes.published
 
     def ready(self) -> bool:
-        if self._nodes.published is None:
+        if self._nodes.published is None or not devices_settled(self._devices):
             return False
         return self._namespaces is None or self._namespaces.synced
+
+    def devices(self) -> DeviceInventory | None:
+        return self._devices.snapshot()
 
     def status(self) -> InventoryStatus:
         nodes = self._nodes
@@ -186,6 +207,12 @@ class LiveInventorySource:
         if self._namespaces is None:
             return None
         return self._namespaces.labels.get(name)
+
+
+def devices_settled(cache: DeviceCache) -> bool:
+    """Not known to be served (a cluster without DRA, or discovery not answered yet), or
+    its four kinds have been listed: readiness waits for DRA only where it exists."""
+    return cache.served is not True or cache.snapshot() is not None
 
 
 class NodeCache:

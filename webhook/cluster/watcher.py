@@ -27,6 +27,7 @@ from typing import Any
 
 from webhook.cluster import feedwire
 from webhook.cluster.apiclient import ApiEndpoint, ApiError, KubeconfigError
+from webhook.cluster.devicesource import PATHS, DeviceCache
 from webhook.cluster.inventorysource import (
     ClusterWatch,
     NamespaceCache,
@@ -91,6 +92,7 @@ class FeedState:
         self.last_contact: float | None = None
         self.node_error = ""
         self.namespaces = NamespaceCache(clock=clock)
+        self.devices = DeviceFeed(subscribers)
         self.relists: Callable[[], int] = lambda: 0
 
     def contact(self, resource_version: str) -> None:
@@ -113,10 +115,51 @@ class FeedState:
         """The whole state, as the first messages of a connection."""
         namespaces = self.namespaces.labels if self.namespaces.synced else None
         state = {"t": "state", "namespaces": namespaces, "status": self.status().to_json()}
+        devices = self.devices.messages()
         if self.nodes is None:
-            return feedwire.encode(state)
+            return feedwire.encode(state, *devices)
         nodes = feedwire.node_list(self.nodes.values(), resource_version=self.resource_version)
-        return feedwire.encode(state, *nodes)
+        return feedwire.encode(state, *nodes, *devices)
+
+
+class DeviceFeed(DeviceCache):
+    """The DRA reflectors' cache in the watcher: every change is also sent to workers."""
+
+    def __init__(self, subscribers: Subscribers) -> None:
+        super().__init__(parse=False)
+        self.subscribers = subscribers
+
+    def set_served(self, served: bool) -> None:
+        with self.subscribers.lock:
+            super().set_served(served)
+            self.subscribers.send({"t": "dra-served", "served": served})
+
+    def replace(self, kind: str, objects: list[Mapping[str, Any]], resource_version: str) -> None:
+        with self.subscribers.lock:
+            super().replace(kind, objects, resource_version)
+            self.subscribers.send(
+                *feedwire.dra_list(kind, objects, resource_version=resource_version)
+            )
+
+    def apply(self, kind: str, event: str, obj: Mapping[str, Any], resource_version: str) -> None:
+        with self.subscribers.lock:
+            super().apply(kind, event, obj, resource_version)
+            message = {"t": "dra-event", "kind": kind, "event": event, "object": obj}
+            self.subscribers.send({**message, "rv": resource_version})
+
+    def messages(self) -> list[feedwire.Message]:
+        """The whole DRA state, for a worker that connects."""
+        if self.served is None:
+            return []
+        out: list[feedwire.Message] = [{"t": "dra-served", "served": self.served}]
+        for kind in PATHS:
+            if self.synced(kind):
+                out.extend(
+                    feedwire.dra_list(
+                        kind, self.objects(kind), resource_version=self.resource_version
+                    )
+                )
+        return out
 
 
 class NodeFeed:
@@ -211,6 +254,7 @@ class InventoryFeed:
             api=api,
             nodes=NodeFeed(self.state),
             namespaces=NamespaceFeed(self.state),
+            devices=self.state.devices,
             backoff=backoff,
             watch_timeout_seconds=watch_timeout_seconds,
         )

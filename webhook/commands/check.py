@@ -14,9 +14,10 @@ from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_fr
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import add_rules_option, fail, rules_or_fail
 from webhook.engine.decision import Decision
+from webhook.engine.devices import DeviceInventory, is_dra_object
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
 from webhook.engine.policy import Policy
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import Document, load_manifests
 from webhook.reports.audit import finding_json
 from webhook.reports.explain import object_diff
@@ -46,7 +47,8 @@ def register(sub: Any) -> None:
     where.add_argument(
         "--inventory",
         metavar="FILE",
-        help="nodes as 'kubectl get nodes -o yaml' prints them; without it, no capacity checks",
+        help="nodes as 'kubectl get nodes -o yaml' prints them, and DRA device classes, "
+        "resource slices, claims and templates; without it, no capacity checks",
     )
     where.add_argument(
         "--kubeconfig",
@@ -70,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     labels: Mapping[str, Mapping[str, str]] = {}
     if args.inventory:
         try:
-            inventory = InventoryView(load_inventory(args.inventory))
+            nodes, devices = load_inventory_file(args.inventory)
+            inventory = InventoryView(nodes, devices=devices)
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
     elif args.kubeconfig:
@@ -81,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         except ApiError as exc:
             return _fail(f"cannot read the cluster's nodes and namespaces: {exc}")
     documents, errors = load_manifests(args.files)
+    inventory = with_checked_claims(inventory, [d.obj for d in documents])
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     if inventory.snapshot is None and args.output == "text":
@@ -101,6 +105,20 @@ def _cluster(
     with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig)) as cluster:
         inventory = InventoryView(cluster.inventory())
         return inventory, cluster.namespace_labels() if namespaces else {}
+
+
+def with_checked_claims(view: InventoryView, objects: list[Mapping[str, Any]]) -> InventoryView:
+    """The claims and claim templates being checked are seen by the pods checked with them,
+    as they would be in the cluster once applied together."""
+    claims = [
+        o
+        for o in objects
+        if is_dra_object(o) and o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate")
+    ]
+    if not claims:
+        return view
+    devices = view.devices or DeviceInventory({}, (), {}, {}, complete=False)
+    return InventoryView(view.snapshot, view.problem, devices.with_claims(claims))
 
 
 def _evaluate(

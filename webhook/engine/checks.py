@@ -122,7 +122,10 @@ _ANYWHERE = Placement(
 
 
 def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) -> Iterator[Finding]:
-    unknown = [r for r in scope.pod.resources if r not in inventory.resource_names]
+    # ``effective``, not ``resources``: GPUs a DRA device class serves are judged as claims.
+    unknown = [
+        r for r, n in scope.pod.effective.items() if n > 0 and r not in inventory.resource_names
+    ]
     for resource in unknown:
         yield _unknown_resource(scope, resource, inventory, settings)
     answer = scope.fit

@@ -14,6 +14,15 @@ from webhook.engine.checks import (
     rule_findings,
 )
 from webhook.engine.decision import Decision, Finding, action_of, decide
+from webhook.engine.devices import DeviceInventory, is_dra_object
+from webhook.engine.dra import (
+    NO_CLAIMS,
+    PodClaims,
+    claim_findings,
+    extended_resource_claims,
+    pod_claims,
+    with_claim_gpus,
+)
 from webhook.engine.fit import demand_of
 from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
@@ -47,6 +56,9 @@ class InventoryView:
 
     snapshot: Inventory | None
     problem: str = ""  # set when a configured inventory is unavailable (never synced, stale)
+    # DRA classes, slices, claims and templates; None when the cluster serves no DRA API
+    # (or ``check`` was given none).
+    devices: DeviceInventory | None = None
 
 
 NO_INVENTORY = InventoryView(None)
@@ -85,6 +97,12 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
 
 def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
     obj = request.object
+    if is_dra_object(obj) and obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
+        from webhook.engine.claimobjects import evaluate_claim_object
+
+        return evaluate_claim_object(
+            request, policy=policy, view=inventory, snapshot=_inventory(inventory, policy)
+        )
     templates = policy.kinds.templates(obj)
     if templates is None:
         return Decision(allowed=True, mutated=obj, understood=False)
@@ -99,16 +117,27 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     snapshot = _inventory(inventory, policy)
     editor = Editor(obj)
     findings: list[Finding] = []
+    notices: list[str] = []
     per_pod: list[tuple[PodTemplate, PodGPUs]] = []
+    classes: list[tuple[str, ...]] = []
     for template in templates:
         if _unchanged(request, template):
             continue
-        pod = _evaluate_template(
-            request, template, policy=policy, snapshot=snapshot, editor=editor, findings=findings
+        pod, claims = _evaluate_template(
+            request,
+            template,
+            policy=policy,
+            snapshot=snapshot,
+            view=inventory,
+            editor=editor,
+            findings=findings,
         )
         per_pod.append((template, pod))
+        classes.append(claims.gpu_classes)
+        devices = inventory.devices
+        if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
+            notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
     gpu_pods = [p for _, p in per_pod if p.total or p.problems]
-    notices: list[str] = []
     warnings: list[str] = []
     if gpu_pods:
         if inventory.problem:
@@ -117,9 +146,13 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
             notices.append("capacity checks skipped: no node inventory given")
         else:
             findings.extend(_workload_findings(per_pod, snapshot, policy))
-    findings.extend(_workload_rule_findings(request, per_pod, policy))
+    findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
     return decide(
-        findings, patch=editor.ops, mutated=editor.doc, notices=notices, extra_warnings=warnings
+        findings,
+        patch=editor.ops,
+        mutated=editor.doc,
+        notices=tuple(dict.fromkeys(notices)),
+        extra_warnings=warnings,
     )
 
 
@@ -143,12 +176,13 @@ def _same_pod(old: Any, template: PodTemplate) -> bool:
 
 
 def _matching_rules(
-    request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy
+    request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy, claims: PodClaims
 ) -> list[Rule]:
     namespace = request.effective_namespace
     labels = template.labels
     resources = pod.resources
     total = pod.total
+    device_classes = claims.gpu_classes
     return [
         rule
         for rule in policy.rules
@@ -158,6 +192,7 @@ def _matching_rules(
             pod_labels=labels,
             resources=resources,
             gpu_count=total,
+            device_classes=device_classes,
         )
     ]
 
@@ -168,17 +203,30 @@ def _evaluate_template(
     *,
     policy: Policy,
     snapshot: Inventory | None,
+    view: InventoryView,
     editor: Editor,
     findings: list[Finding],
-) -> PodGPUs:
+) -> tuple[PodGPUs, PodClaims]:
     settings = policy.settings
     spec_path = template.spec_path
     pod = pod_gpus(template.spec, settings.gpu_resources, template.singles)
-    if not pod.total and not pod.problems and not policy.rules:
-        return pod
+    claims = (
+        pod_claims(
+            template.spec,
+            namespace=request.effective_namespace,
+            devices=view.devices,
+            is_gpu_class=settings.gpu_device_classes,
+        )
+        if template.spec.get("resourceClaims")
+        else NO_CLAIMS
+    )
+    pod, claims = extended_resource_claims(pod, claims, devices=view.devices, nodes=snapshot)
+    pod = with_claim_gpus(pod, claims)
+    if not pod.total and not pod.problems and not policy.rules and not claims.claims:
+        return pod, claims
     if not isinstance(editor.get(spec_path), dict):
-        return pod  # an ill-typed spec: the API server's schema check rejects the object
-    rules = _matching_rules(request, template, pod, policy)
+        return pod, claims  # an ill-typed spec: the API server's schema check rejects it
+    rules = _matching_rules(request, template, pod, policy, claims)
     for rule in rules:
         if rule.mutations.places:
             apply_placement(editor, spec_path, rule.mutations)
@@ -207,6 +255,7 @@ def _evaluate_template(
                 inventory=snapshot,
                 rule=rule.name,
                 gpus=settings.gpu_resources,
+                claim_holders=claims.holders,
             )
         )
     spec = editor.get(spec_path)
@@ -228,10 +277,21 @@ def _evaluate_template(
         findings.extend(capacity_findings(scope, snapshot, settings))
     if pod.total:
         findings.extend(device_findings(scope, snapshot, settings))
+    if claims.claims and view.devices is not None and not view.problem:
+        findings.extend(
+            claim_findings(
+                claims,
+                placement=scope.placement,
+                nodes=snapshot,
+                devices=view.devices,
+                actions=settings.actions,
+                where=scope.where,
+            )
+        )
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
-    return pod
+    return pod, claims
 
 
 def _inventory_unavailable(
@@ -283,13 +343,20 @@ def _workload_findings(
 
 
 def _workload_rule_findings(
-    request: Request, per_pod: list[tuple[PodTemplate, PodGPUs]], policy: Policy
+    request: Request,
+    per_pod: list[tuple[PodTemplate, PodGPUs]],
+    policy: Policy,
+    classes: list[tuple[str, ...]],
 ) -> list[Finding]:
     findings: list[Finding] = []
-    workload = [(t, p) for t, p in per_pod if t.replicas is not None and t.path]
+    workload = [
+        (t, p, c)
+        for (t, p), c in zip(per_pod, classes, strict=True)
+        if t.replicas is not None and t.path
+    ]
     if not workload:
         return findings
-    total = sum(p.total * (t.replicas or 0) for t, p in workload)
+    total = sum(p.total * (t.replicas or 0) for t, p, _ in workload)
     for rule in policy.rules:
         for check in rule.checks:
             if check.kind != "maxGPUsPerWorkload" or total <= check.value:
@@ -301,8 +368,9 @@ def _workload_rule_findings(
                     pod_labels=t.labels,
                     resources=p.resources,
                     gpu_count=p.total,
+                    device_classes=c,
                 )
-                for t, p in workload
+                for t, p, c in workload
             ):
                 continue
             message = (

@@ -113,12 +113,15 @@ def _env_names(editor: Editor, path: Path) -> dict[str, int]:
     }
 
 
-def hide_gpus(editor: Editor, spec_path: Path, pod: PodGPUs) -> None:
+def hide_gpus(
+    editor: Editor, spec_path: Path, pod: PodGPUs, claim_holders: frozenset[Path] = frozenset()
+) -> None:
     """Containers that request no GPU would otherwise see every GPU of the node when the
     NVIDIA runtime is the default. A container that sets either variable itself (the DCGM
-    exporter, a validator) is left alone."""
+    exporter, a validator) is left alone, and so is one that holds a DRA GPU claim: the
+    DRA driver gives it its GPUs, and hiding them would undo that."""
     for container in pod.containers:
-        if container.gpu_count:
+        if container.gpu_count or container.path in claim_holders:
             continue
         path = (*spec_path, *container.path)
         names = _env_names(editor, path)
@@ -360,11 +363,12 @@ def apply_containers(
     inventory: Inventory | None,
     rule: str = "",
     gpus: GPUResources | None = None,
+    claim_holders: frozenset[Path] = frozenset(),
 ) -> list[Finding]:
     """Container mutations of one rule; findings where a memory limit had to give way."""
     findings: list[Finding] = []
     if mutations.hide_gpus:
-        hide_gpus(editor, spec_path, pod)
+        hide_gpus(editor, spec_path, pod, claim_holders)
     if mutations.gpu_env:
         set_gpu_env(editor, spec_path, pod, mutations)
     if mutations.memory_limit is not None:

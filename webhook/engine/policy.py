@@ -41,7 +41,13 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
     "clusterCapacity": "warn",
     "sharedGPURequest": "deny",
     "multipleMIGDevices": "warn",
+    "deviceClaims": "deny",
+    "unknownDeviceClass": "deny",
+    "missingClaim": "warn",
+    "deviceSelector": "warn",
 }
+# NVIDIA's DRA driver (k8s-dra-driver-gpu): full GPUs and MIG devices.
+DEFAULT_GPU_DEVICE_CLASSES: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +121,7 @@ class Match:
     namespace_selector: Mapping[str, Any] | None = None
     pod_selector: Mapping[str, Any] | None = None
     resources: Callable[[str], bool] | None = None
+    device_classes: Callable[[str], bool] | None = None
     gpu_min: int = 1
     gpu_max: int | None = None
     # Kept for overlap analysis between rules.
@@ -128,6 +135,7 @@ class Match:
         pod_labels: Mapping[str, str],
         resources: Iterable[str],
         gpu_count: int,
+        device_classes: Iterable[str] = (),
     ) -> bool:
         if gpu_count < self.gpu_min or (self.gpu_max is not None and gpu_count > self.gpu_max):
             return False
@@ -135,7 +143,13 @@ class Match:
             return False
         if self.exclude_namespaces is not None and self.exclude_namespaces(namespace):
             return False
-        if self.resources is not None and not any(self.resources(r) for r in resources):
+        if (self.resources is not None or self.device_classes is not None) and not (
+            (self.resources is not None and any(self.resources(r) for r in resources))
+            or (
+                self.device_classes is not None
+                and any(self.device_classes(c) for c in device_classes)
+            )
+        ):
             return False
         if self.pod_selector and not label_selector_matches(self.pod_selector, pod_labels):
             return False
@@ -205,6 +219,10 @@ class Settings:
         default_factory=lambda: dict(DEFAULT_CHECK_ACTIONS)
     )
     inventory_failure_mode: Literal["allow", "deny"] = "allow"
+    # DRA device classes (globs) whose devices are GPUs.
+    gpu_device_classes: Callable[[str], bool] = field(
+        default_factory=lambda: glob_matcher(DEFAULT_GPU_DEVICE_CLASSES)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +305,7 @@ def _compile_settings(spec: Mapping[str, Any]) -> Settings:
         gpu_resources=resources,
         actions=actions,
         inventory_failure_mode=spec.get("inventoryFailureMode", "allow"),
+        gpu_device_classes=glob_matcher(spec.get("gpuDeviceClasses", DEFAULT_GPU_DEVICE_CLASSES)),
     )
 
 
@@ -294,6 +313,7 @@ def _compile_match(spec: Mapping[str, Any]) -> Match:
     namespaces = spec.get("namespaces")
     excluded = spec.get("excludeNamespaces")
     resources = spec.get("resources")
+    classes = spec.get("deviceClasses")
     count = spec.get("gpuCount") or {}
     has_glob = namespaces is not None and any(any(c in n for c in "*?[") for n in namespaces)
     return Match(
@@ -302,6 +322,7 @@ def _compile_match(spec: Mapping[str, Any]) -> Match:
         namespace_selector=spec.get("namespaceSelector"),
         pod_selector=spec.get("podSelector"),
         resources=glob_matcher(resources) if resources else None,
+        device_classes=glob_matcher(classes) if classes else None,
         gpu_min=int(count.get("min", 1)),
         gpu_max=count.get("max"),
         namespace_names=frozenset(namespaces) if namespaces is not None and not has_glob else None,

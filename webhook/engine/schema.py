@@ -156,6 +156,11 @@ _MATCH = _obj(
             **_STR_LIST,
             "description": "GPU resource globs; the pod must request one. Default: any GPU.",
         },
+        "deviceClasses": {
+            **_STR_LIST,
+            "description": "DRA device class globs; the pod's claims must ask for one. With "
+            "resources: either matches. Default: any GPU.",
+        },
         "gpuCount": _obj(
             {"min": {"type": "integer", "minimum": 0}, "max": {"type": "integer", "minimum": 0}},
             description="Total GPUs the pod requests; default min 1 (GPU pods only).",
@@ -255,6 +260,10 @@ BUILTIN_CHECKS = {
     "sharedGPURequest": "a container asks for more than one slot of a shared (time-sliced, MPS)"
     " GPU",
     "multipleMIGDevices": "a container asks for more than one MIG device",
+    "deviceClaims": "DRA claims that no node the pod can use can meet",
+    "unknownDeviceClass": "a DRA claim names a device class that does not exist",
+    "missingClaim": "a pod refers to a ResourceClaim or template the webhook has not seen",
+    "deviceSelector": "a DRA device selector the webhook cannot evaluate",
 }
 _SETTINGS = _obj(
     {
@@ -275,6 +284,11 @@ _SETTINGS = _obj(
                 for name, text in BUILTIN_CHECKS.items()
             }
         ),
+        "gpuDeviceClasses": {
+            **_STR_LIST,
+            "description": "DRA device classes (globs) whose devices are GPUs. Replaces the "
+            "default: gpu.nvidia.com, mig.nvidia.com.",
+        },
         "inventoryFailureMode": {
             "enum": ["allow", "deny"],
             "description": "When the node inventory is unavailable: allow with a warning, or deny.",
