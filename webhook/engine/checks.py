@@ -289,6 +289,14 @@ def _devices(
     return _units(scope, inventory, resource).offering
 
 
+def whole_gpus(scope: Scope) -> bool:
+    """The pod gets whole GPUs wherever it fits (or, without an inventory, asks for no MIG
+    or shared resource by name): ``device_findings`` would find nothing."""
+    if scope.pod.partial:
+        return False
+    return scope.fit is None or scope.fit.whole(scope.pod.vector)
+
+
 def device_findings(
     scope: Scope, inventory: Inventory | None, settings: Settings
 ) -> Iterator[Finding]:

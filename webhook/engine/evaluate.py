@@ -12,6 +12,7 @@ from webhook.engine.checks import (
     device_findings,
     quantity_findings,
     rule_findings,
+    whole_gpus,
 )
 from webhook.engine.decision import Decision, Finding, action_of, decide
 from webhook.engine.devices import DeviceInventory, is_dra_object
@@ -267,15 +268,16 @@ def _evaluate_template(
         pod=pod,
         placement=placement,
         settings=settings,
-        fit=snapshot.fit(placement, demand_of(spec, pod.vector, pod.per_container, pod.singles))
+        fit=snapshot.fit(placement, demand_of(spec, pod.vector, pod.per_container, pod.containers))
         if snapshot is not None and pod.total
         else None,
     )
     if pod.problems:
         findings.extend(quantity_findings(scope, settings))
-    if snapshot is not None and pod.total:
+    # A pod that fits some class has no unknown resource either: nothing to report.
+    if snapshot is not None and scope.fit is not None and not scope.fit.fitting:
         findings.extend(capacity_findings(scope, snapshot, settings))
-    if pod.total:
+    if pod.crowded and not whole_gpus(scope):
         findings.extend(device_findings(scope, snapshot, settings))
     if claims.claims and view.devices is not None and not view.problem:
         findings.extend(

@@ -18,10 +18,10 @@ are left out on purpose: schedulers are often configured to ignore some
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from webhook.engine.gpufacts import GPUFacts
 from webhook.engine.quantity import QuantityError, parse_quantity
@@ -108,18 +108,27 @@ def _amount(raw: object, *, cpu: bool) -> int:
     return amount
 
 
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def container_request(body: Mapping[str, Any], name: str) -> int:
-    """A container's request for ``cpu`` or ``memory``; the API server defaults a missing
-    request to the limit (``SetDefaults_Pod``), so a limit alone counts."""
-    resources = _map(body.get("resources"))
-    raw = _map(resources.get("requests")).get(name)
-    if raw is None:
-        raw = _map(resources.get("limits")).get(name)
-    return 0 if raw is None else _amount(raw, cpu=name == "cpu")
+def requests_of(requests: Mapping[str, Any], limits: Mapping[str, Any]) -> tuple[int, int]:
+    """A container's ``cpu`` (millicores) and ``memory`` (bytes) requests as the scheduler
+    counts them: a missing request is the limit, as the API server defaults it
+    (``SetDefaults_Pod``)."""
+    cpu = requests.get("cpu") if requests else None
+    if cpu is None and limits:
+        cpu = limits.get("cpu")
+    memory = requests.get("memory") if requests else None
+    if memory is None and limits:
+        memory = limits.get("memory")
+    cpu_memo, memory_memo = _AMOUNTS[1], _AMOUNTS[0]
+    try:  # quantities repeat: most lookups hit the memo
+        millis = 0 if cpu is None else cpu_memo.get(cpu)
+        size = 0 if memory is None else memory_memo.get(memory)
+    except TypeError:
+        millis = size = None  # unhashable, so ill-typed: _amount reads it as 0
+    if millis is None:
+        millis = _amount(cpu, cpu=True)
+    if size is None:
+        size = _amount(memory, cpu=False)
+    return millis, size
 
 
 def effective(amounts: Iterable[tuple[str, bool, int]]) -> int:
@@ -142,89 +151,56 @@ def effective(amounts: Iterable[tuple[str, bool, int]]) -> int:
     return max(init_peak, app + sidecars)
 
 
-def _cpu_memory(body: object) -> tuple[int, int]:
-    resources = body.get("resources") if isinstance(body, dict) else None
-    if not isinstance(resources, dict):
-        return 0, 0
-    requests = resources.get("requests")
-    limits = resources.get("limits")
-    requests = requests if isinstance(requests, dict) else {}
-    limits = limits if isinstance(limits, dict) else {}
-    cpu = requests.get("cpu", limits.get("cpu"))
-    memory = requests.get("memory", limits.get("memory"))
-    return (
-        0 if cpu is None else _amount(cpu, cpu=True),
-        0 if memory is None else _amount(memory, cpu=False),
-    )
+class Requests(Protocol):
+    """What a container contributes to the request vector (``gpus.Container``)."""
+
+    section: str
+    sidecar: bool
+
+    @property
+    def requests(self) -> tuple[int, int]: ...
 
 
-def pod_requests(spec: Mapping[str, Any], singles: tuple[str, ...] = ()) -> tuple[int, int]:
-    """The pod's effective ``cpu`` (millicores) and ``memory`` (bytes) requests, overhead
-    included (``spec.overhead``, set by a RuntimeClass), as the scheduler counts them.
-    A missing request is the limit, as the API server defaults it (``SetDefaults_Pod``).
-    ``singles``: keys holding one app container each (KServe's ``model``)."""
-    cpu = memory = 0
-    containers = spec.get("containers")
-    for body in containers if isinstance(containers, list) else ():
-        c, m = _cpu_memory(body)
-        cpu += c
-        memory += m
-    for key in singles:
-        c, m = _cpu_memory(spec.get(key))
-        cpu += c
-        memory += m
-    inits = spec.get("initContainers")
-    if isinstance(inits, list) and inits:
-        rows = [
-            ("initContainers", isinstance(b, dict) and b.get("restartPolicy") == "Always", b)
-            for b in inits
-        ]
-        amounts = [(section, sidecar, _cpu_memory(body)) for section, sidecar, body in rows]
-        cpu = effective([(s, side, a[0]) for s, side, a in amounts] + [("containers", False, cpu)])
-        memory = effective(
-            [(s, side, a[1]) for s, side, a in amounts] + [("containers", False, memory)]
+def pod_requests(
+    spec: Mapping[str, Any],
+    containers: Sequence[Requests],
+    *,
+    memory: Mapping[int, int] | None = None,
+) -> tuple[int, int]:
+    """The pod's effective ``cpu`` and ``memory`` requests, overhead included
+    (``spec.overhead``, set by a RuntimeClass). ``memory`` replaces the memory of the
+    containers at those positions (a limit about to be set where no request is)."""
+    extra = memory or {}
+    if not extra and all(c.section != "initContainers" for c in containers):
+        cpu = mem = 0  # the common case: app containers only, whose requests add up
+        for c in containers:
+            c_cpu, c_mem = c.requests
+            cpu += c_cpu
+            mem += c_mem
+    else:
+        amounts = [c.requests for c in containers]
+        cpu = effective(
+            (c.section, c.sidecar, a[0]) for c, a in zip(containers, amounts, strict=True)
+        )
+        mem = effective(
+            (c.section, c.sidecar, extra.get(i, a[1]))
+            for i, (c, a) in enumerate(zip(containers, amounts, strict=True))
         )
     overhead = spec.get("overhead")
-    if isinstance(overhead, dict):
+    if overhead:
+        overhead = overhead if isinstance(overhead, dict) else {}
         cpu += _amount(overhead.get("cpu", 0), cpu=True)
-        memory += _amount(overhead.get("memory", 0), cpu=False)
-    return cpu, memory
-
-
-def pod_memory(
-    spec: Mapping[str, Any],
-    extra: Mapping[tuple[str | int, ...], int],
-    singles: tuple[str, ...] = (),
-) -> int:
-    """The pod's effective memory request if the containers at ``extra``'s paths
-    (``(section, index)``, or ``(key,)`` for a single) had those amounts as limits and no
-    request of their own."""
-    rows: list[tuple[str, bool, int]] = []
-    for key in singles:
-        amount = extra.get((key,))
-        rows.append((key, False, _cpu_memory(spec.get(key))[1] if amount is None else amount))
-    for section in ("initContainers", "containers"):
-        items = spec.get(section)
-        for index, body in enumerate(items if isinstance(items, list) else ()):
-            sidecar = (
-                section == "initContainers"
-                and isinstance(body, dict)
-                and body.get("restartPolicy") == "Always"
-            )
-            amount = extra.get((section, index))
-            rows.append((section, sidecar, _cpu_memory(body)[1] if amount is None else amount))
-    overhead = spec.get("overhead")
-    memory = _amount(overhead.get("memory", 0), cpu=False) if isinstance(overhead, dict) else 0
-    return effective(rows) + memory
+        mem += _amount(overhead.get("memory", 0), cpu=False)
+    return cpu, mem
 
 
 def demand_of(
     spec: Mapping[str, Any],
     gpus: tuple[tuple[str, int], ...],
     per_container: tuple[tuple[str, int], ...],
-    singles: tuple[str, ...] = (),
+    containers: Sequence[Requests],
 ) -> Demand:
-    """The request vector of a pod spec (after the webhook's own mutations); ``gpus`` and
+    """The request vector of a pod (after the webhook's own mutations); ``gpus`` and
     ``per_container`` as ``PodGPUs`` holds them."""
-    cpu, memory = pod_requests(spec, singles)
+    cpu, memory = pod_requests(spec, containers)
     return Demand(gpus, cpu, memory, per_container)

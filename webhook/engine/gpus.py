@@ -8,6 +8,8 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.engine.fit import effective as effective_request
+from webhook.engine.fit import requests_of
+from webhook.engine.gpufacts import MIG_PREFIX
 from webhook.engine.policy import GPUResources
 from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.workloads import Path
@@ -33,6 +35,16 @@ class Container:
     sidecar: bool
     gpus: dict[str, int] = field(default_factory=dict)
     problems: list[QuantityProblem] = field(default_factory=list)
+    # cpu (millicores) and memory (bytes) requests, as the scheduler counts them
+    # (``fit.requests_of``), read while the container's resources are at hand.
+    cpu: int = 0
+    memory: int = 0
+    # A memory limit this webhook sets where no request is: Kubernetes copies it there.
+    memory_set: int | None = None
+
+    @property
+    def requests(self) -> tuple[int, int]:
+        return self.cpu, self.memory if self.memory_set is None else self.memory_set
 
     @property
     def path(self) -> Path:
@@ -59,27 +71,47 @@ class PodGPUs:
     per_container: tuple[tuple[str, int], ...] = ()
     # Keys of the pod spec holding one container each (``pod_gpus``'s ``singles``).
     singles: tuple[str, ...] = ()
+    # Some container asks for more than one GPU unit (several slots or MIG devices).
+    crowded: bool = False
+    # Some resource is a MIG slice or a shared slot by its name alone.
+    partial: bool = False
 
     @classmethod
-    def of(cls, containers: list[Container], effective: dict[str, int]) -> PodGPUs:
+    def of(
+        cls,
+        containers: list[Container],
+        effective: dict[str, int],
+        singles: tuple[str, ...] = (),
+        *,
+        gpus: GPUResources | None = None,
+    ) -> PodGPUs:
+        problems = [(c, p) for c in containers for p in c.problems]
         if not effective:
-            problems = [(c, p) for c in containers for p in c.problems]
-            return cls(containers=containers, effective=effective, problems=problems)
-        most: dict[str, int] = {}
-        for c in containers:
-            for name, count in c.gpus.items():
-                if count > most.get(name, 0):
-                    most[name] = count
+            return cls(containers, effective, problems=problems, singles=singles)
+        users = [c for c in containers if c.gpus]
+        if len(users) == 1:  # the common case: one GPU container
+            most = users[0].gpus
+        else:
+            most = {}
+            for c in users:
+                for name, count in c.gpus.items():
+                    if count > most.get(name, 0):
+                        most[name] = count
+        vector = tuple((r, n) for r, n in effective.items() if n > 0)
         return cls(
             containers=containers,
             effective=effective,
             total=sum(effective.values()),
-            resources=[r for r, n in effective.items() if n > 0],
-            problems=[(c, p) for c in containers for p in c.problems],
-            vector=tuple(sorted((r, n) for r, n in effective.items() if n > 0))
-            if len(effective) > 1
-            else tuple((r, n) for r, n in effective.items() if n > 0),
-            per_container=tuple(sorted(most.items())),
+            resources=[r for r, _ in vector],
+            problems=problems,
+            vector=tuple(sorted(vector)) if len(vector) > 1 else vector,
+            per_container=tuple(sorted(most.items())) if len(most) > 1 else tuple(most.items()),
+            singles=singles,
+            crowded=any(c.gpu_count > 1 for c in users),
+            partial=any(
+                name.startswith(MIG_PREFIX) or (gpus is not None and gpus.is_shared(name))
+                for name, _ in vector
+            ),
         )
 
 
@@ -94,12 +126,15 @@ def _container(
     resources = body.get("resources")
     resources = resources if isinstance(resources, dict) else {}
     requests, limits = _section(resources, "requests"), _section(resources, "limits")
+    cpu, memory = requests_of(requests, limits) if requests or limits else (0, 0)
     container = Container(
         section=section,
         index=index,
         name=str(body.get("name", "")),
         body=body,
         sidecar=section == "initContainers" and body.get("restartPolicy") == "Always",
+        cpu=cpu,
+        memory=memory,
     )
     names = [n for n in (*requests, *limits) if gpus.is_gpu(n)]
     for name in dict.fromkeys(names):
@@ -190,6 +225,4 @@ def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources, singles: tuple[str, ..
         for c in containers:
             for name, count in c.gpus.items():
                 effective[name] = effective.get(name, 0) + count
-    pod = PodGPUs.of(containers, effective)
-    pod.singles = singles
-    return pod
+    return PodGPUs.of(containers, effective, singles, gpus=gpus)

@@ -120,6 +120,14 @@ def node_from_json(raw: Mapping[str, Any]) -> Node:
     )
 
 
+def _tolerates_cordon(tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    return bool(tolerations) and any(
+        t.get("key") in (None, "", UNSCHEDULABLE_TAINT)
+        and tolerates(t, key=UNSCHEDULABLE_TAINT, value="", effect="NoSchedule")
+        for t in tolerations
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a pod may go: what the scheduler's filters read from its spec."""
@@ -134,21 +142,16 @@ class Placement:
     _key: bytes = field(default=b"", repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.cordoned is None:
-            object.__setattr__(
-                self,
-                "cordoned",
-                any(
-                    t.get("key") in (None, "", UNSCHEDULABLE_TAINT)
-                    and tolerates(t, key=UNSCHEDULABLE_TAINT, value="", effect="NoSchedule")
-                    for t in self.tolerations
-                ),
-            )
         key = orjson.dumps(
-            [self.node_selector, self.required_terms, self.tolerations, self.cordoned],
+            [self.node_selector, self.required_terms, self.tolerations],
             option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
             default=str,
         )
+        derived = _tolerates_cordon(self.tolerations)
+        if self.cordoned is None:
+            object.__setattr__(self, "cordoned", derived)
+        elif self.cordoned != derived:
+            key += b"!cordoned" if self.cordoned else b"!not-cordoned"
         object.__setattr__(self, "_key", key)
 
     @classmethod
@@ -551,6 +554,20 @@ class FitAnswer:
     missing: tuple[tuple[Shape, tuple[Shortfall, ...]], ...]
     # Memo of ``units``: checks ask it per container, answers live as long as the snapshot.
     _units: dict[str, Units] = field(default_factory=dict, compare=False, repr=False)
+    _whole: dict[tuple[tuple[str, int], ...], bool] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def whole(self, vector: tuple[tuple[str, int], ...]) -> bool:
+        """Whether every resource of ``vector`` is whole GPUs (no MIG slice, no shared slot)
+        on every class that fits: the common answer, memoised per vector."""
+        hit = self._whole.get(vector)
+        if hit is None:
+            units = [self.units(name) for name, _ in vector]
+            hit = self._whole[vector] = bool(self.fitting) and all(
+                not u.mig and u.shared is None for u in units
+            )
+        return hit
 
     def units(self, resource: str) -> Units:
         """What one unit of ``resource`` is on the fitting classes that offer it."""

@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.engine.decision import Finding
-from webhook.engine.fit import Demand, pod_memory, pod_requests
+from webhook.engine.fit import Demand, pod_requests
 from webhook.engine.gpufacts import MIG_PREFIX
 from webhook.engine.gpus import Container, PodGPUs
 from webhook.engine.inventory import Inventory, Placement
@@ -255,6 +255,8 @@ def set_memory_limits(
         )
     for plan in planned:
         editor.add((*plan.path, "limits", "memory"), format_bytes(plan.amount))
+        if plan.becomes_request:
+            plan.container.memory_set = plan.amount  # Kubernetes copies it into the request
     return findings
 
 
@@ -270,11 +272,15 @@ def _fit_memory(
     """Keep the injected limits within the nodes the pod can use (``whenTooLarge``)."""
     spec = _map(spec)
     placement = Placement.of(spec)
-    cpu, _ = pod_requests(spec, pod.singles)
+    at = {id(c): i for i, c in enumerate(pod.containers)}
+
+    def memory(plans: list[_Planned]) -> tuple[int, int]:
+        extra = {at[id(p.container)]: p.amount for p in plans if p.becomes_request}
+        return pod_requests(spec, pod.containers, memory=extra)
 
     def fitting(plans: list[_Planned]) -> tuple[Any, ...]:
-        extra = {p.container.path: p.amount for p in plans if p.becomes_request}
-        demand = Demand(pod.vector, cpu, pod_memory(spec, extra, pod.singles), pod.per_container)
+        cpu, mem = memory(plans)
+        demand = Demand(pod.vector, cpu, mem, pod.per_container)
         return inventory.fit(placement, demand).fitting
 
     if fitting(planned):
@@ -283,7 +289,7 @@ def _fit_memory(
     if not without:
         return planned, []  # the pod fits nowhere anyway: the capacity check says why
     room = max(shape.allocatable.get("memory", 0) for shape in without)
-    base = pod_memory(spec, {}, pod.singles)
+    base = memory([])[1]
     asked = ", ".join(f"{p.container.name or '?'} {format_bytes(p.amount)}" for p in planned)
     where = f"the largest node the pod can use has {format_bytes(room)} allocatable memory"
     if limit.when_too_large == "deny":
