@@ -93,6 +93,11 @@ def _other_view() -> InventoryView:
             {"view": InventoryView(None, problem="node inventory is stale")},
             id="inventory gone stale",
         ),
+        pytest.param(
+            Request(replica("b")),
+            {"view": InventoryView(VIEW.snapshot, runtime_classes=frozenset({"nvidia"}))},
+            id="runtime classes changed",
+        ),
     ],
 )
 def test_anything_else_the_engine_reads_makes_it_judge_again(second, context):

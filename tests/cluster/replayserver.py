@@ -21,6 +21,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
+# What a cluster without RuntimeClasses answers: the list unscripted tests get.
+NO_RUNTIME_CLASSES = json.dumps(
+    {
+        "kind": "RuntimeClassList",
+        "apiVersion": "node.k8s.io/v1",
+        "metadata": {"resourceVersion": "1"},
+        "items": [],
+    }
+).encode()
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "apiserver"
 if not FIXTURES.is_dir():
     FIXTURES = Path("/work/shared/fixtures/apiserver")
@@ -98,6 +108,8 @@ class ReplayServer:
         self.dra_served = False
         self.dra_lists: dict[str, deque[Body]] = {}
         self.dra_watches: dict[str, deque[Stream | Body]] = {}
+        self.runtime_class_lists: deque[Body] = deque()
+        self.runtime_class_watches: deque[Stream | Body] = deque()
         self.requests: list[Request] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -138,16 +150,22 @@ class ReplayServer:
         self._thread.join(5)
 
     def watch_requests(self) -> list[Request]:
+        """Watches of core resources (RuntimeClasses: ``runtime_class_requests``)."""
         with self._lock:
             return [r for r in self.requests if r.query.get("watch") and _core(r.path)]
 
     def list_requests(self) -> list[Request]:
+        """Lists of core resources (RuntimeClasses: ``runtime_class_requests``)."""
         with self._lock:
             return [r for r in self.requests if not r.query.get("watch") and _core(r.path)]
 
     def dra_requests(self) -> list[Request]:
         with self._lock:
             return [r for r in self.requests if r.path.startswith(DRA_PATH)]
+
+    def runtime_class_requests(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.path == RUNTIME_CLASSES]
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(handler.path)
@@ -167,11 +185,17 @@ class ReplayServer:
                 resource = parts.path.rsplit("/", 1)[1]
                 queues = self.dra_watches if query.get("watch") else self.dra_lists
                 queue = queues.setdefault(resource, deque())
+            elif parts.path == RUNTIME_CLASSES:
+                queue = (
+                    self.runtime_class_watches if query.get("watch") else self.runtime_class_lists
+                )
             answer = queue.popleft() if queue else None
             if parts.path == DRA_PATH and self.dra_served:
                 discovery = {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1"}
                 answer = Body(json.dumps(discovery).encode())
-        scripted = parts.path in ("/api/v1/nodes", "/api/v1/namespaces")
+        if answer is None and parts.path == RUNTIME_CLASSES and not query.get("watch"):
+            answer = Body(NO_RUNTIME_CLASSES)
+        scripted = parts.path in ("/api/v1/nodes", "/api/v1/namespaces", RUNTIME_CLASSES)
         if answer is None and not scripted and not parts.path.startswith(DRA_PATH + "/"):
             # A path nobody scripted: what the API server says of a group it does not serve.
             answer = Body(

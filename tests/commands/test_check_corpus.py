@@ -17,6 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.kubeschema import validation_error
 from webhook.cli import main
 from webhook.files.manifests import load_manifests
 
@@ -27,7 +28,6 @@ UNPARSEABLE = CORPUS / "_unparseable"
 RULES = REPO / "rules"
 CLUSTER = REPO / "tests" / "cases" / "_inventories" / "cluster.yaml"
 NOT_MANIFESTS = {"INDEX.tsv", "README.md", "_unparseable/UNPARSEABLE.tsv"}
-K8S_VERSION = kubernetes_validate.latest_version()
 COMMAND = (sys.executable, "-m", "webhook", "check", "-o", "json")
 JSON_KEYS = {"kind", "name", "namespace", "allowed", "messages", "warnings", "patch"}
 
@@ -63,18 +63,9 @@ def check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return code, out.out, out.err
 
 
-def _validation_error(obj: Any) -> str | None:
-    """``None`` when valid; the first error otherwise. Raises for kinds without a schema."""
-    try:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=False)
-    except kubernetes_validate.ValidationError as exc:
-        return f"{'.'.join(map(str, exc.path))}: {exc.message}"
-    return None
-
-
 def _is_builtin(obj: Any) -> bool:
     try:
-        _validation_error(obj)
+        validation_error(obj)
     except kubernetes_validate.SchemaNotFoundError:
         return False  # a custom resource: kubernetes-validate knows only built-in kinds
     return True
@@ -98,7 +89,7 @@ def test_check_handles_the_corpus_file_and_patches_stay_schema_valid(
         patched = jsonpatch.apply_patch(dict(doc.obj), result["patch"])
         if not result["patch"] or not _is_builtin(doc.obj):
             continue
-        before, after = _validation_error(doc.obj), _validation_error(patched)
+        before, after = validation_error(doc.obj), validation_error(patched)
         # A manifest that is already invalid (a kustomize patch without a selector) must not
         # get a different, new error from our patch.
         assert after == before, f"{result['kind']} {result['name']}: {after}"

@@ -259,12 +259,15 @@ def test_rbac_grants_reads_and_named_patches_only(name):
                 assert rule.get("resourceNames") == NAMED_ONLY[resource], (role, resource)
                 assert set(rule["verbs"]) <= {"get", "patch"}, (role, resource)
             else:
-                assert resource in ("nodes", "namespaces", *DRA_RESOURCES), (role, resource)
+                assert resource in ("nodes", "namespaces", "runtimeclasses", *DRA_RESOURCES), (
+                    role,
+                    resource,
+                )
                 assert set(rule["verbs"]) == {"get", "list", "watch"}, (role, resource)
 
 
 @each
-def test_the_server_account_can_only_watch_nodes_namespaces_and_dra_objects(name):
+def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_and_dra_objects(name):
     objs = render(name)
     account = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     bound = [
@@ -287,6 +290,11 @@ def test_the_server_account_can_only_watch_nodes_namespaces_and_dra_objects(name
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": list(DRA_RESOURCES),
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["node.k8s.io"],
+            "resources": ["runtimeclasses"],
             "verbs": ["get", "list", "watch"],
         },
     ]

@@ -25,6 +25,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.kubeschema import validation_error
 from webhook.engine.decision import Decision
 from webhook.engine.evaluate import (
     IDENTITY_METADATA,
@@ -74,17 +75,14 @@ def rules_dir(case: Path) -> Path:
 
 
 def inventory_view(case: Path) -> InventoryView:
+    """The case's nodes, and its RuntimeClasses when the inventory lists any."""
     if (case / "inventory.yaml").is_file():
-        return _view(case / "inventory.yaml")
-    if (case / "inventory.ref").is_file():
+        path = case / "inventory.yaml"
+    elif (case / "inventory.ref").is_file():
         path = SHARED_INVENTORIES / f"{_ref(case, 'inventory.ref')}.yaml"
-        return _view(path)
-    return NO_INVENTORY
-
-
-def _view(path: Path) -> InventoryView:
-    nodes, devices = load_inventory_file(str(path))
-    return InventoryView(nodes, devices=devices)
+    else:
+        return NO_INVENTORY
+    return load_inventory_file(str(path)).view()
 
 
 def load_request(case: Path, obj: Mapping[str, Any]) -> Request:
@@ -264,3 +262,18 @@ def test_identity_metadata_never_changes_the_decision(case: Path) -> None:
     assert other.warnings == decision.warnings
     assert other.audit == decision.audit
     assert list(other.patch) == list(decision.patch)
+
+
+BUILTIN_GROUPS = ("v1", "apps/v1", "batch/v1")
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in case_dirs()])
+def test_patches_keep_built_in_objects_schema_valid(case: Path) -> None:
+    obj = _read_yaml(case / "object.yaml")
+    if obj.get("apiVersion") not in BUILTIN_GROUPS:
+        pytest.skip("kubernetes-validate knows the schemas of built-in kinds only")
+    before, after = (
+        validation_error(obj),
+        validation_error(_read_yaml(case / "expected-object.yaml")),
+    )
+    assert after == before

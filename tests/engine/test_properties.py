@@ -4,6 +4,7 @@ the original is never touched, and a pod is judged the same in every workload ki
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -89,6 +90,27 @@ POLICY: Policy = compile_policy(
         ),
         _doc(
             "GPUPolicy",
+            "access",
+            {
+                "order": 35,
+                "match": {"gpuCount": {"min": 0}},
+                "mutate": {
+                    "env": {"hideGPUsFromNonGPUContainers": "gpuNodes"},
+                    "avoidGPUNodes": {"nodeLabel": "nvidia.com/gpu.present", "value": "true"},
+                },
+            },
+        ),
+        _doc(
+            "GPUPolicy",
+            "runtime",
+            {
+                "order": 36,
+                "match": {"resources": ["nvidia.com/gpu"]},
+                "mutate": {"runtimeClassName": "nvidia"},
+            },
+        ),
+        _doc(
+            "GPUPolicy",
             "team",
             {
                 "order": 40,
@@ -156,6 +178,10 @@ def container(draw: st.DrawFn, name: str, *, init: bool = False) -> dict[str, An
         body["volumeMounts"] = [{"name": "scratch", "mountPath": "/dev/shm"}]
     if init and draw(st.booleans()):
         body["restartPolicy"] = "Always"
+    if draw(st.integers(0, 5)) == 0:
+        body["securityContext"] = {"privileged": True}
+    if draw(st.integers(0, 5)) == 0:
+        body.setdefault("volumeMounts", []).append({"name": "dev", "mountPath": "/dev"})
     return body
 
 
@@ -204,6 +230,10 @@ def pod_template(draw: st.DrawFn) -> dict[str, Any]:
         }
     if draw(st.booleans()):
         spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    if draw(st.booleans()):
+        spec.setdefault("volumes", []).append({"name": "dev", "hostPath": {"path": "/dev"}})
+    if draw(st.integers(0, 3)) == 0:
+        spec["runtimeClassName"] = draw(st.sampled_from(["nvidia", "kata"]))
     labels = draw(st.sampled_from([{}, {"team": "a"}, {"app": "x"}]))
     # A JSON round trip: objects from the API server never share subtrees, while values
     # drawn from sampled_from do (and jsonpatch's deepcopy would keep them shared).
@@ -315,7 +345,21 @@ def _evaluate(obj: dict[str, Any], inventory: InventoryView) -> Decision:
     return evaluate(Request(obj, namespace="team-a"), policy=POLICY, inventory=inventory)
 
 
-inventories = st.sampled_from([INVENTORY, NO_INVENTORY])
+inventories = st.sampled_from(
+    [
+        INVENTORY,
+        NO_INVENTORY,
+        dataclasses.replace(INVENTORY, runtime_classes=frozenset({"nvidia", "runc"})),
+    ]
+)
+# DaemonSets are spared what keeps pods off GPU nodes; with that off they are pods like any.
+DAEMONSETS_JUDGED = dataclasses.replace(
+    POLICY,
+    settings=dataclasses.replace(
+        POLICY.settings,
+        gpu_nodes=dataclasses.replace(POLICY.settings.gpu_nodes, exempt_daemonsets=False),
+    ),
+)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -360,7 +404,9 @@ def test_a_pod_is_judged_and_mutated_alike_in_every_workload_kind(
 ) -> None:
     wrap, path = WRAPPERS[kind]
     as_a_pod = _evaluate(as_pod(template), inventory)
-    wrapped = _evaluate(wrap(copy.deepcopy(template)), inventory)
+    policy = DAEMONSETS_JUDGED if kind == "DaemonSet" else POLICY
+    request = Request(wrap(copy.deepcopy(template)), namespace="team-a")
+    wrapped = evaluate(request, policy=policy, inventory=inventory)
     assert _judged(wrapped) == _judged(as_a_pod)
     assert as_a_pod.mutated is not None
     assert wrapped.mutated is not None

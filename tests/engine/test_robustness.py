@@ -29,7 +29,11 @@ spec:
     - maxSharedGPUs: 1
     - requiredLabels: [team]
     - maxGPUsPerWorkload: 10
+    - requireProbes: [liveness, startup]
+    - allowedPriorityClasses: ["gpu-*"]
   mutate:
+    runtimeClassName: nvidia
+    avoidGPUNodes: {nodeLabel: nvidia.com/gpu.present, value: "true"}
     tolerations: [{key: example.com/x, operator: Exists}]
     nodeAffinity:
       required: [{key: nvidia.com/gpu.product, operator: In, values: [NVIDIA-A100-SXM4-80GB]}]
@@ -69,7 +73,25 @@ POD: dict[str, Any] = {
                 "resources": {"limits": {"nvidia.com/gpu": 1}},
             }
         ],
+        "runtimeClassName": "kata",
+        "priorityClassName": "gpu-high",
         "containers": [
+            {
+                "name": "cpu",
+                "env": [
+                    {"name": "D", "value": "0"},
+                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "$(D)"},
+                    {
+                        "name": "NVIDIA_DRIVER_CAPABILITIES",
+                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['team']"}},
+                    },
+                ],
+                "envFrom": [{"configMapRef": {"name": "c"}}],
+                "securityContext": {"privileged": True},
+                "volumeMounts": [{"name": "dev", "mountPath": "/d", "subPath": "nvidia0"}],
+                "livenessProbe": {"exec": {"command": ["nvidia-smi"]}},
+                "resources": {"claims": [{"name": "gpu"}]},
+            },
             {
                 "name": "main",
                 "resources": {
@@ -81,7 +103,10 @@ POD: dict[str, Any] = {
             },
             {"name": "helper", "env": None},
         ],
-        "volumes": [{"name": "v", "emptyDir": {}}],
+        "volumes": [
+            {"name": "v", "emptyDir": {}},
+            {"name": "dev", "hostPath": {"path": "/dev", "type": "Directory"}},
+        ],
     },
 }
 DEPLOYMENT = {
@@ -128,7 +153,7 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> Policy:
 def test_any_ill_typed_field_gets_a_decision_and_a_patch_that_applies(
     policy: Policy, original: dict[str, Any]
 ) -> None:
-    inventory = InventoryView(load_inventory(str(NODES)))
+    inventory = InventoryView(load_inventory(str(NODES)), runtime_classes=frozenset({"nvidia"}))
     for path in list(paths(original)):
         for junk in JUNK:
             obj = spoiled(original, path, junk)

@@ -27,7 +27,11 @@ def problems(directory: Path) -> list[str]:
 
 def test_the_shipped_rules_load() -> None:
     policy = load_policy(str(ROOT / "rules"))
-    assert policy.rule_names == ("nvidia-gpu-taint", "hide-gpus-from-non-gpu-containers")
+    assert policy.rule_names == (
+        "gpu-stack",
+        "nvidia-gpu-taint",
+        "hide-gpus-from-non-gpu-containers",
+    )
 
 
 def test_the_shipped_schema_is_the_generated_one() -> None:
@@ -211,7 +215,7 @@ def test_a_broken_edit_never_replaces_the_last_good_rules(tmp_path: Path) -> Non
     shutil.copy(ROOT / "rules" / "10-nvidia-tolerations.yaml", rules)
     (rules / "20-hide-gpus.yaml").unlink()
     assert store.reload_if_changed() is True
-    assert store.current.policy.rule_names == ("nvidia-gpu-taint",)
+    assert store.current.policy.rule_names == ("gpu-stack", "nvidia-gpu-taint")
     assert store.current.generation == good.generation + 1
 
 
@@ -232,3 +236,106 @@ def test_a_configmap_symlink_swap_is_noticed(tmp_path: Path) -> None:
     (rules / "20-hide-gpus.yaml").unlink()
     assert store.reload_if_changed() is True
     assert store.current.policy.rule_names == ("nvidia-gpu-taint",)
+
+
+# --- GPU access control fields -------------------------------------------------------------
+
+POLICY_HEAD = HEADER + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n"
+SETTINGS_HEAD = HEADER + "kind: GPUSettings\nmetadata: {name: cluster}\nspec:\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            POLICY_HEAD + "  exempt: [gpuAccess]\n",
+            "spec.exempt[0]: 'gpuAccess' is not one of gpuAccessWithoutRequest, "
+            "nonGPUPodOnGPUNode, hideGPUs, avoidGPUNodes",
+            id="unknown-exemption",
+        ),
+        pytest.param(
+            POLICY_HEAD + "  mutate:\n    env: {hideGPUsFromNonGPUContainers: everywhere}\n",
+            "spec.mutate.env.hideGPUsFromNonGPUContainers",
+            id="unknown-hide-scope",
+        ),
+        pytest.param(
+            POLICY_HEAD + "  mutate:\n    runtimeClassName: NVIDIA_Runtime\n",
+            "spec.mutate.runtimeClassName: 'NVIDIA_Runtime' does not match",
+            id="runtime-class-not-a-dns-name",
+        ),
+        pytest.param(
+            POLICY_HEAD + "  mutate:\n    avoidGPUNodes: {value: 'true'}\n",
+            "spec.mutate.avoidGPUNodes: 'nodeLabel' is a required property",
+            id="avoid-without-label",
+        ),
+        pytest.param(
+            POLICY_HEAD + "  validate:\n    - requireProbes: [health]\n",
+            "spec.validate[0]: unknown or ambiguous check requireProbes",
+            id="unknown-probe",
+        ),
+        pytest.param(
+            SETTINGS_HEAD + "  checks: {gpuAccessWithoutRequest: repair}\n",
+            "spec.checks.gpuAccessWithoutRequest: 'repair' is not one of deny, warn, audit",
+            id="no-repair-for-gpu-access",
+        ),
+        pytest.param(
+            SETTINGS_HEAD + "  gpuNodes:\n    taints: [{key: nvidia.com/gpu, effect: Prefer}]\n",
+            "spec.gpuNodes.taints[0].effect: 'Prefer' is not one of NoSchedule, NoExecute",
+            id="gpu-taint-effect",
+        ),
+    ],
+)
+def test_gpu_access_control_fields_are_checked_with_their_path(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    write(tmp_path, "a.yaml", text)
+    assert any(expected in p for p in problems(tmp_path)), problems(tmp_path)
+
+
+def test_an_exemption_matches_pods_without_gpus_unless_its_gpu_count_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "a.yaml", POLICY_HEAD + "  exempt: [hideGPUs]\n")
+    write(
+        tmp_path,
+        "b.yaml",
+        HEADER + "kind: GPUPolicy\nmetadata: {name: b}\nspec:\n  match: {gpuCount: {min: 2}}\n"
+        "  exempt: [hideGPUs]\n",
+    )
+    a, b = load_policy(str(tmp_path)).rules
+    assert (a.match.gpu_min, b.match.gpu_min) == (0, 2)
+
+
+def test_two_rules_that_set_different_runtime_classes_for_the_same_pods_are_an_error(
+    tmp_path: Path,
+) -> None:
+    for name, runtime in (("a", "nvidia"), ("b", "nvidia-cdi")):
+        write(
+            tmp_path,
+            f"{name}.yaml",
+            HEADER + f"kind: GPUPolicy\nmetadata: {{name: {name}}}\nspec:\n"
+            f"  mutate: {{runtimeClassName: {runtime}}}\n",
+        )
+    (found,) = problems(tmp_path)
+    assert "b.yaml: doc 1 (GPUPolicy b): spec.mutate.runtimeClassName: conflicts with rule 'a'" in (
+        found
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "scope"),
+    [
+        pytest.param("true", "gpuPods", id="true is the scope it always had"),
+        pytest.param("false", "none", id="false"),
+        pytest.param("gpuPods", "gpuPods", id="gpuPods"),
+        pytest.param("gpuNodes", "gpuNodes", id="gpuNodes"),
+    ],
+)
+def test_the_hide_scope_is_read(tmp_path: Path, value: str, scope: str) -> None:
+    write(
+        tmp_path,
+        "a.yaml",
+        POLICY_HEAD + f"  mutate:\n    env: {{hideGPUsFromNonGPUContainers: {value}}}\n",
+    )
+    (rule,) = load_policy(str(tmp_path)).rules
+    assert rule.mutations.hide_gpus == scope

@@ -47,6 +47,7 @@ class InventorySource(Protocol):
     def status(self) -> InventoryStatus: ...
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
     def devices(self) -> DeviceInventory | None: ...
+    def runtime_classes(self) -> frozenset[str] | None: ...
 
 
 class StaticInventorySource:
@@ -59,7 +60,7 @@ class StaticInventorySource:
     def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self._clock = clock
-        self._inventory, self._devices = load_inventory_file(path)
+        self._file = load_inventory_file(path)
         self._loaded_at = clock()
 
     def start(self) -> None:
@@ -69,7 +70,7 @@ class StaticInventorySource:
         """Nothing to stop."""
 
     def snapshot(self) -> Inventory:
-        return self._inventory
+        return self._file.nodes
 
     def ready(self) -> bool:
         return True
@@ -79,8 +80,8 @@ class StaticInventorySource:
             synced=True,
             stale=False,
             age_seconds=self._clock() - self._loaded_at,
-            resource_version=self._inventory.resource_version,
-            node_count=len(self._inventory),
+            resource_version=self._file.nodes.resource_version,
+            node_count=len(self._file.nodes),
             source=self.path,
         )
 
@@ -89,7 +90,11 @@ class StaticInventorySource:
         return None
 
     def devices(self) -> DeviceInventory | None:
-        return self._devices
+        return self._file.devices
+
+    def runtime_classes(self) -> frozenset[str] | None:
+        """The file's RuntimeClasses; ``None`` when it lists none."""
+        return self._file.runtime_classes
 
 
 def view_of(source: InventorySource | None) -> InventoryView:
@@ -105,4 +110,6 @@ def view_of(source: InventorySource | None) -> InventoryView:
             None,
             problem=f"node inventory is stale ({status.age_seconds or 0:.0f}s since last sync)",
         )
-    return InventoryView(snapshot, devices=source.devices())
+    return InventoryView(
+        snapshot, devices=source.devices(), runtime_classes=source.runtime_classes()
+    )

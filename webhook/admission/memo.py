@@ -7,8 +7,9 @@ engine is a function of the object, the request's namespace and its labels, the 
 and the inventory snapshot, so its decision for an equal key is the same decision.
 
 - Only CREATE is remembered: an UPDATE also depends on the old object, and is rare.
-- The memo belongs to one (policy, snapshot) pair: a rule reload or a new inventory
-  snapshot empties it, so a remembered decision never outlives what it was made from.
+- The memo belongs to one (policy, snapshot, runtime classes): a rule reload, a new
+  inventory snapshot or a RuntimeClass change empties it, so a remembered decision never
+  outlives what it was made from.
 - Next to a decision the memo keeps the service's answers made from it (``Judgement``), so
   a replica's answer is not built and encoded again.
 - Keys are a 16-byte BLAKE2b digest of the object's JSON (without identity metadata), and
@@ -57,7 +58,7 @@ class DecisionMemo:
         self.max_object_bytes = max_object_bytes
         self._engine = engine
         self._lock = threading.Lock()
-        self._context: tuple[Policy, Any, str] | None = None
+        self._context: tuple[Policy, Any, str, frozenset[str] | None] | None = None
         self._judgements: dict[Key, Judgement] = {}
         self.hits = 0
         self.misses = 0
@@ -68,7 +69,12 @@ class DecisionMemo:
         key = self._key(request)
         if key is None:
             return Judgement(self._engine(request, policy=policy, inventory=inventory))
-        context = (policy, (inventory.snapshot, inventory.devices), inventory.problem)
+        context = (
+            policy,
+            (inventory.snapshot, inventory.devices),
+            inventory.problem,
+            inventory.runtime_classes,
+        )
         with self._lock:
             if not self._same_context(context):
                 self._judgements.clear()
@@ -90,7 +96,7 @@ class DecisionMemo:
         fresh.answers = kept.answers  # the answer made for this request is remembered too
         return fresh
 
-    def _same_context(self, context: tuple[Policy, Any, str]) -> bool:
+    def _same_context(self, context: tuple[Policy, Any, str, frozenset[str] | None]) -> bool:
         # By reference: a freed snapshot's id may be reused by the next one.
         held = self._context
         return (
@@ -99,6 +105,7 @@ class DecisionMemo:
             and held[1][0] is context[1][0]
             and held[1][1] is context[1][1]
             and held[2] == context[2]
+            and held[3] == context[3]
         )
 
     def _key(self, request: Request) -> Key | None:

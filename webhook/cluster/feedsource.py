@@ -32,7 +32,8 @@ log = logging.getLogger("webhook.inventory")
 
 
 class FeedInventorySource:
-    """Nodes and namespaces as the pod's inventory watcher last reported them."""
+    """Nodes, namespaces and RuntimeClasses as the pod's inventory watcher last reported
+    them."""
 
     def __init__(
         self,
@@ -49,6 +50,7 @@ class FeedInventorySource:
         self._backoff = backoff or Backoff(initial_seconds=0.05, cap_seconds=2.0)
         self._nodes = NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
         self._namespaces: dict[str, Mapping[str, str]] | None = None
+        self._runtime_classes: frozenset[str] | None = None
         self._watcher = WatcherStatus()
         # When the watcher last heard from the API server, on this process's clock.
         self._contact: float | None = None
@@ -114,6 +116,9 @@ class FeedInventorySource:
         namespaces = self._namespaces
         return None if namespaces is None else namespaces.get(name)
 
+    def runtime_classes(self) -> frozenset[str] | None:
+        return self._runtime_classes
+
     # The receiving thread.
 
     def _receive_loop(self) -> None:
@@ -178,6 +183,8 @@ class FeedInventorySource:
                 self._devices.replace(message["kind"], objects, message["rv"])
         elif kind == "dra-event":
             self._devices.apply(message["kind"], message["event"], message["object"], message["rv"])
+        elif kind == "runtimeclasses":
+            self._apply_runtime_classes(message["names"])
 
     def _apply_state(self, message: feedwire.Message) -> None:
         """A (re)connection: take the watcher's whole state. Its node list follows; a
@@ -186,6 +193,7 @@ class FeedInventorySource:
         self._dra_lists = {}
         if message["namespaces"] is not None:
             self._namespaces = dict(message["namespaces"])
+        self._apply_runtime_classes(message.get("runtime_classes"))
         self._apply_status(message["status"])
         self._backoff.reset()
         if self._connection_error:
@@ -217,6 +225,11 @@ class FeedInventorySource:
         self._listing = None
         self._nodes.replace(listing.nodes, listing.resource_version)
         self._contact = self._clock()
+
+    def _apply_runtime_classes(self, names: list[str] | None) -> None:
+        """Null keeps what this worker had: a watcher that restarted has not listed yet."""
+        if names is not None:
+            self._runtime_classes = frozenset(names)
 
     def _apply_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
         # A new dict, swapped in whole: readers never see one half-changed.

@@ -3,14 +3,16 @@
 A worker that connects first gets ``state`` (everything it needs to answer admissions),
 then only what changed, in the order the watcher saw it:
 
-- ``state``: ``namespaces`` (name to labels; null before their first list), ``status``.
-  Once per connection, followed by a node list once the watcher has one.
+- ``state``: ``namespaces`` (name to labels; null before their first list),
+  ``runtime_classes`` (names; null before their first list), ``status``. Once per
+  connection, followed by a node list once the watcher has one.
 - ``nodes``: ``rv``, ``lines``, then ``lines`` messages ``chunk`` with ``nodes`` (records,
   ``NODES_PER_LINE`` at most). The whole node list: on connect and after a relist.
 - ``upsert``: ``rv``, ``node``. A node was added, or changed in what policy reads.
 - ``delete``: ``rv``, ``name``. A node is gone.
 - ``namespaces``: ``namespaces``. The namespaces were listed again.
 - ``namespace``: ``name``, ``labels`` (null: deleted). One namespace changed.
+- ``runtimeclasses``: ``names``. The RuntimeClasses' names, whole, whenever they change.
 - ``status``: ``status``. About once a second, so that staleness works as in one process.
 - ``dra-served``: ``served``. Whether the API server serves ``resource.k8s.io/v1``.
 - ``dra``: ``kind``, ``rv``, ``objects``, ``last``. A list of one DRA kind (trimmed objects,
@@ -125,6 +127,11 @@ def dra_list(
         }
         for i, chunk in enumerate(chunks)
     ]
+
+
+def names(found: frozenset[str] | None) -> list[str] | None:
+    """A set of names on the wire: sorted, or null for "not known yet"."""
+    return None if found is None else sorted(found)
 
 
 def encode(*messages: Message) -> bytes:

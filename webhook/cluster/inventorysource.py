@@ -44,6 +44,7 @@ __all__ = [
 log = logging.getLogger("webhook.inventory")
 NODES_PATH = "/api/v1/nodes"
 NAMESPACES_PATH = "/api/v1/namespaces"
+RUNTIME_CLASSES_PATH = "/apis/node.k8s.io/v1/runtimeclasses"
 
 
 def list_inventory(api: ApiEndpoint, *, request_timeout_seconds: float = 30.0) -> Inventory:
@@ -60,9 +61,9 @@ NamespaceItem = tuple[str, Mapping[str, str]]
 
 
 class ClusterWatch:
-    """The list-and-watch loops behind a cache: nodes, and namespaces when a handler is
-    given. Shared by the in-process live source and the pod's inventory watcher, which
-    differ only in what they do with each event."""
+    """The list-and-watch loops behind a cache: nodes, and namespaces and RuntimeClasses
+    when handlers are given. Shared by the in-process live source and the pod's inventory
+    watcher, which differ only in what they do with each event."""
 
     def __init__(
         self,
@@ -71,6 +72,7 @@ class ClusterWatch:
         nodes: Handler[Node],
         namespaces: Handler[NamespaceItem] | None,
         devices: DeviceCache | None = None,
+        runtime_classes: Handler[str] | None = None,
         backoff: Callable[[], Backoff] = Backoff,
         page_size: int = 500,
         watch_timeout_seconds: Callable[[], int] | None = None,
@@ -100,6 +102,9 @@ class ClusterWatch:
                 page_size=page_size,
                 watch_timeout_seconds=watch_timeout_seconds,
             )
+        self._runtime_classes = (
+            None if runtime_classes is None else reflector(RUNTIME_CLASSES_PATH, runtime_classes)
+        )
 
     @property
     def relists(self) -> int:
@@ -111,6 +116,8 @@ class ClusterWatch:
         loops = [("inventory-nodes", self._nodes.run)]
         if self._namespaces is not None:
             loops.append(("inventory-namespaces", self._namespaces.run))
+        if self._runtime_classes is not None:
+            loops.append(("inventory-runtimeclasses", self._runtime_classes.run))
         threads = [
             threading.Thread(target=run, args=(stop,), name=name, daemon=True)
             for name, run in loops
@@ -149,11 +156,13 @@ class LiveInventorySource:
         self._nodes = NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
         self._namespaces = NamespaceCache(clock=clock) if watch_namespaces else None
         self._devices = DeviceCache()
+        self._runtime_classes = RuntimeClassCache()
         self._watch = ClusterWatch(
             api=api,
             nodes=self._nodes,
             namespaces=self._namespaces,
             devices=self._devices,
+            runtime_classes=self._runtime_classes,
             backoff=backoff,
             page_size=page_size,
             watch_timeout_seconds=watch_timeout_seconds,
@@ -207,6 +216,9 @@ class LiveInventorySource:
         if self._namespaces is None:
             return None
         return self._namespaces.labels.get(name)
+
+    def runtime_classes(self) -> frozenset[str] | None:
+        return self._runtime_classes.names
 
 
 def devices_settled(cache: DeviceCache) -> bool:
@@ -399,15 +411,30 @@ class NodeCache:
         )
 
 
-class NamespaceCache:
+class Bookkeeping:
+    """What a small cache's reflector handler keeps besides its items: where the list or
+    watch is, and its last error."""
+
+    def __init__(self) -> None:
+        self.resource_version = ""
+        self.last_error = ""
+
+    def progress(self, resource_version: str) -> None:
+        self.resource_version = resource_version or self.resource_version
+        self.last_error = ""
+
+    def failed(self, error: ApiError) -> None:
+        self.last_error = str(error)
+
+
+class NamespaceCache(Bookkeeping):
     """Labels of every namespace, for rules that select namespaces by label."""
 
     def __init__(self, *, clock: Callable[[], float]) -> None:
+        super().__init__()
         self._clock = clock
         self.labels: dict[str, Mapping[str, str]] = {}
         self.synced = False
-        self.resource_version = ""
-        self.last_error = ""
 
     def parse(self, obj: Mapping[str, Any]) -> tuple[str, Mapping[str, str]]:
         meta = obj.get("metadata") or {}
@@ -431,9 +458,26 @@ class NamespaceCache:
             self.labels[name] = labels
         self.resource_version = resource_version
 
-    def progress(self, resource_version: str) -> None:
-        self.resource_version = resource_version or self.resource_version
+
+class RuntimeClassCache(Bookkeeping):
+    """Names of the cluster's RuntimeClasses (``node.k8s.io/v1``), for the check that a pod's
+    class exists. ``names`` is ``None`` until the first list: a class cannot be called
+    unknown before then, nor while listing is forbidden (an older RBAC), which only logs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: frozenset[str] | None = None
+
+    def parse(self, obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        return str(meta["name"])
+
+    def replace(self, items: list[str], resource_version: str) -> None:
+        self.names = frozenset(items)  # swapped in whole, as readers may be mid-request
+        self.resource_version = resource_version
         self.last_error = ""
 
-    def failed(self, error: ApiError) -> None:
-        self.last_error = str(error)
+    def apply(self, kind: str, item: str, resource_version: str) -> None:
+        names = self.names or frozenset()
+        self.names = names - {item} if kind == "DELETED" else names | {item}
+        self.resource_version = resource_version

@@ -1,5 +1,5 @@
-"""The pod's one inventory watcher: lists and watches nodes and namespaces, and feeds the
-gunicorn workers over a Unix socket.
+"""The pod's one inventory watcher: lists and watches nodes, namespaces and RuntimeClasses,
+and feeds the gunicorn workers over a Unix socket.
 
 Why a process of its own: parsing an 11 KB node event takes the interpreter lock, and in a
 worker that lock is what admissions wait for. Here the parsing happens once per pod, not
@@ -32,6 +32,7 @@ from webhook.cluster.inventorysource import (
     ClusterWatch,
     NamespaceCache,
     NamespaceItem,
+    RuntimeClassCache,
     api_endpoint_from_kubeconfig,
 )
 from webhook.cluster.reflector import Backoff
@@ -93,6 +94,7 @@ class FeedState:
         self.node_error = ""
         self.namespaces = NamespaceCache(clock=clock)
         self.devices = DeviceFeed(subscribers)
+        self.runtime_classes = RuntimeClassCache()
         self.relists: Callable[[], int] = lambda: 0
 
     def contact(self, resource_version: str) -> None:
@@ -114,7 +116,12 @@ class FeedState:
     def greeting(self) -> bytes:
         """The whole state, as the first messages of a connection."""
         namespaces = self.namespaces.labels if self.namespaces.synced else None
-        state = {"t": "state", "namespaces": namespaces, "status": self.status().to_json()}
+        state = {
+            "t": "state",
+            "namespaces": namespaces,
+            "runtime_classes": feedwire.names(self.runtime_classes.names),
+            "status": self.status().to_json(),
+        }
         devices = self.devices.messages()
         if self.nodes is None:
             return feedwire.encode(state, *devices)
@@ -233,6 +240,40 @@ class NamespaceFeed:
         self.cache.failed(error)
 
 
+class RuntimeClassFeed:
+    """The RuntimeClass reflector's handler: the names, sent whole when they change (a
+    cluster has a handful)."""
+
+    def __init__(self, state: FeedState) -> None:
+        self.state = state
+        self.cache = state.runtime_classes
+
+    def parse(self, obj: Mapping[str, Any]) -> str:
+        return self.cache.parse(obj)
+
+    def replace(self, items: list[str], resource_version: str) -> None:
+        with self.state.subscribers.lock:
+            self.cache.replace(items, resource_version)
+            self._send()
+
+    def apply(self, kind: str, item: str, resource_version: str) -> None:
+        with self.state.subscribers.lock:
+            before = self.cache.names
+            self.cache.apply(kind, item, resource_version)
+            if self.cache.names != before:
+                self._send()
+
+    def _send(self) -> None:
+        names = feedwire.names(self.cache.names)
+        self.state.subscribers.send({"t": "runtimeclasses", "names": names})
+
+    def progress(self, resource_version: str) -> None:
+        self.cache.progress(resource_version)
+
+    def failed(self, error: ApiError) -> None:
+        self.cache.failed(error)
+
+
 class InventoryFeed:
     """List and watch, and serve the result on ``socket_path`` until stopped."""
 
@@ -255,6 +296,7 @@ class InventoryFeed:
             nodes=NodeFeed(self.state),
             namespaces=NamespaceFeed(self.state),
             devices=self.state.devices,
+            runtime_classes=RuntimeClassFeed(self.state),
             backoff=backoff,
             watch_timeout_seconds=watch_timeout_seconds,
         )

@@ -72,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
     labels: Mapping[str, Mapping[str, str]] = {}
     if args.inventory:
         try:
-            nodes, devices = load_inventory_file(args.inventory)
-            inventory = InventoryView(nodes, devices=devices)
+            inventory = load_inventory_file(args.inventory).view()
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
     elif args.kubeconfig:

@@ -37,6 +37,7 @@ class Scope:
     # Which node classes take the pod's whole request vector; set when there is an
     # inventory to ask (``Inventory.fit``).
     fit: FitAnswer | None = None
+    kind: str = ""  # the object's kind: a Pod, or the workload holding the template
 
     def at(self, container: Container) -> str:
         if container.index < 0:
@@ -600,6 +601,53 @@ def _forbidden(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
     )
 
 
+# Workloads that run for long: a GPU that hangs (driver hang, XID error) leaves their pods
+# Running and useless until a liveness probe restarts them.
+LONG_RUNNING_KINDS = frozenset({"Deployment", "StatefulSet", "LeaderWorkerSet"})
+_PROBE_FIELDS = {
+    "liveness": "livenessProbe",
+    "readiness": "readinessProbe",
+    "startup": "startupProbe",
+}
+
+
+def _require_probes(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    if scope.kind not in LONG_RUNNING_KINDS:
+        return None
+    for c in scope.pod.containers:
+        if not c.gpu_count or (c.section == "initContainers" and not c.sidecar):
+            continue
+        missing = [_PROBE_FIELDS[p] for p in check.value if not c.body.get(_PROBE_FIELDS[p])]
+        if missing:
+            return (
+                f'GPU container "{c.name}" of this {scope.kind} has no {", ".join(missing)}; '
+                "a GPU driver hang or XID error leaves its pod Running but useless until a "
+                "liveness probe restarts it. Add a probe that exercises the GPU (the "
+                "server's health endpoint, or nvidia-smi).",
+                f'GPU container "{c.name}" has no {", ".join(missing)}',
+            )
+    return None
+
+
+def _allowed_priority_classes(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    allowed = glob_matcher(check.value)
+    listed = ", ".join(check.value)
+    name = scope.spec.get("priorityClassName")
+    if isinstance(name, str) and name and allowed(name):
+        return None
+    if not isinstance(name, str) or not name:
+        return (
+            f"the pod sets no priorityClassName; GPU pods here must use one of {listed}. "
+            "Set spec.priorityClassName.",
+            f"no priorityClassName; allowed: {listed}",
+        )
+    return (
+        f'the pod uses priorityClassName "{name}"; GPU pods here must use one of {listed}. '
+        "Change spec.priorityClassName.",
+        f'priorityClassName "{name}" not allowed (allowed: {listed})',
+    )
+
+
 _RULE_CHECKS = {
     "maxGPUsPerPod": _max_per_pod,
     "maxGPUsPerContainer": _max_per_container,
@@ -610,4 +658,6 @@ _RULE_CHECKS = {
     "forbiddenResources": _forbidden,
     "wholeGPUsOnly": _whole_gpus_only,
     "minGPUMemory": _min_gpu_memory,
+    "requireProbes": _require_probes,
+    "allowedPriorityClasses": _allowed_priority_classes,
 }

@@ -6,6 +6,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.engine.accesscontrol import (
+    NO_EXEMPTIONS,
+    PodReach,
+    Template,
+    access_findings,
+    exemptions,
+    hide_on_gpu_nodes,
+    node_findings,
+    place,
+    runtime_class_findings,
+    without_exempt,
+)
 from webhook.engine.checks import (
     Scope,
     capacity_findings,
@@ -25,6 +37,7 @@ from webhook.engine.dra import (
     with_claim_gpus,
 )
 from webhook.engine.fit import demand_of
+from webhook.engine.gpuaccess import pod_asks_for_gpu
 from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
@@ -60,6 +73,8 @@ class InventoryView:
     # DRA classes, slices, claims and templates; None when the cluster serves no DRA API
     # (or ``check`` was given none).
     devices: DeviceInventory | None = None
+    # Names of the cluster's RuntimeClasses, from a live inventory; None: not known.
+    runtime_classes: frozenset[str] | None = None
 
 
 NO_INVENTORY = InventoryView(None)
@@ -116,6 +131,13 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         )
         return Decision(allowed=True, mutated=obj, understood=False, notices=(notice,))
     snapshot = _inventory(inventory, policy)
+    kind = str(obj.get("kind", ""))
+    context = _Context(
+        kind=kind,
+        # The one per-node kind (workloads.BUILTIN_KINDS).
+        daemon=kind == "DaemonSet" and str(obj.get("apiVersion", "")).startswith("apps/"),
+        runtime_classes=inventory.runtime_classes,
+    )
     editor = Editor(obj)
     findings: list[Finding] = []
     notices: list[str] = []
@@ -132,6 +154,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
             view=inventory,
             editor=editor,
             findings=findings,
+            context=context,
         )
         per_pod.append((template, pod))
         classes.append(claims.gpu_classes)
@@ -155,6 +178,15 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         notices=tuple(dict.fromkeys(notices)),
         extra_warnings=warnings,
     )
+
+
+@dataclass(slots=True)
+class _Context:
+    """What every template of one object shares."""
+
+    kind: str
+    daemon: bool
+    runtime_classes: frozenset[str] | None
 
 
 def _unchanged(request: Request, template: PodTemplate) -> bool:
@@ -207,6 +239,7 @@ def _evaluate_template(
     view: InventoryView,
     editor: Editor,
     findings: list[Finding],
+    context: _Context,
 ) -> tuple[PodGPUs, PodClaims]:
     settings = policy.settings
     spec_path = template.spec_path
@@ -223,14 +256,29 @@ def _evaluate_template(
     )
     pod, claims = extended_resource_claims(pod, claims, devices=view.devices, nodes=snapshot)
     pod = with_claim_gpus(pod, claims)
-    if not pod.total and not pod.problems and not policy.rules and not claims.claims:
-        return pod, claims
     if not isinstance(editor.get(spec_path), dict):
         return pod, claims  # an ill-typed spec: the API server's schema check rejects it
-    rules = _matching_rules(request, template, pod, policy, claims)
+    rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
+    places_access = hides_on_gpu_nodes = exempting = False
     for rule in rules:
-        if rule.mutations.places:
-            apply_placement(editor, spec_path, rule.mutations)
+        mutations = rule.mutations
+        if mutations.places:
+            apply_placement(editor, spec_path, mutations)
+        if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
+            places_access = True
+        if mutations.hide_gpus == "gpuNodes":
+            hides_on_gpu_nodes = True
+        exempting = exempting or bool(rule.exempt)
+    access = Template(
+        spec_path=spec_path,
+        template=template,
+        pod=pod,
+        exempt=exemptions(rules) if exempting else NO_EXEMPTIONS,
+        daemon=context.daemon,
+        asks=pod_asks_for_gpu(pod),
+    )
+    if places_access:
+        findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
     if settings.actions.get("requestsWithoutLimits") == "repair":
         for container, problem in pod.problems:
             if problem.check == "requestsWithoutLimits":
@@ -246,21 +294,27 @@ def _evaluate_template(
                         ".".join(map(str, (*spec_path, *container.path))),
                     )
                 )
+    exempt = access.exempt
     for rule in rules:
+        mutations = without_exempt(rule.mutations, exempt) if exempt else rule.mutations
         findings.extend(
             apply_containers(
                 editor,
                 spec_path,
                 pod,
-                rule.mutations,
+                mutations,
                 inventory=snapshot,
                 rule=rule.name,
                 gpus=settings.gpu_resources,
                 claim_holders=claims.holders,
             )
         )
+    # Container mutations and hiding leave the placement as it is: read it once.
+    placement = Placement.of(editor.get(spec_path))
+    reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
+    if hides_on_gpu_nodes:
+        hide_on_gpu_nodes(editor, access, reach=reach)
     spec = editor.get(spec_path)
-    placement = Placement.of(spec)
     scope = Scope(
         where=".".join(map(str, spec_path)),
         spec=spec,
@@ -271,6 +325,7 @@ def _evaluate_template(
         fit=snapshot.fit(placement, demand_of(spec, pod.vector, pod.per_container, pod.containers))
         if snapshot is not None and pod.total
         else None,
+        kind=context.kind,
     )
     if pod.problems:
         findings.extend(quantity_findings(scope, settings))
@@ -293,6 +348,17 @@ def _evaluate_template(
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
+    findings.extend(access_findings(editor, access, settings=settings, reach=reach))
+    if not access.asks:
+        live = snapshot is not None
+        findings.extend(
+            node_findings(editor, access, settings=settings, pod_reach=reach, live=live)
+        )
+    if context.runtime_classes is not None:
+        known = context.runtime_classes
+        findings.extend(
+            runtime_class_findings(editor, access, rules, settings=settings, known=known)
+        )
     return pod, claims
 
 

@@ -478,6 +478,11 @@ class Inventory:
         """Shapes offering ``resource`` that the placement admits, largest first."""
         return list(self._answer(resource, placement).shapes)
 
+    def shapes_admitting(self, placement: Placement) -> tuple[Shape, ...]:
+        """Every shape the placement admits, whatever it offers (memoised per placement)."""
+        admitted = self._admitted_shapes(placement.key(), placement)
+        return tuple(shape for i, shape in enumerate(self.shapes) if i in admitted)
+
     def prepare_like(self, previous: Inventory) -> None:
         """Answer now the questions ``previous`` was asked.
 

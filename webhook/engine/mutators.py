@@ -13,16 +13,17 @@ from typing import Any
 
 from webhook.engine.decision import Finding
 from webhook.engine.fit import Demand, pod_requests
+from webhook.engine.gpuaccess import VISIBLE_DEVICES, asks_for_gpu, pod_asks_for_gpu
 from webhook.engine.gpufacts import MIG_PREFIX
 from webhook.engine.gpus import Container, PodGPUs
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.patch import Editor
-from webhook.engine.policy import GPUResources, MemoryLimit, Mutations
+from webhook.engine.policy import GPUResources, MemoryLimit, Mutations, NodeLabel
 from webhook.engine.quantity import QuantityError, format_bytes, parse_quantity
 from webhook.engine.selectors import toleration_covers
 from webhook.engine.workloads import Path
 
-HIDE_GPUS = (("NVIDIA_VISIBLE_DEVICES", "void"), ("CUDA_VISIBLE_DEVICES", ""))
+HIDE_GPUS = ((VISIBLE_DEVICES, "void"), ("CUDA_VISIBLE_DEVICES", ""))
 SHM_VOLUME = "gpu-webhook-dshm"
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -94,6 +95,26 @@ def add_preferred_affinity(
         editor.append((*node_affinity, _PREFERRED), item)
 
 
+def set_runtime_class(editor: Editor, spec_path: Path, name: str) -> str | None:
+    """Set ``runtimeClassName`` where the pod names none; the class it names otherwise."""
+    current = editor.get((*spec_path, "runtimeClassName"))
+    if current is None:
+        editor.add((*spec_path, "runtimeClassName"), name)
+        return None
+    return str(current)
+
+
+def avoid_label(editor: Editor, spec_path: Path, label: NodeLabel) -> None:
+    """Required node affinity off nodes with ``label``: ``NotIn`` its value (which also
+    admits nodes without the label) or ``DoesNotExist``, in every term."""
+    requirement: dict[str, Any] = (
+        {"key": label.key, "operator": "NotIn", "values": [label.value]}
+        if label.value is not None
+        else {"key": label.key, "operator": "DoesNotExist"}
+    )
+    add_required_affinity(editor, spec_path, [requirement])
+
+
 def apply_placement(editor: Editor, spec_path: Path, mutations: Mutations) -> None:
     add_tolerations(editor, spec_path, mutations.tolerations)
     if mutations.required_affinity:
@@ -116,19 +137,24 @@ def _env_names(editor: Editor, path: Path) -> dict[str, int]:
 def hide_gpus(
     editor: Editor, spec_path: Path, pod: PodGPUs, claim_holders: frozenset[Path] = frozenset()
 ) -> None:
-    """Containers that request no GPU would otherwise see every GPU of the node when the
-    NVIDIA runtime is the default. A container that sets either variable itself (the DCGM
-    exporter, a validator) is left alone, and so is one that holds a DRA GPU claim: the
-    DRA driver gives it its GPUs, and hiding them would undo that."""
+    """Containers that ask for no GPU would otherwise see every GPU of the node when the
+    NVIDIA runtime is the default. A container that sets NVIDIA_VISIBLE_DEVICES itself (the
+    DCGM exporter, a validator) is left alone: the gpuAccessWithoutRequest check judges it.
+    A CUDA_VISIBLE_DEVICES it sets is kept, and hides nothing from the runtime. A container
+    that holds a DRA GPU claim keeps its GPUs: the DRA driver gives them to it."""
     for container in pod.containers:
-        if container.gpu_count or container.path in claim_holders:
+        if asks_for_gpu(container) or container.path in claim_holders:
             continue
         path = (*spec_path, *container.path)
         names = _env_names(editor, path)
-        if any(name in names for name, _ in HIDE_GPUS):
+        if VISIBLE_DEVICES in names:
             continue
-        for name, value in HIDE_GPUS:
-            editor.append((*path, "env"), {"name": name, "value": value})
+        missing = [{"name": name, "value": value} for name, value in HIDE_GPUS if name not in names]
+        if _list(editor.get((*path, "env"))):
+            for entry in missing:
+                editor.append((*path, "env"), entry)
+        else:
+            editor.add((*path, "env"), missing)  # one operation for a container without env
 
 
 def render_env(template: str, gpu_count: int) -> str:
@@ -373,7 +399,8 @@ def apply_containers(
 ) -> list[Finding]:
     """Container mutations of one rule; findings where a memory limit had to give way."""
     findings: list[Finding] = []
-    if mutations.hide_gpus:
+    # The gpuNodes scope needs to know where the pod can land: see accesscontrol.
+    if mutations.hide_gpus == "gpuPods" and pod_asks_for_gpu(pod):
         hide_gpus(editor, spec_path, pod, claim_holders)
     if mutations.gpu_env:
         set_gpu_env(editor, spec_path, pod, mutations)

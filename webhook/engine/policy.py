@@ -45,9 +45,13 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
     "unknownDeviceClass": "deny",
     "missingClaim": "warn",
     "deviceSelector": "warn",
+    "gpuAccessWithoutRequest": "deny",
+    "nonGPUPodOnGPUNode": "warn",
+    "unknownRuntimeClass": "deny",
 }
 # NVIDIA's DRA driver (k8s-dra-driver-gpu): full GPUs and MIG devices.
 DEFAULT_GPU_DEVICE_CLASSES: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
+HideScope = Literal["none", "gpuPods", "gpuNodes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,14 +192,25 @@ class MemoryLimit:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeLabel:
+    """A label only GPU nodes carry; ``value`` ``None`` means any value."""
+
+    key: str
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Mutations:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     required_affinity: tuple[Mapping[str, Any], ...] = ()
     preferred_affinity: tuple[Mapping[str, Any], ...] = ()
-    hide_gpus: bool = False
+    hide_gpus: HideScope = "none"
     gpu_env: tuple[EnvVar, ...] = ()
     memory_limit: MemoryLimit | None = None
     shm_size: str | None = None
+    runtime_class: str | None = None
+    # Keep pods that ask for no GPU off nodes with this label (required node affinity).
+    avoid_gpu_nodes: NodeLabel | None = None
 
     @property
     def places(self) -> bool:
@@ -210,6 +225,42 @@ class Rule:
     checks: tuple[RuleCheck, ...]
     mutations: Mutations
     document: DocumentRef | None = None
+    # Built-in checks and mutations (``schema.EXEMPTIONS``) that pods this rule matches are spared.
+    exempt: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class GPUTaint:
+    """A taint GPU nodes carry; ``value`` ``None`` means any value."""
+
+    key: str
+    effect: str = "NoSchedule"
+    value: str | None = None
+
+
+# GKE taints every GPU node nvidia.com/gpu=present:NoSchedule, and the GPU operator's and
+# device plugin's own DaemonSets tolerate that key
+# (cloud.google.com/kubernetes-engine/docs/how-to/gpus; NVIDIA/gpu-operator
+# assets/state-device-plugin/0500_daemonset.yaml). AKS documents sku=gpu:NoSchedule.
+DEFAULT_GPU_TAINTS = (GPUTaint("nvidia.com/gpu"), GPUTaint("sku", value="gpu"))
+# Labels only GPU nodes carry: the GPU operator's nvidia.com/gpu.present=true and the NFD
+# PCI vendor label it reads (NVIDIA/gpu-operator controllers/state_manager.go), GPU
+# feature discovery's product label, and GKE's accelerator label.
+DEFAULT_GPU_LABELS = (
+    NodeLabel("nvidia.com/gpu.present", "true"),
+    NodeLabel("nvidia.com/gpu.product"),
+    NodeLabel("feature.node.kubernetes.io/pci-10de.present", "true"),
+    NodeLabel("cloud.google.com/gke-accelerator"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GPUNodes:
+    """How GPU nodes are recognised when the inventory cannot say (or is not given)."""
+
+    taints: tuple[GPUTaint, ...] = DEFAULT_GPU_TAINTS
+    labels: tuple[NodeLabel, ...] = DEFAULT_GPU_LABELS
+    exempt_daemonsets: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +274,7 @@ class Settings:
     gpu_device_classes: Callable[[str], bool] = field(
         default_factory=lambda: glob_matcher(DEFAULT_GPU_DEVICE_CLASSES)
     )
+    gpu_nodes: GPUNodes = field(default_factory=GPUNodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,10 +358,27 @@ def _compile_settings(spec: Mapping[str, Any]) -> Settings:
         actions=actions,
         inventory_failure_mode=spec.get("inventoryFailureMode", "allow"),
         gpu_device_classes=glob_matcher(spec.get("gpuDeviceClasses", DEFAULT_GPU_DEVICE_CLASSES)),
+        gpu_nodes=_compile_gpu_nodes(spec.get("gpuNodes") or {}),
     )
 
 
-def _compile_match(spec: Mapping[str, Any]) -> Match:
+def _compile_gpu_nodes(spec: Mapping[str, Any]) -> GPUNodes:
+    taints = spec.get("taints")
+    labels = spec.get("labels")
+    return GPUNodes(
+        taints=DEFAULT_GPU_TAINTS
+        if taints is None
+        else tuple(
+            GPUTaint(t["key"], t.get("effect", "NoSchedule"), t.get("value")) for t in taints
+        ),
+        labels=DEFAULT_GPU_LABELS
+        if labels is None
+        else tuple(NodeLabel(label["key"], label.get("value")) for label in labels),
+        exempt_daemonsets=bool(spec.get("exemptDaemonSets", True)),
+    )
+
+
+def _compile_match(spec: Mapping[str, Any], *, exempting: bool = False) -> Match:
     namespaces = spec.get("namespaces")
     excluded = spec.get("excludeNamespaces")
     resources = spec.get("resources")
@@ -323,7 +392,8 @@ def _compile_match(spec: Mapping[str, Any]) -> Match:
         pod_selector=spec.get("podSelector"),
         resources=glob_matcher(resources) if resources else None,
         device_classes=glob_matcher(classes) if classes else None,
-        gpu_min=int(count.get("min", 1)),
+        # An exemption is about pods that may ask for no GPU at all.
+        gpu_min=int(count.get("min", 0 if exempting else 1)),
         gpu_max=count.get("max"),
         namespace_names=frozenset(namespaces) if namespaces is not None and not has_glob else None,
     )
@@ -341,7 +411,8 @@ def _bytes(value: object, ref: DocumentRef, path: str, problems: list[PolicyProb
 
 
 def _compile_rule(ref: DocumentRef, spec: Mapping[str, Any], problems: list[PolicyProblem]) -> Rule:
-    match = _compile_match(spec.get("match") or {})
+    exempt = frozenset(spec.get("exempt") or ())
+    match = _compile_match(spec.get("match") or {}, exempting=bool(exempt))
     if match.gpu_max is not None and match.gpu_max < match.gpu_min:
         problems.append(PolicyProblem(ref, "spec.match.gpuCount", "max is smaller than min"))
     checks = []
@@ -365,7 +436,17 @@ def _compile_rule(ref: DocumentRef, spec: Mapping[str, Any], problems: list[Poli
         checks=tuple(checks),
         mutations=_compile_mutations(ref, spec.get("mutate") or {}, problems),
         document=ref,
+        exempt=exempt,
     )
+
+
+def _hide_scope(value: object) -> HideScope:
+    """``true`` is the scope this setting had before it had scopes: GPU pods."""
+    if value is True:
+        return "gpuPods"
+    if value in ("gpuPods", "gpuNodes"):
+        return value
+    return "none"
 
 
 def _compile_mutations(
@@ -406,13 +487,17 @@ def _compile_mutations(
         tolerations=tuple(dict(t) for t in spec.get("tolerations") or []),
         required_affinity=tuple(required),
         preferred_affinity=tuple(dict(p) for p in affinity.get("preferred") or []),
-        hide_gpus=bool(env.get("hideGPUsFromNonGPUContainers", False)),
+        hide_gpus=_hide_scope(env.get("hideGPUsFromNonGPUContainers", False)),
         gpu_env=tuple(
             EnvVar(v["name"], v["value"], bool(v.get("override", False)))
             for v in env.get("gpuContainers") or []
         ),
         memory_limit=memory_limit,
         shm_size=shm_size,
+        runtime_class=spec.get("runtimeClassName"),
+        avoid_gpu_nodes=NodeLabel(avoid["nodeLabel"], avoid.get("value"))
+        if (avoid := spec.get("avoidGPUNodes"))
+        else None,
     )
 
 
@@ -485,6 +570,8 @@ def _written_fields(rule: Rule) -> dict[str, object]:
         fields["spec.mutate.memoryLimit"] = m.memory_limit
     if m.shm_size is not None:
         fields["spec.mutate.shm.sizeLimit"] = parse_quantity(m.shm_size)
+    if m.runtime_class is not None:
+        fields["spec.mutate.runtimeClassName"] = m.runtime_class
     for req in m.required_affinity:
         fields[f"spec.mutate.nodeAffinity.required[{req['key']}]"] = (
             req["operator"],

@@ -10,6 +10,15 @@ from typing import Any
 
 API_VERSION = "gpu-webhook.io/v1alpha1"
 ACTIONS = ["deny", "warn", "audit"]
+PROBES = ("liveness", "readiness", "startup")
+# What a GPUPolicy's ``exempt`` may name: built-in checks and mutations of GPU access control.
+EXEMPTIONS = ["gpuAccessWithoutRequest", "nonGPUPodOnGPUNode", "hideGPUs", "avoidGPUNodes"]
+_DNS_SUBDOMAIN = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 253,
+    "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+}
 
 _STR_LIST: dict[str, Any] = {"type": "array", "items": {"type": "string", "minLength": 1}}
 _QUANTITY: dict[str, Any] = {
@@ -144,6 +153,22 @@ _CHECKS = [
         {"type": "integer", "minimum": 0},
         "At most this many GPUs for all pods of a workload (replicas times GPUs per pod).",
     ),
+    _check(
+        "requireProbes",
+        {
+            "type": "array",
+            "items": {"enum": list(PROBES)},
+            "minItems": 1,
+            "uniqueItems": True,
+        },
+        "Probes every GPU container of a Deployment, StatefulSet or LeaderWorkerSet must "
+        "have: a hung GPU (driver hang, XID error) leaves a pod Running and useless.",
+    ),
+    _check(
+        "allowedPriorityClasses",
+        {**_STR_LIST, "minItems": 1},
+        "PriorityClass names (globs) a GPU pod may use; a pod without one fails.",
+    ),
 ]
 
 _MATCH = _obj(
@@ -208,9 +233,10 @@ _MUTATE = _obj(
         "env": _obj(
             {
                 "hideGPUsFromNonGPUContainers": {
-                    "type": "boolean",
                     "description": "NVIDIA_VISIBLE_DEVICES=void, CUDA_VISIBLE_DEVICES='' "
-                    "in containers that request no GPU.",
+                    "in containers that ask for no GPU: gpuPods (or true) in GPU pods, "
+                    "gpuNodes in every pod that can land on a GPU node.",
+                    "anyOf": [{"type": "boolean"}, {"enum": ["gpuPods", "gpuNodes"]}],
                 },
                 "gpuContainers": {"type": "array", "items": _ENV_VAR},
             }
@@ -237,6 +263,20 @@ _MUTATE = _obj(
             oneOf=[{"required": [mode]} for mode in ("fixed", "perGPU", "inventoryShare")],
         ),
         "shm": _obj({"sizeLimit": _QUANTITY}, required=["sizeLimit"]),
+        "runtimeClassName": {
+            **_DNS_SUBDOMAIN,
+            "description": "Set where the pod names no runtime class (a warning where it "
+            "names another): for clusters whose default runtime is not NVIDIA's.",
+        },
+        "avoidGPUNodes": _obj(
+            {
+                "nodeLabel": {"type": "string", "minLength": 1},
+                "value": {"type": "string"},
+            },
+            required=["nodeLabel"],
+            description="Keep pods that ask for no GPU off nodes with this label (required "
+            "node affinity: NotIn [value], or DoesNotExist without a value).",
+        ),
     }
 )
 _GPU_POLICY = _obj(
@@ -246,6 +286,15 @@ _GPU_POLICY = _obj(
         "match": _MATCH,
         "validate": {"type": "array", "items": {"oneOf": _CHECKS}},
         "mutate": _MUTATE,
+        "exempt": {
+            "type": "array",
+            "items": {"enum": EXEMPTIONS},
+            "uniqueItems": True,
+            "minItems": 1,
+            "description": "Built-in GPU access checks and mutations that pods this rule "
+            "matches are spared (the match then covers pods with no GPU unless gpuCount "
+            "says otherwise).",
+        },
     }
 )
 BUILTIN_CHECKS = {
@@ -264,7 +313,25 @@ BUILTIN_CHECKS = {
     "unknownDeviceClass": "a DRA claim names a device class that does not exist",
     "missingClaim": "a pod refers to a ResourceClaim or template the webhook has not seen",
     "deviceSelector": "a DRA device selector the webhook cannot evaluate",
+    "gpuAccessWithoutRequest": "a container that asks for no GPU but can reach GPUs",
+    "nonGPUPodOnGPUNode": "a pod that asks for no GPU but can only (or freely) use GPU nodes",
+    "unknownRuntimeClass": "a runtime class the cluster does not have (live inventory)",
 }
+_GPU_TAINT = _obj(
+    {
+        "key": {"type": "string", "minLength": 1},
+        "value": {"type": "string", "description": "Omit: any value."},
+        "effect": {"enum": ["NoSchedule", "NoExecute"]},
+    },
+    required=["key"],
+)
+_NODE_LABEL = _obj(
+    {
+        "key": {"type": "string", "minLength": 1},
+        "value": {"type": "string", "description": "Omit: any value."},
+    },
+    required=["key"],
+)
 _SETTINGS = _obj(
     {
         "gpuResources": {
@@ -293,6 +360,27 @@ _SETTINGS = _obj(
             "enum": ["allow", "deny"],
             "description": "When the node inventory is unavailable: allow with a warning, or deny.",
         },
+        "gpuNodes": _obj(
+            {
+                "taints": {
+                    "type": "array",
+                    "items": _GPU_TAINT,
+                    "description": "Taints GPU nodes carry. Replaces the default list.",
+                },
+                "labels": {
+                    "type": "array",
+                    "items": _NODE_LABEL,
+                    "description": "Labels only GPU nodes carry. Replaces the default list.",
+                },
+                "exemptDaemonSets": {
+                    "type": "boolean",
+                    "description": "DaemonSets (and pods pinned to a node by name) are "
+                    "spared nonGPUPodOnGPUNode; default true.",
+                },
+            },
+            description="How GPU nodes are recognised; with an inventory, nodes that offer "
+            "a GPU resource are GPU nodes too.",
+        ),
     }
 )
 _NODE_POOL = _obj(
