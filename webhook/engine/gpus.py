@@ -88,16 +88,21 @@ class PodGPUs:
         problems = [(c, p) for c in containers for p in c.problems]
         if not effective:
             return cls(containers, effective, problems=problems, singles=singles)
-        users = [c for c in containers if c.gpus]
-        if len(users) == 1:  # the common case: one GPU container
-            most = users[0].gpus
-        else:
-            most = {}
-            for c in users:
-                for name, count in c.gpus.items():
-                    if count > most.get(name, 0):
-                        most[name] = count
+        most: dict[str, int] = {}
+        crowded = False
+        for c in containers:
+            if not c.gpus:
+                continue
+            if not most:
+                most = c.gpus  # the common case: one GPU container
+            else:
+                most = {n: max(most.get(n, 0), c.gpus.get(n, 0)) for n in {*most, *c.gpus}}
+            crowded = crowded or c.gpu_count > 1
         vector = tuple((r, n) for r, n in effective.items() if n > 0)
+        partial = False
+        for name, _ in vector:
+            if name.startswith(MIG_PREFIX) or (gpus is not None and gpus.is_shared(name)):
+                partial = True
         return cls(
             containers=containers,
             effective=effective,
@@ -107,11 +112,8 @@ class PodGPUs:
             vector=tuple(sorted(vector)) if len(vector) > 1 else vector,
             per_container=tuple(sorted(most.items())) if len(most) > 1 else tuple(most.items()),
             singles=singles,
-            crowded=any(c.gpu_count > 1 for c in users),
-            partial=any(
-                name.startswith(MIG_PREFIX) or (gpus is not None and gpus.is_shared(name))
-                for name, _ in vector
-            ),
+            crowded=crowded,
+            partial=partial,
         )
 
 
@@ -217,7 +219,9 @@ def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources, singles: tuple[str, ..
             single.name = single.name or "kserve-container"
             containers.append(single)
     effective: dict[str, int] = {}
-    if any(c.section == "initContainers" and c.gpus for c in containers):
+    if "initContainers" in spec and any(
+        c.section == "initContainers" and c.gpus for c in containers
+    ):
         for name in {n for c in containers for n in c.gpus}:
             rows = ((c.section, c.sidecar, c.gpus.get(name, 0)) for c in containers)
             effective[name] = effective_request(rows)
