@@ -147,12 +147,17 @@ class Placement:
             option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
             default=str,
         )
-        derived = _tolerates_cordon(self.tolerations)
-        if self.cordoned is None:
-            object.__setattr__(self, "cordoned", derived)
-        elif self.cordoned != derived:
+        if self.cordoned is not None:  # set, not read from the tolerations: another answer
             key += b"!cordoned" if self.cordoned else b"!not-cordoned"
         object.__setattr__(self, "_key", key)
+
+    @property
+    def may_use_cordoned(self) -> bool:
+        """NodeUnschedulable: whether a cordoned node is open to this pod (asked only when
+        a placement's answer is not memoised yet)."""
+        if self.cordoned is not None:
+            return self.cordoned
+        return _tolerates_cordon(self.tolerations)
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> Placement:
@@ -458,7 +463,7 @@ class Inventory:
 
     @staticmethod
     def _shape_admits(shape: Shape, placement: Placement, *, names_nodes: bool) -> bool:
-        if shape.unschedulable and not placement.cordoned:
+        if shape.unschedulable and not placement.may_use_cordoned:
             return False
         # Members differ only in identity labels: one member answers for all unless the
         # placement names nodes (a hostname selector, matchFields on metadata.name).
