@@ -308,10 +308,14 @@ def device_findings(
         if c.gpu_count <= 1:
             continue  # neither several slots nor several MIG devices
         migs: dict[str, int] = {}
+        where = ""
         for resource, count in c.gpus.items():
             units = _units(scope, inventory, resource)
             if units.mig or resource.startswith(MIG_PREFIX):
                 migs[resource] = count
+            if units.mig and not resource.startswith(MIG_PREFIX):
+                shape = next(s for s, d in units.offering if d.kind == "mig")
+                where = f" on {class_name(shape)}, where {resource} is a MIG slice"
             if count > 1 and (
                 units.shared is not None or settings.gpu_resources.is_shared(resource)
             ):
@@ -319,7 +323,7 @@ def device_findings(
                     scope, c, resource, count, shared=units.shared, settings=settings
                 )
         if sum(migs.values()) > 1:
-            yield _multiple_migs(scope, c, migs, settings)
+            yield _multiple_migs(scope, c, migs, settings, where=where)
 
 
 def _shared_request(
@@ -354,13 +358,13 @@ def _shared_request(
 
 
 def _multiple_migs(
-    scope: Scope, c: Container, migs: Mapping[str, int], settings: Settings
+    scope: Scope, c: Container, migs: Mapping[str, int], settings: Settings, *, where: str = ""
 ) -> Finding:
     who = f'container "{c.name}"'
     total = sum(migs.values())
     listed = ", ".join(f"{r}: {n}" for r, n in sorted(migs.items()))
     message = (
-        f"{who} asks for {total} MIG devices ({listed}); a CUDA process sees only one MIG "
+        f"{who} asks for {total} MIG devices ({listed}){where}; a CUDA process sees only one MIG "
         "device, so the others stay idle unless the container runs one process per device. "
         "Ask for one MIG device of a larger profile (e.g. 3g.40gb instead of 3 x 1g.10gb), or "
         "split the work over several containers or pods."
