@@ -1,6 +1,6 @@
 """End to end: admission latency over TLS before and during a burst of 1,000 node updates.
 
-    /work/main/.venv/bin/python bench/inventory_burst_e2e.py [--rounds 3] [--rate 200]
+    .venv/bin/python bench/inventory_burst_e2e.py [--rounds 3] [--rate 200]
         [--clients 4] [--before 3] [--during 3] [--window 1] [--unique]
 
 Issue 4: "A burst of 1,000 node updates is absorbed without any admission taking more than

@@ -1,6 +1,6 @@
 """Live inventory at scale: 10,000 nodes served by a loopback API server.
 
-Run: /work/main/.venv/bin/python bench/inventory_scale.py     (exit 1 when a target is missed)
+Run: .venv/bin/python bench/inventory_scale.py     (exit 1 when a target is missed)
 
 Targets (issue 4):
 - first list of 10,000 realistic nodes (about 11 KB of JSON each) ready within 5 s;

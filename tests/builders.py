@@ -11,9 +11,12 @@ from typing import Any
 import jsonpatch
 
 ROOT = Path(__file__).resolve().parents[1]
+# Copies of public manifests and recorded API-server bytes; their origins are in INDEX.tsv beside them.
 FIXTURES = ROOT / "tests" / "fixtures" / "admission"
-CORPUS = ROOT.parent / "shared" / "corpus"
+APISERVER = ROOT / "tests" / "fixtures" / "apiserver"
+CORPUS = ROOT / "tests" / "corpus"
 RULES = ROOT / "rules"
+CASES = ROOT / "tests" / "cases"
 INVENTORY = ROOT / "examples" / "inventory.yaml"
 
 _GROUPS = {

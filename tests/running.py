@@ -18,14 +18,30 @@ from typing import Any
 from tests.builders import ROOT
 
 
-def gpu_webhook(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The command as a user runs it, in its own process, with no ambient kubeconfig."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("KUBECONFIG", None)
+def command_line(*args: str | Path) -> list[str]:
+    return [sys.executable, "-m", "webhook", *map(str, args)]
+
+
+def command_environment(env: dict[str, str]) -> dict[str, str]:
+    """The test run's environment, without a kubeconfig, with ``env`` on top."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    environment.pop("KUBECONFIG", None)
+    return environment
+
+
+def gpu_webhook(
+    *args: str | Path,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """The command as a user runs it, in its own process, with no ambient kubeconfig and no
+    colour; ``env`` adds to the environment."""
     return subprocess.run(
-        [sys.executable, "-m", "webhook", *map(str, args)],
-        cwd=ROOT,
-        env=env,
+        command_line(*args),
+        cwd=cwd,
+        env=command_environment({"NO_COLOR": "1", **(env or {})}),
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,9 +17,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.builders import APISERVER as FIXTURES
 
 RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
 # What a cluster without RuntimeClasses answers: the list unscripted tests get.
@@ -31,9 +32,6 @@ NO_RUNTIME_CLASSES = json.dumps(
         "items": [],
     }
 ).encode()
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "apiserver"
-if not FIXTURES.is_dir():
-    FIXTURES = Path("/work/shared/fixtures/apiserver")
 
 
 def fixture(name: str) -> bytes:

@@ -89,3 +89,57 @@ def test_inspect_names_the_file_that_is_not_a_certificate(generated, tmp_path):
     result = gpu_webhook("certs", "inspect", broken)
     assert result.returncode == 2
     assert "tls.crt: not a PEM certificate" in result.stderr
+
+
+# --- generate never overwrites by surprise; certs/ keeps keys out of git ---------------------
+
+
+def _generate(out: Path, *extra: str):
+    return gpu_webhook(
+        "certs", "generate", "--service", "gpu-webhook", "--namespace", "gpu-webhook",
+        "--out", out, *extra,
+    )  # fmt: skip
+
+
+def test_generate_refuses_to_overwrite_a_ca_or_key_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "cluster"
+    assert _generate(out).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    refused = _generate(out)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        f"gpu-webhook certs: {out} already holds ca.crt, tls.crt, tls.key; not overwriting "
+        "them (a new CA breaks every client that trusts the old one): choose another --out, "
+        "or add --force"
+    )
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+    forced = _generate(out, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert (out / "ca.crt").read_bytes() != before["ca.crt"]
+
+
+def test_a_lone_key_is_not_overwritten_either(tmp_path: Path) -> None:
+    (tmp_path / "tls.key").write_text("somebody's key\n")
+    assert _generate(tmp_path).returncode == 2
+    assert (tmp_path / "tls.key").read_text() == "somebody's key\n"
+
+
+def test_no_doc_suggests_a_command_that_writes_over_the_dev_certificates() -> None:
+    texts = [ROOT / "README.md", ROOT / "certs" / "README.md", *(ROOT / "docs").glob("*.md")]
+    for path in texts:
+        text = " ".join(path.read_text().split())  # commands wrap over lines in prose
+        assert "--out certs/dev" not in text, path
+
+
+def test_certs_has_a_readme_and_keeps_every_generated_file_out_of_git() -> None:
+    certs = ROOT / "certs"
+    assert "certs/dev/" in (certs / "README.md").read_text()
+    rules = [
+        line.strip()
+        for line in (certs / ".gitignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    # Everything is ignored, then only the two files that explain the directory come back.
+    assert rules == ["*", "!.gitignore", "!README.md"]

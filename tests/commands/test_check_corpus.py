@@ -1,6 +1,6 @@
-"""``gpu-webhook check`` over the shared corpus of real manifests, and its output contract.
+"""``gpu-webhook check`` over the corpus of real manifests, and its output contract.
 
-The corpus lives in the ``shared`` directory next to the repository (``../shared/corpus``).
+The corpus is a copy in ``tests/corpus`` (origins in its ``INDEX.tsv``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from webhook.cli import main
 from webhook.files.manifests import load_manifests
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = (REPO / ".." / "shared").resolve()
-CORPUS = SHARED / "corpus"
+CORPUS = REPO / "tests" / "corpus"
 UNPARSEABLE = CORPUS / "_unparseable"
 RULES = REPO / "rules"
 CLUSTER = REPO / "tests" / "cases" / "_inventories" / "cluster.yaml"
@@ -41,11 +40,8 @@ def _manifests(root: Path) -> list[Path]:
 PARSEABLE = [p for p in _manifests(CORPUS) if UNPARSEABLE not in p.parents]
 
 
-def test_the_corpus_is_next_to_the_repository() -> None:
-    assert CORPUS.is_dir(), (
-        f"the shared corpus is missing: expected {CORPUS} (the 'shared' directory next to the "
-        "repository); without it the corpus tests below check nothing"
-    )
+def test_the_corpus_is_in_the_repository() -> None:
+    assert CORPUS.is_dir(), f"the corpus is missing: expected {CORPUS}"
     assert len(PARSEABLE) > 100
     assert _manifests(UNPARSEABLE)
 

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.cluster.replayserver import FIXTURES, Body, ReplayServer, fixture
-from tests.running import kubeconfig
+from tests.running import gpu_webhook, kubeconfig
 from webhook.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,3 +203,34 @@ def test_the_report_says_what_one_unit_of_each_gpu_resource_is(
     physical = {c["product"]: c["physical_gpus"] for c in report["classes"]}
     assert physical["NVIDIA-H100-80GB-HBM3"] == 8
     assert physical["Tesla-T4-SHARED"] == 4
+
+
+def _one_node_file(tmp_path: Path, gpus: object) -> Path:
+    nodes = yaml.safe_load(Path(NODES_YAML).read_text())
+    (a100,) = [n for n in nodes["items"] if n["metadata"]["name"] == "gpu-a100-0"]
+    a100["status"]["allocatable"]["nvidia.com/gpu"] = gpus
+    path = tmp_path / "nodes.yaml"
+    path.write_text(yaml.safe_dump({**nodes, "items": [a100]}))
+    return path
+
+
+def test_one_node_is_counted_in_the_singular(tmp_path: Path) -> None:
+    done = gpu_webhook("inventory", "--inventory", _one_node_file(tmp_path, "8"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"1 node from {tmp_path / 'nodes.yaml'}: 1 ready,")
+
+
+def test_a_gpu_count_that_is_not_a_number_is_reported_not_shown_as_no_gpu(
+    tmp_path: Path,
+) -> None:
+    path = _one_node_file(tmp_path, "eight")
+    done = gpu_webhook("inventory", "--inventory", path)
+    assert done.returncode == 2
+    assert "(no GPU)" not in done.stdout
+    assert done.stderr.strip() == (
+        f"gpu-webhook inventory: the inventory is not usable: {path}: node gpu-a100-0: "
+        'status.allocatable["nvidia.com/gpu"] is "eight", not a quantity (kubectl prints '
+        'numbers such as "8")'
+    )
+    # check and serve read inventory files the same way
+    assert gpu_webhook("check", "--inventory", path, NODES_YAML).returncode == 2

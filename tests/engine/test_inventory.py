@@ -1,8 +1,8 @@
 import json
-from pathlib import Path
 
 import pytest
 
+from tests.builders import APISERVER
 from webhook.engine.inventory import (
     PAUSE_EVERY,
     Inventory,
@@ -12,7 +12,7 @@ from webhook.engine.inventory import (
     node_from_json,
 )
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "apiserver"
+FIXTURES = APISERVER
 GPU_TAINT = (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 

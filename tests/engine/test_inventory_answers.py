@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from tests.builders import APISERVER
 from webhook.engine.inventory import Inventory, Node, Placement, Taint, node_from_json
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "apiserver"
+FIXTURES = APISERVER
 GPU = "nvidia.com/gpu"
 GPU_TAINT = (Taint(GPU, "present", "NoSchedule"),)
 TOLERATE_GPU = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]

@@ -44,12 +44,12 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
     [
         pytest.param(
             HEADER + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n    tolerate: []\n",
-            "a.yaml: doc 1 (GPUPolicy a): spec.mutate: unknown field 'tolerate'",
+            'a.yaml: doc 1 (GPUPolicy a): spec.mutate: unknown field "tolerate" (did you mean "tolerations"?)',
             id="unknown-key",
         ),
         pytest.param(
             HEADER + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  order: first\n",
-            "spec.order: 'first' is not of type 'integer'",
+            'spec.order: "first" is not a whole number',
             id="wrong-type",
         ),
         pytest.param(
@@ -61,7 +61,7 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
         pytest.param(
             HEADER
             + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n    memoryLimit: {fixed: lots}\n",
-            "spec.mutate.memoryLimit.fixed: 'lots' is not a Kubernetes quantity",
+            'spec.mutate.memoryLimit.fixed: "lots" is not a Kubernetes quantity',
             id="bad-quantity",
         ),
         pytest.param(
@@ -79,28 +79,29 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
             HEADER
             + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n"
             + "    memoryLimit: {perGPU: 32Gi, fixed: 64Gi}\n",
-            "spec.mutate.memoryLimit: set exactly one of fixed, perGPU, inventoryShare",
+            "spec.mutate.memoryLimit: fixed and perGPU conflict: give only one of fixed, perGPU,"
+            " inventoryShare",
             id="two-memory-modes",
         ),
         pytest.param(
             HEADER
             + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n"
             + "    memoryLimit: {whenTooLarge: cap}\n",
-            "spec.mutate.memoryLimit: set exactly one of fixed, perGPU, inventoryShare",
+            "spec.mutate.memoryLimit: give one of fixed, perGPU, inventoryShare",
             id="memory-mode-missing",
         ),
         pytest.param(
             HEADER
             + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n"
             + "    memoryLimit: {perGPU: 32Gi, whenTooLarge: shrink}\n",
-            "spec.mutate.memoryLimit.whenTooLarge: 'shrink' is not one of",
+            'spec.mutate.memoryLimit.whenTooLarge: "shrink" is not one of',
             id="bad-when-too-large",
         ),
         pytest.param(
             HEADER
             + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n"
             + "    nodeAffinity: {gpuMemory: {min: lots}}\n",
-            "spec.mutate.nodeAffinity.gpuMemory.min: 'lots' is not a Kubernetes quantity",
+            'spec.mutate.nodeAffinity.gpuMemory.min: "lots" is not a Kubernetes quantity',
             id="bad-gpu-memory",
         ),
         pytest.param(
@@ -120,7 +121,7 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
         pytest.param(
             HEADER + "kind: GPUSettings\nmetadata: {name: a}\nspec:\n  checks:\n"
             "    sharedGPURequest: repair\n",
-            "spec.checks.sharedGPURequest: 'repair' is not one of",
+            'spec.checks.sharedGPURequest: "repair" is not one of',
             id="shared-request-cannot-repair",
         ),
     ],
@@ -188,7 +189,7 @@ def test_two_rules_that_write_one_field_differently_are_an_error(tmp_path: Path)
     )
     (found,) = problems(tmp_path)
     assert "b.yaml: doc 1 (GPUPolicy b): spec.mutate.env.gpuContainers[NCCL_DEBUG]" in found
-    assert "conflicts with rule 'a'" in found
+    assert 'conflicts with rule "a"' in found
 
 
 def test_rules_with_disjoint_namespaces_may_write_different_values(tmp_path: Path) -> None:
@@ -249,7 +250,7 @@ SETTINGS_HEAD = HEADER + "kind: GPUSettings\nmetadata: {name: cluster}\nspec:\n"
     [
         pytest.param(
             POLICY_HEAD + "  exempt: [gpuAccess]\n",
-            "spec.exempt[0]: 'gpuAccess' is not one of gpuAccessWithoutRequest, "
+            'spec.exempt[0]: "gpuAccess" is not one of gpuAccessWithoutRequest, '
             "nonGPUPodOnGPUNode, hideGPUs, avoidGPUNodes",
             id="unknown-exemption",
         ),
@@ -260,27 +261,27 @@ SETTINGS_HEAD = HEADER + "kind: GPUSettings\nmetadata: {name: cluster}\nspec:\n"
         ),
         pytest.param(
             POLICY_HEAD + "  mutate:\n    runtimeClassName: NVIDIA_Runtime\n",
-            "spec.mutate.runtimeClassName: 'NVIDIA_Runtime' does not match",
+            'spec.mutate.runtimeClassName: "NVIDIA_Runtime" is not a valid name',
             id="runtime-class-not-a-dns-name",
         ),
         pytest.param(
             POLICY_HEAD + "  mutate:\n    avoidGPUNodes: {value: 'true'}\n",
-            "spec.mutate.avoidGPUNodes: 'nodeLabel' is a required property",
+            "spec.mutate.avoidGPUNodes.nodeLabel: missing",
             id="avoid-without-label",
         ),
         pytest.param(
             POLICY_HEAD + "  validate:\n    - requireProbes: [health]\n",
-            "spec.validate[0]: unknown or ambiguous check requireProbes",
+            'spec.validate[0]: requireProbes[0]: "health" is not one of liveness, readiness, startup',
             id="unknown-probe",
         ),
         pytest.param(
             SETTINGS_HEAD + "  checks: {gpuAccessWithoutRequest: repair}\n",
-            "spec.checks.gpuAccessWithoutRequest: 'repair' is not one of deny, warn, audit",
+            'spec.checks.gpuAccessWithoutRequest: "repair" is not one of deny, warn, audit',
             id="no-repair-for-gpu-access",
         ),
         pytest.param(
             SETTINGS_HEAD + "  gpuNodes:\n    taints: [{key: nvidia.com/gpu, effect: Prefer}]\n",
-            "spec.gpuNodes.taints[0].effect: 'Prefer' is not one of NoSchedule, NoExecute",
+            'spec.gpuNodes.taints[0].effect: "Prefer" is not one of NoSchedule, NoExecute',
             id="gpu-taint-effect",
         ),
     ],
@@ -317,7 +318,7 @@ def test_two_rules_that_set_different_runtime_classes_for_the_same_pods_are_an_e
             f"  mutate: {{runtimeClassName: {runtime}}}\n",
         )
     (found,) = problems(tmp_path)
-    assert "b.yaml: doc 1 (GPUPolicy b): spec.mutate.runtimeClassName: conflicts with rule 'a'" in (
+    assert 'b.yaml: doc 1 (GPUPolicy b): spec.mutate.runtimeClassName: conflicts with rule "a"' in (
         found
     )
 

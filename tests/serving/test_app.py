@@ -268,3 +268,23 @@ def test_batched_latencies_land_in_the_same_buckets_as_one_observation_each() ->
         }
 
     assert samples("b_seconds") == pytest.approx(samples("s_seconds"))
+
+
+def test_the_log_line_names_the_rules_whose_mutations_are_in_the_patch(client, caplog):
+    with caplog.at_level(logging.INFO, logger="gpu_webhook.review"):
+        post(client, "/mutate", review(pod(gpus="1"), uid="u-8"))
+        post(client, "/validate", review(pod(gpus="1"), uid="u-9"))
+
+    mutate, validate = [
+        json.loads(JsonFormatter().format(r))
+        for r in caplog.records
+        if r.name == "gpu_webhook.review"
+    ]
+    assert mutate["patch_ops"] > 0
+    assert mutate["rules_fired"] == ["nvidia-gpu-taint/mutate"]
+    assert validate["rules_fired"] == []  # no patch is sent on /validate
+
+
+def test_readiness_says_ready_in_the_words_of_the_health_port(client):
+    reply = client.get("/readyz")
+    assert (reply.status_code, reply.get_data(as_text=True)) == (200, "ready\n")

@@ -86,10 +86,12 @@ class Answer:
     warnings: tuple[str, ...] = ()
     patch_ops: int = 0
     rules_generation: int = 0
+    # Rules whose mutations are in the patch sent ("<rule>/mutate").
+    mutated_by: tuple[str, ...] = ()
     rules_fired: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        fired = tuple(dict.fromkeys(f.id for f in self.findings))
+        fired = tuple(dict.fromkeys([*(f.id for f in self.findings), *self.mutated_by]))
         object.__setattr__(self, "rules_fired", fired)
 
 

@@ -42,6 +42,9 @@ UNREADABLE = (
 FailureMode = Literal["allow", "deny"]
 
 
+NOT_SYNCED = "node inventory not synced yet"
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """One review's answer: its uid, and the ``Answer`` (shared by the replicas of a pod)."""
@@ -116,7 +119,7 @@ class AdmissionService:
     def ready(self) -> tuple[bool, str]:
         """Rules are loaded once the service exists; a live inventory must have synced."""
         if self.inventory is not None and not self.inventory.ready():
-            return False, "node inventory not synced yet"
+            return False, NOT_SYNCED
         return True, f"rules generation {self.rules.current.generation}"
 
     def _policy(self, ruleset: RuleSet) -> Policy:
@@ -179,4 +182,5 @@ def _answer(decision: Decision, *, mutate: bool, generation: int) -> Answer:
         warnings=decision.warnings,
         patch_ops=len(patch),
         rules_generation=generation,
+        mutated_by=decision.mutated_by if patch else (),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from webhook.engine.policy import Policy, PolicyError
@@ -11,6 +12,7 @@ from webhook.files.rulefiles import load_policy
 
 USAGE_ERROR = 2
 DEFAULT_RULES = "rules"
+RULES_ENV = "GPU_WEBHOOK_RULES"
 
 
 def fail(command: str, message: str) -> int:
@@ -19,12 +21,31 @@ def fail(command: str, message: str) -> int:
     return USAGE_ERROR
 
 
+def rules_directory(given: str | None) -> tuple[str, str]:
+    """The rule directory to read, and why that one, for a message when it is missing."""
+    if given:
+        return given, "--rules"
+    if os.environ.get(RULES_ENV):
+        return os.environ[RULES_ENV], f"${RULES_ENV}"
+    return DEFAULT_RULES, "default"
+
+
 def add_rules_option(parser: Any) -> None:
     parser.add_argument(
         "--rules",
-        default=os.environ.get("GPU_WEBHOOK_RULES", DEFAULT_RULES),
+        default=None,
         metavar="DIR",
-        help="rule file directory (default: $GPU_WEBHOOK_RULES or ./rules)",
+        help=f"rule file directory (default: ${RULES_ENV}, else ./{DEFAULT_RULES})",
+    )
+
+
+def add_text_or_json_option(parser: Any) -> None:
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=["text", "json"],
+        default="text",
+        help="text for people, json for tools (default: text)",
     )
 
 
@@ -34,13 +55,21 @@ def add_timeout_option(parser: Any) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="read timeout for each API request (default 30)",
+        help="read timeout for each API request (default: 30)",
     )
 
 
-def rules_or_fail(command: str, directory: str) -> Policy | int:
-    """The policy in ``directory``, or the exit code after saying why it is unusable."""
+def rules_or_fail(command: str, given: str | None) -> Policy | int:
+    """The policy of ``--rules`` (or its default), or the exit code after saying, in one
+    line when the default directory is missing, why it is unusable."""
+    directory, origin = rules_directory(given)
+    if origin == "default" and not Path(directory).is_dir():
+        return fail(
+            command,
+            f"no rules: looked for the default ./{DEFAULT_RULES} in {Path.cwd()}; pass "
+            f"--rules DIR or set {RULES_ENV} (the repository's rules/ is the shipped policy)",
+        )
     try:
         return load_policy(directory)
     except PolicyError as exc:
-        return fail(command, f"the rules in {directory} are not usable:\n{exc}")
+        return fail(command, f"the rules in {directory} ({origin}) are not usable:\n{exc}")

@@ -46,31 +46,43 @@ def register(sub: Any) -> None:
         dest="files",
         action="append",
         metavar="FILE|DIR|-",
-        help="audit these manifests instead of a cluster; repeatable",
+        help="audit these manifests instead of a cluster; repeatable (default: none, the cluster)",
     )
     parser.add_argument(
         "--inventory",
         metavar="FILE",
-        help="nodes as 'kubectl get nodes -o yaml' prints them (with -f; without it, no "
+        help="nodes as 'kubectl get nodes -o yaml' prints them (with -f; default: none, so no "
         "capacity checks)",
     )
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the cluster to audit")
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig of the cluster to audit (default: in a pod its service account, else "
+        "$KUBECONFIG or ~/.kube/config)",
+    )
     scope = parser.add_mutually_exclusive_group()
-    scope.add_argument("--namespace", "-n", metavar="NS", help="only this namespace")
+    scope.add_argument(
+        "--namespace", "-n", metavar="NS", help="only this namespace (default: every namespace)"
+    )
     scope.add_argument(
         "--all-namespaces",
         "-A",
         action="store_true",
-        help="every namespace (the default)",
+        help="every namespace (default: on unless --namespace)",
     )
     parser.add_argument(
         "--kinds",
         metavar="KIND,...",
-        help="only these kinds, e.g. Pod,Deployment,PyTorchJob (kind, plural or kind.group)",
+        help="only these kinds, e.g. Pod,Deployment,PyTorchJob (kind, plural or kind.group; "
+        "default: every kind the webhook understands)",
     )
     add_rules_option(parser)
     parser.add_argument(
-        "--output", "-o", choices=["table", "json", "policyreport"], default="table"
+        "--output",
+        "-o",
+        choices=["table", "json", "policyreport"],
+        default="table",
+        help="table for people, json for tools, policyreport for kubectl apply (default: table)",
     )
     add_timeout_option(parser)
     parser.set_defaults(handler=run)

@@ -19,15 +19,37 @@ def register(subparsers: Any) -> None:
 
     gen = sub.add_parser("generate", help="write a CA and a serving certificate to a directory")
     _service_args(gen, required=True)
-    gen.add_argument("--out", type=Path, default=Path("."), help="directory (default: .)")
-    gen.add_argument("--days", type=int, default=certs.DEFAULT_DAYS, help="validity in days")
+    gen.add_argument(
+        "--out", type=Path, default=Path("."), metavar="DIR", help="directory (default: .)"
+    )
+    gen.add_argument(
+        "--days",
+        type=int,
+        default=certs.DEFAULT_DAYS,
+        help=f"validity in days (default: {certs.DEFAULT_DAYS})",
+    )
+    gen.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite a CA, certificate or key already in DIR (default: refuse)",
+    )
     gen.set_defaults(handler=_generate)
 
     ins = sub.add_parser("inspect", help="show a certificate directory; fail if it would not serve")
-    ins.add_argument("dir", type=Path, help="directory with ca.crt, tls.crt, tls.key")
-    ins.add_argument("--service", help="also require the Service's DNS names (with --namespace)")
-    ins.add_argument("--namespace", help="namespace of --service")
-    ins.add_argument("--san", action="append", default=[], help="also require this SAN")
+    ins.add_argument(
+        "dir", type=Path, metavar="DIR", help="directory with ca.crt, tls.crt, tls.key (required)"
+    )
+    ins.add_argument(
+        "--service",
+        help="also require the Service's DNS names, with --namespace (default: none)",
+    )
+    ins.add_argument("--namespace", help="namespace of --service (default: none)")
+    ins.add_argument(
+        "--san",
+        action="append",
+        default=[],
+        help="also require this SAN; repeatable (default: none)",
+    )
     ins.set_defaults(handler=_inspect)
 
     inst = sub.add_parser(
@@ -35,13 +57,20 @@ def register(subparsers: Any) -> None:
         help="store the serving pair in a TLS Secret and the CA in the webhook configurations",
     )
     _service_args(inst, required=False)
-    inst.add_argument("--secret", default=f"{DEFAULT_NAME}-tls", help="TLS Secret name")
+    inst.add_argument(
+        "--secret", default=f"{DEFAULT_NAME}-tls", help="TLS Secret name (default: %(default)s)"
+    )
     inst.add_argument(
         "--webhook-config",
         default=DEFAULT_NAME,
-        help="name of the Mutating and the Validating webhook configuration",
+        help="name of the Mutating and the Validating webhook configuration (default: %(default)s)",
     )
-    inst.add_argument("--days", type=int, default=certs.DEFAULT_DAYS, help="validity in days")
+    inst.add_argument(
+        "--days",
+        type=int,
+        default=certs.DEFAULT_DAYS,
+        help="validity in days (default: %(default)s)",
+    )
     inst.add_argument(
         "--renew-within",
         type=int,
@@ -51,21 +80,43 @@ def register(subparsers: Any) -> None:
     )
     where = inst.add_mutually_exclusive_group()
     where.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube)")
-    where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
-    inst.add_argument("--context", help="kubeconfig context")
+    where.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="use the pod's service account (default: off, use the kubeconfig)",
+    )
+    inst.add_argument("--context", help="kubeconfig context (default: its current context)")
     inst.set_defaults(handler=_install)
 
 
 def _service_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
     default = None if required else DEFAULT_NAME
-    parser.add_argument("--service", required=required, default=default, help="Service name")
-    parser.add_argument("--namespace", required=required, default=default, help="its namespace")
+    shown = "required" if required else "default: %(default)s"
     parser.add_argument(
-        "--san", action="append", default=[], help="extra SAN, DNS name or IP (repeatable)"
+        "--service", required=required, default=default, help=f"Service name ({shown})"
+    )
+    parser.add_argument(
+        "--namespace", required=required, default=default, help=f"its namespace ({shown})"
+    )
+    parser.add_argument(
+        "--san",
+        action="append",
+        default=[],
+        help="extra SAN, DNS name or IP; repeatable (default: none)",
     )
 
 
 def _generate(args: argparse.Namespace) -> int:
+    existing = [
+        name
+        for name in (certs.CA_FILE, certs.CERT_FILE, certs.KEY_FILE)
+        if (args.out / name).exists()
+    ]
+    if existing and not args.force:
+        return _fail(
+            f"{args.out} already holds {', '.join(existing)}; not overwriting them (a new CA "
+            "breaks every client that trusts the old one): choose another --out, or add --force"
+        )
     try:
         pair = certs.generate(
             service=args.service, namespace=args.namespace, extra_sans=args.san, days=args.days

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -15,12 +16,21 @@ from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import add_rules_option, fail, rules_or_fail
 from webhook.engine.decision import Decision
 from webhook.engine.devices import DeviceInventory, is_dra_object
-from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
+from webhook.engine.evaluate import (
+    NO_INVENTORY,
+    NO_INVENTORY_NOTICE,
+    InventoryView,
+    Request,
+    evaluate,
+)
 from webhook.engine.policy import Policy
+from webhook.engine.shape import shape_problems
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import Document, load_manifests
 from webhook.reports.audit import finding_json
+from webhook.reports.colour import Paint
 from webhook.reports.explain import object_diff
+from webhook.reports.wording import counted
 
 COMMAND = "check"
 
@@ -34,13 +44,20 @@ def register(sub: Any) -> None:
         "input (the other files are still checked).",
     )
     parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="manifest files or directories, as with -f (default: none)",
+    )
+    parser.add_argument(
         "-f",
         "--filename",
         dest="files",
         action="append",
-        required=True,
+        default=[],
         metavar="FILE|DIR|-",
-        help="manifest file, directory (walked for .yaml/.yml/.json) or - for stdin; repeatable",
+        help="manifest file, directory (walked for .yaml/.yml/.json) or - for stdin; "
+        "repeatable (default: none; give a PATH or -f)",
     )
     add_rules_option(parser)
     where = parser.add_mutually_exclusive_group()
@@ -48,15 +65,28 @@ def register(sub: Any) -> None:
         "--inventory",
         metavar="FILE",
         help="nodes as 'kubectl get nodes -o yaml' prints them, and DRA device classes, "
-        "resource slices, claims and templates; without it, no capacity checks",
+        "resource slices, claims and templates (default: none, so no capacity checks)",
     )
     where.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="use this cluster's live nodes and namespace labels (read once) instead of a file",
+        help="use this cluster's live nodes and namespace labels (read once) instead of a file "
+        "(default: none)",
     )
-    parser.add_argument("--namespace", metavar="NS", help="namespace for objects that name none")
-    parser.add_argument("--output", "-o", choices=["text", "json", "yaml", "patch"], default="text")
+    parser.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="namespace for objects that name none (default: default); an object's own "
+        "metadata.namespace always wins",
+    )
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=["text", "json", "yaml", "patch"],
+        default="text",
+        help="text: per object for people; json: a result per object; yaml: the mutated "
+        "objects; patch: a JSON Patch per line (default: text)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -64,7 +94,17 @@ def _fail(message: str) -> int:
     return fail("check", message)
 
 
+@dataclass(frozen=True, slots=True)
+class Checked:
+    doc: Document
+    namespace: str
+    decision: Decision
+
+
 def run(args: argparse.Namespace) -> int:
+    paths = [*args.paths, *args.files]
+    if not paths:
+        return _fail("no manifests given: name files or directories (or - for stdin)")
     policy = rules_or_fail(COMMAND, args.rules)
     if isinstance(policy, int):
         return policy
@@ -82,19 +122,38 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"no usable cluster configuration: {exc}")
         except ApiError as exc:
             return _fail(f"cannot read the cluster's nodes and namespaces: {exc}")
-    documents, errors = load_manifests(args.files)
+    documents, errors = load_manifests(paths)
     inventory = with_checked_claims(inventory, [d.obj for d in documents])
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
-    if inventory.snapshot is None and args.output == "text":
+    problems = [str(e) for e in errors]
+    results: list[Checked] = []
+    for doc in documents:
+        refused = shape_problems(doc.obj, policy.kinds)
+        if refused:
+            problems += [f"{doc.source}#{doc.index}: {_label(doc)}: {p}" for p in refused]
+            continue
+        results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
+    paint = Paint.for_stream(sys.stderr)
+    for problem in problems:
+        print(f"{paint('red', 'error:')} {problem}", file=sys.stderr)
+    if inventory.snapshot is None:
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
-    results = [
-        (doc, _evaluate(doc, policy, inventory, args.namespace, labels)) for doc in documents
-    ]
     _print(args.output, results)
-    if errors:
+    if problems:
         return 2
-    return 1 if any(not d.allowed for _, d in results) else 0
+    return 1 if any(not c.decision.allowed for c in results) else 0
+
+
+def _label(doc: Document) -> str:
+    meta = doc.obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    kind = doc.obj.get("kind")
+    return f"{kind if isinstance(kind, str) and kind else 'object'} {name or '(no name)'}"
+
+
+def _own_namespace(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    own = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return own if isinstance(own, str) else ""
 
 
 def _cluster(
@@ -126,71 +185,105 @@ def _evaluate(
     inventory: InventoryView,
     namespace: str | None,
     labels: Mapping[str, Mapping[str, str]],
-) -> Decision:
-    request = Request(doc.obj, namespace=namespace or "")
-    own = labels.get(request.effective_namespace) if labels else None
-    request = Request(doc.obj, namespace=namespace or "", namespace_labels=own)
-    return evaluate(request, policy=policy, inventory=inventory)
+) -> Checked:
+    # As kubectl does: the object's own namespace, else -n, else default.
+    effective = _own_namespace(doc.obj) or namespace or "default"
+    own = labels.get(effective) if labels else None
+    request = Request(doc.obj, namespace=effective, namespace_labels=own)
+    return Checked(doc, effective, evaluate(request, policy=policy, inventory=inventory))
 
 
-def _identity(obj: Mapping[str, Any], namespace: str | None) -> dict[str, str]:
+def _identity(checked: Checked) -> dict[str, str]:
+    obj = checked.doc.obj
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     return {
         "kind": str(obj.get("kind", "")),
         "apiVersion": str(obj.get("apiVersion", "")),
         "name": str(meta.get("name") or meta.get("generateName") or ""),
-        "namespace": namespace or str(meta.get("namespace") or "default"),
+        "namespace": checked.namespace,
     }
 
 
-def result_json(doc: Document, decision: Decision, namespace: str | None = None) -> dict[str, Any]:
+def _notices(decision: Decision) -> list[str]:
+    """The object's notices, less the one said once per run."""
+    return [n for n in decision.notices if n != NO_INVENTORY_NOTICE]
+
+
+def result_json(checked: Checked) -> dict[str, Any]:
+    decision = checked.decision
     return {
-        **_identity(doc.obj, namespace),
-        "source": f"{doc.source}#{doc.index}",
+        **_identity(checked),
+        "source": f"{checked.doc.source}#{checked.doc.index}",
         "allowed": decision.allowed,
         "messages": [f.message for f in decision.denials],
         "warnings": list(decision.warnings),
         "findings": [finding_json(f) for f in decision.findings],
         "audit": dict(decision.audit),
-        "notices": list(decision.notices),
+        "notices": _notices(decision),
         "patch": list(decision.patch),
     }
 
 
-def _print(output: str, results: list[tuple[Document, Decision]]) -> None:
+def _print(output: str, results: list[Checked]) -> None:
     if output == "json":
-        json.dump([result_json(doc, d) for doc, d in results], sys.stdout, indent=2)
+        json.dump([result_json(c) for c in results], sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif output == "patch":
-        for _, decision in results:
-            sys.stdout.write(json.dumps(list(decision.patch)) + "\n")
+        for checked in results:
+            sys.stdout.write(json.dumps(list(checked.decision.patch)) + "\n")
     elif output == "yaml":
         yaml.safe_dump_all(
-            [d.mutated if d.mutated is not None else doc.obj for doc, d in results],
+            [c.decision.mutated if c.decision.mutated is not None else c.doc.obj for c in results],
             sys.stdout,
             sort_keys=False,
         )
     else:
-        for doc, decision in results:
-            sys.stdout.write(_text(doc, decision))
+        paint = Paint.for_stream(sys.stdout)
+        for checked in results:
+            sys.stdout.write(_text(checked, paint))
+        sys.stdout.write(summary(results, paint) + "\n")
 
 
-def _text(doc: Document, decision: Decision) -> str:
-    ident = _identity(doc.obj, None)
-    verdict = "ALLOWED" if decision.allowed else "DENIED"
+def summary(results: list[Checked], paint: Paint) -> str:
+    """The last line of text output: how many objects, allowed, denied, with warnings."""
+    allowed = sum(1 for c in results if c.decision.allowed)
+    denied = len(results) - allowed
+    warned = sum(1 for c in results if c.decision.warnings)
+    return (
+        f"{paint('bold', counted(len(results), 'object'))}: "
+        f"{paint('green', f'{allowed} allowed')}, "
+        f"{paint('red' if denied else 'green', f'{denied} denied')}, "
+        f"{paint('yellow' if warned else 'green', f'{warned} with warnings')}"
+    )
+
+
+def _text(checked: Checked, paint: Paint) -> str:
+    doc, decision = checked.doc, checked.decision
+    ident = _identity(checked)
+    verdict = paint("green", "ALLOWED") if decision.allowed else paint("red", "DENIED")
     if not decision.understood:
-        verdict = "ALLOWED (no pod template: passed through)"
+        verdict = paint("green", "ALLOWED") + " (no pod template: passed through)"
     where = f"{doc.source}#{doc.index}"
     lines = [f"{ident['kind']} {ident['namespace']}/{ident['name']} ({where}): {verdict}"]
     for finding in decision.findings:
-        lines.append(f"  {finding.action:5} {finding.id}: {finding.message}")
+        colour = {"deny": "red", "warn": "yellow"}.get(finding.action, "dim")
+        lines.append(f"  {paint(colour, f'{finding.action:5}')} {finding.id}: {finding.message}")
     lines.extend(
-        f"  warning: {w}"
+        f"  {paint('yellow', 'warning:')} {w}"
         for w in decision.warnings
         if not any(w == f.warning for f in decision.findings)
     )
-    lines.extend(f"  notice: {n}" for n in decision.notices)
+    lines.extend(f"  notice: {n}" for n in _notices(decision))
     if decision.patch and decision.mutated is not None:
-        lines.extend("  " + line for line in object_diff(doc.obj, decision.mutated))
+        diff = object_diff(doc.obj, decision.mutated)
+        lines.extend("  " + _diff_colour(line, paint) for line in diff)
     return "\n".join(lines) + "\n"
+
+
+def _diff_colour(line: str, paint: Paint) -> str:
+    if line.startswith("+") and not line.startswith("+++"):
+        return paint("green", line)
+    if line.startswith("-") and not line.startswith("---"):
+        return paint("red", line)
+    return line

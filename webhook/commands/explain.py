@@ -11,7 +11,13 @@ from urllib.parse import quote
 
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects, event_time
-from webhook.commands import add_rules_option, add_timeout_option, fail, rules_or_fail
+from webhook.commands import (
+    add_rules_option,
+    add_text_or_json_option,
+    add_timeout_option,
+    fail,
+    rules_or_fail,
+)
 from webhook.engine.evaluate import InventoryView
 from webhook.engine.policy import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
@@ -37,10 +43,15 @@ def register(sub: Any) -> None:
         "target",
         nargs="*",
         metavar="pod NAME",
-        help="a live pod: the word 'pod' (or 'pods', 'po') and its name, or pod/NAME",
+        help="a live pod: the word 'pod' (or 'pods', 'po') and its name, or pod/NAME "
+        "(default: none; give it or -f)",
     )
     parser.add_argument(
-        "--namespace", "-n", default="default", metavar="NS", help="the pod's namespace"
+        "--namespace",
+        "-n",
+        default="default",
+        metavar="NS",
+        help="the pod's namespace (default: %(default)s)",
     )
     parser.add_argument(
         "-f",
@@ -48,16 +59,22 @@ def register(sub: Any) -> None:
         dest="files",
         action="append",
         metavar="FILE|-",
-        help="explain the objects in this file (or - for stdin) instead of a live pod",
+        help="explain the objects in this file (or - for stdin) instead of a live pod "
+        "(default: none)",
     )
     parser.add_argument(
         "--inventory",
         metavar="FILE",
-        help="with -f: nodes, as 'kubectl get nodes -o yaml' prints them",
+        help="with -f: nodes, as 'kubectl get nodes -o yaml' prints them (default: none)",
     )
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the pod's cluster")
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig of the pod's cluster (default: in a pod its service account, else "
+        "$KUBECONFIG or ~/.kube/config)",
+    )
     add_rules_option(parser)
-    parser.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    add_text_or_json_option(parser)
     add_timeout_option(parser)
     parser.set_defaults(handler=run)
 

@@ -13,7 +13,7 @@ from webhook.cluster.inventorysource import (
     api_endpoint_from_kubeconfig,
     list_inventory,
 )
-from webhook.commands import add_timeout_option, fail
+from webhook.commands import add_text_or_json_option, add_timeout_option, fail
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.reports.inventory import render_text, summarize
 
@@ -31,10 +31,16 @@ def register(sub: Any) -> None:
     where.add_argument(
         "--inventory",
         metavar="FILE",
-        help="nodes as 'kubectl get nodes -o yaml' (or -o json) prints them",
+        help="nodes as 'kubectl get nodes -o yaml' (or -o json) prints them (default: none: "
+        "list the cluster)",
     )
-    where.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig of the cluster to list")
-    parser.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    where.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig of the cluster to list (default: in a pod its service account, else "
+        "$KUBECONFIG or ~/.kube/config)",
+    )
+    add_text_or_json_option(parser)
     add_timeout_option(parser)
     parser.set_defaults(handler=run)
 

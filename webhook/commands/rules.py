@@ -1,15 +1,21 @@
-"""``gpu-webhook rules lint DIR`` and ``gpu-webhook rules schema``."""
+"""``gpu-webhook rules lint [PATH]`` and ``gpu-webhook rules schema``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from webhook.commands import DEFAULT_RULES, RULES_ENV, fail, rules_directory
+from webhook.engine.inventory import Node
 from webhook.engine.policy import PolicyError
+from webhook.engine.schedulability import memory_warnings
 from webhook.engine.schema import rules_schema
-from webhook.files.rulefiles import load_policy
+from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.rulefiles import RULE_SUFFIXES, load_policy
+from webhook.reports.wording import counted
 
 
 def register(sub: Any) -> None:
@@ -17,28 +23,63 @@ def register(sub: Any) -> None:
     rules = parser.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
     lint = rules.add_parser(
         "lint",
-        help="report every problem in a rule directory",
-        description="Validate every rule file in DIR against the schema and the semantic "
-        "checks (conflicting rules, bad quantities); report all problems; exit 1 if any.",
+        help="report every problem in a rule directory or file",
+        description="Validate every rule file in PATH against the schema and the semantic "
+        "checks (conflicting rules, bad quantities); report all problems, and warn about "
+        "rules that would leave pods unschedulable. Exit 0: usable (warnings allowed); "
+        "1: problems found; 2: PATH or --inventory unusable.",
     )
-    lint.add_argument("directory", metavar="DIR")
+    lint.add_argument(
+        "path",
+        nargs="?",
+        metavar="PATH",
+        help=f"rule directory or one rule file ({', '.join(RULE_SUFFIXES)}) (default: "
+        f"${RULES_ENV}, else ./{DEFAULT_RULES})",
+    )
+    lint.add_argument(
+        "--inventory",
+        metavar="FILE",
+        help="nodes as 'kubectl get nodes -o yaml' prints them, to check memory limits "
+        "against (default: none, only the rules' declared node pools)",
+    )
     lint.set_defaults(handler=_lint)
     schema = rules.add_parser("schema", help="print the JSON Schema of rule file documents")
     schema.set_defaults(handler=_schema)
 
 
+def _fail(message: str) -> int:
+    return fail("rules lint", message)
+
+
 def _lint(args: argparse.Namespace) -> int:
+    path, origin = rules_directory(args.path)
+    if not Path(path).exists():
+        where = f"{path} ({origin})" if origin != "--rules" else path
+        return _fail(
+            f"{where}: no such directory or file; give a rule directory or file, or set {RULES_ENV}"
+        )
+    if Path(path).is_file() and Path(path).suffix not in RULE_SUFFIXES:
+        return _fail(f"{path}: not a rule file; rule files end in {', '.join(RULE_SUFFIXES)}")
+    nodes: tuple[Node, ...] = ()
+    if args.inventory:
+        try:
+            nodes = load_inventory(args.inventory).nodes
+        except InventoryFileError as exc:
+            return _fail(f"the inventory is not usable: {exc}")
     try:
-        policy = load_policy(args.directory)
+        policy = load_policy(path)
     except PolicyError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
-        count = len(exc.problems)
-        print(f"{count} problem{'s' if count != 1 else ''} found", file=sys.stderr)
+        print(f"{counted(len(exc.problems), 'problem')} found", file=sys.stderr)
         return 1
+    warnings = memory_warnings(policy, nodes)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     print(
-        f"{args.directory}: {len(policy.rules)} rules, {len(policy.node_pools)} node pools, "
-        "no problems"
+        f"{path}: {counted(len(policy.rules), 'rule')}, "
+        f"{counted(len(policy.node_pools), 'node pool')}, no problems"
+        + (f", {counted(len(warnings), 'warning')}" if warnings else "")
     )
     return 0
 

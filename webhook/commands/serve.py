@@ -7,7 +7,10 @@ setting is one clear line and exit code 2, not a crash loop of workers.
 from __future__ import annotations
 
 import argparse
+import errno
 import shutil
+import socket
+import ssl
 import sys
 import tempfile
 from pathlib import Path
@@ -30,52 +33,67 @@ def register(sub: Any) -> None:
     )
     env = config.ENVIRONMENT
     parser.add_argument(
-        "--port", default=env_default("port"), help=f"TLS port for admission (${env['port']})"
+        "--port",
+        default=env_default("port"),
+        help=f"TLS port for admission (default: %(default)s; ${env['port']})",
     )
     parser.add_argument(
         "--health-port",
         default=env_default("health_port"),
-        help=f"plain-HTTP port for /healthz, /readyz, /metrics; 0: none (${env['health_port']})",
+        help="plain-HTTP port for /healthz, /readyz, /metrics; 0: none "
+        f"(default: %(default)s; ${env['health_port']})",
     )
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument(
+        "--host",
+        default=env_default("host"),
+        help="address both ports listen on; --dev makes 0.0.0.0 127.0.0.1 "
+        f"(default: %(default)s; ${env['host']})",
+    )
     parser.add_argument(
         "--cert-dir",
         default=env_default("cert_dir"),
         metavar="DIR",
         help=f"holds tls.crt and tls.key, as a Kubernetes TLS Secret mounts them "
-        f"(${env['cert_dir']})",
+        f"(default: %(default)s, or {DEV_CERTS} with --dev; ${env['cert_dir']})",
     )
     parser.add_argument(
-        "--rules", default=env_default("rules"), metavar="DIR", help=f"(${env['rules']})"
+        "--rules",
+        default=env_default("rules"),
+        metavar="DIR",
+        help=f"rule file directory (default: %(default)s; ${env['rules']})",
     )
     parser.add_argument(
         "--inventory",
         default=env_default("inventory"),
         metavar="FILE",
-        help=f"static nodes, as 'kubectl get nodes -o yaml' prints them (${env['inventory']})",
+        help="static nodes, as 'kubectl get nodes -o yaml' prints them (default: none, or "
+        f"{DEV_INVENTORY} with --dev; ${env['inventory']})",
     )
     parser.add_argument(
         "--kubeconfig",
         default=env_default("kubeconfig"),
         metavar="FILE",
-        help=f"watch nodes live through this kubeconfig; in a pod, the in-cluster config is "
-        f"used when neither this nor --inventory is given (${env['kubeconfig']})",
+        help="watch nodes live through this kubeconfig (default: none; in a pod, the "
+        f"in-cluster config when neither this nor --inventory is given; ${env['kubeconfig']})",
     )
     parser.add_argument(
-        "--workers", default=env_default("workers"), help=f"worker processes (${env['workers']})"
+        "--workers",
+        default=env_default("workers"),
+        help=f"worker processes (default: %(default)s; ${env['workers']})",
     )
     parser.add_argument(
         "--log-level",
         default=env_default("log_level"),
         choices=config.LOG_LEVELS,
-        help=f"(${env['log_level']})",
+        help=f"log level (default: %(default)s; ${env['log_level']})",
     )
     parser.add_argument(
         "--audit",
         action="store_true",
         default=None,
         help="audit the cluster in the background and write PolicyReports (one replica, "
-        f"by Lease; needs a live cluster and the PolicyReport CRD) (${env['audit']}=true)",
+        f"by Lease; needs a live cluster and the PolicyReport CRD) (default: off; "
+        f"${env['audit']}=true)",
     )
     parser.add_argument(
         "--audit-period",
@@ -95,7 +113,7 @@ def register(sub: Any) -> None:
         "--dev",
         action="store_true",
         help=f"development: throwaway CA and localhost certificate in {DEV_CERTS}/, the "
-        f"shipped rules and {DEV_INVENTORY}, listening on 127.0.0.1",
+        f"shipped rules and {DEV_INVENTORY}, listening on 127.0.0.1 (default: off)",
     )
     parser.set_defaults(handler=run)
 
@@ -108,7 +126,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if args.dev:
         cert_dir = DEV_CERTS if args.cert_dir == env_default("cert_dir") else cert_dir
         inventory = inventory or (DEV_INVENTORY if not args.kubeconfig else None)
-        host = "127.0.0.1" if host == "0.0.0.0" else host
+        host = "127.0.0.1" if host == config.DEFAULTS["host"] else host
     kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
     return Settings(
         port=config.port(args.port, "--port"),
@@ -137,11 +155,7 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    if args.dev:
-        from webhook.files.certs import ensure_dev
-
-        ensure_dev(settings.cert_dir)
-    problem = preflight(settings)
+    problem = preflight(settings, dev=args.dev)
     if problem:
         return _fail(problem)
     # Metrics files of this server only: prometheus_client reads the variable when it is
@@ -159,19 +173,35 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def preflight(settings: Settings) -> str:
-    """The first reason this configuration cannot serve, or an empty string."""
+def preflight(settings: Settings, *, dev: bool = False) -> str:
+    """The first reason this configuration cannot serve, or an empty string. With ``dev``,
+    the throwaway certificates are made once the rules are found (not in any directory
+    ``serve --dev`` happens to be run from)."""
     from webhook.engine.policy import PolicyError
     from webhook.files.inventoryfile import InventoryFileError, load_inventory
     from webhook.files.rulefiles import load_policy
 
+    if not settings.rules.exists():
+        return (
+            f"no rules at {settings.rules} (--rules, ${config.ENVIRONMENT['rules']}); run from "
+            "the repository root for its rules/, or pass --rules DIR"
+        )
     try:
         load_policy(str(settings.rules))
     except PolicyError as exc:
-        return f"the rules in {settings.rules} are not usable:\n{exc}"
+        first, more = (str(exc.problems[0]) if exc.problems else str(exc)), len(exc.problems) - 1
+        rest = f" (and {more} more: gpu-webhook rules lint {settings.rules})" if more > 0 else ""
+        return f"the rules in {settings.rules} are not usable: {first}{rest}"
+    if dev:
+        from webhook.files.certs import ensure_dev
+
+        ensure_dev(settings.cert_dir)
     for path in (settings.cert_file, settings.key_file):
         if not path.is_file():
             return f"{path} does not exist (--cert-dir holds tls.crt and tls.key)"
+    problem = _tls_problem(settings)
+    if problem:
+        return problem
     if settings.inventory is not None:
         try:
             load_inventory(str(settings.inventory))
@@ -188,6 +218,50 @@ def preflight(settings: Settings) -> str:
         return (
             "--audit needs a cluster to audit: give --kubeconfig (or run in a pod), not --inventory"
         )
+    return _port_problem(settings)
+
+
+def _tls_problem(settings: Settings) -> str:
+    """Load the pair as the server will, so a bad pair is a line here and not a traceback
+    from gunicorn's master after it said it was listening."""
+    from webhook.serving.tls import server_context
+
+    try:
+        server_context(settings.cert_file, settings.key_file)
+    except ssl.SSLError as exc:
+        reason = (exc.reason or str(exc)).lower().replace("_", " ")
+        return (
+            f"{settings.cert_file} and {settings.key_file} do not load as a TLS certificate and "
+            f"its key ({reason}); write a matching pair with 'gpu-webhook certs generate'"
+        )
+    except OSError as exc:
+        name = exc.filename or settings.cert_dir
+        return f"cannot read {name}: {exc.strerror or exc}"
+    return ""
+
+
+def _port_problem(settings: Settings) -> str:
+    """Whether both ports can be listened on now. gunicorn would otherwise retry for 5 s
+    and exit 1, and the health port would fail in its master after the start-up line."""
+    env = config.ENVIRONMENT
+    ports = [("--port", env["port"], settings.port)]
+    if settings.health_port:
+        if settings.health_port == settings.port:
+            return f"--port and --health-port are both {settings.port}; give them different ports"
+        ports.append(("--health-port", env["health_port"], settings.health_port))
+    for flag, variable, number in ports:
+        if number == 0:
+            continue
+        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn does
+            try:
+                probe.bind((settings.host, number))
+            except OSError as exc:
+                where = f"port {number} on {settings.host} ({flag}, ${variable})"
+                if exc.errno == errno.EADDRINUSE:
+                    return f"{where} is in use: stop what listens there or choose another port"
+                return f"cannot listen on {where}: {exc.strerror or exc}"
     return ""
 
 

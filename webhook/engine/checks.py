@@ -19,7 +19,7 @@ from webhook.engine.gpufacts import (
     mig_profile_gpus,
 )
 from webhook.engine.gpus import Container, PodGPUs, QuantityProblem
-from webhook.engine.inventory import Fit, FitAnswer, Inventory, Placement, Shape, Units
+from webhook.engine.inventory import Fit, FitAnswer, Inventory, Placement, Shape, Taint, Units
 from webhook.engine.policy import Rule, RuleCheck, Settings, glob_matcher
 from webhook.engine.quantity import format_bytes, format_quantity
 
@@ -45,41 +45,53 @@ class Scope:
         return f"{self.where}.{container.section}[{container.index}]"
 
 
-def _q(value: Fraction | None) -> str:
+def _q(value: Fraction | None, spelled: str = "") -> str:
+    """The quantity as the user wrote it when known, else in Kubernetes' canonical form."""
+    if spelled:
+        return spelled
     return format_quantity(value) if value is not None else "?"
+
+
+def _whole(value: Fraction | None) -> int:
+    """The whole number of GPUs to ask for instead: a part of one rounds up to one."""
+    if value is None:
+        return 1
+    return max(1, -(-value.numerator // value.denominator))
 
 
 def _quantity_text(container: Container, problem: QuantityProblem) -> tuple[str, str]:
     c, r = f'container "{container.name}"', problem.resource
     if problem.check == "requestsWithoutLimits":
-        q = _q(problem.request)
+        q = _q(problem.request, problem.request_text)
+        fix = (
+            f'Set resources.limits["{r}"] to {q}.'
+            if problem.request is not None and problem.request.denominator == 1
+            else f'Set resources.requests["{r}"] and resources.limits["{r}"] to '
+            f"{_whole(problem.request)}."
+        )
         return (
-            f"{c} requests {r}: {q} but sets no limit for it; GPUs are allocated by limit. "
-            f'Set resources.limits["{r}"] to {q}.',
+            f"{c} requests {r}: {q} but sets no limit for it; GPUs are allocated by limit. {fix}",
             f"{c}: {r} is in requests but not in limits",
         )
     if problem.check == "requestsNotEqualLimits":
-        q, lim = _q(problem.request), _q(problem.limit)
+        q = _q(problem.request, problem.request_text)
+        lim = _q(problem.limit, problem.limit_text)
+        both = lim if problem.limit is not None and problem.limit.denominator == 1 else None
         return (
             f"{c} requests {r}: {q} but limits it to {lim}; GPUs cannot be overcommitted, "
-            f"so request and limit must be equal. Set both to {lim}.",
+            f"so request and limit must be equal. Set both to {both or _whole(problem.limit)}.",
             f"{c}: {r} request {q} differs from limit {lim}",
         )
     if problem.check == "fractionalQuantity":
-        q = _q(problem.request)
-        whole = (
-            max(1, -(-problem.request.numerator // problem.request.denominator))
-            if problem.request
-            else 1
-        )
+        q = _q(problem.request, problem.request_text)
         return (
             f"{c} asks for {r}: {q}, which is not a whole number; GPUs are allocated whole. "
-            f"Use {whole}, or a resource for part of a GPU (a MIG profile such as "
-            "nvidia.com/mig-1g.10gb, or nvidia.com/gpu.shared).",
+            f"Use {_whole(problem.request)}, or a resource for part of a GPU (a MIG profile "
+            "such as nvidia.com/mig-1g.10gb, or nvidia.com/gpu.shared).",
             f"{c}: {r} {q} is not a whole number",
         )
     if problem.check == "negativeQuantity":
-        q = _q(problem.request)
+        q = _q(problem.request, problem.request_text)
         return (
             f"{c} asks for {r}: {q}; a quantity cannot be negative. Use 0 or more.",
             f"{c}: {r} {q} is negative",
@@ -151,24 +163,8 @@ def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
                 f"the pod requests {need} {resource}, but the largest node it can use, "
                 f"{_node_text(fit).removeprefix('node ')}, has {fit.amount} allocatable."
             )
-        if best.amount > fit.amount:
-            text += (
-                f" {_node_text(best).capitalize()} has {best.amount}, but the pod's "
-                "nodeSelector, node affinity or tolerations exclude it."
-            )
-        if best.amount == 0:
-            text += (
-                f" Every node with {resource} is cordoned: wait for one to be uncordoned or added."
-            )
-        elif best.amount >= need and fit.amount == 0:
-            text += " Let the pod use that node."
-        elif best.amount >= need:
-            text += f" Let the pod use that node, or request at most {fit.amount}."
-        else:
-            text += (
-                f" No node has {need}: request at most {best.amount} per pod and spread the "
-                "work over more pods."
-            )
+        tainted = _tainted_fit(scope, inventory, resource, fit.amount)
+        text += _remedy(need, fit, best) if tainted is None else _taint_text(need, *tainted)
         return text, f"{need} {resource} requested, largest usable node has {fit.amount}"
     return None
 
@@ -230,6 +226,77 @@ def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
         f"{'; '.join(lacks)}. To fix: {'; '.join(fixes) or 'let the pod use larger nodes'}."
     )
     return text, f"no usable node fits the whole pod ({', '.join(asked)})"
+
+
+def _remedy(need: int, fit: Fit, best: Fit) -> str:
+    if best.amount == 0:
+        return " Every node that offers it is cordoned: wait for one to be uncordoned or added."
+    text = ""
+    if best.amount > fit.amount:
+        text += (
+            f" {_node_text(best).capitalize()} has {best.amount}, but the pod's "
+            "nodeSelector, node affinity or tolerations exclude it."
+        )
+    if best.amount >= need and fit.amount == 0:
+        return text + " Let the pod use that node."
+    if best.amount >= need:
+        return text + f" Let the pod use that node, or request at most {fit.amount}."
+    return text + (
+        f" No node has {need}: request at most {best.amount} per pod and spread the "
+        "work over more pods."
+    )
+
+
+def _tainted_fit(
+    scope: Scope, inventory: Inventory, resource: str, usable: int
+) -> tuple[Fit, list[Taint]] | None:
+    """The larger node the pod's selector and affinity admit but its tolerations do not, and
+    the taints that keep it off: the scheduler's TaintToleration filter, named for the user."""
+    selected = Placement(
+        node_selector=scope.placement.node_selector,
+        required_terms=scope.placement.required_terms,
+        tolerations=({"operator": "Exists"},),
+        cordoned=False,  # a cordoned node is no alternative to offer
+    )
+    fit = inventory.largest(resource, selected)
+    if fit.node is None or fit.amount <= usable:
+        return None
+    tolerations = Placement(
+        node_selector={}, required_terms=None, tolerations=scope.placement.tolerations
+    )
+    taints = [t for t in fit.node.taints if not tolerations.admits({}, "", (t,))]
+    return (fit, taints) if taints else None
+
+
+def _taint_text(need: int, fit: Fit, taints: list[Taint]) -> str:
+    named = ", ".join(_taint_name(t) for t in taints)
+    tolerations = "; ".join(_toleration_text(t) for t in taints)
+    one = len(taints) == 1
+    text = (
+        f" {_node_text(fit).capitalize()} has {fit.amount}, but its "
+        f"{'taint' if one else 'taints'} {named} {'keeps' if one else 'keep'} the pod off. "
+        f"If the pod may run there, add to its tolerations: {tolerations}."
+    )
+    if fit.amount < need:
+        text += f" Even there, request at most {fit.amount}."
+    return text
+
+
+def _taint_name(taint: Taint) -> str:
+    return (
+        f"{taint.key}={taint.value}:{taint.effect}"
+        if taint.value
+        else f"{taint.key}:{taint.effect}"
+    )
+
+
+def _toleration_text(taint: Taint) -> str:
+    if taint.value:
+        return (
+            f'{{key: "{taint.key}", operator: "Equal", value: "{taint.value}", '
+            f'effect: "{taint.effect}"}}'
+        )
+    return f'{{key: "{taint.key}", operator: "Exists", effect: "{taint.effect}"}}'
 
 
 def _unknown_resource(

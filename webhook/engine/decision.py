@@ -63,6 +63,8 @@ class Decision:
     mutated: Mapping[str, Any] | None = None
     # Whether the kind holds pod templates this engine understands.
     understood: bool = True
+    # "<rule>/mutate" for each rule whose mutations added operations to ``patch``.
+    mutated_by: tuple[str, ...] = ()
 
     @property
     def denials(self) -> tuple[Finding, ...]:
@@ -75,7 +77,7 @@ class Decision:
 
     @property
     def rules_fired(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(f.id for f in self.findings))
+        return tuple(dict.fromkeys([*(f.id for f in self.findings), *self.mutated_by]))
 
 
 def decide(
@@ -85,9 +87,16 @@ def decide(
     mutated: Mapping[str, Any] | None,
     notices: Sequence[str] = (),
     extra_warnings: Sequence[str] = (),
+    mutated_by: Sequence[str] = (),
 ) -> Decision:
     if not findings and not extra_warnings:
-        return Decision(allowed=True, patch=tuple(patch), notices=tuple(notices), mutated=mutated)
+        return Decision(
+            allowed=True,
+            patch=tuple(patch),
+            notices=tuple(notices),
+            mutated=mutated,
+            mutated_by=tuple(mutated_by),
+        )
     unique = tuple(dict.fromkeys(findings))
     warnings = [f.warning for f in unique if f.action == "warn"]
     warnings.extend(shorten(w) for w in extra_warnings)
@@ -100,4 +109,5 @@ def decide(
         patch=tuple(patch),
         notices=tuple(notices),
         mutated=mutated,
+        mutated_by=tuple(mutated_by),
     )

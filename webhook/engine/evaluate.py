@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +43,9 @@ from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
 from webhook.engine.patch import Editor, lookup
-from webhook.engine.policy import Policy, Rule
+from webhook.engine.policy import Mutations, Policy, Rule
 from webhook.engine.selectors import dig
+from webhook.engine.workloads import Path as WorkloadPath
 from webhook.engine.workloads import PodTemplate
 
 
@@ -78,6 +80,7 @@ class InventoryView:
 
 
 NO_INVENTORY = InventoryView(None)
+NO_INVENTORY_NOTICE = "capacity checks skipped: no node inventory given"
 # Top-level metadata that ``evaluate`` never reads: replicas of one workload differ only
 # here, so callers may treat objects equal but for these as the same question
 # (``webhook.admission.memo``). tests/engine/test_properties.py holds the engine to it.
@@ -140,6 +143,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     )
     editor = Editor(obj)
     findings: list[Finding] = []
+    mutated_by: dict[str, None] = {}
     notices: list[str] = []
     per_pod: list[tuple[PodTemplate, PodGPUs]] = []
     classes: list[tuple[str, ...]] = []
@@ -155,6 +159,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
             editor=editor,
             findings=findings,
             context=context,
+            mutated_by=mutated_by,
         )
         per_pod.append((template, pod))
         classes.append(claims.gpu_classes)
@@ -167,7 +172,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         if inventory.problem:
             _inventory_unavailable(inventory.problem, policy, findings, warnings)
         elif snapshot is None:
-            notices.append("capacity checks skipped: no node inventory given")
+            notices.append(NO_INVENTORY_NOTICE)
         else:
             findings.extend(_workload_findings(per_pod, snapshot, policy))
     findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
@@ -177,6 +182,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         mutated=editor.doc,
         notices=tuple(dict.fromkeys(notices)),
         extra_warnings=warnings,
+        mutated_by=list(mutated_by),
     )
 
 
@@ -187,6 +193,40 @@ class _Context:
     kind: str
     daemon: bool
     runtime_classes: frozenset[str] | None
+
+
+def _repair_requests_only(
+    editor: Editor, spec_path: WorkloadPath, pod: PodGPUs
+) -> Iterator[Finding]:
+    """Copy a GPU request into limits (GPUSettings ``repair``), saying so as a warning."""
+    for container, problem in pod.problems:
+        if problem.check == "requestsWithoutLimits":
+            repair_requests_only(editor, spec_path, container, problem.resource)
+            yield Finding(
+                "builtin",
+                "requestsWithoutLimits",
+                "warn",
+                f'container "{container.name}" requested {problem.resource} without a '
+                "limit; the request was copied into limits. Set the limit yourself.",
+                f'container "{container.name}": {problem.resource} limit set from request',
+                ".".join(map(str, (*spec_path, *container.path))),
+            )
+
+
+def _places_access(mutations: Mutations) -> bool:
+    return mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None
+
+
+@contextmanager
+def _crediting(
+    editor: Editor, mutated_by: dict[str, None], rules: Sequence[Rule]
+) -> Iterator[None]:
+    """Name ``rules`` as mutators when the block adds patch operations (for the log line)."""
+    before = len(editor.ops)
+    yield
+    if len(editor.ops) > before:
+        for rule in rules:
+            mutated_by[f"{rule.name}/mutate"] = None
 
 
 def _unchanged(request: Request, template: PodTemplate) -> bool:
@@ -240,6 +280,7 @@ def _evaluate_template(
     editor: Editor,
     findings: list[Finding],
     context: _Context,
+    mutated_by: dict[str, None],
 ) -> tuple[PodGPUs, PodClaims]:
     settings = policy.settings
     spec_path = template.spec_path
@@ -263,7 +304,8 @@ def _evaluate_template(
     for rule in rules:
         mutations = rule.mutations
         if mutations.places:
-            apply_placement(editor, spec_path, mutations)
+            with _crediting(editor, mutated_by, [rule]):
+                apply_placement(editor, spec_path, mutations)
         if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
             places_access = True
         if mutations.hide_gpus == "gpuNodes":
@@ -278,42 +320,34 @@ def _evaluate_template(
         asks=pod_asks_for_gpu(pod),
     )
     if places_access:
-        findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
+        with _crediting(editor, mutated_by, [r for r in rules if _places_access(r.mutations)]):
+            findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
     if settings.actions.get("requestsWithoutLimits") == "repair":
-        for container, problem in pod.problems:
-            if problem.check == "requestsWithoutLimits":
-                repair_requests_only(editor, spec_path, container, problem.resource)
-                findings.append(
-                    Finding(
-                        "builtin",
-                        "requestsWithoutLimits",
-                        "warn",
-                        f'container "{container.name}" requested {problem.resource} without a '
-                        "limit; the request was copied into limits. Set the limit yourself.",
-                        f'container "{container.name}": {problem.resource} limit set from request',
-                        ".".join(map(str, (*spec_path, *container.path))),
-                    )
-                )
+        findings.extend(_repair_requests_only(editor, spec_path, pod))
     exempt = access.exempt
     for rule in rules:
         mutations = without_exempt(rule.mutations, exempt) if exempt else rule.mutations
-        findings.extend(
-            apply_containers(
-                editor,
-                spec_path,
-                pod,
-                mutations,
-                inventory=snapshot,
-                rule=rule.name,
-                gpus=settings.gpu_resources,
-                claim_holders=claims.holders,
+        with _crediting(editor, mutated_by, [rule]):
+            findings.extend(
+                apply_containers(
+                    editor,
+                    spec_path,
+                    pod,
+                    mutations,
+                    inventory=snapshot,
+                    rule=rule.name,
+                    gpus=settings.gpu_resources,
+                    claim_holders=claims.holders,
+                )
             )
-        )
     # Container mutations and hiding leave the placement as it is: read it once.
     placement = Placement.of(editor.get(spec_path))
     reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
     if hides_on_gpu_nodes:
-        hide_on_gpu_nodes(editor, access, reach=reach)
+        with _crediting(
+            editor, mutated_by, [r for r in rules if r.mutations.hide_gpus == "gpuNodes"]
+        ):
+            hide_on_gpu_nodes(editor, access, reach=reach)
     spec = editor.get(spec_path)
     scope = Scope(
         where=".".join(map(str, spec_path)),
@@ -327,13 +361,7 @@ def _evaluate_template(
         else None,
         kind=context.kind,
     )
-    if pod.problems:
-        findings.extend(quantity_findings(scope, settings))
-    # A pod that fits some class has no unknown resource either: nothing to report.
-    if snapshot is not None and scope.fit is not None and not scope.fit.fitting:
-        findings.extend(capacity_findings(scope, snapshot, settings))
-    if pod.crowded and not whole_gpus(scope):
-        findings.extend(device_findings(scope, snapshot, settings))
+    findings.extend(_gpu_findings(scope, snapshot))
     if claims.claims and view.devices is not None and not view.problem:
         findings.extend(
             claim_findings(
@@ -360,6 +388,20 @@ def _evaluate_template(
             runtime_class_findings(editor, access, rules, settings=settings, known=known)
         )
     return pod, claims
+
+
+def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
+    """The built-in checks of the pod's GPU quantities, capacity and units."""
+    pod, settings = scope.pod, scope.settings
+    found: list[Finding] = []
+    if pod.problems:
+        found.extend(quantity_findings(scope, settings))
+    # A pod that fits some class has no unknown resource either: nothing to report.
+    if snapshot is not None and scope.fit is not None and not scope.fit.fitting:
+        found.extend(capacity_findings(scope, snapshot, settings))
+    if pod.crowded and not whole_gpus(scope):
+        found.extend(device_findings(scope, snapshot, settings))
+    return found
 
 
 def _inventory_unavailable(

@@ -24,6 +24,9 @@ class QuantityProblem:
     detail: str
     request: Fraction | None = None
     limit: Fraction | None = None
+    # As the user wrote them ("0.5", not "500m"): messages quote the spec back.
+    request_text: str = ""
+    limit_text: str = ""
 
 
 @dataclass(slots=True)
@@ -176,24 +179,50 @@ def _read(container: Container, name: str, raw_request: object, raw_limit: objec
     if amount is None:
         return
     problems = container.problems
+    said_request, said_limit = _spelled(raw_request), _spelled(raw_limit)
     if request is not None and limit is None:
-        problems.append(QuantityProblem("requestsWithoutLimits", name, "", request=request))
+        problems.append(
+            QuantityProblem(
+                "requestsWithoutLimits", name, "", request=request, request_text=said_request
+            )
+        )
     elif request is not None and limit is not None and request != limit:
         problems.append(
-            QuantityProblem("requestsNotEqualLimits", name, "", request=request, limit=limit)
+            QuantityProblem(
+                "requestsNotEqualLimits",
+                name,
+                "",
+                request=request,
+                limit=limit,
+                request_text=said_request,
+                limit_text=said_limit,
+            )
         )
     # Fractions hash slowly: a tuple, not a set, of the one or two distinct values.
-    values = (limit,) if request is None or request == limit else (request, limit)
-    for value in values:
+    values = (
+        ((limit, raw_limit),)
+        if request is None or request == limit
+        else ((request, raw_request), (limit, raw_limit))
+    )
+    for value, raw in values:
         if value is None:
             continue
+        text = _spelled(raw)
         if value < 0:
-            problems.append(QuantityProblem("negativeQuantity", name, "", request=value))
+            problems.append(
+                QuantityProblem("negativeQuantity", name, "", request=value, request_text=text)
+            )
         elif value.denominator != 1:
-            problems.append(QuantityProblem("fractionalQuantity", name, "", request=value))
+            problems.append(
+                QuantityProblem("fractionalQuantity", name, "", request=value, request_text=text)
+            )
     if amount > 0:
         # A fractional request still reserves at least that share: round up for capacity.
         container.gpus[name] = -(-amount.numerator // amount.denominator)
+
+
+def _spelled(raw: object) -> str:
+    return "" if raw is None else str(raw)
 
 
 def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources, singles: tuple[str, ...] = ()) -> PodGPUs:

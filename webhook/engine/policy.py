@@ -8,6 +8,7 @@ and reports it with the document and field path.
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,7 +65,8 @@ class DocumentRef:
     name: str
 
     def __str__(self) -> str:
-        return f"{self.source}: doc {self.index} ({self.kind} {self.name})"
+        named = f"{self.kind} {self.name}" if self.name else f"{self.kind}, no metadata.name"
+        return f"{self.source}: doc {self.index} ({named})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,7 +405,9 @@ def _bytes(value: object, ref: DocumentRef, path: str, problems: list[PolicyProb
     try:
         amount = parse_quantity(value)
     except QuantityError:
-        problems.append(PolicyProblem(ref, path, f"{value!r} is not a Kubernetes quantity"))
+        problems.append(
+            PolicyProblem(ref, path, f"{json.dumps(value)} is not a Kubernetes quantity")
+        )
         return 0
     if amount <= 0:
         problems.append(PolicyProblem(ref, path, "must be more than zero"))
@@ -508,7 +512,9 @@ def _compile_pool(ref: DocumentRef, spec: Mapping[str, Any], problems: list[Poli
             amount = parse_quantity(raw)
         except QuantityError:
             problems.append(
-                PolicyProblem(ref, f"spec.allocatable[{name}]", f"{raw!r} is not a quantity")
+                PolicyProblem(
+                    ref, f"spec.allocatable[{name}]", f"{json.dumps(raw)} is not a quantity"
+                )
             )
             continue
         allocatable[name] = int(amount * 1000) if name == "cpu" else int(amount)
@@ -594,7 +600,7 @@ def _conflicts(rules: Sequence[Rule]) -> list[PolicyProblem]:
                         PolicyProblem(
                             second.document,
                             path,
-                            f"conflicts with rule {first.name!r} ({first.document}), which "
+                            f'conflicts with rule "{first.name}" ({first.document}), which '
                             "writes a different value for pods both rules match; make the "
                             "values equal or the matches disjoint",
                         )

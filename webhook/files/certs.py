@@ -158,11 +158,16 @@ DEV_DAYS = 30
 
 def ensure_dev(directory: Path, *, now: dt.datetime | None = None) -> Path:
     """Throwaway certificates for ``gpu-webhook serve --dev``: a CA and a serving pair for
-    localhost, made anew when missing, unreadable or within a day of expiry. Not for
-    clusters (``certs generate`` and ``certs install`` are)."""
+    localhost, made anew when missing, unreadable, not a valid pair for localhost or within
+    a day of expiry. Not for clusters (``certs generate`` and ``certs install`` are)."""
     moment = now or dt.datetime.now(dt.UTC)
     try:
-        fresh = not expires_within(read(directory), dt.timedelta(days=1), moment)
+        pair = read(directory)
+        # Anything else written over them (another service's pair) is replaced too.
+        fresh = (
+            not expires_within(pair, dt.timedelta(days=1), moment)
+            and not inspect(pair, required=DEV_HOSTS, now=moment).problems
+        )
     except (CertError, ValueError):
         fresh = False
     if not fresh:

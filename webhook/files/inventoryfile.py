@@ -8,14 +8,16 @@ class the cluster lacks is a finding, as with a live inventory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.devices import DeviceInventory, is_dra_object
 from webhook.engine.evaluate import InventoryView
 from webhook.engine.inventory import Inventory, node_from_json
-from webhook.files.manifests import ManifestError, load_manifests
+from webhook.engine.quantity import QuantityError, parse_quantity
+from webhook.files.manifests import Document, ManifestError, load_manifests
 
 RUNTIME_CLASS = "RuntimeClass"
 
@@ -57,7 +59,11 @@ def load_inventory_file(path: str) -> InventoryFile:
     docs, errors = load_manifests([path])
     if errors:
         raise InventoryFileError(errors)
-    nodes = [node_from_json(d.obj) for d in docs if d.obj.get("kind") == "Node"]
+    nodes_docs = [d for d in docs if d.obj.get("kind") == "Node"]
+    bad = [problem for d in nodes_docs for problem in _quantity_problems(d, path)]
+    if bad:
+        raise InventoryFileError(bad)
+    nodes = [node_from_json(d.obj) for d in nodes_docs]
     if not nodes:
         raise InventoryFileError([ManifestError(path, "holds no Node objects")])
     dra: list[Mapping[str, Any]] = [d.obj for d in docs if is_dra_object(d.obj)]
@@ -90,3 +96,27 @@ def load_inventory_file(path: str) -> InventoryFile:
     return InventoryFile(
         Inventory(nodes, source=path), devices, frozenset(names) if names else None
     )
+
+
+def _quantity_problems(doc: Document, path: str) -> Iterator[ManifestError]:
+    """Resource amounts that are not quantities. The reader would drop them, and a node
+    whose GPU count is "eight" would pass for a node without GPUs."""
+    meta = doc.obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    status = doc.obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    for field in ("allocatable", "capacity"):
+        amounts: Any = status.get(field)
+        if not isinstance(amounts, Mapping):
+            continue
+        for resource, raw in amounts.items():
+            if resource not in ("cpu", "memory") and "/" not in str(resource):
+                continue
+            try:
+                parse_quantity(raw)
+            except QuantityError:
+                yield ManifestError(
+                    path,
+                    f'node {name or f"#{doc.index}"}: status.{field}["{resource}"] is '
+                    f'{json.dumps(raw)}, not a quantity (kubectl prints numbers such as "8")',
+                )

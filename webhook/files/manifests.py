@@ -39,7 +39,25 @@ class ManifestError:
 
 
 class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader):  # type: ignore[misc]
-    """Safe loading, with timestamps left as the strings Kubernetes keeps them as."""
+    """Safe loading, with timestamps left as the strings Kubernetes keeps them as, and
+    duplicate keys refused as kubectl refuses them (sigs.k8s.io/yaml is strict: "mapping
+    key ... already defined"), where PyYAML would keep the last one silently."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[str, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            first = seen.setdefault(key_node.value, key_node.start_mark)
+            if first is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f'key "{key_node.value}" appears twice (first on line {first.line + 1})',
+                    key_node.start_mark,
+                )
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -48,12 +66,27 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def parse_text(text: str, source: str) -> tuple[list[Document], list[ManifestError]]:
     """All objects in ``text``; ``List`` kinds are expanded into their items."""
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
-            loaded: list[object] = [json.loads(text)]
+            loaded: list[object] = [json.loads(text, object_pairs_hook=_unique_keys)]
+        except _DuplicateKey as exc:
+            return [], [ManifestError(source, f'key "{exc.args[0]}" appears twice in an object')]
         except json.JSONDecodeError as exc:
             # JSON is YAML: fall through so that YAML-ish files starting with { still load.
             if stripped.startswith("{") and not _looks_like_yaml(text):

@@ -6,10 +6,12 @@ broken edit never replaces rules that work (``RuleStore`` keeps the last good se
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,8 @@ from webhook.engine.policy import (
 from webhook.engine.schema import API_VERSION, DOCUMENT_KINDS
 from webhook.files.manifests import parse_text, read_source
 
-RULE_SUFFIXES = (".yaml", ".yml")
+# JSON is read too: it is YAML, and a file silently skipped would be a rule not in force.
+RULE_SUFFIXES = (".yaml", ".yml", ".json")
 _VALIDATORS = {kind: Draft202012Validator(schema) for kind, schema in DOCUMENT_KINDS.items()}
 
 
@@ -39,25 +42,111 @@ def _field_path(error: ValidationError) -> str:
     return out
 
 
+_TYPES = {
+    "integer": "a whole number",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a map of fields",
+}
+_CHECK_OPTIONS = ("action", "message")
+
+
+def _shown(value: object) -> str:
+    """A value as the user wrote it in YAML, never as a Python repr."""
+    if isinstance(value, Mapping):
+        return "a map" if not value else f"a map ({', '.join(map(str, value))})"
+    if isinstance(value, list):
+        return "a list"
+    return json.dumps(value)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean "x"?)' for the closest choice, case first, or nothing."""
+    options = list(choices)
+    folded = [c for c in options if c.lower() == word.lower()]
+    close = folded or difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
 def _explain(error: ValidationError) -> str:
     schema: Any = error.schema
     instance: Any = error.instance
+    expected: Any = error.validator_value
     if error.validator == "additionalProperties":
-        extra = sorted(set(instance) - set(schema.get("properties", {})))
-        allowed = ", ".join(sorted(schema.get("properties", {})))
-        return f"unknown field {', '.join(map(repr, extra))} (allowed: {allowed})"
-    choices: Any = error.validator_value
-    if error.validator == "oneOf" and all(set(c) == {"required"} for c in choices):
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(set(instance) - set(allowed), key=str)
+        unknown = "; ".join(f'unknown field "{e}"{did_you_mean(str(e), allowed)}' for e in extra)
+        return f"{unknown}; the fields: {', '.join(allowed)}"
+    if error.validator == "oneOf" and all(set(c) == {"required"} for c in expected):
         # A choice of one field among several (memoryLimit's fixed, perGPU, inventoryShare).
-        fields = ", ".join(name for c in choices for name in c["required"])
-        return f"set exactly one of {fields}"
-    if error.validator == "oneOf" and isinstance(error.instance, Mapping):
-        names = [k for k in error.instance if k not in ("action", "message")]
-        return f"unknown or ambiguous check {', '.join(names) or '(none)'}"
+        names = [name for c in expected for name in c["required"]]
+        given = [name for name in names if name in instance]
+        if len(given) > 1:
+            return f"{' and '.join(given)} conflict: give only one of {', '.join(names)}"
+        return f"give one of {', '.join(names)}"
+    if error.validator == "oneOf" and isinstance(instance, Mapping):
+        checks = {next(iter(s.get("required", ["?"]))): s for s in expected}
+        return _explain_check(instance, checks)
     if error.validator == "enum":
-        allowed_values: Any = error.validator_value
-        return f"{instance!r} is not one of {', '.join(map(str, allowed_values))}"
+        choices = [str(c) for c in expected]
+        hint = did_you_mean(instance, choices) if isinstance(instance, str) else ""
+        return f"{_shown(instance)} is not one of {', '.join(choices)}{hint}"
+    if error.validator == "const":
+        return f"must be {_shown(expected)}, not {_shown(instance)}"
+    if error.validator == "type":
+        wanted = [str(t) for t in (expected if isinstance(expected, list) else [expected])]
+        return f"{_shown(instance)} is not {' or '.join(_TYPES.get(t, t) for t in wanted)}"
+    if error.validator == "minimum":
+        return f"must be {expected} or more, not {_shown(instance)}"
+    if error.validator == "maximum":
+        return f"must be {expected} or less, not {_shown(instance)}"
+    if error.validator == "maxProperties" and isinstance(instance, Mapping):
+        fields = ", ".join(schema.get("properties", {}))
+        given = " and ".join(sorted(map(str, instance)))
+        return f"{given} conflict: give only one of {fields}"
+    if error.validator == "minProperties":
+        return f"give one of {', '.join(schema.get('properties', {}))}"
+    if error.validator == "minItems":
+        return "must not be an empty list"
+    if error.validator == "minLength":
+        return "must not be empty"
+    if error.validator == "pattern":
+        return f"{_shown(instance)} is not a valid name (lower-case letters, digits, - and .)"
     return error.message
+
+
+def _explain_check(entry: Mapping[str, Any], checks: Mapping[str, Any]) -> str:
+    """One entry of ``validate``: which check is wrong and how, not just that none fits."""
+    names = [str(k) for k in entry if k not in _CHECK_OPTIONS]
+    listing = f"the checks: {', '.join(checks)}"
+    if not names:
+        return f"no check in this entry; {listing}"
+    unknown = [n for n in names if n not in checks]
+    if unknown:
+        return (
+            "; ".join(f'unknown check "{n}"{did_you_mean(n, checks)}' for n in unknown)
+            + f"; {listing}"
+        )
+    if len(names) > 1:
+        return f"{' and '.join(names)} are two checks in one entry: give each its own entry"
+    problems = Draft202012Validator(checks[names[0]]).iter_errors(entry)
+    return "; ".join(
+        f"{_field_path(e)}: {_explain(e)}" if _field_path(e) else _explain(e)
+        for e in sorted(problems, key=lambda e: list(map(str, e.absolute_path)))
+    )
+
+
+def _problem(error: ValidationError, ref: DocumentRef) -> PolicyProblem:
+    path = _field_path(error)
+    if error.validator == "required" and isinstance(error.instance, Mapping):
+        required: Any = error.validator_value
+        missing = [str(r) for r in required if r not in error.instance]
+        if missing:
+            where = f"{path}.{missing[0]}" if path else missing[0]
+            return PolicyProblem(ref, where, "missing")
+    return PolicyProblem(ref, path, _explain(error))
 
 
 def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyProblem]:
@@ -67,11 +156,14 @@ def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyPro
     if validator is None:
         return [PolicyProblem(ref, "kind", f"must be one of {', '.join(DOCUMENT_KINDS)}")]
     errors = sorted(validator.iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))
-    return [PolicyProblem(ref, _field_path(e), _explain(e)) for e in errors]
+    return [_problem(e, ref) for e in errors]
 
 
 def rule_file_paths(directory: str) -> list[Path]:
+    """The rule files of a directory, or the one file given."""
     root = Path(directory)
+    if root.is_file():
+        return [root]
     # Kubernetes mounts ConfigMaps with hidden ..data/..timestamp entries: skip dot names.
     return sorted(
         p
@@ -90,6 +182,10 @@ def read_documents(directory: str) -> tuple[list[RuleDocument], list[PolicyProbl
     except NotADirectoryError:
         return [], [PolicyProblem(None, "", f"{directory}: not a directory")]
     for path in paths:
+        if path.suffix not in RULE_SUFFIXES:
+            suffixes = ", ".join(RULE_SUFFIXES)
+            problems.append(PolicyProblem(None, "", f"{path}: not a rule file ({suffixes})"))
+            continue
         text, error = read_source(str(path))
         if error is not None or text is None:
             problems.append(PolicyProblem(None, "", str(error)))
@@ -99,7 +195,13 @@ def read_documents(directory: str) -> tuple[list[RuleDocument], list[PolicyProbl
         for doc in docs:
             meta = doc.obj.get("metadata")
             name = meta.get("name") if isinstance(meta, Mapping) else None
-            ref = DocumentRef(str(path), doc.index, str(doc.obj.get("kind", "?")), str(name))
+            kind = doc.obj.get("kind")
+            ref = DocumentRef(
+                str(path),
+                doc.index,
+                kind if isinstance(kind, str) and kind else "no kind",
+                name if isinstance(name, str) else "",
+            )
             found = schema_problems(doc.obj, ref)
             problems.extend(found)
             if not found:

@@ -13,6 +13,7 @@ from typing import Any
 
 from webhook.engine.gpufacts import gpu_facts
 from webhook.engine.inventory import Inventory, Node
+from webhook.reports.wording import counted
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
@@ -166,7 +167,7 @@ def summarize(inventory: Inventory) -> InventoryReport:
 def render_text(report: InventoryReport) -> str:
     version = f" at resource version {report.resource_version}" if report.resource_version else ""
     lines = [
-        f"{report.nodes} nodes from {report.source}{version}: "
+        f"{counted(report.nodes, 'node')} from {report.source}{version}: "
         f"{report.nodes - len(report.not_ready)} ready, {len(report.not_ready)} not ready, "
         f"{len(report.cordoned)} cordoned",
         "",

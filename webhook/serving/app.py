@@ -19,6 +19,8 @@ from webhook.admission.response import Answer
 from webhook.admission.review import MAX_BODY_BYTES, ReviewError, parse_review, read_uid
 from webhook.admission.service import AdmissionService
 from webhook.serving import metrics
+from webhook.serving.config import multiprocess_dir
+from webhook.serving.health import readiness
 from webhook.serving.logs import review_line
 
 JSON = "application/json"
@@ -43,8 +45,14 @@ def create_app(service: AdmissionService, *, max_body: int = MAX_BODY_BYTES) -> 
 
     @app.get("/readyz")
     def readyz() -> Response:
-        ready, why = service.ready()
-        return Response(f"{why}\n", status=200 if ready else 503, mimetype="text/plain")
+        # Under the server: every worker's word, as the health port gives it; alone (tests,
+        # an embedding app): this service's.
+        if multiprocess_dir() is not None:
+            code, body = readiness(metrics.all_workers_ready())
+        else:
+            ready, why = service.ready()
+            code, body = readiness(ready, "" if ready else why)
+        return Response(body, status=code, mimetype="text/plain")
 
     @app.get("/metrics")
     def metrics_page() -> Response:

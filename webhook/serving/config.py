@@ -20,6 +20,7 @@ FailureMode = Literal["allow", "deny"]
 ENVIRONMENT = {
     "port": "GPU_WEBHOOK_PORT",
     "health_port": "GPU_WEBHOOK_HEALTH_PORT",
+    "host": "GPU_WEBHOOK_HOST",
     "cert_dir": "GPU_WEBHOOK_CERT_DIR",
     "rules": "GPU_WEBHOOK_RULES",
     "inventory": "GPU_WEBHOOK_INVENTORY",
@@ -34,6 +35,7 @@ ENVIRONMENT = {
 DEFAULTS: dict[str, str] = {
     "port": "8443",
     "health_port": "8080",
+    "host": "0.0.0.0",
     "cert_dir": "/etc/gpu-webhook/tls",
     "rules": "rules",
     "workers": "2",

@@ -11,7 +11,16 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from webhook.admission.service import NOT_SYNCED
 from webhook.serving import metrics
+
+
+def readiness(ready: bool | None, reason: str = "") -> tuple[int, str]:
+    """What ``/readyz`` answers, the same on the health port and the TLS port."""
+    if ready:
+        return 200, "ready\n"
+    why = reason or ("workers starting" if ready is None else NOT_SYNCED)
+    return 503, f"not ready: {why}\n"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -23,12 +32,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/healthz":
             self._send(200, b"ok\n")
         elif path == "/readyz":
-            ready = metrics.all_workers_ready()
-            if ready:
-                self._send(200, b"ready\n")
-            else:
-                reason = b"workers starting\n" if ready is None else b"a worker is not ready\n"
-                self._send(503, reason)
+            code, text = readiness(metrics.all_workers_ready())
+            self._send(code, text.encode())
         elif path == "/metrics":
             body, content_type = metrics.exposition()
             self._send(200, body, content_type)
