@@ -81,11 +81,11 @@ def _explain(error: ValidationError) -> str:
         return f"{unknown}; the fields: {', '.join(allowed)}"
     if error.validator == "oneOf" and all(set(c) == {"required"} for c in expected):
         # A choice of one field among several (memoryLimit's fixed, perGPU, inventoryShare).
-        names = [name for c in expected for name in c["required"]]
-        given = [name for name in names if name in instance]
-        if len(given) > 1:
-            return f"{' and '.join(given)} conflict: give only one of {', '.join(names)}"
-        return f"give one of {', '.join(names)}"
+        modes = [name for c in expected for name in c["required"]]
+        chosen = [name for name in modes if name in instance]
+        if len(chosen) > 1:
+            return f"{' and '.join(chosen)} conflict: give only one of {', '.join(modes)}"
+        return f"give one of {', '.join(modes)}"
     if error.validator == "oneOf" and isinstance(instance, Mapping):
         checks = {next(iter(s.get("required", ["?"]))): s for s in expected}
         return _explain_check(instance, checks)
