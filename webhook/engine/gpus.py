@@ -38,21 +38,16 @@ class Container:
     sidecar: bool
     gpus: dict[str, int] = field(default_factory=dict)
     problems: list[QuantityProblem] = field(default_factory=list)
+    # cpu (millicores) and memory (bytes) requests as the scheduler counts them
+    # (``fit.requests_of``), read while the container's resources are at hand.
+    cpu: int = 0
+    memory: int = 0
     # A memory limit this webhook sets where no request is: Kubernetes copies it there.
     memory_set: int | None = None
 
     @property
     def requests(self) -> tuple[int, int]:
-        """cpu (millicores) and memory (bytes) requests, as the scheduler counts them
-        (``fit.requests_of``); read only when an inventory is asked about the pod."""
-        resources = self.body.get("resources")
-        if isinstance(resources, dict):
-            cpu, memory = requests_of(
-                _section(resources, "requests"), _section(resources, "limits")
-            )
-        else:
-            cpu = memory = 0
-        return cpu, memory if self.memory_set is None else self.memory_set
+        return self.cpu, self.memory if self.memory_set is None else self.memory_set
 
     @property
     def path(self) -> Path:
@@ -136,12 +131,15 @@ def _container(
     resources = body.get("resources")
     resources = resources if isinstance(resources, dict) else {}
     requests, limits = _section(resources, "requests"), _section(resources, "limits")
+    cpu, memory = requests_of(requests, limits) if requests or limits else (0, 0)
     container = Container(
-        section=section,
-        index=index,
-        name=str(body.get("name", "")),
-        body=body,
-        sidecar=section == "initContainers" and body.get("restartPolicy") == "Always",
+        section,
+        index,
+        str(body.get("name", "")),
+        body,
+        section == "initContainers" and body.get("restartPolicy") == "Always",
+        cpu=cpu,
+        memory=memory,
     )
     names = [n for n in (*requests, *limits) if gpus.is_gpu(n)]
     for name in dict.fromkeys(names):
