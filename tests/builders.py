@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import uuid
 from pathlib import Path
@@ -103,3 +104,12 @@ def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
 def patched(obj: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = jsonpatch.apply_patch(obj, decoded_patch(response))
     return result
+
+
+def billion_laughs(levels: int = 9) -> str:
+    """YAML whose aliases nest to expand a few lines into 9**levels strings."""
+    text = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    names = "abcdefghijklmnop"[:levels]
+    for previous, name in itertools.pairwise(names):
+        text += f"{name}: &{name} [{','.join([f'*{previous}'] * 9)}]\n"
+    return text

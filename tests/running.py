@@ -10,6 +10,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -164,6 +165,30 @@ class Server:
         self.clients.append(conn)
         return conn
 
+    def workers(self) -> list[int]:
+        """The master's children that are gunicorn workers (the watcher is not forked)."""
+        return workers_of(self.process.pid)
+
+    def serving_workers(self) -> int:
+        """How many workers have logged that they accept connections, since the start."""
+        return self.log.read_text().count("is accepting connections")
+
+    def wait_for_fresh_workers(self, gone: set[int], count: int, timeout: float = 40.0) -> None:
+        """Until ``count`` workers run that are not in ``gone`` and all of them accept."""
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.process.poll() is None, f"the master exited:\n{self.log.read_text()}"
+            now = set(self.workers())
+            fresh = now - gone
+            if len(now) == count and len(fresh) == count and self._accepting(fresh):
+                return
+            assert time.monotonic() < deadline, f"no fresh workers:\n{self.log.read_text()}"
+            time.sleep(0.1)
+
+    def _accepting(self, pids: set[int]) -> bool:
+        text = self.log.read_text()
+        return all(f"worker {pid} is accepting connections" in text for pid in pids)
+
     def stop(self) -> int:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -189,3 +214,89 @@ def post(
         return reply.status, json.loads(raw)
     except ValueError:
         return reply.status, raw.decode(errors="replace")
+
+
+def workers_of(master: int) -> list[int]:
+    """Children of ``master``, from /proc."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == master:
+                children.append(int(entry.name))
+    return children
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wait_until(condition: Any, *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
+
+
+class Load:
+    """Reviews sent without pause from a few threads, each on its own kept-alive connection:
+    ``answers`` (allowed or not), ``failures`` (answers other than 200) and ``errors``
+    (connections lost, reconnected)."""
+
+    def __init__(self, server: Server, body: Any, threads: int = 3) -> None:
+        self.server = server
+        self.body = body
+        self.answers: list[bool] = []
+        self.failures: list[str] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def _run(self) -> None:
+        conn = self.server.connection()
+        while not self._stop.is_set():
+            try:
+                status, answer = post(conn, "/mutate", self.body)
+            except (OSError, http.client.HTTPException) as error:
+                self.errors.append(repr(error))
+                conn = self.server.connection()
+                continue
+            if status != 200:
+                self.failures.append(f"{status}: {answer}")
+            else:
+                self.answers.append(answer["response"]["allowed"])
+
+    def wait_for(self, allowed: bool, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.answers[-6:] == [allowed] * 6:
+                return True
+            time.sleep(0.05)
+        return False

@@ -4,7 +4,6 @@ import json
 import re
 import signal
 import ssl
-import threading
 import time
 import warnings
 
@@ -21,7 +20,7 @@ from tests.builders import (
     review,
 )
 from tests.rulesets import quota
-from tests.running import Server, mount, post
+from tests.running import Load, Server, mount, post
 from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.review import MAX_BODY_BYTES, parse_review
 from webhook.admission.service import AdmissionService
@@ -255,50 +254,6 @@ def mounted(tmp_path):
     assert running.stop() == 0, running.log.read_text()
 
 
-class Load:
-    """Reviews sent without pause from a few threads, each on its own kept-alive connection."""
-
-    def __init__(self, server, body, threads=3):
-        self.server = server
-        self.body = body
-        self.answers = []
-        self.failures = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
-
-    def __enter__(self):
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
-
-    def _run(self):
-        conn = self.server.connection()
-        while not self._stop.is_set():
-            try:
-                status, answer = post(conn, "/mutate", self.body)
-            except OSError as error:
-                self.failures.append(repr(error))
-                conn = self.server.connection()
-                continue
-            if status != 200:
-                self.failures.append(f"{status}: {answer}")
-            else:
-                self.answers.append(answer["response"]["allowed"])
-
-    def wait_for(self, allowed, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.answers[-6:] == [allowed] * 6:
-                return True
-            time.sleep(0.05)
-        return False
-
-
 def test_rules_swapped_in_like_a_configmap_take_effect_under_load_without_a_failed_request(
     mounted,
 ):
@@ -322,6 +277,7 @@ def test_rules_swapped_in_like_a_configmap_take_effect_under_load_without_a_fail
         assert load.wait_for(False), "a broken set replaced the last good rules"
 
     assert load.failures == []
+    assert load.errors == []
     assert len(load.answers) > 50
     assert 'gpu_webhook_rule_reloads_total{result="failure"}' in server.health("/metrics")[1]
     log = server.log.read_text()
@@ -345,6 +301,7 @@ def test_a_rotated_certificate_is_served_to_new_connections_without_failing_any_
         assert post(old_conn, "/mutate", review(pod()))[0] == 200
 
     assert load.failures == []
+    assert load.errors == []
 
 
 # --- the command line ----------------------------------------------------------------------

@@ -403,6 +403,11 @@ def test_the_network_policy_admits_the_api_server_and_probes_to_the_server(name)
     assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
     allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     assert allowed == {8443, 8080}
+    for rule in policy["spec"]["ingress"]:
+        ports = {p["port"] for p in rule["ports"]}
+        if 8080 in ports:  # metrics and probes: never from any pod of the cluster
+            assert ports == {8080}
+            assert rule.get("from"), "8080 is open to every pod"
     service = one(objs, "Service")
     assert label_selector_matches({"matchLabels": service["spec"]["selector"]}, labels)
 

@@ -50,3 +50,49 @@ def test_bytes_format_with_the_largest_whole_binary_suffix() -> None:
     assert format_bytes(64 * 2**30) == "64Gi"
     assert format_bytes(1536 * 2**20) == "1536Mi"
     assert format_bytes(1000) == "1000"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param("1e20000000", id="huge-exponent"),
+        pytest.param("9223372036854775808", id="one-past-int64"),
+        pytest.param("8Ei", id="binary-past-int64"),
+        pytest.param(10**30, id="yaml-int"),
+        pytest.param(1e300, id="yaml-float"),
+        pytest.param("1e99999999999999999999", id="exponent-past-int64"),
+        pytest.param("1" * 2000, id="too-many-digits"),
+    ],
+)
+def test_quantities_beyond_what_kubernetes_holds_are_out_of_range(raw: object) -> None:
+    with pytest.raises(QuantityError, match="out of range"):
+        parse_quantity(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param("9223372036854775807", Fraction(2**63 - 1), id="int64-max"),
+        pytest.param("1e-20000000", Fraction(1, 10**9), id="tiny-rounds-up-to-a-nano"),
+        pytest.param("-1e-30", Fraction(-1, 10**9), id="tiny-negative-rounds-away-from-zero"),
+        pytest.param("1.0000000001", Fraction(1_000_000_001, 10**9), id="past-nano-rounds-up"),
+        pytest.param("0e999999999", Fraction(0), id="zero-with-any-exponent"),
+        pytest.param("0000000000000000000000001", Fraction(1), id="leading-zeros"),
+        pytest.param("1.5Ei", Fraction(3 * 2**59), id="binary-fraction"),
+    ],
+)
+def test_quantities_round_to_a_nano_unit_as_kubernetes_does(
+    raw: object, expected: Fraction
+) -> None:
+    assert parse_quantity(raw) == expected
+
+
+def test_not_a_number_is_not_a_quantity() -> None:
+    with pytest.raises(QuantityError, match="not a quantity"):
+        parse_quantity(float("inf"))
+
+
+def test_a_long_value_is_shortened_in_the_message() -> None:
+    with pytest.raises(QuantityError) as caught:
+        parse_quantity("x" * 100_000)
+    assert len(str(caught.value)) < 100

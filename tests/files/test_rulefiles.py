@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import billion_laughs
 from webhook.engine.policy import PolicyError
 from webhook.engine.schema import rules_schema
+from webhook.files.lastgood import LastGood
 from webhook.files.rulefiles import RuleStore, load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -237,6 +239,103 @@ def test_a_configmap_symlink_swap_is_noticed(tmp_path: Path) -> None:
     (rules / "20-hide-gpus.yaml").unlink()
     assert store.reload_if_changed() is True
     assert store.current.policy.rule_names == ("nvidia-gpu-taint",)
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        pytest.param({}, id="no-files"),
+        pytest.param({"00-settings.yaml": "# emptied\n"}, id="only-comments"),
+        pytest.param({"README.md": "not a rule file"}, id="no-rule-files"),
+    ],
+)
+def test_a_directory_without_rule_documents_is_not_a_policy(tmp_path: Path, files) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    for name, text in files.items():
+        write(tmp_path, name, text)
+
+    (problem,) = problems(tmp_path)
+
+    assert "holds no rule documents" in problem
+    assert "GPUSettings" in problem
+
+
+def test_emptying_the_rules_on_disk_keeps_the_rules_in_force(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules)
+    store = RuleStore(str(rules))
+    good = store.current
+    for path in rules.iterdir():
+        path.unlink()
+
+    assert store.reload_if_changed() is False
+    assert store.current is good
+
+
+def test_one_settings_document_runs_the_built_in_checks_alone(tmp_path: Path) -> None:
+    write(tmp_path, "00.yaml", HEADER + "kind: GPUSettings\nmetadata: {name: cluster}\nspec: {}\n")
+
+    assert load_policy(str(tmp_path)).rule_names == ()
+
+
+def test_a_huge_shm_size_is_out_of_range_at_once(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "shm.yaml",
+        HEADER + "kind: GPUPolicy\nmetadata: {name: shm}\n"
+        'spec:\n  mutate:\n    shm: {sizeLimit: "1e20000000"}\n',
+    )
+
+    (problem,) = problems(tmp_path)
+
+    assert "spec.mutate.shm.sizeLimit" in problem
+    assert "out of range" in problem
+
+
+def test_a_rule_file_bomb_is_refused_by_name(tmp_path: Path) -> None:
+    write(tmp_path, "lol.yaml", billion_laughs())
+
+    (problem,) = problems(tmp_path)
+
+    assert problem.startswith(f"{tmp_path / 'lol.yaml'}: YAML aliases expand")
+
+
+def test_a_store_started_on_broken_files_serves_the_last_good_set(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules)
+    kept = LastGood(tmp_path / "last-good")
+    first = RuleStore(str(rules), last_good=kept)
+    write(rules, "10-nvidia-tolerations.yaml", "kind: [\n")
+
+    replacement = RuleStore(str(rules), last_good=kept)
+
+    assert replacement.current.policy.rule_names == first.current.policy.rule_names
+    assert replacement.reload_if_changed() is False, "the files on disk are reported broken"
+    assert "10-nvidia-tolerations.yaml" in str(replacement.last_error)
+
+
+def test_a_store_without_a_last_good_set_still_refuses_broken_files(tmp_path: Path) -> None:
+    write(tmp_path / "rules", "bad.yaml", "kind: [\n")
+
+    with pytest.raises(PolicyError):
+        RuleStore(str(tmp_path / "rules"), last_good=LastGood(tmp_path / "last-good"))
+
+
+def test_the_last_good_set_follows_good_reloads_only(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules)
+    kept = LastGood(tmp_path / "last-good")
+    store = RuleStore(str(rules), last_good=kept)
+    (rules / "20-hide-gpus.yaml").unlink()
+    assert store.reload_if_changed() is True
+    write(rules, "30-bad.yaml", "kind: [\n")
+    assert store.reload_if_changed() is False
+
+    assert kept.rules() is not None
+    shipped = sorted(p.name for p in (ROOT / "rules").glob("*.yaml"))
+    assert sorted(p.name for p in kept.rules().iterdir()) == [
+        name for name in shipped if name != "20-hide-gpus.yaml"
+    ]
 
 
 # --- GPU access control fields -------------------------------------------------------------

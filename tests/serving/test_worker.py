@@ -12,7 +12,7 @@ from gunicorn.config import Config
 from gunicorn.glogging import Logger
 
 from tests.builders import INVENTORY, RULES, pod, review
-from tests.running import Server, post
+from tests.running import Server, post, workers_of
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.serving import worker
 from webhook.serving.worker import FREE, BalancedThreadWorker, ConnectionTable
@@ -154,19 +154,6 @@ def _established_by_process(port: int, pids: list[int]) -> dict[int, int]:
     return held
 
 
-def _workers_of(master: int) -> list[int]:
-    children = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == master:
-                children.append(int(entry.name))
-    return children
-
-
 def _wait_for_workers_serving(server: Server, count: int, timeout: float = 20.0) -> None:
     """Until ``count`` workers have loaded the app: one still loading accepts nothing."""
     deadline = time.monotonic() + timeout
@@ -193,7 +180,7 @@ def test_connections_opened_together_are_spread_evenly_over_the_workers(tmp_path
             thread.start()
         for thread in threads:
             thread.join()
-        held = _established_by_process(server.port, _workers_of(server.process.pid))
+        held = _established_by_process(server.port, workers_of(server.process.pid))
     finally:
         Server.close_clients()
         assert server.stop() == 0
@@ -201,3 +188,41 @@ def test_connections_opened_together_are_spread_evenly_over_the_workers(tmp_path
     assert replies == [200] * 12
     assert sum(held.values()) == 12, held
     assert max(held.values()) - min(held.values()) <= 2, held
+
+
+HEAD = b"POST /mutate HTTP/1.1\r\nHost: x\r\n"
+
+
+@pytest.mark.parametrize(
+    ("data", "end"),
+    [
+        pytest.param(HEAD, None, id="head-unfinished"),
+        pytest.param(HEAD + b"\r\n", len(HEAD) + 2, id="no-body"),
+        pytest.param(HEAD + b"Content-Length: 4\r\n\r\n{}", None, id="body-unfinished"),
+        pytest.param(HEAD + b"Content-Length: 2\r\n\r\n{}", len(HEAD) + 23, id="body-whole"),
+        pytest.param(
+            HEAD + b"content-length:2\r\n\r\n{}GET / HTTP/1.1", len(HEAD) + 22, id="pipelined"
+        ),
+        pytest.param(
+            HEAD + b"Content-Length: 99999999999\r\n\r\n", len(HEAD) + 31, id="over-the-cap"
+        ),
+        pytest.param(
+            HEAD + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n", None, id="chunks-unfinished"
+        ),
+        pytest.param(
+            HEAD + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            len(HEAD) + 42,
+            id="chunks-whole",
+        ),
+        pytest.param(
+            HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", len(HEAD) + 32, id="chunks-broken"
+        ),
+        pytest.param(
+            b"x" * (worker.MAX_HEAD_BYTES + 1), worker.MAX_HEAD_BYTES + 1, id="head-too-long"
+        ),
+    ],
+)
+def test_a_request_is_handed_to_a_thread_only_once_it_is_all_there(data, end):
+    head = worker.request_head(data)
+
+    assert (None if head is None else worker.request_end(data, head)) == end

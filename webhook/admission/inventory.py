@@ -8,15 +8,21 @@ never-synced inventory is *unavailable*, and the policy's failure mode decides.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from webhook.engine.devices import DeviceInventory
 from webhook.engine.evaluate import NO_INVENTORY, InventoryView
 from webhook.engine.inventory import Inventory
-from webhook.files.inventoryfile import load_inventory_file
+from webhook.files.inventoryfile import InventoryFile, InventoryFileError, load_inventory_file
+from webhook.files.lastgood import LastGood
+
+log = logging.getLogger("gpu_webhook.inventory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,29 @@ class InventorySource(Protocol):
     def runtime_classes(self) -> frozenset[str] | None: ...
 
 
+def _load_keeping(path: str, last_good: LastGood | None) -> InventoryFile:
+    """The file's nodes, kept in ``last_good`` when it loads; when it does not, the last
+    good copy's (a worker started after the file broke serves what its siblings serve)."""
+    if last_good is None:
+        return load_inventory_file(path)
+    try:
+        before = Path(path).read_bytes()
+        inventory = load_inventory_file(path)
+    except (OSError, InventoryFileError) as exc:
+        kept = last_good.inventory()
+        if kept is None:
+            raise
+        log.error(
+            "inventory file not usable; serving the last good copy",
+            extra={"inventory": path, "error": str(exc)[:1000]},
+        )
+        return load_inventory_file(str(kept))
+    if Path(path).read_bytes() == before:
+        with contextlib.suppress(OSError):
+            last_good.save_inventory(before)
+    return inventory
+
+
 class StaticInventorySource:
     """The nodes of a file (``kubectl get nodes -o yaml``): always ready, never stale.
 
@@ -57,10 +86,16 @@ class StaticInventorySource:
     ``InventoryFileError``, not at the first admission.
     """
 
-    def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        last_good: LastGood | None = None,
+    ) -> None:
         self.path = path
         self._clock = clock
-        self._file = load_inventory_file(path)
+        self._file = _load_keeping(path, last_good)
         self._loaded_at = clock()
 
     def start(self) -> None:

@@ -111,7 +111,10 @@ class DecisionMemo:
     def _key(self, request: Request) -> Key | None:
         if request.operation != "CREATE" or request.old_object is not None:
             return None
-        text = orjson.dumps(_without_identity(request.object))
+        try:
+            text = orjson.dumps(_without_identity(request.object))
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes (255): not remembered
+            return None
         if len(text) > self.max_object_bytes:
             return None
         labels = request.namespace_labels

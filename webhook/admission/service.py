@@ -116,6 +116,14 @@ class AdmissionService:
             inventory=view_of(self.inventory),
         )
 
+    def kind_label(self, request: AdmissionRequest) -> str:
+        """The request's kind as a metric label: one of the kinds the rules know, else
+        ``other``. The kind comes from the request, and a label set that any caller can
+        grow would grow the metrics files, every scrape and every readiness probe."""
+        if self.rules.current.policy.kinds.knows(request.group, request.kind):
+            return request.kind
+        return "other"
+
     def ready(self) -> tuple[bool, str]:
         """Rules are loaded once the service exists; a live inventory must have synced."""
         if self.inventory is not None and not self.inventory.ready():

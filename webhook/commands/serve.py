@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import shutil
 import socket
 import ssl
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,19 +160,43 @@ def run(args: argparse.Namespace) -> int:
     problem = preflight(settings, dev=args.dev)
     if problem:
         return _fail(problem)
-    # Metrics files of this server only: prometheus_client reads the variable when it is
-    # first imported, so set it before importing anything that imports it.
-    metrics_dir = tempfile.mkdtemp(prefix="gpu-webhook-metrics-")
-    config.use_multiprocess_metrics(metrics_dir)
+    # This server's private files: metrics of every worker, and the last good rules and
+    # inventory for workers that start while the files on disk are broken.
+    state = Path(tempfile.mkdtemp(prefix="gpu-webhook-"))
+    owner = os.getpid()
     try:
+        # prometheus_client reads the variable when it is first imported, so set it
+        # before importing anything that imports it.
+        (state / "metrics").mkdir()
+        config.use_multiprocess_metrics(str(state / "metrics"))
+        settings = replace(settings, last_good=state / "last-good")
+        remember_last_good(settings)
         from webhook.serving.server import WebhookServer
 
         if args.dev:
             print(_dev_banner(settings), file=sys.stderr)
         WebhookServer(settings).run()
     finally:
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        # gunicorn's workers are forks of this stack and leave through it too: only the
+        # process that made the directory may remove it, or a worker's exit would take
+        # every sibling's metrics files with it.
+        if os.getpid() == owner:
+            shutil.rmtree(state, ignore_errors=True)
     return 0
+
+
+def remember_last_good(settings: Settings) -> None:
+    """Keep the rules and inventory that ``preflight`` found good as the server's last
+    good state, before any worker starts."""
+    from webhook.admission.inventory import StaticInventorySource
+    from webhook.files.lastgood import LastGood
+    from webhook.files.rulefiles import RuleStore
+
+    assert settings.last_good is not None
+    kept = LastGood(settings.last_good)
+    RuleStore(str(settings.rules), last_good=kept)
+    if settings.inventory is not None:
+        StaticInventorySource(str(settings.inventory), last_good=kept)
 
 
 def preflight(settings: Settings, *, dev: bool = False) -> str:

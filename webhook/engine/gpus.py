@@ -164,10 +164,8 @@ def _read(container: Container, name: str, raw_request: object, raw_limit: objec
             return None
         try:
             return parse_quantity(raw)
-        except QuantityError:
-            container.problems.append(
-                QuantityProblem("invalidQuantity", name, f"{what} {raw!r} is not a quantity")
-            )
+        except QuantityError as exc:
+            container.problems.append(QuantityProblem("invalidQuantity", name, f"{what} {exc}"))
             return None
 
     request, limit = parse(raw_request, "request"), parse(raw_limit, "limit")

@@ -401,13 +401,20 @@ def _compile_match(spec: Mapping[str, Any], *, exempting: bool = False) -> Match
     )
 
 
+def _quantity_problem(
+    value: object, exc: QuantityError, what: str = "a Kubernetes quantity"
+) -> str:
+    """The rule file's value as written (JSON), and why it is no quantity or out of range."""
+    if "out of range" in str(exc):
+        return str(exc)
+    return f"{json.dumps(value)} is not {what}"
+
+
 def _bytes(value: object, ref: DocumentRef, path: str, problems: list[PolicyProblem]) -> int:
     try:
         amount = parse_quantity(value)
-    except QuantityError:
-        problems.append(
-            PolicyProblem(ref, path, f"{json.dumps(value)} is not a Kubernetes quantity")
-        )
+    except QuantityError as exc:
+        problems.append(PolicyProblem(ref, path, _quantity_problem(value, exc)))
         return 0
     if amount <= 0:
         problems.append(PolicyProblem(ref, path, "must be more than zero"))
@@ -510,12 +517,9 @@ def _compile_pool(ref: DocumentRef, spec: Mapping[str, Any], problems: list[Poli
     for name, raw in (spec.get("allocatable") or {}).items():
         try:
             amount = parse_quantity(raw)
-        except QuantityError:
-            problems.append(
-                PolicyProblem(
-                    ref, f"spec.allocatable[{name}]", f"{json.dumps(raw)} is not a quantity"
-                )
-            )
+        except QuantityError as exc:
+            problem = _quantity_problem(raw, exc, "a quantity")
+            problems.append(PolicyProblem(ref, f"spec.allocatable[{name}]", problem))
             continue
         allocatable[name] = int(amount * 1000) if name == "cpu" else int(amount)
     return Node(
@@ -575,7 +579,10 @@ def _written_fields(rule: Rule) -> dict[str, object]:
     if m.memory_limit is not None:
         fields["spec.mutate.memoryLimit"] = m.memory_limit
     if m.shm_size is not None:
-        fields["spec.mutate.shm.sizeLimit"] = parse_quantity(m.shm_size)
+        try:
+            fields["spec.mutate.shm.sizeLimit"] = parse_quantity(m.shm_size)
+        except QuantityError:  # reported where the rule was read
+            fields["spec.mutate.shm.sizeLimit"] = m.shm_size
     if m.runtime_class is not None:
         fields["spec.mutate.runtimeClassName"] = m.runtime_class
     for req in m.required_affinity:

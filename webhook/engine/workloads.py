@@ -255,6 +255,9 @@ class KindTable:
                 return special
         return self._kinds.get((group, kind))
 
+    def knows(self, group: str, kind: str) -> bool:
+        return (group, kind) in self._kinds
+
     def __iter__(self) -> Iterator[WorkloadKind]:
         yield from self._kinds.values()
         yield from self._versions.values()

@@ -63,7 +63,11 @@ def load_inventory_file(path: str) -> InventoryFile:
     bad = [problem for d in nodes_docs for problem in _quantity_problems(d, path)]
     if bad:
         raise InventoryFileError(bad)
-    nodes = [node_from_json(d.obj) for d in nodes_docs]
+    try:
+        nodes = [node_from_json(d.obj) for d in nodes_docs]
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        message = f"holds a Node that cannot be read ({type(exc).__name__}: {str(exc)[:100]})"
+        raise InventoryFileError([ManifestError(path, message)]) from None
     if not nodes:
         raise InventoryFileError([ManifestError(path, "holds no Node objects")])
     dra: list[Mapping[str, Any]] = [d.obj for d in docs if is_dra_object(d.obj)]

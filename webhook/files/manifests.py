@@ -16,6 +16,12 @@ from typing import Any
 import yaml
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+# What YAML aliases may add to a file's values once expanded: a value, or 64 characters of
+# a string, counts one. Real manifests and rule files use a few aliases (a list of
+# tolerations reused); a "billion laughs" file nests them to expand a few lines into more
+# memory than the machine has. go-yaml refuses "excessive aliasing" for the same reason.
+MAX_ALIAS_EXPANSION = 100_000
+_LONG_TEXT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +115,71 @@ def _parse_yaml(text: str, source: str) -> tuple[list[Document], list[ManifestEr
         context = getattr(exc, "context", None)
         message = f"not valid YAML: {problem}" + (f" ({context})" if context else "")
         return [], [ManifestError(source, message, mark.line + 1 if mark else None)]
+    except RecursionError:
+        return [], [ManifestError(source, "not usable: nested too deeply")]
+    except ValueError as exc:  # an integer of more digits than Python converts
+        return [], [ManifestError(source, f"not usable: {str(exc)[:100]}")]
+    try:
+        extra = alias_expansion(loaded)
+    except AliasLoopError:
+        return [], [ManifestError(source, "a YAML alias refers to a value that contains it")]
+    if extra > MAX_ALIAS_EXPANSION:
+        message = (
+            f"YAML aliases expand to more than {MAX_ALIAS_EXPANSION:,} extra values "
+            f"({extra:,}); write the values out, or use fewer aliases"
+        )
+        return [], [ManifestError(source, message)]
     return _documents(loaded, source)
+
+
+class AliasLoopError(ValueError):
+    """A value contains itself through an alias: it has no finite expansion."""
+
+
+def alias_expansion(root: object) -> int:
+    """How much YAML aliases add to ``root`` once expanded: the size of the value as a tree
+    minus its size as loaded, where an alias is one shared object. Sizes count a value as
+    one, a string as one per 64 characters. Linear in the objects loaded, without
+    recursion; ``AliasLoopError`` for a value that contains itself."""
+    expanded: dict[int, int] = {}  # container id -> its size as a tree
+    seen_text: set[int] = set()
+    loaded = 0
+    on_path: set[int] = set()
+    stack: list[tuple[object, bool]] = [(root, False)]
+    while stack:
+        obj, children_done = stack.pop()
+        if not isinstance(obj, (dict, list)):
+            continue
+        key = id(obj)
+        items = [*obj.keys(), *obj.values()] if isinstance(obj, dict) else obj
+        if children_done:
+            on_path.discard(key)
+            size = 1
+            loaded += 1
+            for item in items:
+                if isinstance(item, (dict, list)):
+                    size += expanded[id(item)]
+                    continue
+                weight = _weight(item)
+                size += weight
+                if weight > 1 and id(item) in seen_text:
+                    continue  # a long string met before: the same object through an alias
+                seen_text.add(id(item))
+                loaded += weight
+            expanded[key] = size
+            continue
+        if key in expanded:
+            continue
+        if key in on_path:
+            raise AliasLoopError(key)
+        on_path.add(key)
+        stack.append((obj, True))
+        stack.extend((item, False) for item in items if isinstance(item, (dict, list)))
+    return expanded.get(id(root), 0) - loaded
+
+
+def _weight(value: object) -> int:
+    return 1 + len(value) // _LONG_TEXT if isinstance(value, str) else 1
 
 
 def _documents(loaded: list[object], source: str) -> tuple[list[Document], list[ManifestError]]:

@@ -6,6 +6,7 @@ broken edit never replaces rules that work (``RuleStore`` keeps the last good se
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
@@ -28,10 +29,15 @@ from webhook.engine.policy import (
     compile_policy,
 )
 from webhook.engine.schema import API_VERSION, DOCUMENT_KINDS
+from webhook.files.lastgood import LastGood
 from webhook.files.manifests import parse_text, read_source
 
 # JSON is read too: it is YAML, and a file silently skipped would be a rule not in force.
 RULE_SUFFIXES = (".yaml", ".yml", ".json")
+NO_DOCUMENTS = (
+    "holds no rule documents; an empty rule set is never taken (an empty ConfigMap would "
+    "turn every rule off). To run the built-in checks alone, write one GPUSettings document"
+)
 _VALIDATORS = {kind: Draft202012Validator(schema) for kind, schema in DOCUMENT_KINDS.items()}
 
 
@@ -210,8 +216,16 @@ def read_documents(directory: str) -> tuple[list[RuleDocument], list[PolicyProbl
 
 
 def load_policy(directory: str) -> Policy:
-    """The policy in ``directory``; ``PolicyError`` lists every problem in every file."""
+    """The policy in ``directory``; ``PolicyError`` lists every problem in every file.
+
+    A directory without a single rule document is refused: it is far more often an empty
+    or half-written ConfigMap than a choice, and taking it would silently drop every
+    toleration and setting (plain GPU pods would then be denied as unable to fit on the
+    tainted GPU nodes). Wanting the built-in checks only is said with one ``GPUSettings``
+    document."""
     documents, problems = read_documents(directory)
+    if not documents and not problems:
+        problems.append(PolicyProblem(None, "", f"{directory}: {NO_DOCUMENTS}"))
     try:
         policy = compile_policy(documents)
     except PolicyError as exc:
@@ -222,16 +236,25 @@ def load_policy(directory: str) -> Policy:
     return policy
 
 
+def read_rule_files(directory: str) -> list[tuple[str, bytes]]:
+    """Name and bytes of every rule file; an unreadable directory reads as its error."""
+    try:
+        return [(path.name, path.read_bytes()) for path in rule_file_paths(directory)]
+    except OSError as exc:
+        return [("", repr(exc).encode())]
+
+
 def fingerprint(directory: str) -> str:
     """Changes when any rule file's name or content changes, including a ConfigMap's
     symlink swap, which replaces files without events on the files themselves."""
+    return _digest(read_rule_files(directory))
+
+
+def _digest(files: list[tuple[str, bytes]]) -> str:
     digest = hashlib.sha256()
-    try:
-        for path in rule_file_paths(directory):
-            digest.update(path.name.encode())
-            digest.update(path.read_bytes())
-    except OSError as exc:
-        digest.update(repr(exc).encode())
+    for name, data in files:
+        digest.update(name.encode())
+        digest.update(data)
     return digest.hexdigest()
 
 
@@ -243,14 +266,51 @@ class RuleSet:
 
 
 class RuleStore:
-    """The rules in force: replaced atomically by a valid new set, kept on a broken one."""
+    """The rules in force: replaced atomically by a valid new set, kept on a broken one.
 
-    def __init__(self, directory: str) -> None:
+    With ``last_good`` (a server's), every set loaded is also kept there, and a store that
+    finds the files broken when it starts takes the last good set from there instead of
+    failing: a worker started after a broken edit serves what its siblings serve. Its
+    first ``reload_if_changed`` then reports the files on disk as rejected.
+    """
+
+    def __init__(self, directory: str, *, last_good: LastGood | None = None) -> None:
         self.directory = os.fspath(directory)
+        self.last_good = last_good
         self._lock = threading.Lock()
-        self.current = RuleSet(load_policy(self.directory), fingerprint(self.directory), 1)
         self.last_error: PolicyError | None = None
         self.failed_fingerprint = ""
+        try:
+            policy, seen = self._load()
+        except PolicyError:
+            kept = self._last_good_policy()
+            if kept is None:
+                raise
+            policy, seen = kept, ""  # "": the files on disk are judged at the first reload
+        self.current = RuleSet(policy, seen, 1)
+
+    def _load(self) -> tuple[Policy, str]:
+        """The policy on disk and the fingerprint of the files it came from. The set is
+        kept as the last good one only if no file changed while it loaded."""
+        before = read_rule_files(self.directory)
+        policy = load_policy(self.directory)
+        if self.last_good is not None and read_rule_files(self.directory) == before:
+            with contextlib.suppress(OSError):  # serving matters more than the copy
+                self.last_good.save_rules(before)
+        return policy, _digest(before)
+
+    def _last_good_policy(self) -> Policy | None:
+        if self.last_good is None:
+            return None
+        for _ in range(3):  # a sibling may swap in a newer copy while this one reads
+            kept = self.last_good.rules()
+            if kept is None:
+                return None
+            try:
+                return load_policy(str(kept))
+            except PolicyError:
+                continue
+        return None
 
     def reload_if_changed(self) -> bool | None:
         """True: reloaded; False: the new files are broken (old rules kept); None: no change."""
@@ -259,7 +319,7 @@ class RuleStore:
             if seen in (self.current.fingerprint, self.failed_fingerprint):
                 return None
             try:
-                policy = load_policy(self.directory)
+                policy, seen = self._load()
             except PolicyError as exc:
                 self.last_error = exc
                 self.failed_fingerprint = seen

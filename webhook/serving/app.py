@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from webhook.admission.response import Answer
 from webhook.admission.review import MAX_BODY_BYTES, ReviewError, parse_review, read_uid
@@ -24,6 +24,7 @@ from webhook.serving.health import readiness
 from webhook.serving.logs import review_line
 
 JSON = "application/json"
+MAX_LOGGED = 256
 log = logging.getLogger("gpu_webhook.app")
 
 
@@ -93,7 +94,7 @@ def _admit(service: AdmissionService, endpoint: str, *, mutate: bool) -> Respons
     started = time.perf_counter()
     if not _is_json(request.environ.get("CONTENT_TYPE", "")):
         return _refuse(endpoint, 415, f"content type must be {JSON}", started)
-    body = request.get_data(cache=False)
+    body = _body(request.max_content_length or MAX_BODY_BYTES)
     try:
         admission = parse_review(body)
     except ReviewError as exc:
@@ -101,18 +102,18 @@ def _admit(service: AdmissionService, endpoint: str, *, mutate: bool) -> Respons
     outcome = service.review(admission, mutate=mutate)
     answer = outcome.answer
     elapsed = time.perf_counter() - started
-    _record(endpoint, admission.kind, admission.operation, answer, elapsed)
+    _record(endpoint, service.kind_label(admission), admission.operation, answer, elapsed)
     review_line(
         "review",
         {
             "endpoint": endpoint,
-            "uid": admission.uid,
-            "kind": admission.kind,
-            "namespace": admission.namespace,
-            "name": admission.name or _generate_name(admission.object),
+            "uid": _clipped(admission.uid),
+            "kind": _clipped(admission.kind),
+            "namespace": _clipped(admission.namespace),
+            "name": _clipped(admission.name or _generate_name(admission.object)),
             "operation": admission.operation,
-            "subresource": admission.sub_resource,
-            "user": admission.user,
+            "subresource": _clipped(admission.sub_resource),
+            "user": _clipped(admission.user),
             "dry_run": admission.dry_run,
             "decision": answer.verdict,
             "skipped": answer.skipped_because,
@@ -124,6 +125,24 @@ def _admit(service: AdmissionService, endpoint: str, *, mutate: bool) -> Respons
         },
     )
     return Response(outcome.encode(), mimetype=JSON)
+
+
+def _clipped(text: str) -> str:
+    """A request's own text, shortened for the log: a Kubernetes name is at most 253
+    characters, and a caller could otherwise make one log line megabytes long."""
+    return text if len(text) <= MAX_LOGGED else f"{text[:MAX_LOGGED]}...({len(text)} chars)"
+
+
+def _body(cap: int) -> bytes:
+    """The request body; 413 past ``cap``. A declared length over the cap is refused by
+    Flask before anything is read; a chunked body has none, so at most ``cap + 1`` bytes
+    of it are read to tell."""
+    if request.environ.get("CONTENT_LENGTH"):
+        return request.get_data(cache=False)
+    body: bytes = request.environ["wsgi.input"].read(cap + 1)
+    if len(body) > cap:
+        raise RequestEntityTooLarge()
+    return body
 
 
 def _is_json(content_type: str) -> bool:
@@ -149,11 +168,9 @@ def _refuse(endpoint: str, code: int, reason: str, started: float, uid: str = ""
 
 
 def _record(endpoint: str, kind: str, operation: str, answer: Answer, elapsed: float) -> None:
-    # Kinds we pass through are counted as "other": label values stay a bounded set.
-    kind_label = "other" if answer.skipped_because == "kind" else kind[:63]
     metrics.REVIEWS.add(
         endpoint=endpoint,
-        kind=kind_label,
+        kind=kind,
         operation=operation,
         verdict=answer.verdict,
         seconds=elapsed,

@@ -67,6 +67,9 @@ class Settings:
     inventory_feed: Path | None = None
     # Seconds between checks of the rule files (and certificate files) for changes.
     reload_interval: float = 2.0
+    # Where the server keeps the last good rules and inventory file for workers that start
+    # while the files on disk are broken (``webhook.files.lastgood``); set by ``serve``.
+    last_good: Path | None = None
     # The background audit (one replica, by Lease): off unless asked for.
     audit: bool = False
     audit_period: float = 3600.0

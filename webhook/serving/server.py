@@ -21,9 +21,11 @@ Choices, each for a reason (see docs/server.md):
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
+import resource
 import ssl
 import sys
 from collections.abc import Callable
@@ -36,6 +38,7 @@ from gunicorn.glogging import Logger as GunicornBaseLogger
 
 from webhook.admission.inventory import InventorySource, StaticInventorySource
 from webhook.admission.service import AdmissionService
+from webhook.files.lastgood import LastGood
 from webhook.files.rulefiles import RuleStore
 from webhook.serving import logs, metrics
 from webhook.serving.app import create_app
@@ -82,9 +85,13 @@ def _kubeconfig(settings: Settings) -> str | None:
     return str(settings.kubeconfig) if settings.kubeconfig else None
 
 
+def last_good(settings: Settings) -> LastGood | None:
+    return LastGood(settings.last_good) if settings.last_good is not None else None
+
+
 def inventory_source(settings: Settings) -> InventorySource | None:
     if settings.inventory is not None:
-        return StaticInventorySource(str(settings.inventory))
+        return StaticInventorySource(str(settings.inventory), last_good=last_good(settings))
     if settings.live_inventory:
         return live_inventory(settings)
     return None
@@ -119,7 +126,7 @@ def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
     """The admission app for one worker, and what stops its background work."""
     inventory = inventory_source(settings)
     service = AdmissionService(
-        rules=RuleStore(str(settings.rules)),
+        rules=RuleStore(str(settings.rules), last_good=last_good(settings)),
         inventory=inventory,
         inventory_failure_mode=settings.inventory_failure_mode,
     )
@@ -176,7 +183,32 @@ def gunicorn_options(settings: Settings) -> dict[str, Any]:
         # Request line and headers: the API server sends few, small ones.
         "limit_request_line": 8190,
         "limit_request_fields": 50,
+        # Connections a worker holds, idle and slow ones included (each costs a file
+        # descriptor and a poller slot, never a thread: webhook.serving.worker).
+        "worker_connections": worker_connections(),
     }
+
+
+MAX_WORKER_CONNECTIONS = 1000
+
+
+def worker_connections() -> int:
+    """At most 1,000 connections per worker, fewer when the descriptor limit is low: a
+    worker out of descriptors can accept nothing, not even the API server's next try."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_WORKER_CONNECTIONS
+    return max(16, min(MAX_WORKER_CONNECTIONS, soft - 100))
+
+
+def raise_descriptor_limit() -> None:
+    """The soft limit up to the hard one (containers often start at 1,024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = MAX_WORKER_CONNECTIONS + 200
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def _host(host: str) -> str:
@@ -218,6 +250,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         super().__init__()
 
     def load_config(self) -> None:
+        raise_descriptor_limit()
         for key, value in gunicorn_options(self.settings).items():
             self.cfg.set(key, value)
         self.cfg.set("ssl_context", self._ssl_context)

@@ -1,7 +1,27 @@
-"""The gunicorn worker: ``gthread``, except that a worker holding more connections than a
-sibling lets that sibling accept the next one.
+"""The gunicorn worker: ``gthread``, except that requests are read whole on the main loop
+before a thread serves them, connections are closed without blocking that loop, and a
+worker holding more connections than a sibling lets that sibling accept the next one.
 
-The API server keeps its connections to a webhook open for minutes, and a kept-alive
+Reading (see ``ReadingWorker``). ``gthread`` hands a connection to one of its few threads
+as soon as it is accepted or readable, and the thread then does the TLS handshake and reads
+the request line, headers and body with blocking calls and no timeout. A client that never
+finishes any of them holds the thread for good, and eight such clients (two workers of four
+threads) stall every review. Here the main loop does the handshake and reads the request
+without blocking, and a thread gets the connection only once its whole request is buffered;
+a connection that has not delivered its request within ``READ_TIMEOUT_SECONDS`` of its
+first byte (of accepting it, for the handshake) is dropped. Slow and idle connections then
+cost a file descriptor and a poller slot, never a thread, and there are at most
+``worker_connections`` of them per worker. Bodies over ``LARGE_BODY_BYTES`` are read one at
+a time per worker: a review of several megabytes takes about twelve times its size in
+memory while it is parsed. A thread's own reads and writes time out after
+``IO_TIMEOUT_SECONDS``.
+
+Closing. ``gthread`` closes a ``Connection: close`` answer gracefully on its main loop,
+waiting up to 2 s for the client to close first; forty clients that never do block the loop
+past the worker timeout and gunicorn kills the worker. Here the write side is shut and the
+socket waits in the poller (at most ``CLOSE_LINGER_SECONDS``) for the client's end.
+
+Balancing. The API server keeps its connections to a webhook open for minutes, and a kept-alive
 connection stays with the worker that accepted it. Workers race for each new connection,
 and the race goes to whichever wakes first, not to the least busy: on two cores, twelve
 connections opened together often split 9-3 or 11-1, and the worker holding most of them
@@ -18,13 +38,37 @@ stuck sibling never strands a client.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import mmap
+import re
+import selectors
+import socket
+import ssl
 import time
+from collections import deque
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn import http
+from gunicorn import sock as gsock
+from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from webhook.admission.review import MAX_BODY_BYTES
+
+READ_TIMEOUT_SECONDS = 10.0
+IO_TIMEOUT_SECONDS = 10.0
+CLOSE_LINGER_SECONDS = 2.0
+STOP_LINGER_SECONDS = 2.0  # idle kept-alive connections stay this long after SIGTERM
+MAX_HEAD_BYTES = 64 * 1024
+LARGE_BODY_BYTES = 1024 * 1024
+SWEEP_SECONDS = 0.25
+DRAIN_SECONDS = 0.05
+_DRAIN_BYTES = 64 * 1024
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,12})[ \t]*(?=\r\n|$)")
+_CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:[^\r\n]*chunked")
+_EXPECT_CONTINUE = re.compile(rb"\r\nexpect[ \t]*:[ \t]*100-continue")
 RECHECK_SECONDS = 0.002
 MAX_DEFER_SECONDS = 0.05
 FREE = -1
@@ -63,7 +107,342 @@ class ConnectionTable:
         return min(others) if others else None
 
 
-class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]
+def request_head(data: bytes | bytearray) -> tuple[int, int] | None:
+    """Where the body of the first request in ``data`` starts and the size its head
+    declares (0: none, -1: chunked), or None until the head is complete. A head longer than
+    ``MAX_HEAD_BYTES`` ends where it is: the thread's parser refuses it."""
+    head_end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
+    if head_end < 0:
+        return (len(data), 0) if len(data) > MAX_HEAD_BYTES else None
+    head = bytes(data[:head_end]).lower()
+    if _CHUNKED.search(head):
+        return head_end + 4, -1
+    declared = _CONTENT_LENGTH.search(head)
+    return head_end + 4, int(declared[1]) if declared else 0
+
+
+def request_end(data: bytes | bytearray, head: tuple[int, int]) -> int | None:
+    """Where the request whose head is ``head`` ends in ``data``; None: not all there yet.
+
+    Only framing is judged here. A body over the cap, or chunks that do not parse, end the
+    request where it is: the thread's parser and the app refuse it (400, 413) from there.
+    """
+    start, size = head
+    if size < 0:
+        return _chunked_end(data, start)
+    if size > MAX_BODY_BYTES:
+        return start
+    return start + size if len(data) >= start + size else None
+
+
+def _chunked_end(data: bytes | bytearray, pos: int) -> int | None:
+    body = 0
+    while True:
+        line_end = data.find(b"\r\n", pos)
+        if line_end < 0:
+            return len(data) if len(data) - pos > 1024 else None
+        try:
+            size = int(bytes(data[pos:line_end]).split(b";")[0].strip(), 16)
+        except ValueError:
+            return line_end  # not chunked framing: the parser says so
+        if size == 0:
+            if data[line_end + 2 : line_end + 4] == b"\r\n":
+                return line_end + 4
+            trailers = data.find(b"\r\n\r\n", line_end)
+            return trailers + 4 if trailers >= 0 else None
+        body += size
+        if body > MAX_BODY_BYTES:
+            return len(data)  # over the cap: the app answers 413 from what it got
+        pos = line_end + 2 + size + 2
+        if pos > len(data):
+            return None
+
+
+class ReadingWorker(ThreadWorker):  # type: ignore[misc]
+    """``gthread`` that reads each request whole on its main loop before a thread serves
+    it, and closes connections without blocking that loop (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._reading: dict[TConn, float] = {}  # connection -> when it is dropped
+        self._lingering: dict[TConn, float] = {}
+        self._parked: deque[TConn] = deque()  # large bodies waiting for their turn
+        self._large: TConn | None = None
+        self._next_sweep = 0.0
+        self._stopping_since: float | None = None
+
+    # --- accepting --------------------------------------------------------------------
+
+    def accept(self, listener: Any) -> None:
+        try:
+            client, address = listener.accept()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                self.log.warning("cannot accept a connection: %s", exc.strerror)
+                self._out_of_descriptors()
+            elif exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        conn = TConn(self.cfg, client, address, listener.getsockname())  # non-blocking
+        conn.pending = bytearray()
+        conn.head = None
+        conn.continued = False
+        conn.handshaken = not self.cfg.is_ssl
+        if self.cfg.is_ssl:
+            conn.sock = gsock.ssl_context(self.cfg).wrap_socket(
+                client, server_side=True, do_handshake_on_connect=False
+            )
+        else:
+            self._start_parser(conn)
+        self._watch(conn, time.monotonic() + READ_TIMEOUT_SECONDS)
+
+    def _out_of_descriptors(self) -> None:
+        """Hook: no descriptor for a new connection (the balanced worker pauses accepting)."""
+
+    def _start_parser(self, conn: TConn) -> None:
+        conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+        conn.initialized = True  # gthread's init() (handshake, parser) is done here
+
+    # --- reading on the main loop -------------------------------------------------------
+
+    def _watch(self, conn: TConn, deadline: float) -> None:
+        self._reading[conn] = deadline
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+
+    def _unwatch(self, conn: TConn) -> None:
+        self._reading.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+
+    def _readable(self, conn: TConn, _fileobj: Any = None) -> None:
+        try:
+            if not conn.handshaken and not self._handshake(conn):
+                return
+            fresh = not conn.pending
+            if not self._receive(conn):
+                self._drop(conn)
+                return
+        except (OSError, ValueError):  # ssl.SSLError is an OSError
+            self._drop(conn)
+            return
+        self._progress(conn, fresh=fresh)
+
+    def _handshake(self, conn: TConn) -> bool:
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            return False
+        except ssl.SSLWantWriteError:
+            self.poller.modify(
+                conn.sock,
+                selectors.EVENT_READ | selectors.EVENT_WRITE,
+                partial(self._readable, conn),
+            )
+            return False
+        conn.handshaken = True
+        self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+        self._start_parser(conn)
+        return True
+
+    def _receive(self, conn: TConn) -> bool:
+        """What is readable now, into ``conn.pending``; False at the client's end. A large
+        body waiting for its turn is left in the socket."""
+        limit = MAX_BODY_BYTES + MAX_HEAD_BYTES + 65536
+        while len(conn.pending) < limit:
+            try:
+                data = conn.sock.recv(65536)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                return True
+            if not data:
+                return False
+            conn.pending += data
+            if conn.head is None:
+                conn.head = request_head(conn.pending)
+            if conn.head is not None and self._waits_its_turn(conn):
+                return True
+        return True
+
+    def _waits_its_turn(self, conn: TConn) -> bool:
+        large = conn.head[1] > LARGE_BODY_BYTES or conn.head[1] < 0
+        return large and self._large is not None and self._large is not conn
+
+    def _progress(self, conn: TConn, *, fresh: bool) -> None:
+        if fresh and conn.pending:  # a request began: it has READ_TIMEOUT_SECONDS to arrive
+            now = time.monotonic()
+            self._reading[conn] = min(self._reading[conn], now + READ_TIMEOUT_SECONDS)
+        head = conn.head
+        if head is None:
+            return
+        if head[1] > LARGE_BODY_BYTES or head[1] < 0:
+            if self._waits_its_turn(conn):
+                conn.parked_deadline = self._reading[conn]
+                self._unwatch(conn)
+                self._parked.append(conn)
+                return
+            self._large = conn
+        end = request_end(conn.pending, head)
+        if end is not None:
+            self._unwatch(conn)
+            self._dispatch(conn)
+        elif not conn.continued and _EXPECT_CONTINUE.search(bytes(conn.pending[: head[0]]).lower()):
+            conn.continued = True  # curl waits for this before sending a large body
+            with contextlib.suppress(OSError):
+                conn.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _dispatch(self, conn: TConn) -> None:
+        """The whole request is buffered: a thread serves it."""
+        conn.parser.unreader.unread(bytes(conn.pending))
+        conn.pending = bytearray()
+        conn.sock.settimeout(IO_TIMEOUT_SECONDS)
+        self.enqueue_req(conn)
+
+    def _drop(self, conn: TConn) -> None:
+        self._unwatch(conn)
+        self._release_large(conn)
+        self.nr_conns -= 1
+        conn.close()
+
+    def _release_large(self, conn: TConn) -> None:
+        if self._large is not conn:
+            return
+        self._large = None
+        now = time.monotonic()
+        while self._parked:
+            waiting = self._parked.popleft()
+            if waiting.parked_deadline <= now:
+                self.nr_conns -= 1
+                waiting.close()
+                continue
+            self._large = waiting
+            self._watch(waiting, waiting.parked_deadline)
+            self._readable(waiting)  # what arrived while it waited is in the socket
+            return
+
+    # --- serving in a thread ----------------------------------------------------------
+
+    def handle(self, conn: TConn) -> bool:
+        """gthread's ``handle`` for a connection whose request is already buffered: the
+        reads and writes left (a body drained, the answer) time out."""
+        req = None
+        try:
+            req = next(conn.parser)
+            if not req:
+                return False
+            return bool(self._keepalive_after(conn, self.handle_request(req, conn)))
+        except (http.errors.NoMoreData, StopIteration, TimeoutError):
+            return False
+        except ssl.SSLError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                self.log.warning("socket error serving a request: %s", exc)
+            return False
+        except Exception as exc:  # what gthread does: a 400 for what the parser refused
+            self.handle_error(req, conn.sock, conn.client, exc)
+        return False
+
+    def _keepalive_after(self, conn: TConn, keepalive: bool) -> bool:
+        """What the app left of the body is dropped from the buffer; a body still arriving
+        (one over the cap) closes the connection instead of holding this thread."""
+        if not keepalive:
+            return False
+        return bool(conn.parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS))
+
+    def finish_request(self, conn: TConn, fs: Any) -> None:
+        """On the main loop, after a thread served a request."""
+        try:
+            keep = bool(fs.result()) if not fs.cancelled() else False
+        except Exception:
+            keep = False
+        self._release_large(conn)
+        try:
+            if keep:
+                self._keep(conn)
+            else:
+                self._linger(conn)
+        except (OSError, ValueError):
+            self._drop(conn)
+
+    def _keep(self, conn: TConn) -> None:
+        conn.sock.setblocking(False)
+        conn.pending = bytearray(conn.parser.unreader.take_buffered())  # pipelined bytes
+        conn.head = request_head(conn.pending)
+        conn.continued = False
+        now = time.monotonic()
+        idle = self.cfg.keepalive if self.alive else STOP_LINGER_SECONDS
+        self._watch(conn, now + idle)
+        buffered = conn.sock.pending() if isinstance(conn.sock, ssl.SSLSocket) else 0
+        if conn.pending or buffered:
+            self._readable(conn)
+
+    # --- closing without blocking the loop ---------------------------------------------
+
+    def _linger(self, conn: TConn) -> None:
+        """Shut the write side and wait in the poller for the client to close (RFC 9112
+        9.6), so the last answer is not cut off by a reset."""
+        self.nr_conns -= 1
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)  # on TLS this also drops the TLS layer
+            conn.sock.setblocking(False)
+        except OSError:
+            conn.close()
+            return
+        conn.drained = 0
+        self._lingering[conn] = time.monotonic() + CLOSE_LINGER_SECONDS
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._drain, conn))
+
+    def _drain(self, conn: TConn, _fileobj: Any = None) -> None:
+        try:
+            while conn.drained < _DRAIN_BYTES:
+                data = conn.sock.recv(65536)
+                if not data:
+                    break
+                conn.drained += len(data)
+        except (BlockingIOError, InterruptedError):
+            if conn.drained < _DRAIN_BYTES:
+                return
+        except OSError:
+            pass
+        self._end_linger(conn)
+
+    def _end_linger(self, conn: TConn) -> None:
+        self._lingering.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+        conn.close()
+
+    # --- deadlines ----------------------------------------------------------------------
+
+    def wait_for_and_dispatch_events(self, timeout: float) -> None:
+        super().wait_for_and_dispatch_events(min(timeout, SWEEP_SECONDS))
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_SECONDS
+            self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        if not self.alive and self._stopping_since is None:
+            self._stopping_since = now
+            last = now + STOP_LINGER_SECONDS
+            for conn, deadline in self._reading.items():
+                if not conn.pending:  # idle: answered with "Connection: close" meanwhile
+                    self._reading[conn] = min(deadline, last)
+        for conn in [c for c, deadline in self._reading.items() if deadline <= now]:
+            self._drop(conn)
+        for conn in [c for c, deadline in self._lingering.items() if deadline <= now]:
+            self._end_linger(conn)
+        while self._parked and self._parked[0].parked_deadline <= now:
+            self.nr_conns -= 1
+            self._parked.popleft().close()
+
+    def run(self) -> None:
+        super().run()
+        for conn in [*self._reading, *self._lingering, *self._parked]:
+            conn.close()
+
+
+class BalancedThreadWorker(ReadingWorker):
     """``gthread`` with connections balanced across workers (see the module docstring).
 
     ``table`` and ``slot`` are set on the worker object by the master before the fork."""
@@ -123,6 +502,10 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]
         if enabled and time.monotonic() < self._paused_until:
             return  # stepping back: the run loop asks again after its next wake-up
         super().set_accept_enabled(enabled)
+
+    def _out_of_descriptors(self) -> None:
+        self._paused_until = time.monotonic() + 0.1
+        self.set_accept_enabled(False)
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
         pause = self._paused_until - time.monotonic()
