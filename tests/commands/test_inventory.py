@@ -161,6 +161,50 @@ def test_an_unreachable_api_server_exits_2(
     assert "cannot list nodes" in capsys.readouterr().err
 
 
+def test_the_report_says_what_one_unit_of_each_gpu_resource_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    inventory = ROOT / "tests" / "cases" / "_inventories" / "mixed-cluster.yaml"
+    assert main(["inventory", "--inventory", str(inventory), "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    units = {
+        (u["product"], u["resource"]): (u["kind"], u["unit"], u["physical_gpus"], u["memory_mib"])
+        for c in report["classes"]
+        for u in c["units"]
+    }
+    assert units == {
+        ("NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu"): ("whole", "whole GPU", 8, 40960),
+        ("Tesla-T4-SHARED", "nvidia.com/gpu"): (
+            "shared",
+            "shared slot, time-slicing x4",
+            4,
+            15360,
+        ),
+        ("NVIDIA-L4-SHARED", "nvidia.com/gpu"): ("shared", "shared slot, mps x4", 2, 23034),
+        ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "nvidia.com/gpu"): (
+            "mig",
+            "MIG 1g.5gb slice",
+            None,
+            4864,
+        ),
+        ("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "nvidia.com/mig-1g.10gb"): (
+            "mig",
+            "MIG 1g.10gb slice",
+            None,
+            9856,
+        ),
+        ("NVIDIA-H100-80GB-HBM3-MIG-3g.40gb", "nvidia.com/mig-3g.40gb"): (
+            "mig",
+            "MIG 3g.40gb slice",
+            None,
+            40192,
+        ),
+    }
+    physical = {c["product"]: c["physical_gpus"] for c in report["classes"]}
+    assert physical["NVIDIA-H100-80GB-HBM3"] == 8
+    assert physical["Tesla-T4-SHARED"] == 4
+
+
 def _one_node_file(tmp_path: Path, gpus: object) -> Path:
     nodes = yaml.safe_load(Path(NODES_YAML).read_text())
     (a100,) = [n for n in nodes["items"] if n["metadata"]["name"] == "gpu-a100-0"]

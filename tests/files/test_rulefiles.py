@@ -77,6 +77,55 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
             id="unknown-kind",
         ),
         pytest.param("a: [\n", "a.yaml:2: not valid YAML", id="not-yaml"),
+        pytest.param(
+            HEADER
+            + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n"
+            + "    memoryLimit: {perGPU: 32Gi, fixed: 64Gi}\n",
+            "spec.mutate.memoryLimit: fixed and perGPU conflict: give only one of fixed, perGPU,"
+            " inventoryShare",
+            id="two-memory-modes",
+        ),
+        pytest.param(
+            HEADER
+            + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n"
+            + "    memoryLimit: {whenTooLarge: cap}\n",
+            "spec.mutate.memoryLimit: give one of fixed, perGPU, inventoryShare",
+            id="memory-mode-missing",
+        ),
+        pytest.param(
+            HEADER
+            + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n"
+            + "    memoryLimit: {perGPU: 32Gi, whenTooLarge: shrink}\n",
+            'spec.mutate.memoryLimit.whenTooLarge: "shrink" is not one of',
+            id="bad-when-too-large",
+        ),
+        pytest.param(
+            HEADER
+            + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  mutate:\n"
+            + "    nodeAffinity: {gpuMemory: {min: lots}}\n",
+            'spec.mutate.nodeAffinity.gpuMemory.min: "lots" is not a Kubernetes quantity',
+            id="bad-gpu-memory",
+        ),
+        pytest.param(
+            HEADER
+            + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  validate:\n"
+            + "    - minGPUMemory: 0\n",
+            "spec.validate[0].minGPUMemory: must be more than zero",
+            id="zero-min-gpu-memory",
+        ),
+        pytest.param(
+            HEADER
+            + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  validate:\n"
+            + "    - wholeGPUsOnly: yes please\n",
+            "spec.validate[0]",
+            id="whole-gpus-only-not-boolean",
+        ),
+        pytest.param(
+            HEADER + "kind: GPUSettings\nmetadata: {name: a}\nspec:\n  checks:\n"
+            "    sharedGPURequest: repair\n",
+            'spec.checks.sharedGPURequest: "repair" is not one of',
+            id="shared-request-cannot-repair",
+        ),
     ],
 )
 def test_problems_name_the_file_document_and_field(
@@ -103,6 +152,34 @@ spec:
     env:
       gpuContainers: [{{name: NCCL_DEBUG, value: {value}}}]
 """
+
+
+def test_every_new_field_is_accepted(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "a.yaml",
+        HEADER
+        + "kind: GPUSettings\nmetadata: {name: s}\nspec:\n  checks:\n"
+        + "    sharedGPURequest: warn\n    multipleMIGDevices: deny\n---\n"
+        + HEADER
+        + "kind: GPUPolicy\nmetadata: {name: a}\nspec:\n  validate:\n"
+        + "    - minGPUMemory: 40Gi\n      action: warn\n    - wholeGPUsOnly: true\n"
+        + "  mutate:\n    nodeAffinity: {gpuMemory: {min: 40Gi}}\n"
+        + "    memoryLimit: {perGPU: 32Gi, whenTooLarge: skip}\n",
+    )
+    policy = load_policy(str(tmp_path))
+    assert policy.settings.actions["sharedGPURequest"] == "warn"
+    assert policy.settings.actions["multipleMIGDevices"] == "deny"
+    (rule,) = policy.rules
+    assert [(c.kind, c.value) for c in rule.checks] == [
+        ("minGPUMemory", 40 * 2**30),
+        ("wholeGPUsOnly", True),
+    ]
+    assert rule.mutations.required_affinity == (
+        {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40959"]},
+    )
+    assert rule.mutations.memory_limit is not None
+    assert rule.mutations.memory_limit.when_too_large == "skip"
 
 
 def test_two_rules_that_write_one_field_differently_are_an_error(tmp_path: Path) -> None:

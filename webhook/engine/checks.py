@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from webhook.engine.decision import Finding, action_of
+from webhook.engine.fit import Shortfall
+from webhook.engine.gpufacts import (
+    MEMORY_LABEL,
+    MIG_PREFIX,
+    PRODUCT_LABEL,
+    UNLABELLED,
+    DeviceFacts,
+    mig_profile_gpus,
+)
 from webhook.engine.gpus import Container, PodGPUs, QuantityProblem
-from webhook.engine.inventory import Fit, Inventory, Placement, Taint
+from webhook.engine.inventory import Fit, FitAnswer, Inventory, Placement, Shape, Taint, Units
 from webhook.engine.policy import Rule, RuleCheck, Settings, glob_matcher
-from webhook.engine.quantity import format_quantity
-
-PRODUCT_LABEL = "nvidia.com/gpu.product"
+from webhook.engine.quantity import format_bytes, format_quantity
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +34,14 @@ class Scope:
     pod: PodGPUs
     placement: Placement
     settings: Settings
+    # Which node classes take the pod's whole request vector; set when there is an
+    # inventory to ask (``Inventory.fit``).
+    fit: FitAnswer | None = None
     kind: str = ""  # the object's kind: a Pod, or the workload holding the template
 
     def at(self, container: Container) -> str:
+        if container.index < 0:
+            return f"{self.where}.{container.section}"
         return f"{self.where}.{container.section}[{container.index}]"
 
 
@@ -107,17 +119,39 @@ def _node_text(fit: Fit) -> str:
     return f"node {fit.node.name}"
 
 
+def class_name(shape: Shape) -> str:
+    """A node class as people know it: its product and an example node."""
+    if shape.pool:
+        return f"node pool {shape.pool}"
+    product = shape.gpu.product or shape.labels.get(PRODUCT_LABEL) or "unlabelled"
+    more = f" and {shape.node_count - 1} more" if shape.node_count > 1 else ""
+    return f"{product} nodes ({shape.example.name}{more})"
+
+
 # Admits every node a pod could be allowed onto: a cordoned node is no alternative to offer.
-_ANYWHERE = Placement(node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},))
+_ANYWHERE = Placement(
+    node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},), cordoned=False
+)
 
 
 def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) -> Iterator[Finding]:
+    # ``effective``, not ``resources``: GPUs a DRA device class serves are judged as claims.
+    unknown = [
+        r for r, n in scope.pod.effective.items() if n > 0 and r not in inventory.resource_names
+    ]
+    for resource in unknown:
+        yield _unknown_resource(scope, resource, inventory, settings)
+    answer = scope.fit
+    if unknown or answer is None or answer.fitting:
+        return
+    text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
+    action = action_of(settings.actions["capacity"])
+    yield Finding("builtin", "capacity", action, text, summary, scope.where)
+
+
+def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
+    """One GPU resource alone is more than any usable node has: today's message."""
     for resource, need in scope.pod.effective.items():
-        if need <= 0:
-            continue
-        if resource not in inventory.resource_names:
-            yield _unknown_resource(scope, resource, inventory, settings)
-            continue
         fit = inventory.largest(resource, scope.placement)
         if need <= fit.amount:
             continue
@@ -131,12 +165,72 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
             )
         tainted = _tainted_fit(scope, inventory, resource, fit.amount)
         text += _remedy(need, fit, best) if tainted is None else _taint_text(need, *tainted)
-        summary = f"{need} {resource} requested, largest usable node has {fit.amount}"
-        action = settings.actions["capacity"]
-        yield Finding("builtin", "capacity", action_of(action), text, summary, scope.where)
+        return text, f"{need} {resource} requested, largest usable node has {fit.amount}"
+    return None
+
+
+def _quantity_of(resource: str, amount: int) -> str:
+    if resource == "memory":
+        return format_bytes(amount)
+    if resource == "cpu":
+        return format_quantity(Fraction(amount, 1000))
+    return str(amount)
+
+
+def _amount_text(resource: str, amount: int) -> str:
+    return f"{_quantity_of(resource, amount)} {resource}"
+
+
+def _short_text(short: Shortfall) -> str:
+    if short.physical:
+        return (
+            f"{short.have} physical GPUs behind {short.resource}, for a container asking "
+            f"{short.need}"
+        )
+    have, need = _quantity_of(short.resource, short.have), _quantity_of(short.resource, short.need)
+    return f"{have} of {need} {short.resource}"
+
+
+def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
+    """Every GPU resource fits somewhere, but no single usable node takes the whole pod."""
+    demand = answer.demand
+    asked = [_amount_text(n, c) for n, c in demand.gpus]
+    asked += [_amount_text(n, demand.amount(n)) for n in ("cpu", "memory") if demand.amount(n)]
+    gpu_names = {n for n, _ in demand.gpus}
+    # Classes with none of the pod's GPU resources say nothing worth reading.
+    relevant = [m for m in answer.missing if gpu_names & set(m[0].allocatable)]
+    ranked = sorted(relevant or answer.missing, key=lambda m: len(m[1]))
+    lacks = [
+        f"{class_name(shape)} have {', '.join(map(_short_text, short))}"
+        for shape, short in ranked[:3]
+    ]
+    kinds = {s.resource for _, short in relevant for s in short}
+    fixes = []
+    if any(s.physical for _, short in relevant for s in short):
+        fixes.append(
+            "on shared GPUs (time-slicing, MPS) a container gets no more GPUs than the node "
+            "has, however many slots it asks for: ask for one slot, or for whole GPUs"
+        )
+    if len(demand.gpus) > 1 and kinds & gpu_names:
+        fixes.append(
+            "no node offers these GPU resources together: ask for one kind of GPU resource, "
+            "or put the containers in separate pods"
+        )
+    if kinds & {"cpu", "memory"}:
+        fixes.append(
+            "lower the pod's cpu or memory requests (memory limits count where no request is "
+            "set, including limits a rule sets) or let the pod use larger nodes"
+        )
+    text = (
+        f"the pod requests {', '.join(asked)}, and no node it can use has all of it at once: "
+        f"{'; '.join(lacks)}. To fix: {'; '.join(fixes) or 'let the pod use larger nodes'}."
+    )
+    return text, f"no usable node fits the whole pod ({', '.join(asked)})"
 
 
 def _remedy(need: int, fit: Fit, best: Fit) -> str:
+    if best.amount == 0:
+        return " Every node that offers it is cordoned: wait for one to be uncordoned or added."
     text = ""
     if best.amount > fit.amount:
         text += (
@@ -162,6 +256,7 @@ def _tainted_fit(
         node_selector=scope.placement.node_selector,
         required_terms=scope.placement.required_terms,
         tolerations=({"operator": "Exists"},),
+        cordoned=False,  # a cordoned node is no alternative to offer
     )
     fit = inventory.largest(resource, selected)
     if fit.node is None or fit.amount <= usable:
@@ -211,12 +306,22 @@ def _unknown_resource(
     domain = resource.partition("/")[0]
     alike = [n for n in known if n.startswith(domain + "/")] or known
     offered = ", ".join(alike) if alike else "no GPU resources at all"
-    close = difflib.get_close_matches(resource, alike, n=1, cutoff=0.8)
-    hint = f" Did you mean {close[0]}?" if close else " Check the resource name."
-    message = (
-        f"the pod requests {resource}, which no node advertises; this cluster offers "
-        f"{offered}.{hint}"
-    )
+    profile = resource.removeprefix(MIG_PREFIX).removesuffix(".shared")
+    gpus = mig_profile_gpus(profile) if resource.startswith(MIG_PREFIX) else []
+    if gpus:
+        # A real profile this cluster lacks: another profile is no typo fix.
+        message = (
+            f"the pod requests {resource}, a MIG profile of {' and '.join(gpus)} GPUs, but no "
+            f"node in this cluster offers it; this cluster offers {offered}. Ask for one of "
+            "those, or ask an admin to partition GPUs with this profile."
+        )
+    else:
+        close = difflib.get_close_matches(resource, alike, n=1, cutoff=0.8)
+        hint = f" Did you mean {close[0]}?" if close else " Check the resource name."
+        message = (
+            f"the pod requests {resource}, which no node advertises; this cluster offers "
+            f"{offered}.{hint}"
+        )
     summary = f"{resource} is offered by no node (offered: {offered})"
     return Finding(
         "builtin",
@@ -226,6 +331,114 @@ def _unknown_resource(
         summary,
         scope.where,
     )
+
+
+def _units(scope: Scope, inventory: Inventory | None, resource: str) -> Units:
+    """``resource`` on the node classes this pod can land on: those that take its whole
+    request, or, when none does (a capacity finding says so), every usable one."""
+    if inventory is None:
+        return _NO_UNITS
+    if scope.fit is not None:
+        units = scope.fit.units(resource)
+        if units.offering:
+            return units
+    return Units.of(
+        (shape, shape.gpu.device(resource, shape.allocatable[resource]))
+        for shape in inventory.admitted(resource, scope.placement)
+    )
+
+
+_NO_UNITS = Units((), mig=False, shared=None)
+
+
+def _devices(
+    scope: Scope, inventory: Inventory | None, resource: str
+) -> Sequence[tuple[Shape, DeviceFacts]]:
+    return _units(scope, inventory, resource).offering
+
+
+def whole_gpus(scope: Scope) -> bool:
+    """The pod gets whole GPUs wherever it fits (or, without an inventory, asks for no MIG
+    or shared resource by name): ``device_findings`` would find nothing."""
+    if scope.pod.partial:
+        return False
+    return scope.fit is None or scope.fit.whole(scope.pod.vector)
+
+
+def device_findings(
+    scope: Scope, inventory: Inventory | None, settings: Settings
+) -> Iterator[Finding]:
+    """What one unit of a GPU resource is on the nodes the pod can use: a shared slot asked
+    for more than once (``sharedGPURequest``), several MIG devices in one container
+    (``multipleMIGDevices``)."""
+    for c in scope.pod.containers:
+        if c.gpu_count <= 1:
+            continue  # neither several slots nor several MIG devices
+        migs: dict[str, int] = {}
+        where = ""
+        for resource, count in c.gpus.items():
+            units = _units(scope, inventory, resource)
+            if units.mig or resource.startswith(MIG_PREFIX):
+                migs[resource] = count
+            if units.mig and not resource.startswith(MIG_PREFIX):
+                shape = next(s for s, d in units.offering if d.kind == "mig")
+                where = f" on {class_name(shape)}, where {resource} is a MIG slice"
+            if count > 1 and (
+                units.shared is not None or settings.gpu_resources.is_shared(resource)
+            ):
+                yield _shared_request(
+                    scope, c, resource, count, shared=units.shared, settings=settings
+                )
+        if sum(migs.values()) > 1:
+            yield _multiple_migs(scope, c, migs, settings, where=where)
+
+
+def _shared_request(
+    scope: Scope,
+    c: Container,
+    resource: str,
+    count: int,
+    *,
+    shared: tuple[Shape, DeviceFacts] | None,
+    settings: Settings,
+) -> Finding:
+    who = f'container "{c.name}"'
+    if shared is None:
+        where = f"{resource} is a shared GPU resource: its slots"
+    else:
+        shape, device = shared
+        behind = f" over {device.physical} GPUs" if device.physical is not None else ""
+        where = (
+            f"on {class_name(shape)} one {resource} is a {device.sharing} slot "
+            f"({device.replicas} per GPU{behind}): {count} slots"
+        )
+    base = resource.removesuffix(".shared")
+    message = (
+        f"{who} asks for {count} {resource}, but {where} may all share one GPU and add no "
+        "compute or memory (the device plugin fails such pods where failRequestsGreaterThanOne "
+        f"is set). Ask for 1 {resource}, or for whole GPUs on nodes that do not share them "
+        f"({base}.sharing-strategy: none)."
+    )
+    summary = f"{who}: {count} {resource}, shared slots add no compute; ask for 1"
+    action = action_of(settings.actions.get("sharedGPURequest", "deny"))
+    return Finding("builtin", "sharedGPURequest", action, message, summary, scope.at(c))
+
+
+def _multiple_migs(
+    scope: Scope, c: Container, migs: Mapping[str, int], settings: Settings, *, where: str = ""
+) -> Finding:
+    who = f'container "{c.name}"'
+    total = sum(migs.values())
+    listed = ", ".join(f"{r}: {n}" for r, n in sorted(migs.items()))
+    message = (
+        f"{who} asks for {total} MIG devices ({listed}){where}; a CUDA process sees only one MIG "
+        "device, so the others stay idle unless the container runs one process per device. "
+        "Ask for one MIG device of a larger profile (e.g. 3g.40gb instead of 3 x 1g.10gb), or "
+        "split the work over several containers or pods."
+    )
+    summary = f"{who}: {total} MIG devices, a CUDA process uses one"
+    action = action_of(settings.actions.get("multipleMIGDevices", "warn"))
+    return Finding("builtin", "multipleMIGDevices", action, message, summary, scope.at(c))
 
 
 # --- rule-driven checks -------------------------------------------------------------------
@@ -305,14 +518,19 @@ def _selected_products(scope: Scope) -> set[str] | None:
     return products if terms else None
 
 
+def _product(shape: Shape, device: DeviceFacts) -> str:
+    return device.product or shape.labels.get(PRODUCT_LABEL) or UNLABELLED
+
+
 def _allowed_products(scope: Scope, check: RuleCheck, inventory: Inventory | None) -> Result:
     allowed = glob_matcher(check.value)
     listed = ", ".join(check.value)
     if inventory is not None:
+        # The product a pod really gets: "-MIG-1g.10gb" under MIG, "-SHARED" on shared GPUs.
         reachable = {
-            shape.labels.get(PRODUCT_LABEL, "(unlabelled)")
+            _product(shape, device)
             for name in scope.pod.resources
-            for shape in inventory.admitted(name, scope.placement)
+            for shape, device in _devices(scope, inventory, name)
         }
         bad = sorted(p for p in reachable if not allowed(p))
     else:
@@ -331,6 +549,90 @@ def _allowed_products(scope: Scope, check: RuleCheck, inventory: Inventory | Non
         f"allowed here. Select allowed products with {PRODUCT_LABEL} in the pod's "
         "nodeSelector or required node affinity.",
         f"GPU product {', '.join(bad)} not allowed (allowed: {listed})",
+    )
+
+
+def _whole_gpus_only(scope: Scope, check: RuleCheck, inventory: Inventory | None) -> Result:
+    if not check.value:
+        return None
+    parts: dict[str, str] = {}
+    for name in scope.pod.resources:
+        if name.startswith(MIG_PREFIX):
+            parts[name] = "a MIG slice"
+        elif scope.settings.gpu_resources.is_shared(name):
+            parts[name] = "a shared slot"
+        for shape, device in _devices(scope, inventory, name):
+            if device.kind != "whole":
+                parts.setdefault(name, f"a {device.describe} on {class_name(shape)}")
+    if not parts:
+        return None
+    got = "; ".join(f"{name} is {what}" for name, what in parts.items())
+    return (
+        f"only whole GPUs are allowed here, but the pod can get part of one: {got}. Ask for "
+        "nvidia.com/gpu on nodes with whole GPUs: select them with nvidia.com/gpu.product "
+        "(products without -MIG- or -SHARED) or nvidia.com/gpu.sharing-strategy: none in the "
+        "pod's nodeSelector or required node affinity.",
+        f"not whole GPUs: {', '.join(parts)}",
+    )
+
+
+MIB = 2**20
+
+
+def _selected_memory(scope: Scope) -> int | None:
+    """The least GPU memory (MiB) the pod's own constraints guarantee, or ``None``."""
+    selected = scope.placement.node_selector.get(MEMORY_LABEL)
+    if selected is not None:
+        return int(selected) if str(selected).isdigit() else None
+    terms = scope.placement.required_terms or []
+    least: int | None = None
+    for term in terms:
+        floors = []
+        for e in term.get("matchExpressions") or []:
+            values = [str(v) for v in e.get("values") or []]
+            if e.get("key") != MEMORY_LABEL or not values or not all(v.isdigit() for v in values):
+                continue
+            if e.get("operator") == "Gt" and len(values) == 1:
+                floors.append(int(values[0]) + 1)
+            elif e.get("operator") == "In":
+                floors.append(min(map(int, values)))
+        if not floors:
+            return None  # this term allows any GPU memory
+        floor = max(floors)
+        least = floor if least is None else min(least, floor)
+    return least
+
+
+def _min_gpu_memory(scope: Scope, check: RuleCheck, inventory: Inventory | None) -> Result:
+    need = -(-int(check.value) // MIB)
+    text = format_bytes(int(check.value))
+    fix = (
+        f"Select nodes with more GPU memory: required node affinity {MEMORY_LABEL} Gt "
+        f"{need - 1} (MiB), or a GPU resource with more memory."
+    )
+    if inventory is None:
+        least = _selected_memory(scope)
+        if least is not None and least >= need:
+            return None
+        return (
+            f"the pod needs GPUs with at least {text} of memory here, but does not select "
+            f"them. {fix}",
+            f"pod does not select GPUs with {text} memory",
+        )
+    seen: dict[str, int | None] = {}
+    for name in scope.pod.resources:
+        for shape, device in _devices(scope, inventory, name):
+            seen[_product(shape, device)] = device.memory_mib
+            if device.memory_mib is not None and device.memory_mib >= need:
+                return None
+    found = ", ".join(
+        f"{product} ({format_bytes(mib * MIB) if mib is not None else 'memory not labelled'})"
+        for product, mib in sorted(seen.items())
+    )
+    return (
+        f"the pod needs GPUs with at least {text} of memory here, but the GPUs of the nodes it "
+        f"can use have less: {found or 'none'}. {fix}",
+        f"no usable GPU has {text} memory",
     )
 
 
@@ -425,6 +727,8 @@ _RULE_CHECKS = {
     "maxSharedGPUs": _max_shared,
     "requiredLabels": _required_labels,
     "forbiddenResources": _forbidden,
+    "wholeGPUsOnly": _whole_gpus_only,
+    "minGPUMemory": _min_gpu_memory,
     "requireProbes": _require_probes,
     "allowedPriorityClasses": _allowed_priority_classes,
 }

@@ -35,7 +35,7 @@ from __future__ import annotations
 import difflib
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -814,12 +814,11 @@ def extended_resource_claims(
             PodClaim(resource, source, claim, need, frozenset({resource}), (device_class,), False)
         )
     effective = {r: n for r, n in pod.effective.items() if r not in served}
-    kept = PodGPUs(
-        containers=pod.containers,
+    kept = replace(
+        pod,
         effective=effective,
-        total=pod.total,
-        resources=pod.resources,
-        problems=pod.problems,
+        vector=tuple((r, n) for r, n in pod.vector if r not in served),
+        per_container=tuple((r, n) for r, n in pod.per_container if r not in served),
     )
     return kept, PodClaims((*claims.claims, *extra), claims.holders)
 
@@ -829,10 +828,4 @@ def with_claim_gpus(pod: PodGPUs, claims: PodClaims) -> PodGPUs:
     per-pod limits see them (container and resource views stay as requested)."""
     if not claims.gpu_count:
         return pod
-    return PodGPUs(
-        containers=pod.containers,
-        effective=pod.effective,
-        total=pod.total + claims.gpu_count,
-        resources=pod.resources,
-        problems=pod.problems,
-    )
+    return replace(pod, total=pod.total + claims.gpu_count)

@@ -22,8 +22,10 @@ from webhook.engine.accesscontrol import (
 from webhook.engine.checks import (
     Scope,
     capacity_findings,
+    device_findings,
     quantity_findings,
     rule_findings,
+    whole_gpus,
 )
 from webhook.engine.decision import Decision, Finding, action_of, decide
 from webhook.engine.devices import DeviceInventory, is_dra_object
@@ -35,6 +37,7 @@ from webhook.engine.dra import (
     pod_claims,
     with_claim_gpus,
 )
+from webhook.engine.fit import demand_of
 from webhook.engine.gpuaccess import pod_asks_for_gpu
 from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
@@ -122,6 +125,14 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     templates = policy.kinds.templates(obj)
     if templates is None:
         return Decision(allowed=True, mutated=obj, understood=False)
+    if not templates:
+        # A known kind whose object holds no template where this version's layout keeps
+        # them: say so, rather than allow it as if it had been checked.
+        notice = (
+            f"{obj.get('kind')} {obj.get('apiVersion')}: no pod template at the paths this "
+            "kind keeps them; passed through unchecked (a WorkloadKind rule can add its layout)"
+        )
+        return Decision(allowed=True, mutated=obj, understood=False, notices=(notice,))
     snapshot = _inventory(inventory, policy)
     kind = str(obj.get("kind", ""))
     context = _Context(
@@ -273,7 +284,7 @@ def _evaluate_template(
 ) -> tuple[PodGPUs, PodClaims]:
     settings = policy.settings
     spec_path = template.spec_path
-    pod = pod_gpus(template.spec, settings.gpu_resources)
+    pod = pod_gpus(template.spec, settings.gpu_resources, template.singles)
     claims = (
         pod_claims(
             template.spec,
@@ -317,8 +328,17 @@ def _evaluate_template(
     for rule in rules:
         mutations = without_exempt(rule.mutations, exempt) if exempt else rule.mutations
         with _crediting(editor, mutated_by, [rule]):
-            apply_containers(
-                editor, spec_path, pod, mutations, inventory=snapshot, claim_holders=claims.holders
+            findings.extend(
+                apply_containers(
+                    editor,
+                    spec_path,
+                    pod,
+                    mutations,
+                    inventory=snapshot,
+                    rule=rule.name,
+                    gpus=settings.gpu_resources,
+                    claim_holders=claims.holders,
+                )
             )
     # Container mutations and hiding leave the placement as it is: read it once.
     placement = Placement.of(editor.get(spec_path))
@@ -336,12 +356,12 @@ def _evaluate_template(
         pod=pod,
         placement=placement,
         settings=settings,
+        fit=snapshot.fit(placement, demand_of(spec, pod.vector, pod.per_container, pod.containers))
+        if snapshot is not None and pod.total
+        else None,
         kind=context.kind,
     )
-    if pod.problems:
-        findings.extend(quantity_findings(scope, settings))
-    if snapshot is not None and pod.total:
-        findings.extend(capacity_findings(scope, snapshot, settings))
+    findings.extend(_gpu_findings(scope, snapshot))
     if claims.claims and view.devices is not None and not view.problem:
         findings.extend(
             claim_findings(
@@ -368,6 +388,20 @@ def _evaluate_template(
             runtime_class_findings(editor, access, rules, settings=settings, known=known)
         )
     return pod, claims
+
+
+def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
+    """The built-in checks of the pod's GPU quantities, capacity and units."""
+    pod, settings = scope.pod, scope.settings
+    found: list[Finding] = []
+    if pod.problems:
+        found.extend(quantity_findings(scope, settings))
+    # A pod that fits some class has no unknown resource either: nothing to report.
+    if snapshot is not None and scope.fit is not None and not scope.fit.fitting:
+        found.extend(capacity_findings(scope, snapshot, settings))
+    if pod.crowded and not whole_gpus(scope):
+        found.extend(device_findings(scope, snapshot, settings))
+    return found
 
 
 def _inventory_unavailable(

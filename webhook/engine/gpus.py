@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from webhook.engine.fit import effective as effective_request
+from webhook.engine.fit import requests_of
+from webhook.engine.gpufacts import MIG_PREFIX
 from webhook.engine.policy import GPUResources
 from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.workloads import Path
@@ -35,10 +38,21 @@ class Container:
     sidecar: bool
     gpus: dict[str, int] = field(default_factory=dict)
     problems: list[QuantityProblem] = field(default_factory=list)
+    # cpu (millicores) and memory (bytes) requests as the scheduler counts them
+    # (``fit.requests_of``), read while the container's resources are at hand.
+    cpu: int = 0
+    memory: int = 0
+    # A memory limit this webhook sets where no request is: Kubernetes copies it there.
+    memory_set: int | None = None
+
+    @property
+    def requests(self) -> tuple[int, int]:
+        return self.cpu, self.memory if self.memory_set is None else self.memory_set
 
     @property
     def path(self) -> Path:
-        return (self.section, self.index)
+        # A single container under its own key (KServe's ``model``) has no index.
+        return (self.section, self.index) if self.index >= 0 else (self.section,)
 
     @property
     def gpu_count(self) -> int:
@@ -54,15 +68,55 @@ class PodGPUs:
     total: int = 0
     resources: list[str] = field(default_factory=list)
     problems: list[tuple[Container, QuantityProblem]] = field(default_factory=list)
+    # The GPU part of the request vector (``fit.Demand``), sorted by resource.
+    vector: tuple[tuple[str, int], ...] = ()
+    # Per resource, the most one container asks for.
+    per_container: tuple[tuple[str, int], ...] = ()
+    # Keys of the pod spec holding one container each (``pod_gpus``'s ``singles``).
+    singles: tuple[str, ...] = ()
+    # Some container asks for more than one GPU unit (several slots or MIG devices).
+    crowded: bool = False
+    # Some resource is a MIG slice or a shared slot by its name alone.
+    partial: bool = False
 
     @classmethod
-    def of(cls, containers: list[Container], effective: dict[str, int]) -> PodGPUs:
+    def of(
+        cls,
+        containers: list[Container],
+        effective: dict[str, int],
+        singles: tuple[str, ...] = (),
+        *,
+        gpus: GPUResources | None = None,
+    ) -> PodGPUs:
+        problems = [(c, p) for c in containers for p in c.problems]
+        if not effective:
+            return cls(containers, effective, problems=problems, singles=singles)
+        most: dict[str, int] = {}
+        crowded = False
+        for c in containers:
+            if not c.gpus:
+                continue
+            if not most:
+                most = c.gpus  # the common case: one GPU container
+            else:
+                most = {n: max(most.get(n, 0), c.gpus.get(n, 0)) for n in {*most, *c.gpus}}
+            crowded = crowded or c.gpu_count > 1
+        vector = tuple((r, n) for r, n in effective.items() if n > 0)
+        partial = False
+        for name, _ in vector:
+            if name.startswith(MIG_PREFIX) or (gpus is not None and gpus.is_shared(name)):
+                partial = True
         return cls(
             containers=containers,
             effective=effective,
             total=sum(effective.values()),
-            resources=[r for r, n in effective.items() if n > 0],
-            problems=[(c, p) for c in containers for p in c.problems],
+            resources=[r for r, _ in vector],
+            problems=problems,
+            vector=tuple(sorted(vector)) if len(vector) > 1 else vector,
+            per_container=tuple(sorted(most.items())) if len(most) > 1 else tuple(most.items()),
+            singles=singles,
+            crowded=crowded,
+            partial=partial,
         )
 
 
@@ -77,12 +131,15 @@ def _container(
     resources = body.get("resources")
     resources = resources if isinstance(resources, dict) else {}
     requests, limits = _section(resources, "requests"), _section(resources, "limits")
+    cpu, memory = requests_of(requests, limits) if requests or limits else (0, 0)
     container = Container(
-        section=section,
-        index=index,
-        name=str(body.get("name", "")),
-        body=body,
-        sidecar=section == "initContainers" and body.get("restartPolicy") == "Always",
+        section,
+        index,
+        str(body.get("name", "")),
+        body,
+        section == "initContainers" and body.get("restartPolicy") == "Always",
+        cpu=cpu,
+        memory=memory,
     )
     names = [n for n in (*requests, *limits) if gpus.is_gpu(n)]
     for name in dict.fromkeys(names):
@@ -164,12 +221,13 @@ def _spelled(raw: object) -> str:
     return "" if raw is None else str(raw)
 
 
-def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources) -> PodGPUs:
+def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources, singles: tuple[str, ...] = ()) -> PodGPUs:
     """Containers' GPU asks and the effective pod request, as the scheduler computes it.
 
     For each resource: max(the largest init container plus the sidecars started before
     it, the app containers plus all sidecars). Limits stand in for missing requests, as
-    the API server defaults them on pods (and controllers do from templates).
+    the API server defaults them on pods (and controllers do from templates). ``singles``
+    name keys that hold one app container each (KServe's ``model``).
     """
     containers: list[Container] = []
     for section in ("initContainers", "containers"):
@@ -180,19 +238,22 @@ def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources) -> PodGPUs:
                 for i, body in enumerate(items)
                 if isinstance(body, dict)
             )
+    for key in singles:
+        body = spec.get(key)
+        if isinstance(body, dict):
+            single = _container(body, section=key, index=-1, gpus=gpus)
+            # KServe names the container it makes from the model or framework form this way.
+            single.name = single.name or "kserve-container"
+            containers.append(single)
     effective: dict[str, int] = {}
-    names = {n for c in containers for n in c.gpus}
-    for name in names:
-        sidecars = init_peak = app = 0
+    if "initContainers" in spec and any(
+        c.section == "initContainers" and c.gpus for c in containers
+    ):
+        for name in {n for c in containers for n in c.gpus}:
+            rows = ((c.section, c.sidecar, c.gpus.get(name, 0)) for c in containers)
+            effective[name] = effective_request(rows)
+    else:  # the common case: app containers only, whose requests add up
         for c in containers:
-            amount = c.gpus.get(name, 0)
-            if c.section == "initContainers":
-                if c.sidecar:
-                    sidecars += amount
-                    init_peak = max(init_peak, sidecars)
-                else:
-                    init_peak = max(init_peak, sidecars + amount)
-            else:
-                app += amount
-        effective[name] = max(init_peak, app + sidecars)
-    return PodGPUs.of(containers, effective)
+            for name, count in c.gpus.items():
+                effective[name] = effective.get(name, 0) + count
+    return PodGPUs.of(containers, effective, singles, gpus=gpus)

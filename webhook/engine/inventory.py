@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from webhook.engine.fit import Demand, Shortfall, shortfalls
+from webhook.engine.gpufacts import DeviceFacts, GPUFacts, gpu_facts
 from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.selectors import Labels, clean_terms, dig, terms_match, tolerates
 
@@ -118,6 +120,14 @@ def node_from_json(raw: Mapping[str, Any]) -> Node:
     )
 
 
+def _tolerates_cordon(tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    return bool(tolerations) and any(
+        t.get("key") in (None, "", UNSCHEDULABLE_TAINT)
+        and tolerates(t, key=UNSCHEDULABLE_TAINT, value="", effect="NoSchedule")
+        for t in tolerations
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a pod may go: what the scheduler's filters read from its spec."""
@@ -125,6 +135,9 @@ class Placement:
     node_selector: Mapping[str, str]
     required_terms: Sequence[Mapping[str, Any]] | None
     tolerations: Sequence[Mapping[str, Any]]
+    # NodeUnschedulable lets a pod that tolerates the unschedulable taint onto a cordoned
+    # node; ``None``: read it from the tolerations. False for "anywhere worth suggesting".
+    cordoned: bool | None = None
     # The memo key, serialised once: several checks ask about one placement per review.
     _key: bytes = field(default=b"", repr=False, compare=False)
 
@@ -134,7 +147,17 @@ class Placement:
             option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
             default=str,
         )
+        if self.cordoned is not None:  # set, not read from the tolerations: another answer
+            key += b"!cordoned" if self.cordoned else b"!not-cordoned"
         object.__setattr__(self, "_key", key)
+
+    @property
+    def may_use_cordoned(self) -> bool:
+        """NodeUnschedulable: whether a cordoned node is open to this pod (asked only when
+        a placement's answer is not memoised yet)."""
+        if self.cordoned is not None:
+            return self.cordoned
+        return _tolerates_cordon(self.tolerations)
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> Placement:
@@ -206,6 +229,7 @@ class Shape:
     pool: str
     # How many nodes the shape stands for (a declared pool counts as its maxNodes).
     node_count: int = 0
+    gpu: GPUFacts = field(default_factory=GPUFacts)
 
     @property
     def example(self) -> Node:
@@ -339,6 +363,7 @@ class Inventory:
         # Memos, not state: safe to share between threads (plain dict get/set only).
         self._placements: dict[bytes, frozenset[int]] = {}
         self._answers: dict[tuple[bytes, str], _Answer] = {}
+        self._fits: dict[tuple[bytes, Demand], FitAnswer] = {}
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -438,7 +463,7 @@ class Inventory:
 
     @staticmethod
     def _shape_admits(shape: Shape, placement: Placement, *, names_nodes: bool) -> bool:
-        if shape.unschedulable:
+        if shape.unschedulable and not placement.may_use_cordoned:
             return False
         # Members differ only in identity labels: one member answers for all unless the
         # placement names nodes (a hostname selector, matchFields on metadata.name).
@@ -471,6 +496,42 @@ class Inventory:
         """
         for answer in list(previous._answers.values()):
             self._answer(answer.resource, answer.placement)
+        for fit in list(previous._fits.values()):
+            self.fit(fit.placement, fit.demand)
+
+    def placeable(self, placement: Placement) -> tuple[Shape, ...]:
+        """The node classes a pod with this placement can land on, by the scheduler's
+        NodeUnschedulable, NodeAffinity (nodeSelector and required terms) and
+        TaintToleration filters, before any resource is counted.
+
+        This is "the nodes this pod can land on" for every check that asks about capacity
+        (GPU resources here, DRA devices elsewhere): filter these further, never the
+        whole inventory.
+        """
+        admitted = self._admitted_shapes(placement.key(), placement)
+        return tuple(shape for i, shape in enumerate(self.shapes) if i in admitted)
+
+    def fit(self, placement: Placement, demand: Demand) -> FitAnswer:
+        """Which node classes the pod can land on *and* whose empty nodes hold its whole
+        request vector; memoised per placement and vector, so the cost of a request does
+        not grow with the number of nodes."""
+        key = (placement.key(), demand)
+        hit = self._fits.get(key)
+        if hit is not None:
+            return hit
+        fitting: list[Shape] = []
+        missing: list[tuple[Shape, tuple[Shortfall, ...]]] = []
+        for shape in self.placeable(placement):
+            short = shortfalls(shape.allocatable, shape.gpu, demand)
+            if short:
+                missing.append((shape, short))
+            else:
+                fitting.append(shape)
+        answer = FitAnswer(placement, demand, tuple(fitting), tuple(missing))
+        if len(self._fits) >= _PLACEMENT_CACHE_SIZE:
+            self._fits = {}
+        self._fits[key] = answer
+        return answer
 
     def _answer(self, resource: str, placement: Placement) -> _Answer:
         # Memoised per placement and resource: the cost of a request does not grow with
@@ -491,6 +552,61 @@ class Inventory:
             self._answers = {}
         self._answers[key] = answer
         return answer
+
+
+@dataclass(frozen=True, slots=True)
+class FitAnswer:
+    """The node classes a pod fits, and what each other class it can land on lacks."""
+
+    placement: Placement
+    demand: Demand
+    fitting: tuple[Shape, ...]
+    missing: tuple[tuple[Shape, tuple[Shortfall, ...]], ...]
+    # Memo of ``units``: checks ask it per container, answers live as long as the snapshot.
+    _units: dict[str, Units] = field(default_factory=dict, compare=False, repr=False)
+    _whole: dict[tuple[tuple[str, int], ...], bool] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def whole(self, vector: tuple[tuple[str, int], ...]) -> bool:
+        """Whether every resource of ``vector`` is whole GPUs (no MIG slice, no shared slot)
+        on every class that fits: the common answer, memoised per vector."""
+        hit = self._whole.get(vector)
+        if hit is None:
+            units = [self.units(name) for name, _ in vector]
+            hit = self._whole[vector] = bool(self.fitting) and all(
+                not u.mig and u.shared is None for u in units
+            )
+        return hit
+
+    def units(self, resource: str) -> Units:
+        """What one unit of ``resource`` is on the fitting classes that offer it."""
+        hit = self._units.get(resource)
+        if hit is None:
+            hit = self._units[resource] = Units.of(
+                (shape, shape.gpu.device(resource, shape.allocatable[resource]))
+                for shape in self.fitting
+                if shape.allocatable.get(resource, 0) > 0
+            )
+        return hit
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """A GPU resource on some node classes: each class with what one unit is there."""
+
+    offering: tuple[tuple[Shape, DeviceFacts], ...]
+    mig: bool  # a MIG slice on some class
+    shared: tuple[Shape, DeviceFacts] | None  # the first class where it is a shared slot
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[Shape, DeviceFacts]]) -> Units:
+        offering = tuple(pairs)
+        return cls(
+            offering=offering,
+            mig=any(device.kind == "mig" for _, device in offering),
+            shared=next(((s, d) for s, d in offering if d.shared), None),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,4 +672,5 @@ def _shape(key: _ShapeKey, members: Mapping[str, Node]) -> Shape:
         pool=key[4],
         # Only a declared pool stands for more than one node.
         node_count=sum(n.count for n in members.values()) if key[4] else len(members),
+        gpu=gpu_facts(dict(key[0]), dict(key[3])),
     )

@@ -7,13 +7,18 @@ what makes ``reinvocationPolicy: IfNeeded`` and repeated ``kubectl apply`` safe.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
+from webhook.engine.decision import Finding
+from webhook.engine.fit import Demand, pod_requests
 from webhook.engine.gpuaccess import VISIBLE_DEVICES, asks_for_gpu, pod_asks_for_gpu
+from webhook.engine.gpufacts import MIG_PREFIX
 from webhook.engine.gpus import Container, PodGPUs
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.patch import Editor
-from webhook.engine.policy import MemoryLimit, Mutations, NodeLabel
+from webhook.engine.policy import GPUResources, MemoryLimit, Mutations, NodeLabel
 from webhook.engine.quantity import QuantityError, format_bytes, parse_quantity
 from webhook.engine.selectors import toleration_covers
 from webhook.engine.workloads import Path
@@ -181,15 +186,57 @@ def _memory(value: object) -> int | None:
         return None
 
 
-def memory_share(inventory: Inventory, placement: Placement, container: Container) -> int | None:
-    """Per-GPU share of memory on the smallest node the pod can use, times its GPUs."""
-    shares = [
-        shape.allocatable.get("memory", 0) // shape.allocatable[name] * count
-        for name, count in container.gpus.items()
-        for shape in inventory.admitted(name, placement)
-        if shape.allocatable.get("memory")
-    ]
+def physical_gpus(
+    container: Container,
+    *,
+    inventory: Inventory | None,
+    placement: Placement | None,
+    gpus: GPUResources,
+) -> int:
+    """The physical GPUs a container gets: whole GPUs count one each; MIG slices and shared
+    slots are parts of one GPU and count one together. ``nvidia.com/gpu`` is a slice or a
+    slot only where every node class the pod can use says so (MIG single, time-slicing)."""
+    whole = 0
+    parts = False
+    for name, count in container.gpus.items():
+        if name.startswith(MIG_PREFIX) or gpus.is_shared(name):
+            parts = True
+            continue
+        if inventory is not None and placement is not None:
+            kinds = {
+                shape.gpu.device(name, shape.allocatable[name]).kind
+                for shape in inventory.admitted(name, placement)
+            }
+            if kinds and "whole" not in kinds:
+                parts = True
+                continue
+        whole += count
+    return whole + (1 if parts and not whole else 0)
+
+
+def memory_share(
+    inventory: Inventory, placement: Placement, container: Container, *, gpus: int
+) -> int | None:
+    """Per-GPU share of memory on the smallest node the pod can use, times the container's
+    physical GPUs (a node with 4 GPUs time-sliced into 16 slots has 4 shares, not 16)."""
+    shares = []
+    for name in container.gpus:
+        for shape in inventory.admitted(name, placement):
+            memory = shape.allocatable.get("memory")
+            device = shape.gpu.device(name, shape.allocatable[name])
+            per_node = device.physical or shape.gpu.physical or device.units
+            if memory and per_node:
+                shares.append(memory // per_node * gpus)
     return min(shares) if shares else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    container: Container
+    path: Path
+    amount: int
+    # Kubernetes copies a limit into an unset request: then the limit is what the pod asks.
+    becomes_request: bool
 
 
 def set_memory_limits(
@@ -199,8 +246,12 @@ def set_memory_limits(
     limit: MemoryLimit,
     *,
     inventory: Inventory | None,
-) -> None:
-    placement = None
+    rule: str = "",
+    gpus: GPUResources | None = None,
+) -> list[Finding]:
+    gpus = gpus or GPUResources()
+    placement = Placement.of(_map(editor.get(spec_path)))
+    planned: list[_Planned] = []
     for container in pod.containers:
         if not container.gpu_count:
             continue
@@ -208,21 +259,103 @@ def set_memory_limits(
         resources = _map(editor.get(path))
         if "memory" in _map(resources.get("limits")):
             continue
+        count = physical_gpus(container, inventory=inventory, placement=placement, gpus=gpus)
         if limit.mode == "fixed":
             amount: int | None = limit.amount
         elif limit.mode == "perGPU":
-            amount = limit.amount * container.gpu_count
+            amount = limit.amount * count
         else:
             if inventory is None:
                 continue
-            placement = placement or Placement.of(_map(editor.get(spec_path)))
-            amount = memory_share(inventory, placement, container)
+            amount = memory_share(inventory, placement, container, gpus=count)
         if amount is None:
             continue
         request = _memory(_map(resources.get("requests")).get("memory"))
         if request is not None:
             amount = max(amount, request)
-        editor.add((*path, "limits", "memory"), format_bytes(amount))
+        planned.append(_Planned(container, path, amount, becomes_request=request is None))
+    findings: list[Finding] = []
+    if planned and inventory is not None and pod.total:
+        planned, findings = _fit_memory(
+            editor.get(spec_path), pod, planned, limit, inventory=inventory, rule=rule
+        )
+    for plan in planned:
+        editor.add((*plan.path, "limits", "memory"), format_bytes(plan.amount))
+        if plan.becomes_request:
+            plan.container.memory_set = plan.amount  # Kubernetes copies it into the request
+    return findings
+
+
+def _fit_memory(
+    spec: Any,
+    pod: PodGPUs,
+    planned: list[_Planned],
+    limit: MemoryLimit,
+    *,
+    inventory: Inventory,
+    rule: str,
+) -> tuple[list[_Planned], list[Finding]]:
+    """Keep the injected limits within the nodes the pod can use (``whenTooLarge``)."""
+    spec = _map(spec)
+    placement = Placement.of(spec)
+    at = {id(c): i for i, c in enumerate(pod.containers)}
+
+    def memory(plans: list[_Planned]) -> tuple[int, int]:
+        extra = {at[id(p.container)]: p.amount for p in plans if p.becomes_request}
+        return pod_requests(spec, pod.containers, memory=extra)
+
+    def fitting(plans: list[_Planned]) -> tuple[Any, ...]:
+        cpu, mem = memory(plans)
+        demand = Demand(pod.vector, cpu, mem, pod.per_container)
+        return inventory.fit(placement, demand).fitting
+
+    if fitting(planned):
+        return planned, []
+    without = fitting([])
+    if not without:
+        return planned, []  # the pod fits nowhere anyway: the capacity check says why
+    room = max(shape.allocatable.get("memory", 0) for shape in without)
+    base = memory([])[1]
+    asked = ", ".join(f"{p.container.name or '?'} {format_bytes(p.amount)}" for p in planned)
+    where = f"the largest node the pod can use has {format_bytes(room)} allocatable memory"
+    if limit.when_too_large == "deny":
+        message = (
+            f"rule {rule} sets memory limits ({asked}) that no node the pod can use holds: "
+            f"{where}. Set memory limits on the GPU containers yourself, within that, and the "
+            "rule leaves them alone."
+        )
+        finding = Finding(
+            rule, "memoryLimit", "deny", message, f"memory limits {asked} fit no node"
+        )
+        return [], [finding]  # not set: the denial says why, and a retry is judged the same
+    if limit.when_too_large == "cap":
+        grow = sum(p.amount for p in planned if p.becomes_request)
+        share = Fraction(max(room - base, 0), grow) if grow else Fraction(0)
+        capped = [
+            _Planned(
+                p.container,
+                p.path,
+                int(p.amount * share) // 2**20 * 2**20 if p.becomes_request else p.amount,
+                p.becomes_request,
+            )
+            for p in planned
+        ]
+        if all(p.amount > 0 for p in capped) and fitting(capped):
+            got = ", ".join(f"{p.container.name or '?'} {format_bytes(p.amount)}" for p in capped)
+            message = (
+                f"memory limits of rule {rule} lowered to fit the nodes the pod can use ({where}): "
+                f"{got} instead of {asked}. Set memory limits yourself to choose them."
+            )
+            return capped, [
+                Finding(rule, "memoryLimit", "warn", message, f"memory limits capped to {got}")
+            ]
+    message = (
+        f"memory limits of rule {rule} ({asked}) left out: they would keep the pod off every "
+        f"node it can use ({where}). Set memory limits yourself."
+    )
+    return [], [
+        Finding(rule, "memoryLimit", "warn", message, f"memory limits {asked} skipped: too large")
+    ]
 
 
 def mount_shm(editor: Editor, spec_path: Path, pod: PodGPUs, size: str) -> None:
@@ -260,14 +393,27 @@ def apply_containers(
     mutations: Mutations,
     *,
     inventory: Inventory | None,
+    rule: str = "",
+    gpus: GPUResources | None = None,
     claim_holders: frozenset[Path] = frozenset(),
-) -> None:
+) -> list[Finding]:
+    """Container mutations of one rule; findings where a memory limit had to give way."""
+    findings: list[Finding] = []
     # The gpuNodes scope needs to know where the pod can land: see accesscontrol.
     if mutations.hide_gpus == "gpuPods" and pod_asks_for_gpu(pod):
         hide_gpus(editor, spec_path, pod, claim_holders)
     if mutations.gpu_env:
         set_gpu_env(editor, spec_path, pod, mutations)
     if mutations.memory_limit is not None:
-        set_memory_limits(editor, spec_path, pod, mutations.memory_limit, inventory=inventory)
+        findings = set_memory_limits(
+            editor,
+            spec_path,
+            pod,
+            mutations.memory_limit,
+            inventory=inventory,
+            rule=rule,
+            gpus=gpus,
+        )
     if mutations.shm_size is not None:
         mount_shm(editor, spec_path, pod, mutations.shm_size)
+    return findings

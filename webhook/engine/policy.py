@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from webhook.engine.gpufacts import MEMORY_LABEL
 from webhook.engine.inventory import Node, Taint
 from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.selectors import label_selector_matches
@@ -39,6 +40,8 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
     "capacity": "deny",
     "unknownResource": "deny",
     "clusterCapacity": "warn",
+    "sharedGPURequest": "deny",
+    "multipleMIGDevices": "warn",
     "deviceClaims": "deny",
     "unknownDeviceClass": "deny",
     "missingClaim": "warn",
@@ -102,6 +105,7 @@ class GPUResources:
         self._is_gpu = glob_matcher(name for name, _ in self.entries)
         self._is_shared = glob_matcher(name for name, shared in self.entries if shared)
         self._memo: dict[str, bool] = {}
+        self._shared_memo: dict[str, bool] = {}
 
     def is_gpu(self, name: str) -> bool:
         known = self._memo.get(name)
@@ -110,7 +114,10 @@ class GPUResources:
         return known
 
     def is_shared(self, name: str) -> bool:
-        return self._is_shared(name)
+        known = self._shared_memo.get(name)
+        if known is None:
+            known = self._shared_memo[name] = self._is_shared(name)
+        return known
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +188,9 @@ class EnvVar:
 class MemoryLimit:
     mode: Literal["fixed", "perGPU", "inventoryShare"]
     amount: int = 0  # bytes; unused for inventoryShare
+    # When the limits (which Kubernetes copies into unset requests) would keep the pod off
+    # every node it can otherwise use: lower them to fit, leave them out, or deny the pod.
+    when_too_large: Literal["cap", "skip", "deny"] = "cap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,12 +427,15 @@ def _compile_rule(ref: DocumentRef, spec: Mapping[str, Any], problems: list[Poli
     if match.gpu_max is not None and match.gpu_max < match.gpu_min:
         problems.append(PolicyProblem(ref, "spec.match.gpuCount", "max is smaller than min"))
     checks = []
-    for entry in spec.get("validate") or []:
+    for index, entry in enumerate(spec.get("validate") or []):
         kind = next(k for k in entry if k not in ("action", "message"))
+        value = entry[kind]
+        if kind == "minGPUMemory":
+            value = _bytes(value, ref, f"spec.validate[{index}].minGPUMemory", problems)
         checks.append(
             RuleCheck(
                 kind=kind,
-                value=entry[kind],
+                value=value,
                 action=entry.get("action", "deny"),
                 message=entry.get("message", ""),
             )
@@ -451,16 +464,24 @@ def _compile_mutations(
     ref: DocumentRef, spec: Mapping[str, Any], problems: list[PolicyProblem]
 ) -> Mutations:
     affinity = spec.get("nodeAffinity") or {}
+    required = [dict(r) for r in affinity.get("required") or []]
+    gpu_memory = affinity.get("gpuMemory")
+    if gpu_memory:
+        least = _bytes(gpu_memory["min"], ref, "spec.mutate.nodeAffinity.gpuMemory.min", problems)
+        # GPU feature discovery labels memory in MiB; Gt is strict.
+        floor = -(-least // 2**20) - 1
+        required.append({"key": MEMORY_LABEL, "operator": "Gt", "values": [str(floor)]})
     env = spec.get("env") or {}
     memory = spec.get("memoryLimit")
     memory_limit = None
     if memory:
-        mode, value = next(iter(memory.items()))
+        when = memory.get("whenTooLarge", "cap")
+        mode, value = next((k, v) for k, v in memory.items() if k != "whenTooLarge")
         if mode == "inventoryShare":
-            memory_limit = MemoryLimit("inventoryShare") if value else None
+            memory_limit = MemoryLimit("inventoryShare", when_too_large=when) if value else None
         else:
             amount = _bytes(value, ref, f"spec.mutate.memoryLimit.{mode}", problems)
-            memory_limit = MemoryLimit(mode, amount)
+            memory_limit = MemoryLimit(mode, amount, when_too_large=when)
     shm = spec.get("shm")
     shm_size = None
     if shm:
@@ -475,7 +496,7 @@ def _compile_mutations(
             problems.append(PolicyProblem(ref, path, "an empty key needs operator Exists"))
     return Mutations(
         tolerations=tuple(dict(t) for t in spec.get("tolerations") or []),
-        required_affinity=tuple(dict(r) for r in affinity.get("required") or []),
+        required_affinity=tuple(required),
         preferred_affinity=tuple(dict(p) for p in affinity.get("preferred") or []),
         hide_gpus=_hide_scope(env.get("hideGPUsFromNonGPUContainers", False)),
         gpu_env=tuple(

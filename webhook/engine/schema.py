@@ -138,6 +138,17 @@ _CHECKS = [
         "GPU resource name globs that matching pods may not request.",
     ),
     _check(
+        "wholeGPUsOnly",
+        {"type": "boolean"},
+        "true: the pod may land only where its GPU resources are whole GPUs (no MIG slice, "
+        "no time-sliced or MPS slot).",
+    ),
+    _check(
+        "minGPUMemory",
+        _QUANTITY,
+        "Some node the pod can use must have GPUs with at least this much memory (e.g. 40Gi).",
+    ),
+    _check(
         "maxGPUsPerWorkload",
         {"type": "integer", "minimum": 0},
         "At most this many GPUs for all pods of a workload (replicas times GPUs per pod).",
@@ -198,6 +209,11 @@ _MUTATE = _obj(
         "nodeAffinity": _obj(
             {
                 "required": {"type": "array", "items": _REQUIREMENT, "minItems": 1},
+                "gpuMemory": _obj(
+                    {"min": _QUANTITY},
+                    required=["min"],
+                    description="Shorthand: a required nvidia.com/gpu.memory Gt term (MiB).",
+                ),
                 "preferred": {
                     "type": "array",
                     "items": _obj(
@@ -228,14 +244,23 @@ _MUTATE = _obj(
         "memoryLimit": _obj(
             {
                 "fixed": _QUANTITY,
-                "perGPU": _QUANTITY,
+                "perGPU": {
+                    **_QUANTITY,
+                    "description": "Per physical GPU: a MIG slice or shared slot counts as "
+                    "part of one GPU.",
+                },
                 "inventoryShare": {
                     "type": "boolean",
                     "description": "Per-GPU share of the smallest usable node's memory.",
                 },
+                "whenTooLarge": {
+                    "enum": ["cap", "skip", "deny"],
+                    "description": "When the limits (copied into unset requests) fit no node "
+                    "the pod can use: cap them to fit (default, with a warning), skip them "
+                    "(with a warning), or deny the pod.",
+                },
             },
-            minProperties=1,
-            maxProperties=1,
+            oneOf=[{"required": [mode]} for mode in ("fixed", "perGPU", "inventoryShare")],
         ),
         "shm": _obj({"sizeLimit": _QUANTITY}, required=["sizeLimit"]),
         "runtimeClassName": {
@@ -281,6 +306,9 @@ BUILTIN_CHECKS = {
     "capacity": "more GPUs than the largest node the pod can use",
     "unknownResource": "a GPU resource that no node advertises",
     "clusterCapacity": "a workload needs more GPUs than the cluster has",
+    "sharedGPURequest": "a container asks for more than one slot of a shared (time-sliced, MPS)"
+    " GPU",
+    "multipleMIGDevices": "a container asks for more than one MIG device",
     "deviceClaims": "DRA claims that no node the pod can use can meet",
     "unknownDeviceClass": "a DRA claim names a device class that does not exist",
     "missingClaim": "a pod refers to a ResourceClaim or template the webhook has not seen",

@@ -25,15 +25,29 @@ class TemplateLocation:
     path: tuple[str, ...]
     replicas: tuple[tuple[str, ...], ...] = ()
     pod_spec: bool = False
+    # Keys of the pod spec that hold one container each (KServe's ``model`` and framework
+    # forms), judged as app containers beside ``containers``.
+    singles: tuple[str, ...] = ()
+    # When this path exists, the last replica factor counts one pod fewer: a
+    # LeaderWorkerSet's ``size`` includes the leader, made from ``leaderTemplate`` if set.
+    one_less_if: tuple[str, ...] = ()
 
     @classmethod
     def parse(
-        cls, path: str, replicas: Iterable[str] = (), *, pod_spec: bool = False
+        cls,
+        path: str,
+        replicas: Iterable[str] = (),
+        *,
+        pod_spec: bool = False,
+        singles: Iterable[str] = (),
+        one_less_if: str = "",
     ) -> TemplateLocation:
         return cls(
             path=tuple(p for p in path.split(".") if p),
             replicas=tuple(tuple(r.split(".")) for r in replicas),
             pod_spec=pod_spec,
+            singles=tuple(singles),
+            one_less_if=tuple(p for p in one_less_if.split(".") if p),
         )
 
 
@@ -46,6 +60,8 @@ class WorkloadKind:
     per_node: bool = False
     # The resource name in webhook rules; every kind here follows the lower-case-plus-s rule.
     plural: str = ""
+    # API versions this layout is for; empty: every version without a layout of its own.
+    versions: tuple[str, ...] = ()
 
     @property
     def resource(self) -> str:
@@ -64,6 +80,7 @@ class PodTemplate:
     template: Mapping[str, Any]
     replicas: int | None
     pod_spec: bool = False
+    singles: tuple[str, ...] = ()
 
     @property
     def spec(self) -> Mapping[str, Any]:
@@ -86,9 +103,44 @@ class PodTemplate:
 
 
 def _kind(
-    group: str, kind: str, *locations: TemplateLocation, per_node: bool = False
+    group: str,
+    kind: str,
+    *locations: TemplateLocation,
+    per_node: bool = False,
+    versions: tuple[str, ...] = (),
 ) -> WorkloadKind:
-    return WorkloadKind(group=group, kind=kind, locations=locations, per_node=per_node)
+    return WorkloadKind(
+        group=group, kind=kind, locations=locations, per_node=per_node, versions=versions
+    )
+
+
+# KServe v1beta1 PredictorSpec: one container under the model or a framework's name
+# (``PredictorExtensionSpec`` embeds ``v1.Container``), beside an inline pod spec.
+KSERVE_PREDICTORS = (
+    "model",
+    "sklearn",
+    "xgboost",
+    "tensorflow",
+    "pytorch",
+    "triton",
+    "onnx",
+    "huggingface",
+    "pmml",
+    "lightgbm",
+    "paddle",
+)
+
+
+def _ray(prefix: str) -> tuple[TemplateLocation, ...]:
+    # A multi-host worker group (TPU slices, multi-node GPU groups) makes numOfHosts pods
+    # per replica (KubeRay ``WorkerGroupSpec.NumOfHosts``, default 1).
+    return (
+        _L(f"{prefix}.headGroupSpec.template"),
+        _L(
+            f"{prefix}.workerGroupSpecs.*.template",
+            [f"{prefix}.workerGroupSpecs.*.replicas", f"{prefix}.workerGroupSpecs.*.numOfHosts"],
+        ),
+    )
 
 
 _L = TemplateLocation.parse
@@ -121,6 +173,13 @@ BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
         "MPIJob",
         _L("spec.mpiReplicaSpecs.*.template", ["spec.mpiReplicaSpecs.*.replicas"]),
     ),
+    # mpi-operator v1alpha1: one worker template and a replica count (``MPIJobSpec``).
+    _kind(
+        "kubeflow.org",
+        "MPIJob",
+        _L("spec.template", ["spec.replicas"]),
+        versions=("v1alpha1",),
+    ),
     _kind(
         "kubeflow.org",
         "PaddleJob",
@@ -131,39 +190,19 @@ BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
         "XGBoostJob",
         _L("spec.xgbReplicaSpecs.*.template", ["spec.xgbReplicaSpecs.*.replicas"]),
     ),
-    _kind(
-        "ray.io",
-        "RayCluster",
-        _L("spec.headGroupSpec.template"),
-        _L("spec.workerGroupSpecs.*.template", ["spec.workerGroupSpecs.*.replicas"]),
-    ),
-    _kind(
-        "ray.io",
-        "RayJob",
-        _L("spec.rayClusterSpec.headGroupSpec.template"),
-        _L(
-            "spec.rayClusterSpec.workerGroupSpecs.*.template",
-            ["spec.rayClusterSpec.workerGroupSpecs.*.replicas"],
-        ),
-        _L("spec.submitterPodTemplate"),
-    ),
-    _kind(
-        "ray.io",
-        "RayService",
-        _L("spec.rayClusterConfig.headGroupSpec.template"),
-        _L(
-            "spec.rayClusterConfig.workerGroupSpecs.*.template",
-            ["spec.rayClusterConfig.workerGroupSpecs.*.replicas"],
-        ),
-    ),
+    _kind("ray.io", "RayCluster", *_ray("spec")),
+    _kind("ray.io", "RayJob", *_ray("spec.rayClusterSpec"), _L("spec.submitterPodTemplate")),
+    _kind("ray.io", "RayService", *_ray("spec.rayClusterConfig")),
     _kind(
         "leaderworkerset.x-k8s.io",
         "LeaderWorkerSet",
         _L("spec.leaderWorkerTemplate.leaderTemplate", ["spec.replicas"]),
-        # One worker group holds `size` pods, the leader among them: an upper bound.
+        # A group holds `size` pods, its leader included: the workers are size - 1 when the
+        # leader has its own template, else the worker template makes the leader too.
         _L(
             "spec.leaderWorkerTemplate.workerTemplate",
             ["spec.replicas", "spec.leaderWorkerTemplate.size"],
+            one_less_if="spec.leaderWorkerTemplate.leaderTemplate",
         ),
     ),
     _kind("batch.volcano.sh", "Job", _L("spec.tasks.*.template", ["spec.tasks.*.replicas"])),
@@ -178,9 +217,9 @@ BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
     _kind(
         "serving.kserve.io",
         "InferenceService",
-        _L("spec.predictor", pod_spec=True),
+        _L("spec.predictor", pod_spec=True, singles=KSERVE_PREDICTORS),
         _L("spec.transformer", pod_spec=True),
-        _L("spec.explainer", pod_spec=True),
+        _L("spec.explainer", pod_spec=True, singles=("art",)),
     ),
 )
 
@@ -190,24 +229,38 @@ class KindTable:
 
     def __init__(self, kinds: Iterable[WorkloadKind] = BUILTIN_KINDS) -> None:
         self._kinds: dict[tuple[str, str], WorkloadKind] = {}
+        # Layouts of one API version that differ from the kind's usual one.
+        self._versions: dict[tuple[str, str, str], WorkloadKind] = {}
         for kind in kinds:
+            self._add(kind)
+
+    def _add(self, kind: WorkloadKind) -> None:
+        if kind.versions:
+            for version in kind.versions:
+                self._versions[(kind.group, version, kind.kind)] = kind
+        else:
             self._kinds[(kind.group, kind.kind)] = kind
 
     def extended(self, kinds: Iterable[WorkloadKind]) -> KindTable:
-        table = KindTable(self._kinds.values())
+        table = KindTable(self)
         for kind in kinds:
-            table._kinds[(kind.group, kind.kind)] = kind
+            table._add(kind)
         return table
 
     def lookup(self, api_version: str, kind: str) -> WorkloadKind | None:
-        group = api_version.rpartition("/")[0] if "/" in api_version else ""
+        group, _, version = api_version.rpartition("/")
+        if self._versions:
+            special = self._versions.get((group, version, kind))
+            if special is not None:
+                return special
         return self._kinds.get((group, kind))
 
     def knows(self, group: str, kind: str) -> bool:
         return (group, kind) in self._kinds
 
     def __iter__(self) -> Iterator[WorkloadKind]:
-        return iter(self._kinds.values())
+        yield from self._kinds.values()
+        yield from self._versions.values()
 
     def templates(self, obj: Mapping[str, Any]) -> list[PodTemplate] | None:
         """Every pod template of ``obj``; ``None`` when the kind holds none we know of."""
@@ -224,7 +277,11 @@ class KindTable:
                 replicas = None if kind.per_node else _replicas(obj, location, path)
                 found.append(
                     PodTemplate(
-                        path=path, template=template, replicas=replicas, pod_spec=location.pod_spec
+                        path=path,
+                        template=template,
+                        replicas=replicas,
+                        pod_spec=location.pod_spec,
+                        singles=location.singles,
                     )
                 )
         return found
@@ -254,7 +311,8 @@ def _replicas(obj: Mapping[str, Any], location: TemplateLocation, path: Path) ->
     """Product of the replica fields, wildcards bound as in ``path``; a missing field is 1."""
     bindings = [path[i] for i, part in enumerate(location.path) if part == "*"]
     total = 1
-    for pattern in location.replicas:
+    one_less = bool(location.one_less_if) and _exists(obj, location.one_less_if)
+    for number, pattern in enumerate(location.replicas, 1):
         queue = iter(bindings)
         value: object = obj
         for part in pattern:
@@ -265,6 +323,18 @@ def _replicas(obj: Mapping[str, Any], location: TemplateLocation, path: Path) ->
                 value = value[key]
             else:
                 value = None
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            total *= value
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            value = 1  # missing or ill-typed: the field's usual default
+        if one_less and number == len(location.replicas):
+            value = max(value - 1, 0)
+        total *= value
     return total
+
+
+def _exists(obj: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    value: object = obj
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return value is not None

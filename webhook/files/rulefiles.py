@@ -85,6 +85,13 @@ def _explain(error: ValidationError) -> str:
         extra = sorted(set(instance) - set(allowed), key=str)
         unknown = "; ".join(f'unknown field "{e}"{did_you_mean(str(e), allowed)}' for e in extra)
         return f"{unknown}; the fields: {', '.join(allowed)}"
+    if error.validator == "oneOf" and all(set(c) == {"required"} for c in expected):
+        # A choice of one field among several (memoryLimit's fixed, perGPU, inventoryShare).
+        modes = [name for c in expected for name in c["required"]]
+        chosen = [name for name in modes if name in instance]
+        if len(chosen) > 1:
+            return f"{' and '.join(chosen)} conflict: give only one of {', '.join(modes)}"
+        return f"give one of {', '.join(modes)}"
     if error.validator == "oneOf" and isinstance(instance, Mapping):
         checks = {next(iter(s.get("required", ["?"]))): s for s in expected}
         return _explain_check(instance, checks)

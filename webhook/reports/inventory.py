@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from webhook.engine.gpufacts import gpu_facts
 from webhook.engine.inventory import Inventory, Node
 from webhook.reports.wording import counted
 
@@ -42,6 +43,22 @@ class NodeClass:
     replicas: int
     gpu_memory_mib: str
     example: str
+    # Physical GPUs per node where the labels say (None: not labelled, or MIG single).
+    physical_gpus: int | None = None
+    units: tuple[GPUUnit, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GPUUnit:
+    """What one unit of a GPU resource is on a node class."""
+
+    resource: str
+    per_node: int
+    unit: str  # "whole GPU", "shared slot, time-slicing x4", "MIG 1g.10gb slice"
+    kind: str  # whole | shared | mig
+    product: str  # the product a pod gets
+    physical_gpus: int | None
+    memory_mib: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +104,21 @@ def summarize(inventory: Inventory) -> InventoryReport:
         groups.setdefault(class_key(node), []).append(node)
     classes = []
     for (product, gpus, mig, sharing, replicas, memory), members in groups.items():
+        facts = gpu_facts(members[0].labels, dict(gpus))
+        units = tuple(
+            GPUUnit(
+                resource=name,
+                per_node=amount,
+                unit=device.describe,
+                kind=device.kind,
+                product=device.product or product,
+                physical_gpus=device.physical,
+                memory_mib=device.memory_mib,
+            )
+            for name, amount in gpus
+            if amount
+            for device in (facts.device(name, amount),)
+        )
         classes.append(
             NodeClass(
                 product=product,
@@ -102,6 +134,8 @@ def summarize(inventory: Inventory) -> InventoryReport:
                 replicas=int(replicas) if replicas.isdigit() else 1,
                 gpu_memory_mib=memory,
                 example=members[0].name,
+                physical_gpus=facts.physical,
+                units=units,
             )
         )
     classes.sort(key=lambda c: (c.product == NO_GPU, c.product, -c.nodes))
@@ -152,6 +186,14 @@ def render_text(report: InventoryReport) -> str:
             (c.product, str(c.nodes), str(c.ready), str(c.cordoned), resources, mig, sharing)
         )
     lines += table(rows)
+    lines += ["", "What one unit of each GPU resource is (capacity counts physical GPUs)"]
+    unit_rows = [("PRODUCT", "RESOURCE", "PER NODE", "ONE UNIT IS", "PHYSICAL GPUS", "MEMORY")]
+    for c in report.classes:
+        for u in c.units:
+            memory = f"{u.memory_mib} MiB" if u.memory_mib is not None else "-"
+            physical = str(u.physical_gpus) if u.physical_gpus is not None else "-"
+            unit_rows.append((u.product, u.resource, str(u.per_node), u.unit, physical, memory))
+    lines += table(unit_rows) if len(unit_rows) > 1 else ["  none"]
     lines += ["", "Largest node per GPU resource"]
     if report.largest:
         lines += table(
