@@ -1,5 +1,6 @@
-"""Helpers for tests of the inventory feed: a real watcher process against a replay server,
-and a plain socket client that reads the feed as a worker would."""
+"""Helpers for tests of the inventory sources: a real watcher process against a replay server,
+a plain socket client that reads the feed as a worker would, and an in-process live source
+with short intervals."""
 
 from __future__ import annotations
 
@@ -14,8 +15,19 @@ from typing import Any
 from tests.cluster.replayserver import ReplayServer, fixture
 from tests.running import kubeconfig
 from webhook.cluster import feedwire
+from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.cluster.reflector import Backoff
 from webhook.cluster.watcherprocess import WatcherProcess
+
+
+def live_source(replay: ReplayServer) -> LiveInventorySource:
+    """The in-process live source against ``replay``, publishing and retrying quickly."""
+    return LiveInventorySource(
+        api=ApiEndpoint(host=replay.url),
+        publish_interval_seconds=0.01,
+        backoff=lambda: Backoff(initial_seconds=0.01, cap_seconds=0.05),
+        watch_timeout_seconds=lambda: 30,
+    )
 
 
 @contextmanager

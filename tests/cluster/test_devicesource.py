@@ -19,12 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.feeding import running_watcher
+from tests.cluster.feeding import live_source, running_watcher
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually
 from webhook.admission.inventory import InventorySource
 from webhook.cluster.devicesource import PATHS
 from webhook.cluster.feedsource import FeedInventorySource
-from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.cluster.reflector import Backoff
 from webhook.engine.devices import DeviceInventory
 from webhook.engine.inventory import Node
@@ -179,15 +178,6 @@ def server() -> Iterator[ReplayServer]:
     replay = ReplayServer().start()
     yield replay
     replay.stop()
-
-
-def live_source(replay: ReplayServer) -> LiveInventorySource:
-    return LiveInventorySource(
-        api=ApiEndpoint(host=replay.url),
-        publish_interval_seconds=0.01,
-        backoff=lambda: Backoff(initial_seconds=0.01, cap_seconds=0.05),
-        watch_timeout_seconds=lambda: 30,
-    )
 
 
 def test_dra_objects_are_listed_then_watched_and_readiness_waits_for_them(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.feeding import running_watcher
+from tests.cluster.feeding import live_source, running_watcher
 from tests.cluster.replayserver import (
     RUNTIME_CLASSES,
     Body,
@@ -22,7 +22,6 @@ from tests.cluster.replayserver import (
 )
 from webhook.admission.inventory import view_of
 from webhook.cluster.feedsource import FeedInventorySource
-from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.cluster.reflector import Backoff
 
 # A new interpreter that imports the cluster client: slow on a busy machine.
@@ -63,15 +62,6 @@ def server() -> Iterator[ReplayServer]:
     replay.namespace_lists.append(Body(fixture("namespace-list.json")))
     yield replay
     replay.stop()
-
-
-def live_source(server: ReplayServer) -> LiveInventorySource:
-    return LiveInventorySource(
-        api=ApiEndpoint(host=server.url),
-        publish_interval_seconds=0.01,
-        backoff=lambda: Backoff(initial_seconds=0.01, cap_seconds=0.05),
-        watch_timeout_seconds=lambda: 30,
-    )
 
 
 def test_runtime_classes_are_listed_then_watched_and_reach_the_engines_view(
