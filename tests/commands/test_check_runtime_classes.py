@@ -52,3 +52,22 @@ def test_a_runtime_class_is_judged_against_the_classes_the_inventory_lists(
     assert main(args) == code
     (result,) = json.loads(capsys.readouterr().out)
     assert [f["check"] for f in result["findings"]] == checks
+
+
+def test_claims_checked_beside_a_pod_keep_the_inventorys_runtime_classes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "unused", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": []}}},
+    }
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump_all([template, gpu_pod("kata")]))
+    args = ["check", "--rules", str(REPO / "rules"), "-f", str(manifest), "-o", "json"]
+    args += ["--inventory", str(INVENTORIES / "cluster-with-runtime-classes.yaml")]
+
+    assert main(args) == 1
+    results = json.loads(capsys.readouterr().out)
+    assert [f["check"] for f in results[-1]["findings"]] == ["unknownRuntimeClass"]

@@ -15,10 +15,10 @@ from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_fr
 from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import add_rules_option, add_timeout_option, fail, rules_or_fail
-from webhook.engine.evaluate import NO_INVENTORY, InventoryView
+from webhook.engine.evaluate import NO_INVENTORY
 from webhook.engine.policy import Policy
 from webhook.engine.workloads import WorkloadKind
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import load_manifests
 from webhook.reports.audit import Audit, render_text
 from webhook.reports.policyreport import policy_reports
@@ -130,7 +130,7 @@ def _offline(
     inventory = NO_INVENTORY
     if args.inventory:
         try:
-            inventory = InventoryView(load_inventory(args.inventory))
+            inventory = load_inventory_file(args.inventory).view()
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
     documents, errors = load_manifests(args.files)

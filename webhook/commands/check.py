@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Mapping
@@ -176,7 +177,7 @@ def with_checked_claims(view: InventoryView, objects: list[Mapping[str, Any]]) -
     if not claims:
         return view
     devices = view.devices or DeviceInventory({}, (), {}, {}, complete=False)
-    return InventoryView(view.snapshot, view.problem, devices.with_claims(claims))
+    return dataclasses.replace(view, devices=devices.with_claims(claims))
 
 
 def _evaluate(
