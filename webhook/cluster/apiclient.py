@@ -7,6 +7,7 @@ the bookmarks, the ``410 Gone`` and the resource versions a cache must handle it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import ssl
 import threading
@@ -244,7 +245,10 @@ class ApiClient:
             open_now = list(self._open)
             self._open.clear()
         for response in open_now:
-            response.shutdown()
+            # Its reader may have released it to the pool meanwhile: nothing left to end
+            # (urllib3 then raises RuntimeError, or ValueError before the socket is known).
+            with contextlib.suppress(RuntimeError, ValueError):
+                response.shutdown()
             response.release_conn()
         self._pool.clear()
 
