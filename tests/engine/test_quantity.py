@@ -2,7 +2,13 @@ from fractions import Fraction
 
 import pytest
 
-from webhook.engine.quantity import QuantityError, format_bytes, format_quantity, parse_quantity
+from webhook.engine.quantity import (
+    QuantityError,
+    format_bytes,
+    format_quantity,
+    parse_quantity,
+    whole_quantity,
+)
 
 
 @pytest.mark.parametrize(
@@ -39,6 +45,31 @@ def test_quantities_parse_exactly(raw: object, expected: Fraction) -> None:
 def test_what_kubernetes_rejects_is_not_a_quantity(raw: object) -> None:
     with pytest.raises(QuantityError):
         parse_quantity(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param(4, 4, id="yaml-int"),
+        pytest.param("4", 4, id="quoted-int"),
+        pytest.param("0", 0, id="zero"),
+        pytest.param(2.0, 2, id="whole-float"),
+        pytest.param("2000m", 2, id="whole-in-milli"),
+        pytest.param("1k", 1000, id="decimal-suffix"),
+        pytest.param("0.5", None, id="a-part"),
+        pytest.param("-1", None, id="negative"),
+        pytest.param("lots", None, id="not-a-quantity"),
+        pytest.param(True, None, id="boolean"),
+        pytest.param([1], None, id="unhashable-list"),
+        pytest.param({"n": 1}, None, id="unhashable-map"),
+        pytest.param("9223372036854775808", None, id="out-of-range"),
+    ],
+)
+def test_whole_quantities_are_counts_and_anything_else_is_none(
+    raw: object, expected: int | None
+) -> None:
+    assert whole_quantity(raw) == expected
+    assert whole_quantity(raw) == expected  # the second answer comes from the memo
 
 
 def test_whole_and_milli_quantities_format_as_users_write_them() -> None:

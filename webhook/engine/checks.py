@@ -24,7 +24,7 @@ from webhook.engine.policy import Rule, RuleCheck, Settings, glob_matcher
 from webhook.engine.quantity import format_bytes, format_quantity
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on every admission, and frozen init costs more
 class Scope:
     """One pod template under evaluation, after our mutations."""
 

@@ -84,10 +84,14 @@ class PodClaims:
 
     @property
     def gpu_count(self) -> int:
+        if not self.claims:  # most pods: asked on every admission
+            return 0
         return sum(c.gpu_count for c in self.claims if c.counted)
 
     @property
     def gpu_classes(self) -> tuple[str, ...]:
+        if not self.claims:
+            return ()
         return tuple(dict.fromkeys(k for c in self.claims for k in c.gpu_classes))
 
     @property

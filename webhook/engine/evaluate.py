@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,7 @@ from webhook.engine.gpus import PodGPUs, pod_gpus
 from webhook.engine.inventory import Inventory, Placement
 from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
 from webhook.engine.patch import Editor, lookup
-from webhook.engine.policy import Mutations, Policy, Rule
+from webhook.engine.policy import Mutations, Policy, Rule, Settings
 from webhook.engine.selectors import dig
 from webhook.engine.workloads import Path as WorkloadPath
 from webhook.engine.workloads import PodTemplate
@@ -165,16 +165,16 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         devices = inventory.devices
         if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
             notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
-    gpu_pods = [p for _, p in per_pod if p.total or p.problems]
     warnings: list[str] = []
-    if gpu_pods:
+    if any(p.total or p.problems for _, p in per_pod):
         if inventory.problem:
             _inventory_unavailable(inventory.problem, policy, findings, warnings)
         elif snapshot is None:
             notices.append(NO_INVENTORY_NOTICE)
-        else:
+        elif templates[0].path:  # a workload's templates; a Pod's is the object itself
             findings.extend(_workload_findings(per_pod, snapshot, policy))
-    findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
+    if templates[0].path:
+        findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
     return decide(
         findings,
         patch=editor.ops,
@@ -216,28 +216,15 @@ def _places_access(mutations: Mutations) -> bool:
     return mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None
 
 
-class _crediting:
-    """Name ``rules`` as mutators when the block adds patch operations (for the log line).
-
-    A class, not ``contextlib.contextmanager``: a generator-based manager costs about a
-    microsecond per use, and a typical pod passes through several.
-    """
-
-    __slots__ = ("_before", "_editor", "_mutated_by", "_rules")
-
-    def __init__(self, editor: Editor, mutated_by: dict[str, None], rules: Sequence[Rule]) -> None:
-        self._editor = editor
-        self._mutated_by = mutated_by
-        self._rules = rules
-        self._before = 0
-
-    def __enter__(self) -> None:
-        self._before = len(self._editor.ops)
-
-    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
-        if exc_type is None and len(self._editor.ops) > self._before:
-            for rule in self._rules:
-                self._mutated_by[f"{rule.name}/mutate"] = None
+def _credit(
+    editor: Editor, before: int, mutated_by: dict[str, None], rules: Iterable[Rule]
+) -> None:
+    """Name ``rules`` as mutators when patch operations were added since ``before`` (for
+    the log line). A plain call: a context manager costs about a microsecond per use, and
+    a typical pod passes through several."""
+    if len(editor.ops) > before:
+        for rule in rules:
+            mutated_by[f"{rule.name}/mutate"] = None
 
 
 def _unchanged(request: Request, template: PodTemplate) -> bool:
@@ -281,6 +268,64 @@ def _matching_rules(
     ]
 
 
+def _asks(
+    request: Request,
+    template: PodTemplate,
+    *,
+    settings: Settings,
+    view: InventoryView,
+    snapshot: Inventory | None,
+) -> tuple[PodGPUs, PodClaims]:
+    """What the template asks of GPUs: resources per container, and DRA claims."""
+    pod = pod_gpus(template.spec, settings.gpu_resources, template.singles)
+    claims = (
+        pod_claims(
+            template.spec,
+            namespace=request.effective_namespace,
+            devices=view.devices,
+            is_gpu_class=settings.gpu_device_classes,
+        )
+        if template.spec.get("resourceClaims")
+        else NO_CLAIMS
+    )
+    pod, claims = extended_resource_claims(pod, claims, devices=view.devices, nodes=snapshot)
+    return with_claim_gpus(pod, claims), claims
+
+
+def _mutate_containers(
+    editor: Editor,
+    access: Template,
+    rules: Sequence[Rule],
+    claims: PodClaims,
+    *,
+    snapshot: Inventory | None,
+    mutated_by: dict[str, None],
+    settings: Settings,
+) -> list[Finding]:
+    """Each matching rule's container mutations, less what the pod is exempt from."""
+    findings: list[Finding] = []
+    exempt = access.exempt
+    for rule in rules:
+        if not rule.mutations.changes_containers:
+            continue
+        mutations = without_exempt(rule.mutations, exempt) if exempt else rule.mutations
+        before = len(editor.ops)
+        findings.extend(
+            apply_containers(
+                editor,
+                access.spec_path,
+                access.pod,
+                mutations,
+                inventory=snapshot,
+                rule=rule.name,
+                gpus=settings.gpu_resources,
+                claim_holders=claims.holders,
+            )
+        )
+        _credit(editor, before, mutated_by, (rule,))
+    return findings
+
+
 def _evaluate_template(
     request: Request,
     template: PodTemplate,
@@ -295,19 +340,7 @@ def _evaluate_template(
 ) -> tuple[PodGPUs, PodClaims]:
     settings = policy.settings
     spec_path = template.spec_path
-    pod = pod_gpus(template.spec, settings.gpu_resources, template.singles)
-    claims = (
-        pod_claims(
-            template.spec,
-            namespace=request.effective_namespace,
-            devices=view.devices,
-            is_gpu_class=settings.gpu_device_classes,
-        )
-        if template.spec.get("resourceClaims")
-        else NO_CLAIMS
-    )
-    pod, claims = extended_resource_claims(pod, claims, devices=view.devices, nodes=snapshot)
-    pod = with_claim_gpus(pod, claims)
+    pod, claims = _asks(request, template, settings=settings, view=view, snapshot=snapshot)
     if not isinstance(editor.get(spec_path), dict):
         return pod, claims  # an ill-typed spec: the API server's schema check rejects it
     rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
@@ -315,8 +348,9 @@ def _evaluate_template(
     for rule in rules:
         mutations = rule.mutations
         if mutations.places:
-            with _crediting(editor, mutated_by, [rule]):
-                apply_placement(editor, spec_path, mutations)
+            before = len(editor.ops)
+            apply_placement(editor, spec_path, mutations)
+            _credit(editor, before, mutated_by, (rule,))
         if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
             places_access = True
         if mutations.hide_gpus == "gpuNodes":
@@ -331,34 +365,31 @@ def _evaluate_template(
         asks=pod_asks_for_gpu(pod),
     )
     if places_access:
-        with _crediting(editor, mutated_by, [r for r in rules if _places_access(r.mutations)]):
-            findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
+        before = len(editor.ops)
+        findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
+        _credit(editor, before, mutated_by, (r for r in rules if _places_access(r.mutations)))
     if settings.actions.get("requestsWithoutLimits") == "repair":
         findings.extend(_repair_requests_only(editor, spec_path, pod))
-    exempt = access.exempt
-    for rule in rules:
-        mutations = without_exempt(rule.mutations, exempt) if exempt else rule.mutations
-        with _crediting(editor, mutated_by, [rule]):
-            findings.extend(
-                apply_containers(
-                    editor,
-                    spec_path,
-                    pod,
-                    mutations,
-                    inventory=snapshot,
-                    rule=rule.name,
-                    gpus=settings.gpu_resources,
-                    claim_holders=claims.holders,
-                )
-            )
+    findings.extend(
+        _mutate_containers(
+            editor,
+            access,
+            rules,
+            claims,
+            snapshot=snapshot,
+            mutated_by=mutated_by,
+            settings=settings,
+        )
+    )
     # Container mutations and hiding leave the placement as it is: read it once.
     placement = Placement.of(editor.get(spec_path))
     reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
     if hides_on_gpu_nodes:
-        with _crediting(
-            editor, mutated_by, [r for r in rules if r.mutations.hide_gpus == "gpuNodes"]
-        ):
-            hide_on_gpu_nodes(editor, access, reach=reach)
+        before = len(editor.ops)
+        hide_on_gpu_nodes(editor, access, reach=reach)
+        _credit(
+            editor, before, mutated_by, (r for r in rules if r.mutations.hide_gpus == "gpuNodes")
+        )
     spec = editor.get(spec_path)
     scope = Scope(
         where=".".join(map(str, spec_path)),

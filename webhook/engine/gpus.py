@@ -11,7 +11,7 @@ from webhook.engine.fit import effective as effective_request
 from webhook.engine.fit import requests_of
 from webhook.engine.gpufacts import MIG_PREFIX
 from webhook.engine.policy import GPUResources
-from webhook.engine.quantity import QuantityError, parse_quantity
+from webhook.engine.quantity import QuantityError, parse_quantity, whole_quantity
 from webhook.engine.workloads import Path
 
 
@@ -88,31 +88,36 @@ class PodGPUs:
         *,
         gpus: GPUResources | None = None,
     ) -> PodGPUs:
-        problems = [(c, p) for c in containers for p in c.problems]
+        problems = [(c, p) for c in containers if c.problems for p in c.problems]
         if not effective:
             return cls(containers, effective, problems=problems, singles=singles)
         most: dict[str, int] = {}
         crowded = False
         for c in containers:
-            if not c.gpus:
+            asked = c.gpus
+            if not asked:
                 continue
             if not most:
-                most = c.gpus  # the common case: one GPU container
+                most = asked  # the common case: one GPU container
             else:
-                most = {n: max(most.get(n, 0), c.gpus.get(n, 0)) for n in {*most, *c.gpus}}
-            crowded = crowded or c.gpu_count > 1
-        vector = tuple((r, n) for r, n in effective.items() if n > 0)
+                most = {n: max(most.get(n, 0), asked.get(n, 0)) for n in {*most, *asked}}
+            if not crowded:
+                crowded = sum(asked.values()) > 1
+        vector = [(r, n) for r, n in effective.items() if n > 0]
         partial = False
         for name, _ in vector:
             if name.startswith(MIG_PREFIX) or (gpus is not None and gpus.is_shared(name)):
                 partial = True
+                break
+        if len(vector) > 1:
+            vector.sort()
         return cls(
             containers=containers,
             effective=effective,
             total=sum(effective.values()),
             resources=[r for r, _ in vector],
             problems=problems,
-            vector=tuple(sorted(vector)) if len(vector) > 1 else vector,
+            vector=tuple(vector),
             per_container=tuple(sorted(most.items())) if len(most) > 1 else tuple(most.items()),
             singles=singles,
             crowded=crowded,
@@ -120,43 +125,49 @@ class PodGPUs:
         )
 
 
+_NO_MAP: Mapping[str, Any] = {}
+
+
 def _section(resources: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = resources.get(key)
-    return value if isinstance(value, dict) else {}
+    return value if isinstance(value, dict) else _NO_MAP
 
 
 def _container(
     body: Mapping[str, Any], *, section: str, index: int, gpus: GPUResources
 ) -> Container:
-    resources = body.get("resources")
-    resources = resources if isinstance(resources, dict) else {}
-    requests, limits = _section(resources, "requests"), _section(resources, "limits")
-    cpu, memory = requests_of(requests, limits) if requests or limits else (0, 0)
+    name = body.get("name", "")
     container = Container(
         section,
         index,
-        str(body.get("name", "")),
+        name if type(name) is str else str(name),
         body,
         section == "initContainers" and body.get("restartPolicy") == "Always",
-        cpu=cpu,
-        memory=memory,
     )
-    names = [n for n in (*requests, *limits) if gpus.is_gpu(n)]
-    for name in dict.fromkeys(names):
-        _read(container, name, requests.get(name), limits.get(name))
+    resources = body.get("resources")
+    if not resources or not isinstance(resources, dict):
+        return container
+    requests, limits = _section(resources, "requests"), _section(resources, "limits")
+    if not requests and not limits:
+        return container
+    container.cpu, container.memory = requests_of(requests, limits)
+    is_gpu = gpus.is_gpu
+    for resource in requests:
+        if is_gpu(resource):
+            _read(container, resource, requests[resource], limits.get(resource))
+    for resource in limits:
+        if resource not in requests and is_gpu(resource):
+            _read(container, resource, None, limits[resource])
     return container
 
 
 def _read(container: Container, name: str, raw_request: object, raw_limit: object) -> None:
     if raw_limit is not None and (raw_request is None or raw_request == raw_limit):
         # The common, valid case: a whole limit, and no request or the same one.
-        try:
-            whole = parse_quantity(raw_limit)
-        except QuantityError:
-            whole = None
-        if whole is not None and whole >= 0 and whole.denominator == 1:
+        whole = whole_quantity(raw_limit)
+        if whole is not None:
             if whole:
-                container.gpus[name] = whole.numerator
+                container.gpus[name] = whole
             return
 
     def parse(raw: object, what: str) -> Fraction | None:
@@ -233,11 +244,9 @@ def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources, singles: tuple[str, ..
     for section in ("initContainers", "containers"):
         items = spec.get(section)
         if isinstance(items, list):
-            containers.extend(
-                _container(body, section=section, index=i, gpus=gpus)
-                for i, body in enumerate(items)
-                if isinstance(body, dict)
-            )
+            for i, body in enumerate(items):
+                if isinstance(body, dict):
+                    containers.append(_container(body, section=section, index=i, gpus=gpus))
     for key in singles:
         body = spec.get(key)
         if isinstance(body, dict):

@@ -41,10 +41,13 @@ def _map(value: object) -> Mapping[str, Any]:
 
 
 def add_tolerations(editor: Editor, spec_path: Path, wanted: Sequence[Mapping[str, Any]]) -> None:
+    path = (*spec_path, "tolerations")
     for toleration in wanted:
-        existing = _list(editor.get((*spec_path, "tolerations")))
-        if not any(isinstance(t, dict) and toleration_covers(t, toleration) for t in existing):
-            editor.append((*spec_path, "tolerations"), dict(toleration))
+        existing = editor.get(path)
+        if not existing or not isinstance(existing, list):
+            editor.add(path, [dict(toleration)])
+        elif not any(isinstance(t, dict) and toleration_covers(t, toleration) for t in existing):
+            editor.append(path, dict(toleration))
 
 
 def _constrained_keys(term: Mapping[str, Any]) -> set[str]:
@@ -143,18 +146,20 @@ def hide_gpus(
     A CUDA_VISIBLE_DEVICES it sets is kept, and hides nothing from the runtime. A container
     that holds a DRA GPU claim keeps its GPUs: the DRA driver gives them to it."""
     for container in pod.containers:
-        if asks_for_gpu(container) or container.path in claim_holders:
+        if asks_for_gpu(container) or (claim_holders and container.path in claim_holders):
             continue
-        path = (*spec_path, *container.path)
-        names = _env_names(editor, path)
+        path = (*spec_path, *container.path, "env")
+        env = editor.get(path)
+        if not env or not isinstance(env, list):
+            # One operation for a container without env.
+            editor.add(path, [{"name": name, "value": value} for name, value in HIDE_GPUS])
+            continue
+        names = {str(e.get("name")) for e in env if isinstance(e, dict)}
         if VISIBLE_DEVICES in names:
             continue
-        missing = [{"name": name, "value": value} for name, value in HIDE_GPUS if name not in names]
-        if _list(editor.get((*path, "env"))):
-            for entry in missing:
-                editor.append((*path, "env"), entry)
-        else:
-            editor.add((*path, "env"), missing)  # one operation for a container without env
+        for name, value in HIDE_GPUS:
+            if name not in names:
+                editor.append(path, {"name": name, "value": value})
 
 
 def render_env(template: str, gpu_count: int) -> str:

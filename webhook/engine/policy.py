@@ -150,11 +150,7 @@ class Match:
         if self.exclude_namespaces is not None and self.exclude_namespaces(namespace):
             return False
         if (self.resources is not None or self.device_classes is not None) and not (
-            (self.resources is not None and any(self.resources(r) for r in resources))
-            or (
-                self.device_classes is not None
-                and any(self.device_classes(c) for c in device_classes)
-            )
+            _any_of(self.resources, resources) or _any_of(self.device_classes, device_classes)
         ):
             return False
         if self.pod_selector and not label_selector_matches(self.pod_selector, pod_labels):
@@ -165,6 +161,15 @@ class Match:
                 return False
             return label_selector_matches(self.namespace_selector, namespace_labels)
         return True
+
+
+def _any_of(matcher: Callable[[str], bool] | None, names: Iterable[str]) -> bool:
+    # A loop, not any() over a generator: this runs for every rule on every admission.
+    if matcher is not None:
+        for name in names:
+            if matcher(name):
+                return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +222,16 @@ class Mutations:
     @property
     def places(self) -> bool:
         return bool(self.tolerations or self.required_affinity or self.preferred_affinity)
+
+    @property
+    def changes_containers(self) -> bool:
+        """Whether ``mutators.apply_containers`` has anything to do for this rule."""
+        return bool(
+            self.hide_gpus == "gpuPods"
+            or self.gpu_env
+            or self.memory_limit is not None
+            or self.shm_size is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)
