@@ -14,6 +14,8 @@ import yaml
 
 from tests.builders import RULES
 from webhook.engine.evaluate import InventoryView
+from webhook.engine.inventory import Inventory
+from webhook.engine.policy import Policy
 from webhook.files.inventoryfile import load_inventory
 from webhook.files.rulefiles import load_policy
 from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text
@@ -152,12 +154,20 @@ def test_the_schedulers_last_message_is_quoted_next_to_our_reading() -> None:
     assert data["scheduler"]["lastFailedScheduling"] == event.message
 
 
+def _policy_with(tmp_path: Path, name: str, document: str) -> Policy:
+    """The project's rules plus one more rule document."""
+    for rule in RULES.glob("*.yaml"):
+        (tmp_path / rule.name).write_text(rule.read_text())
+    (tmp_path / name).write_text(document)
+    return load_policy(str(tmp_path))
+
+
 def test_a_declared_node_pool_is_a_class_of_its_own_that_may_scale_from_zero(
     tmp_path: Path,
 ) -> None:
-    for rule in RULES.glob("*.yaml"):
-        (tmp_path / rule.name).write_text(rule.read_text())
-    (tmp_path / "95-pool.yaml").write_text(
+    policy = _policy_with(
+        tmp_path,
+        "95-pool.yaml",
         """apiVersion: gpu-webhook.io/v1alpha1
 kind: NodePool
 metadata: {name: h100-on-demand}
@@ -166,10 +176,9 @@ spec:
   taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
   allocatable: {nvidia.com/gpu: "8"}
   maxNodes: 4
-"""
+""",
     )
     obj = yaml.safe_load((CASES / "fits" / "object.yaml").read_text())
-    policy = load_policy(str(tmp_path))
     explanation = explain(
         obj, policy=policy, inventory=InventoryView(INVENTORY), nodes=INVENTORY.nodes
     )
@@ -177,3 +186,124 @@ spec:
     (pool,) = [c for c in template.classes if c.pool_nodes]
     assert pool.product == "NVIDIA-H100-80GB-HBM3 (node pool h100-on-demand)"
     assert (pool.node_count, pool.verdict) == ("0-4 nodes", "fits (on a node the pool adds)")
+
+
+# --- the whole request vector, as the webhook's capacity check judges it --------------------
+
+# One node of 8 whole A100s (190 cpu, 1000Gi) and one of 4 T4s time-sliced x4, advertised as
+# nvidia.com/gpu: 16 (62 cpu, 240Gi): the label sets and their sources are in those files.
+_INVENTORIES = Path(__file__).parents[1] / "cases" / "_inventories"
+_WHOLE_AND_SHARED = Inventory(
+    [
+        *load_inventory(str(_INVENTORIES / "plain.yaml")).nodes,
+        *(
+            n
+            for n in load_inventory(str(_INVENTORIES / "timesliced.yaml")).nodes
+            if n.name != "cpu-0"  # both files have it
+        ),
+    ]
+)
+_MEMORY_RULE = """apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: memory}
+spec:
+  mutate:
+    memoryLimit: {perGPU: 600Gi}
+"""
+
+
+def _pod(resources: dict[str, object]) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "main", "image": "cuda:12", "resources": resources}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("resources", "memory_rule", "verdicts"),
+    [
+        pytest.param(
+            {"limits": {"nvidia.com/gpu": 1}},
+            False,
+            {"NVIDIA-A100-SXM4-40GB": "fits", "Tesla-T4-SHARED": "fits"},
+            id="a pod that fits both classes is told so, as before",
+        ),
+        pytest.param(
+            {"limits": {"nvidia.com/gpu": 8}},
+            False,
+            {
+                "NVIDIA-A100-SXM4-40GB": "fits",
+                "Tesla-T4-SHARED": "no: 1 node(s) share their GPUs: a container asks more "
+                "nvidia.com/gpu than there are physical GPUs (kube-scheduler places the pod; "
+                "the NVIDIA device plugin fails it at allocation) (time-slicing x4: 4 physical "
+                "GPUs behind nvidia.com/gpu, a container asks 8; ask for at most 4 "
+                "nvidia.com/gpu per container (1 is what sharing means), or for whole GPUs on "
+                "nodes that do not share them (nvidia.com/gpu.sharing-strategy: none))",
+            },
+            id="eight slots on a node of four time-sliced GPUs do not fit, though the slots do",
+        ),
+        pytest.param(
+            {"limits": {"nvidia.com/gpu": 1}, "requests": {"memory": "2000Gi"}},
+            False,
+            {
+                "NVIDIA-A100-SXM4-40GB": "no: 1 Insufficient memory (requests 2000Gi, a node "
+                "here has 1000Gi allocatable (a memory limit is the request where none is set))",
+                "Tesla-T4-SHARED": "no: 1 Insufficient memory (requests 2000Gi, a node here "
+                "has 240Gi allocatable (a memory limit is the request where none is set))",
+            },
+            id="a memory request over every node's allocatable memory fits nowhere",
+        ),
+        pytest.param(
+            {"limits": {"nvidia.com/gpu": 1}},
+            True,
+            {
+                "NVIDIA-A100-SXM4-40GB": "fits",
+                "Tesla-T4-SHARED": "no: 1 Insufficient memory (requests 600Gi, a node here has "
+                "240Gi allocatable (a memory limit is the request where none is set))",
+            },
+            id="a memory limit the webhook injects is the request on nodes too small for it",
+        ),
+        pytest.param(
+            {"limits": {"nvidia.com/gpu": 1}, "requests": {"cpu": "100"}},
+            False,
+            {
+                "NVIDIA-A100-SXM4-40GB": "fits",
+                "Tesla-T4-SHARED": "no: 1 Insufficient cpu (requests 100, a node here has 62 "
+                "allocatable)",
+            },
+            id="a cpu request over a node's allocatable cpu keeps the pod off that node",
+        ),
+        pytest.param(
+            {"limits": {"nvidia.com/gpu": 16, "cpu": "100", "memory": "300Gi"}},
+            False,
+            {
+                "NVIDIA-A100-SXM4-40GB": "no: 1 Insufficient nvidia.com/gpu (requests 16, a "
+                "node here has 8)",
+                "Tesla-T4-SHARED": "no: 1 Insufficient cpu (requests 100, a node here has 62 "
+                "allocatable)",
+            },
+            id="of several shortages the first the scheduler checks is named: cpu, memory, then GPUs",
+        ),
+    ],
+)
+def test_a_class_fits_only_if_the_whole_request_vector_does(
+    tmp_path: Path, resources: dict[str, object], memory_rule: bool, verdicts: dict[str, str]
+) -> None:
+    policy = _policy_with(tmp_path, "95-memory.yaml", _MEMORY_RULE) if memory_rule else POLICY
+
+    explanation = explain(
+        _pod(resources),
+        policy=policy,
+        inventory=InventoryView(_WHOLE_AND_SHARED),
+        nodes=_WHOLE_AND_SHARED.nodes,
+    )
+
+    (template,) = explanation.templates
+    assert {c.product: c.verdict for c in template.classes} == verdicts
+    assert template.to_json()["requests"] == {
+        k: v
+        for k, v in resources["limits"].items()
+        if "/" in k  # type: ignore[union-attr]
+    }

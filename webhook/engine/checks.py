@@ -9,7 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.engine.decision import Finding, action_of
-from webhook.engine.fit import Shortfall
+from webhook.engine.fit import Shortfall, quantity_text
 from webhook.engine.gpufacts import (
     MEMORY_LABEL,
     MIG_PREFIX,
@@ -169,16 +169,8 @@ def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
     return None
 
 
-def _quantity_of(resource: str, amount: int) -> str:
-    if resource == "memory":
-        return format_bytes(amount)
-    if resource == "cpu":
-        return format_quantity(Fraction(amount, 1000))
-    return str(amount)
-
-
 def _amount_text(resource: str, amount: int) -> str:
-    return f"{_quantity_of(resource, amount)} {resource}"
+    return f"{quantity_text(resource, amount)} {resource}"
 
 
 def _short_text(short: Shortfall) -> str:
@@ -187,7 +179,10 @@ def _short_text(short: Shortfall) -> str:
             f"{short.have} physical GPUs behind {short.resource}, for a container asking "
             f"{short.need}"
         )
-    have, need = _quantity_of(short.resource, short.have), _quantity_of(short.resource, short.need)
+    have, need = (
+        quantity_text(short.resource, short.have),
+        quantity_text(short.resource, short.need),
+    )
     return f"{have} of {need} {short.resource}"
 
 

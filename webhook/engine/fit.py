@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple, Protocol
 
 from webhook.engine.gpufacts import GPUFacts
-from webhook.engine.quantity import QuantityError, parse_quantity
+from webhook.engine.quantity import QuantityError, format_bytes, format_quantity, parse_quantity
 
 
 class Demand(NamedTuple):
@@ -78,6 +78,15 @@ def shortfalls(
         if need > 0 and limit is not None and need > limit:
             out.append(Shortfall(name, need, limit))
     return tuple(out)
+
+
+def quantity_text(resource: str, amount: int) -> str:
+    """An entry of the vector as people write it: ``64Gi`` of memory, ``500m`` of cpu."""
+    if resource == "memory":
+        return format_bytes(amount)
+    if resource == "cpu":
+        return format_quantity(Fraction(amount, 1000))
+    return str(amount)
 
 
 # --- the pod's side of the vector ---------------------------------------------------------

@@ -9,8 +9,10 @@ node(s) had untolerated taint {nvidia.com/gpu: present}, 5 Insufficient nvidia.c
 
 Resources are compared with a node's allocatable, not with what other pods already use:
 this is whether a pod can ever fit, which is the question behind a pod that stays Pending
-on an idle cluster. Only the resources in ``demand`` are compared (``explain`` passes every
-extended resource the pod asks for, GPU or not); NodePorts and volume filters are not run.
+on an idle cluster. The comparison is the webhook's own capacity rule, ``fit.shortfalls``,
+on the pod's whole request vector (``fit.Demand``: ``explain`` puts every extended resource
+the pod asks for in it, GPU or not, beside CPU and memory), so that ``explain`` and the
+webhook's "cannot fit" never disagree. NodePorts and volume filters are not run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.engine.fit import Demand, Shortfall, quantity_text, shortfalls
+from webhook.engine.gpufacts import GPUFacts, gpu_facts
 from webhook.engine.inventory import Node, Placement, Taint
 from webhook.engine.selectors import terms_match, tolerates
 
@@ -27,6 +31,13 @@ UNSCHEDULABLE = "node(s) were unschedulable"  # nodeunschedulable.ErrReasonUnsch
 NODE_NAME = "node(s) didn't match the requested node name"  # nodename.ErrReason
 AFFINITY = "node(s) didn't match Pod's node affinity/selector"  # nodeaffinity.ErrReasonPod
 INSUFFICIENT = "Insufficient {}"  # noderesources: "Insufficient " + resource name
+# Not the scheduler's word: it places such a pod, and the NVIDIA device plugin refuses it on
+# the node (see ``_physical``).
+DEVICE_PLUGIN = "NVIDIA device plugin"
+PHYSICAL = (
+    "node(s) share their GPUs: a container asks more {} than there are physical GPUs "
+    "(kube-scheduler places the pod; the NVIDIA device plugin fails it at allocation)"
+)
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -45,12 +56,15 @@ class Refusal:
 def refusal(
     node: Node,
     spec: Mapping[str, Any],
-    demand: Mapping[str, int],
+    demand: Demand,
     *,
     placement: Placement | None = None,
+    facts: GPUFacts | None = None,
 ) -> Refusal | None:
-    """Why ``node`` cannot take a pod with ``spec`` asking ``demand`` (GPU resources);
-    ``None`` when it can."""
+    """Why ``node`` cannot take a pod with ``spec`` asking ``demand``; ``None`` when it can.
+
+    ``facts`` are the node's ``gpu_facts``, passed by a caller that asks many nodes alike
+    (computed here otherwise)."""
     where = placement if placement is not None else Placement.of(spec)
     tolerations = where.tolerations
     if node.unschedulable and not _tolerated(
@@ -79,12 +93,57 @@ def refusal(
         where.required_terms, node.labels, node.name
     ):
         return Refusal("NodeAffinity", AFFINITY, "required node affinity matches no term")
-    for resource, need in demand.items():
-        if need > node.allocatable.get(resource, 0):
-            return Refusal(
-                "NodeResourcesFit", INSUFFICIENT.format(resource), _shortage(node, resource, need)
-            )
-    return None
+    if facts is None:
+        facts = gpu_facts(node.labels, node.allocatable)
+    short = shortfalls(node.allocatable, facts, demand)
+    if not short:
+        return None
+    first = min(short, key=_scheduler_order)
+    if first.physical:
+        return _physical(first, facts)
+    if first.resource in ("cpu", "memory"):
+        have, need = (
+            quantity_text(first.resource, first.have),
+            quantity_text(first.resource, first.need),
+        )
+        detail = f"requests {need}, a node here has {have} allocatable"
+        if first.resource == "memory":
+            detail += " (a memory limit is the request where none is set)"
+    else:
+        detail = _shortage(node, first.resource, first.need)
+    return Refusal("NodeResourcesFit", INSUFFICIENT.format(first.resource), detail)
+
+
+def _scheduler_order(short: Shortfall) -> int:
+    """``fitsRequest`` (kubernetes ``pkg/scheduler/framework/plugins/noderesources/fit.go``)
+    checks cpu, then memory (then ephemeral-storage), then each scalar resource, and keeps
+    every reason; a ``FailedScheduling`` event counts each. One reason per node is shown
+    here: the first in that order. The physical-GPU rule is not the scheduler's: it comes
+    last, named only where the scheduler itself lets the pod through."""
+    if short.physical:
+        return 3
+    return {"cpu": 0, "memory": 1}.get(short.resource, 2)
+
+
+def _physical(short: Shortfall, facts: GPUFacts) -> Refusal:
+    """A shared node (time-slicing, MPS) has the slots, but fewer GPUs than one container
+    asks for. The scheduler counts slots and places the pod; the NVIDIA device plugin then
+    fails it at allocation where ``failRequestsGreaterThanOne`` is set ("request for
+    'nvidia.com/gpu: 2' too large: maximum request size for shared resources is 1",
+    NVIDIA/k8s-device-plugin README, "With CUDA Time-Slicing"), and otherwise hands out
+    slots that may all be on one GPU: more slots add no compute or memory. The webhook
+    denies such a pod (``fit.py``)."""
+    device = facts.devices.get(short.resource)
+    sharing = device.sharing if device is not None and device.sharing != "none" else "shared"
+    replicas = f" x{device.replicas}" if device is not None and device.replicas > 1 else ""
+    base = short.resource.removesuffix(SHARED_SUFFIX)
+    detail = (
+        f"{sharing}{replicas}: {short.have} physical GPUs behind {short.resource}, a container "
+        f"asks {short.need}; ask for at most {short.have} {short.resource} per container "
+        f"(1 is what sharing means), or for whole GPUs on nodes that do not share them "
+        f"({base}.sharing-strategy: none)"
+    )
+    return Refusal(DEVICE_PLUGIN, PHYSICAL.format(short.resource), detail)
 
 
 def shared_slots(node: Node, demand: Mapping[str, int], replicas: int) -> str:

@@ -18,8 +18,10 @@ import yaml
 
 from webhook.engine.decision import Finding
 from webhook.engine.evaluate import InventoryView, Request, evaluate
+from webhook.engine.fit import Demand, demand_of
+from webhook.engine.gpufacts import COUNT_LABEL, GPUFacts, gpu_facts
 from webhook.engine.gpus import pod_gpus
-from webhook.engine.inventory import Node
+from webhook.engine.inventory import Node, Placement
 from webhook.engine.placement import Refusal, refusal, shared_slots
 from webhook.engine.policy import GPUResources, Policy
 from webhook.reports.audit import ObjectRef, finding_json
@@ -158,13 +160,16 @@ def explain(
     templates = policy.kinds.templates(mutated) or []
     answers = []
     for template in templates:
-        pod = pod_gpus(template.spec, EXTENDED)
+        pod = pod_gpus(template.spec, EXTENDED, template.singles)
         demand = {r: n for r, n in pod.effective.items() if n > 0}
+        # The whole request vector, as the webhook's capacity check judges it: CPU and
+        # memory (limits the webhook set included) beside every extended resource.
+        vector = demand_of(template.spec, pod.vector, pod.per_container, pod.containers)
         answers.append(
             TemplateAnswer(
                 path=".".join(map(str, template.spec_path)) or "spec",
                 demand=demand,
-                classes=_classes((*nodes, *policy.node_pools), template.spec, demand),
+                classes=_classes((*nodes, *policy.node_pools), template.spec, vector),
                 other_nodes=sum(1 for n in nodes if class_key(n)[0] == NO_GPU),
                 unoffered=_unoffered(nodes, demand),
             )
@@ -185,8 +190,9 @@ def explain(
 
 
 def _classes(
-    nodes: Sequence[Node], spec: Mapping[str, Any], demand: Mapping[str, int]
+    nodes: Sequence[Node], spec: Mapping[str, Any], demand: Demand
 ) -> tuple[ClassAnswer, ...]:
+    placement = Placement.of(spec)  # one pod: read its tolerations and affinity once
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in nodes:
         key = (*class_key(node), node.pool)
@@ -198,11 +204,14 @@ def _classes(
         if pool:  # declared in rule files: nodes the cluster may create for a waiting pod
             product = f"{product} (node pool {pool})"
         replicas = int(replicas_label) if str(replicas_label).isdigit() else 1
-        refusals: list[Refusal | None] = [refusal(n, spec, demand) for n in members]
+        facts = _GroupFacts()
+        refusals: list[Refusal | None] = [
+            refusal(n, spec, demand, placement=placement, facts=facts.of(n)) for n in members
+        ]
         fitting = [n for n, r in zip(members, refusals, strict=True) if r is None]
         reasons = Counter(r.reason for r in refusals if r is not None)
         if fitting:
-            detail = shared_slots(fitting[0], demand, replicas)
+            detail = shared_slots(fitting[0], dict(demand.gpus), replicas)
         else:
             first = reasons.most_common(1)[0][0]
             detail = next(r.detail for r in refusals if r is not None and r.reason == first)
@@ -222,6 +231,26 @@ def _classes(
         )
     answers.sort(key=lambda a: (not a.fits, a.product, a.resources))
     return tuple(answers)
+
+
+class _GroupFacts:
+    """``gpu_facts`` of one node class, read once per GPU count rather than per node (10,000
+    nodes would cost a reading each). What the NodeResourcesFit step reads of the facts
+    (``fit.shortfalls``) is whether a unit of ``nvidia.com/gpu`` or its renamed
+    ``nvidia.com/gpu.shared`` is a shared slot, and the physical GPUs behind the slots (a
+    MIG device is never a slot to that rule). Members of a class share the inputs of the
+    first (their GPU resources, ``gpu.product``, ``gpu.replicas``, ``gpu.sharing-strategy``
+    and ``mig.strategy`` are in ``class_key``); ``gpu.count``, the second, is the key here."""
+
+    def __init__(self) -> None:
+        self._by_count: dict[str | None, GPUFacts] = {}
+
+    def of(self, node: Node) -> GPUFacts:
+        count = node.labels.get(COUNT_LABEL)
+        hit = self._by_count.get(count)
+        if hit is None:
+            hit = self._by_count[count] = gpu_facts(node.labels, node.allocatable)
+        return hit
 
 
 def _unoffered(nodes: Sequence[Node], demand: Mapping[str, int]) -> tuple[str, ...]:
