@@ -100,19 +100,22 @@ class Soak:
     def idle(self, rng, held):
         held.append(socket.create_connection(("127.0.0.1", self.server.port)))
 
+    # Each socket is held before anything is sent on it: a send that fails (the worker was
+    # killed) must not leave it unclosed.
+
     def slow_headers(self, rng, held):
         sock = self.tls()
-        sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-")
         held.append(sock)
+        sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-")
 
     def never_closes(self, rng, held):
         sock = self.tls()
+        held.append(sock)
         body = json.dumps(review(pod(gpus=1))).encode()
         sock.sendall(
             b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
         )
-        held.append(sock)
 
     def odd_review(self, rng, held):
         body = rng.choice(
