@@ -45,26 +45,41 @@ def decide(memo: DecisionMemo, request: Request, **context: Any) -> Decision:
     ).decision
 
 
-def test_replicas_that_differ_only_in_identity_are_judged_once_with_the_engines_answer():
+def test_replicas_that_differ_only_in_identity_share_the_engines_answer_from_the_second_on():
     engine = CountingEngine()
     memo = DecisionMemo(engine=engine)
-    fresh = evaluate(Request(replica("trainer-b")), policy=POLICY, inventory=VIEW)
+    fresh = evaluate(Request(replica("trainer-c")), policy=POLICY, inventory=VIEW)
 
     first = decide(memo, Request(replica("trainer-a")))
     second = decide(memo, Request(replica("trainer-b")))
+    later = [decide(memo, Request(replica(f"trainer-{n}"))) for n in "cdef"]
 
-    assert engine.calls == 1
-    assert (memo.hits, memo.misses) == (1, 1)
-    assert list(second.patch) == list(fresh.patch) == list(first.patch)
-    assert second.findings == fresh.findings
-    assert second.allowed is fresh.allowed
+    assert engine.calls == 2  # the first sight leaves only the key; the second keeps it
+    assert (memo.hits, memo.misses) == (4, 2)
+    for decision in (first, second, *later):
+        assert list(decision.patch) == list(fresh.patch)
+        assert decision.findings == fresh.findings
+        assert decision.allowed is fresh.allowed
+
+
+def test_a_pod_seen_once_leaves_no_decision_behind():
+    engine = CountingEngine()
+    memo = DecisionMemo(engine=engine)
+    for gpus in (1, 2, 3, 4):
+        decide(memo, Request(replica("a", gpus=gpus)))
+
+    assert memo._judgements == {}
+    decide(memo, Request(replica("b", gpus=1)))
+    decide(memo, Request(replica("c", gpus=1)))
+    assert engine.calls == 5  # gpus=1 was judged again once, then answered from the memo
 
 
 def test_a_remembered_decision_does_not_hold_on_to_the_object():
     memo = DecisionMemo()
     decide(memo, Request(replica("trainer-a")))
+    decide(memo, Request(replica("trainer-b")))
 
-    assert decide(memo, Request(replica("trainer-b"))).mutated is None
+    assert decide(memo, Request(replica("trainer-c"))).mutated is None
 
 
 def _other_policy() -> Policy:
@@ -134,13 +149,28 @@ def test_objects_over_the_size_cap_are_not_remembered():
 def test_the_memo_keeps_at_most_max_entries_dropping_the_oldest():
     engine = CountingEngine()
     memo = DecisionMemo(engine=engine, max_entries=2)
-    for gpus in (1, 2, 3):
+    for gpus in (1, 2, 3):  # each seen twice: kept; the third evicts the first
+        decide(memo, Request(replica("a", gpus=gpus)))
+        decide(memo, Request(replica("b", gpus=gpus)))
+    assert engine.calls == 6
+
+    decide(memo, Request(replica("c", gpus=3)))
+    assert engine.calls == 6
+    decide(memo, Request(replica("c", gpus=1)))
+    assert engine.calls == 7
+
+
+def test_keys_seen_once_are_bounded_too():
+    engine = CountingEngine()
+    memo = DecisionMemo(engine=engine, max_entries=1)  # at most 4 keys seen once
+    for gpus in range(1, 7):
         decide(memo, Request(replica("a", gpus=gpus)))
 
-    decide(memo, Request(replica("b", gpus=3)))
-    decide(memo, Request(replica("b", gpus=1)))
-
-    assert engine.calls == 4
+    assert len(memo._seen) == 4
+    decide(memo, Request(replica("b", gpus=1)))  # forgotten: seen once again, not kept
+    assert memo._judgements == {}
+    decide(memo, Request(replica("b", gpus=6)))  # still known: kept now
+    assert len(memo._judgements) == 1
 
 
 def test_the_object_given_is_never_modified():

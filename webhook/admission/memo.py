@@ -15,6 +15,11 @@ and the inventory snapshot, so its decision for an equal key is the same decisio
 - Keys are a 16-byte BLAKE2b digest of the object's JSON (without identity metadata), and
   objects whose JSON exceeds ``max_object_bytes`` are not remembered: memory stays bounded
   by ``max_entries`` small decisions whatever the objects' sizes.
+- A decision is kept from the second time its key is seen: the first sight leaves only the
+  key (a doorkeeper, as in TinyLFU caches). Bare pods, Jobs with generated names and CI
+  runners are seen once; keeping each of their decisions (and evicting an older one, out of
+  cold memory) cost about a tenth of such a review. A workload's pods pay the engine twice
+  instead of once, then share the decision.
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ class DecisionMemo:
         self._lock = threading.Lock()
         self._context: tuple[Policy, Any, str, frozenset[str] | None] | None = None
         self._judgements: dict[Key, Judgement] = {}
+        # Keys seen once and not yet kept, oldest first (a dict as an ordered set).
+        self._seen: dict[Key, None] = {}
+        self._max_seen = 4 * max_entries
         self.hits = 0
         self.misses = 0
 
@@ -78,13 +86,23 @@ class DecisionMemo:
         with self._lock:
             if not self._same_context(context):
                 self._judgements.clear()
+                self._seen.clear()
                 self._context = context
             known = self._judgements.get(key)
             if known is not None:
                 self.hits += 1
                 return known
             self.misses += 1
+            seen_before = key in self._seen
+            if seen_before:
+                del self._seen[key]
+            else:
+                if len(self._seen) >= self._max_seen:
+                    del self._seen[next(iter(self._seen))]
+                self._seen[key] = None
         decision = self._engine(request, policy=policy, inventory=inventory)
+        if not seen_before:
+            return Judgement(decision)
         # The mutated object is for ``check``'s readers; keeping it would pin the request.
         kept = Judgement(dataclasses.replace(decision, mutated=None))
         with self._lock:

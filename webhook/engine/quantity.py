@@ -66,7 +66,6 @@ def parse_quantity(value: object) -> Fraction:
 
 
 _WHOLE: dict[object, int | None] = {}
-_UNKNOWN = object()
 
 
 def whole_quantity(value: object) -> int | None:
@@ -77,9 +76,8 @@ def whole_quantity(value: object) -> int | None:
     ``Fraction`` arithmetic that costs more than the rest of reading a container.
     """
     key = (type(value), value) if not isinstance(value, (list, dict)) else None
-    hit = _WHOLE.get(key, _UNKNOWN) if key is not None else _UNKNOWN
-    if hit is not _UNKNOWN:
-        return hit  # type: ignore[return-value]
+    if key is not None and key in _WHOLE:
+        return _WHOLE[key]
     try:
         amount: Fraction | None = parse_quantity(value)
     except QuantityError:
