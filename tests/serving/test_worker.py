@@ -315,3 +315,46 @@ def test_a_request_is_handed_to_a_thread_only_once_it_is_all_there(data, end):
     head = worker.request_head(data)
 
     assert (None if head is None else worker.request_end(data, head)) == end
+
+
+class RecordingSocket:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.sent.append(bytes(data))
+
+    def fileno(self) -> int:
+        return 7
+
+
+@pytest.mark.parametrize(
+    ("writes", "sent"),
+    [
+        pytest.param([b"HEAD", b"body"], [b"HEADbody"], id="headers go out with the body"),
+        pytest.param([b"HEAD"], [b"HEAD"], id="an answer without a body is flushed"),
+        pytest.param(
+            [b"HEAD", b"one", b"two", b"three"],
+            [b"HEADone", b"two", b"three"],
+            id="later writes go straight through",
+        ),
+    ],
+)
+def test_an_answer_leaves_in_one_write_with_its_headers(writes, sent):
+    real = RecordingSocket()
+    coalescing = worker._Coalescing(real)
+
+    for data in writes:
+        coalescing.sendall(data)
+    coalescing.flush()
+
+    assert real.sent == sent
+
+
+def test_what_is_held_is_sent_before_anyone_writes_to_the_descriptor_itself():
+    real = RecordingSocket()
+    coalescing = worker._Coalescing(real)
+    coalescing.sendall(b"HEAD")
+
+    assert coalescing.fileno() == 7
+    assert real.sent == [b"HEAD"]

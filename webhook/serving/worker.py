@@ -160,6 +160,44 @@ def _chunked_end(data: bytes | bytearray, pos: int) -> int | None:
             return None
 
 
+class _Coalescing:
+    """A socket for gunicorn's ``Response`` that sends the status line and headers in one
+    write with the first part of the body: one TLS record and one system call per small
+    answer instead of two, and one fewer time the serving thread lets go of the
+    interpreter lock and must wait to take it back (behind another thread's review).
+    Later writes go straight through."""
+
+    __slots__ = ("_first", "_held", "_sock")
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._first = True
+        self._held = b""
+
+    def sendall(self, data: bytes) -> None:
+        if self._first:  # gunicorn writes the headers first, alone
+            self._first = False
+            self._held = bytes(data)
+            return
+        if self._held:
+            data, self._held = self._held + bytes(data), b""
+        self._sock.sendall(data)
+
+    def flush(self) -> None:
+        """Send what is held (an answer without a body has only its headers)."""
+        held, self._held = self._held, b""
+        if held:
+            self._sock.sendall(held)
+
+    def fileno(self) -> int:
+        self.flush()  # sendfile writes to the descriptor itself: what is held goes first
+        fd: int = self._sock.fileno()
+        return fd
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
 class ReadingWorker(ThreadWorker):  # type: ignore[misc]
     """``gthread`` that reads each request whole on its main loop before a thread serves
     it, and closes connections without blocking that loop (see the module docstring)."""
@@ -345,7 +383,14 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             req = next(conn.parser)
             if not req:
                 return False
-            return bool(self._keepalive_after(conn, self.handle_request(req, conn)))
+            sock = conn.sock
+            conn.sock = _Coalescing(sock)
+            try:
+                keep = self.handle_request(req, conn)
+                conn.sock.flush()
+            finally:
+                conn.sock = sock
+            return bool(self._keepalive_after(conn, keep))
         except (http.errors.NoMoreData, StopIteration, TimeoutError):
             return False
         except ssl.SSLError:
