@@ -166,14 +166,15 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
             notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
     warnings: list[str] = []
+    workload = bool(templates[0].path)  # a Pod's one template is the object itself
     if any(p.total or p.problems for _, p in per_pod):
         if inventory.problem:
             _inventory_unavailable(inventory.problem, policy, findings, warnings)
         elif snapshot is None:
             notices.append(NO_INVENTORY_NOTICE)
-        elif templates[0].path:  # a workload's templates; a Pod's is the object itself
+        elif workload:
             findings.extend(_workload_findings(per_pod, snapshot, policy))
-    if templates[0].path:
+    if workload:
         findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
     return decide(
         findings,

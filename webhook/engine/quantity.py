@@ -65,33 +65,20 @@ def parse_quantity(value: object) -> Fraction:
     return result
 
 
-_WHOLE: dict[object, int | None] = {}
-
-
 def whole_quantity(value: object) -> int | None:
     """The quantity as a whole number of units when it is one and not negative; ``None``
     for anything else, invalid included (``parse_quantity`` then says why).
 
-    Device counts are read on every admission: memoised by the raw value, without the
-    ``Fraction`` arithmetic that costs more than the rest of reading a container.
+    Device counts are read on every admission: this answers from ``parse_quantity``'s
+    memo with integer tests, not ``Fraction`` comparisons, which cost more than the rest
+    of reading a container.
     """
-    key = (type(value), value) if not isinstance(value, (list, dict)) else None
-    if key is not None and key in _WHOLE:
-        return _WHOLE[key]
     try:
-        amount: Fraction | None = parse_quantity(value)
+        amount = parse_quantity(value)
     except QuantityError:
-        amount = None
-    whole = amount.numerator if amount is not None and amount.denominator == 1 else None
-    if whole is not None and whole < 0:
-        whole = None
-    if (
-        key is not None
-        and len(_WHOLE) < _CACHE_SIZE
-        and (not isinstance(value, str) or len(value) <= _CACHED_TEXT)
-    ):
-        _WHOLE[key] = whole
-    return whole
+        return None
+    whole = amount.numerator
+    return whole if amount.denominator == 1 and whole >= 0 else None
 
 
 def shown(value: object) -> str:
