@@ -25,7 +25,7 @@ from webhook.files.lastgood import LastGood
 log = logging.getLogger("gpu_webhook.inventory")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review: frozen would triple its cost
 class InventoryStatus:
     """What metrics, logs and ``/readyz`` report about the inventory.
 
@@ -145,6 +145,23 @@ def view_of(source: InventorySource | None) -> InventoryView:
             None,
             problem=f"node inventory is stale ({status.age_seconds or 0:.0f}s since last sync)",
         )
-    return InventoryView(
-        snapshot, devices=source.devices(), runtime_classes=source.runtime_classes()
-    )
+    devices, runtime_classes = source.devices(), source.runtime_classes()
+    last = _last_view
+    if (
+        last is not None
+        and last.snapshot is snapshot
+        and last.devices is devices
+        and last.runtime_classes is runtime_classes
+    ):
+        return last
+    return _remember(InventoryView(snapshot, devices=devices, runtime_classes=runtime_classes))
+
+
+# The view of the last review: the next one almost always sees the same parts.
+_last_view: InventoryView | None = None
+
+
+def _remember(view: InventoryView) -> InventoryView:
+    global _last_view  # noqa: PLW0603 - a one-entry memo, replaced whole
+    _last_view = view
+    return view

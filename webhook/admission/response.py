@@ -19,7 +19,7 @@ DENIED_CODE = 403
 MAX_WARNINGS_TOTAL = 4096
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review: frozen would triple its cost
 class Reply:
     """An answer encoded once, without its uid.
 
@@ -74,7 +74,7 @@ def reply(
     return Reply(head, tail)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review: frozen would triple its cost
 class Answer:
     """All of a review's answer but its uid, with what the log line and the metrics say
     about it: the replicas of a pod share one (``DecisionMemo`` keeps it)."""
@@ -92,7 +92,7 @@ class Answer:
 
     def __post_init__(self) -> None:
         fired = tuple(dict.fromkeys([*(f.id for f in self.findings), *self.mutated_by]))
-        object.__setattr__(self, "rules_fired", fired)
+        self.rules_fired = fired
 
 
 def _within_budget(warnings: Sequence[str]) -> list[str]:

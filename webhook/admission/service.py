@@ -45,7 +45,7 @@ FailureMode = Literal["allow", "deny"]
 NOT_SYNCED = "node inventory not synced yet"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review: frozen would triple its cost
 class Outcome:
     """One review's answer: its uid, and the ``Answer`` (shared by the replicas of a pod)."""
 

@@ -51,7 +51,7 @@ def shorten(text: str, limit: int = MAX_WARNING) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review: frozen would triple its cost
 class Decision:
     allowed: bool
     findings: tuple[Finding, ...] = ()

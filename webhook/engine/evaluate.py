@@ -48,7 +48,7 @@ from webhook.engine.workloads import Path as WorkloadPath
 from webhook.engine.workloads import PodTemplate
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review: frozen would triple its cost
 class Request:
     """What the engine needs of an admission request (or of a file being checked)."""
 
@@ -65,7 +65,7 @@ class Request:
         return self.namespace or (str(own) if own else "default")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review: frozen would triple its cost
 class InventoryView:
     """The inventory as the engine may use it: a snapshot, none at all, or a broken one."""
 

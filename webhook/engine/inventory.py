@@ -128,7 +128,7 @@ def _tolerates_cordon(tolerations: Sequence[Mapping[str, Any]]) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review: frozen would triple its cost
 class Placement:
     """Where a pod may go: what the scheduler's filters read from its spec."""
 
@@ -149,7 +149,7 @@ class Placement:
         )
         if self.cordoned is not None:  # set, not read from the tolerations: another answer
             key += b"!cordoned" if self.cordoned else b"!not-cordoned"
-        object.__setattr__(self, "_key", key)
+        self._key = key
 
     @property
     def may_use_cordoned(self) -> bool:

@@ -68,7 +68,7 @@ class WorkloadKind:
         return self.plural or self.kind.lower() + "s"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per review: frozen would triple its cost
 class PodTemplate:
     """One pod template found in an object.
 
