@@ -82,6 +82,20 @@ def test_a_remembered_decision_does_not_hold_on_to_the_object():
     assert decide(memo, Request(replica("trainer-c"))).mutated is None
 
 
+def test_objects_whose_hashes_collide_never_share_a_decision():
+    engine = CountingEngine()
+    memo = DecisionMemo(engine=engine, weak_hash=lambda _text: 0)  # every object collides
+    for name in ("a", "b"):  # one GPU, seen twice: kept
+        decide(memo, Request(replica(name)))
+
+    too_big = [decide(memo, Request(replica(name, gpus=99))) for name in ("c", "d")]
+
+    assert engine.calls == 4  # neither 99-GPU pod was answered with the one-GPU decision
+    assert [decision.allowed for decision in too_big] == [False, False]
+    assert decide(memo, Request(replica("f"))) is not None
+    assert engine.calls == 4  # the one-GPU decision still answers its own replicas
+
+
 def _other_policy() -> Policy:
     return load_policy(str(RULES))
 
