@@ -164,6 +164,9 @@ class UnsyncedInventory:
     def status(self):
         return InventoryStatus(False, True, 0.0, "", 0, "connection refused")
 
+    def stale_seconds(self):
+        return None
+
     def namespace_labels(self, name):
         return None
 

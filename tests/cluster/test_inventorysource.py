@@ -227,10 +227,12 @@ def test_bookmarks_keep_the_inventory_fresh_and_silence_makes_it_stale(
         live.start()
         eventually(lambda: live.status().resource_version == "300")
         assert not live.status().stale
+        assert live.stale_seconds() is None
         clock.now += 61
         status = live.status()
         assert status.stale
         assert status.age_seconds == pytest.approx(61)
+        assert live.stale_seconds() == pytest.approx(61)
         gate.set()
         eventually(lambda: not live.status().stale)
         assert live.status().resource_version == "385"
@@ -407,6 +409,7 @@ def test_a_static_source_is_ready_at_once_and_never_stale(tmp_path: object) -> N
     assert len(snapshot) == 4
     status = source.status()
     assert (status.synced, status.stale, status.node_count) == (True, False, 4)
+    assert source.stale_seconds() is None
     assert source.namespace_labels("default") is None
     source.stop()
 

@@ -51,6 +51,9 @@ class InventorySource(Protocol):
     def snapshot(self) -> Inventory | None: ...
     def ready(self) -> bool: ...
     def status(self) -> InventoryStatus: ...
+    # Seconds since the source last heard from the API server, once that is longer than
+    # it may be (stale); None while fresh. ``status().stale`` without building a status.
+    def stale_seconds(self) -> float | None: ...
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
     def devices(self) -> DeviceInventory | None: ...
     def runtime_classes(self) -> frozenset[str] | None: ...
@@ -120,6 +123,9 @@ class StaticInventorySource:
             source=self.path,
         )
 
+    def stale_seconds(self) -> float | None:
+        return None
+
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:  # noqa: ARG002
         """A file holds no namespaces: rules on namespace labels see them as unknown."""
         return None
@@ -139,11 +145,10 @@ def view_of(source: InventorySource | None) -> InventoryView:
     snapshot = source.snapshot()
     if snapshot is None or not source.ready():
         return InventoryView(None, problem="node inventory not synced yet")
-    status = source.status()
-    if status.stale:
+    stale = source.stale_seconds()
+    if stale is not None:
         return InventoryView(
-            None,
-            problem=f"node inventory is stale ({status.age_seconds or 0:.0f}s since last sync)",
+            None, problem=f"node inventory is stale ({stale:.0f}s since last sync)"
         )
     devices, runtime_classes = source.devices(), source.runtime_classes()
     last = _last_view

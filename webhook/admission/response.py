@@ -91,8 +91,12 @@ class Answer:
     rules_fired: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        fired = tuple(dict.fromkeys([*(f.id for f in self.findings), *self.mutated_by]))
-        self.rules_fired = fired
+        if self.findings:
+            self.rules_fired = tuple(
+                dict.fromkeys([*(f.id for f in self.findings), *self.mutated_by])
+            )
+        else:
+            self.rules_fired = self.mutated_by
 
 
 def _within_budget(warnings: Sequence[str]) -> list[str]:

@@ -178,7 +178,7 @@ def _answer(decision: Decision, *, mutate: bool, generation: int) -> Answer:
     patch = decision.patch if mutate and decision.allowed else ()
     encoded = reply(
         allowed=decision.allowed,
-        message=decision.message,
+        message="" if decision.allowed else decision.message,
         patch=patch,
         warnings=decision.warnings,
         audit=decision.audit,

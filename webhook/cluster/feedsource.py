@@ -112,6 +112,13 @@ class FeedInventorySource:
             namespace_count=None if namespaces is None else len(namespaces),
         )
 
+    def stale_seconds(self) -> float | None:
+        return self._nodes.stale_seconds(
+            last_contact=self._contact,
+            started_at=self._started_at,
+            max_staleness_seconds=self.max_staleness_seconds,
+        )
+
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         namespaces = self._namespaces
         return None if namespaces is None else namespaces.get(name)

@@ -212,6 +212,13 @@ class LiveInventorySource:
             namespace_count=None if namespaces is None else len(namespaces.labels),
         )
 
+    def stale_seconds(self) -> float | None:
+        return self._nodes.stale_seconds(
+            last_contact=self._nodes.last_contact,
+            started_at=self._started_at,
+            max_staleness_seconds=self.max_staleness_seconds,
+        )
+
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         if self._namespaces is None:
             return None
@@ -265,8 +272,7 @@ class NodeCache:
         watcher): its age is the time since the API server was last heard from, or since
         start before the first contact (so that an age gauge always has a value)."""
         snapshot = self.published
-        since = last_contact if last_contact is not None else started_at
-        age = None if since is None else max(0.0, self._clock() - since)
+        age = self._age(last_contact, started_at)
         return InventoryStatus(
             synced=snapshot is not None,
             stale=snapshot is not None and age is not None and age > max_staleness_seconds,
@@ -278,6 +284,19 @@ class NodeCache:
             relists=relists,
             namespace_count=namespace_count,
         )
+
+    def stale_seconds(
+        self, *, last_contact: float | None, started_at: float | None, max_staleness_seconds: float
+    ) -> float | None:
+        """``status``'s verdict on staleness alone: asked on every review."""
+        if self.published is None:
+            return None
+        age = self._age(last_contact, started_at)
+        return age if age is not None and age > max_staleness_seconds else None
+
+    def _age(self, last_contact: float | None, started_at: float | None) -> float | None:
+        since = last_contact if last_contact is not None else started_at
+        return None if since is None else max(0.0, self._clock() - since)
 
     def parse(self, obj: Mapping[str, Any]) -> Node:
         return node_from_json(obj)
