@@ -75,10 +75,6 @@ class Decision:
         """The denial message for ``status.message``: every reason, each with its fix."""
         return "; ".join(f"[{f.id}] {f.message}" for f in self.denials)
 
-    @property
-    def rules_fired(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys([*(f.id for f in self.findings), *self.mutated_by]))
-
 
 def decide(
     findings: Sequence[Finding],
