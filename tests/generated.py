@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from webhook.engine.policy import DocumentRef, Policy, RuleDocument, compile_policy
+from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"

@@ -9,9 +9,10 @@ import pytest
 
 from tests.builders import INVENTORY, RULES, pod
 from webhook.admission.memo import DecisionMemo
-from webhook.engine.decision import Decision
-from webhook.engine.evaluate import InventoryView, Request, evaluate
-from webhook.engine.policy import Policy
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import load_inventory
 from webhook.files.rulefiles import load_policy
 

@@ -26,15 +26,15 @@ import pytest
 import yaml
 
 from tests.kubeschema import validation_error
-from webhook.engine.decision import Decision
-from webhook.engine.evaluate import (
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import (
     IDENTITY_METADATA,
     NO_INVENTORY,
     InventoryView,
     Request,
-    evaluate,
 )
-from webhook.engine.policy import Policy
+from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import load_inventory_file
 from webhook.files.rulefiles import load_policy
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
-from webhook.engine.policy import DocumentRef, Policy, RuleDocument, compile_policy
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView, Request
+from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy
 from webhook.files.inventoryfile import load_inventory
 
 INVENTORIES = Path(__file__).resolve().parents[1] / "cases" / "_inventories"

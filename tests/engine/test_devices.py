@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from webhook.engine.devices import DeviceInventory
-from webhook.engine.dra import EVERYWHERE, candidates, pod_claims
-from webhook.engine.inventory import Node
-from webhook.engine.policy import glob_matcher
+from webhook.engine.policy.ruleset import glob_matcher
+from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.inventory import Node
+from webhook.engine.scheduling.dra import EVERYWHERE, candidates, pod_claims
 
 
 def rslice(

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.engine.devices import device_from_json
-from webhook.engine.deviceselectors import Selector, SelectorError, Version, compile_selector
+from webhook.engine.resources.devices import device_from_json
+from webhook.engine.resources.deviceselectors import (
+    Selector,
+    SelectorError,
+    Version,
+    compile_selector,
+)
 
 H100 = device_from_json(
     {

@@ -24,7 +24,7 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.engine.devices import (
+from webhook.engine.resources.devices import (
     ClaimSpec,
     Constraint,
     Device,
@@ -34,7 +34,7 @@ from webhook.engine.devices import (
     Slice,
     SubRequest,
 )
-from webhook.engine.dra import fit
+from webhook.engine.scheduling.dra import fit
 
 DRIVER = "gpu.example.com"
 GI = 1024**3

@@ -25,7 +25,7 @@ shares no code with the engine:
   request is the limit, as ``SetDefaults_Pod`` makes it) must not exceed allocatable for
   CPU and memory when requested, and for every extended resource with a non-zero request.
 
-One rule is the webhook's own, documented in ``webhook/engine/fit.py``: on nodes whose GPUs
+One rule is the webhook's own, documented in ``webhook/engine/resources/fit.py``: on nodes whose GPUs
 are shared (time-slicing or MPS), no container may ask for more slots than the node has
 physical GPUs. The reference knows each node's configuration from how it was generated; the
 webhook reads it from the node's labels, so this also checks that reading.
@@ -54,8 +54,9 @@ from tests.generated import (
     pods,
     policy,
 )
-from webhook.engine.evaluate import InventoryView, Request, evaluate
-from webhook.engine.inventory import Inventory, Placement, node_from_json
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.resources.inventory import Inventory, Placement, node_from_json
 
 # --- reference: quantities and the pod's request, straight from the definitions ------------
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from webhook.engine.gpuaccess import (
+from webhook.engine.demand.gpuaccess import (
     adds_capabilities,
     asks_for_gpu,
     env_access,
@@ -15,8 +15,8 @@ from webhook.engine.gpuaccess import (
     exposes_devices,
     mount_access,
 )
-from webhook.engine.gpus import pod_gpus
-from webhook.engine.policy import GPUResources
+from webhook.engine.demand.gpus import pod_gpus
+from webhook.engine.policy.ruleset import GPUResources
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.engine.gpufacts import DeviceFacts, gpu_facts, mig_profile_gpus
+from webhook.engine.resources.gpufacts import DeviceFacts, gpu_facts, mig_profile_gpus
 from webhook.files.inventoryfile import load_inventory
 
 INVENTORIES = Path(__file__).resolve().parents[1] / "cases" / "_inventories"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from webhook.engine.gpunodes import Reach, gpu_node_reach, pinned_to_a_node
-from webhook.engine.inventory import Inventory, Placement
-from webhook.engine.policy import GPUNodes, GPUResources, GPUTaint, NodeLabel
+from webhook.engine.policy.ruleset import GPUNodes, GPUResources, GPUTaint, NodeLabel
+from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.scheduling.gpunodes import Reach, gpu_node_reach, pinned_to_a_node
 from webhook.files.inventoryfile import load_inventory
 
 INVENTORIES = Path(__file__).resolve().parents[1] / "cases" / "_inventories"

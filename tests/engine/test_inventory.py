@@ -3,7 +3,7 @@ import json
 import pytest
 
 from tests.builders import APISERVER
-from webhook.engine.inventory import (
+from webhook.engine.resources.inventory import (
     PAUSE_EVERY,
     Inventory,
     Node,

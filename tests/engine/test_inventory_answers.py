@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.builders import APISERVER
-from webhook.engine.inventory import Inventory, Node, Placement, Taint, node_from_json
+from webhook.engine.resources.inventory import Inventory, Node, Placement, Taint, node_from_json
 
 FIXTURES = APISERVER
 GPU = "nvidia.com/gpu"

@@ -3,7 +3,7 @@ import copy
 import jsonpatch
 import pytest
 
-from webhook.engine.patch import Editor, pointer
+from webhook.engine.kube.patch import Editor, pointer
 
 
 def test_pointers_escape_tilde_before_slash() -> None:

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.engine.decision import Decision
-from webhook.engine.evaluate import NO_INVENTORY, InventoryView, Request, evaluate
-from webhook.engine.policy import DocumentRef, Policy, RuleDocument, compile_policy
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView, Request
+from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy
 from webhook.files.inventoryfile import load_inventory
 
 CLUSTER = Path(__file__).resolve().parents[1] / "cases" / "_inventories" / "cluster.yaml"

@@ -2,7 +2,7 @@ from fractions import Fraction
 
 import pytest
 
-from webhook.engine.quantity import (
+from webhook.engine.kube.quantity import (
     QuantityError,
     format_bytes,
     format_quantity,

@@ -9,8 +9,9 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhook.engine.evaluate import InventoryView, Request, evaluate
-from webhook.engine.policy import Policy
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import load_inventory
 from webhook.files.rulefiles import load_policy
 

@@ -1,6 +1,6 @@
 import pytest
 
-from webhook.engine.selectors import (
+from webhook.engine.kube.selectors import (
     label_selector_matches,
     terms_match,
     tolerates,

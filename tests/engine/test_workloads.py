@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from webhook.engine.evaluate import NO_INVENTORY, Request, evaluate
-from webhook.engine.policy import Policy
-from webhook.engine.workloads import KindTable
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import NO_INVENTORY, Request
+from webhook.engine.kube.workloads import KindTable
+from webhook.engine.policy.ruleset import Policy
 
 TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "cuda:12"}]}}
 

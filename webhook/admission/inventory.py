@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from webhook.engine.devices import DeviceInventory
-from webhook.engine.evaluate import NO_INVENTORY, InventoryView
-from webhook.engine.inventory import Inventory
+from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
+from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.inventory import Inventory
 from webhook.files.inventoryfile import InventoryFile, InventoryFileError, load_inventory_file
 from webhook.files.lastgood import LastGood
 

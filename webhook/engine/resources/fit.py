@@ -23,8 +23,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, NamedTuple, Protocol
 
-from webhook.engine.gpufacts import GPUFacts
-from webhook.engine.quantity import QuantityError, format_bytes, format_quantity, parse_quantity
+from webhook.engine.kube.quantity import (
+    QuantityError,
+    format_bytes,
+    format_quantity,
+    parse_quantity,
+)
+from webhook.engine.resources.gpufacts import GPUFacts
 
 
 class Demand(NamedTuple):

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from webhook.engine.inventory import CONDITION_TAINT_PREFIX, Inventory, Placement, Shape
-from webhook.engine.policy import GPUNodes, GPUResources, NodeLabel
-from webhook.engine.selectors import requirement_matches, tolerates
+from webhook.engine.kube.selectors import requirement_matches, tolerates
+from webhook.engine.policy.ruleset import GPUNodes, GPUResources, NodeLabel
+from webhook.engine.resources.inventory import CONDITION_TAINT_PREFIX, Inventory, Placement, Shape
 
 
 class Reach(Enum):

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook.engine.workloads import KindTable, Path, PodTemplate, walk
+from webhook.engine.kube.workloads import KindTable, Path, PodTemplate, walk
 
 CONTAINER_LISTS = ("initContainers", "containers")
 RESOURCE_MAPS = ("limits", "requests")

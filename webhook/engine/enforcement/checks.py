@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.engine.decision import Finding, action_of
-from webhook.engine.fit import Shortfall, quantity_text
-from webhook.engine.gpufacts import (
+from webhook.engine.demand.gpus import Container, PodGPUs, QuantityProblem
+from webhook.engine.kube.quantity import format_bytes, format_quantity
+from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.policy.ruleset import Rule, RuleCheck, Settings, glob_matcher
+from webhook.engine.resources.fit import Shortfall, quantity_text
+from webhook.engine.resources.gpufacts import (
     MEMORY_LABEL,
     MIG_PREFIX,
     PRODUCT_LABEL,
@@ -18,10 +21,15 @@ from webhook.engine.gpufacts import (
     DeviceFacts,
     mig_profile_gpus,
 )
-from webhook.engine.gpus import Container, PodGPUs, QuantityProblem
-from webhook.engine.inventory import Fit, FitAnswer, Inventory, Placement, Shape, Taint, Units
-from webhook.engine.policy import Rule, RuleCheck, Settings, glob_matcher
-from webhook.engine.quantity import format_bytes, format_quantity
+from webhook.engine.resources.inventory import (
+    Fit,
+    FitAnswer,
+    Inventory,
+    Placement,
+    Shape,
+    Taint,
+    Units,
+)
 
 
 @dataclass(slots=True)  # not frozen: built on every admission, and frozen init costs more

@@ -39,8 +39,11 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from webhook.engine.decision import Finding, action_of
-from webhook.engine.devices import (
+from webhook.engine.demand.gpus import PodGPUs
+from webhook.engine.kube.selectors import dig, terms_match
+from webhook.engine.kube.workloads import Path
+from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.resources.devices import (
     ALLOCATION_RESULTS_MAX_SIZE,
     Claim,
     ClaimSpec,
@@ -50,11 +53,8 @@ from webhook.engine.devices import (
     Profile,
     SubRequest,
 )
-from webhook.engine.deviceselectors import Selector, SelectorError, compile_selector
-from webhook.engine.gpus import PodGPUs
-from webhook.engine.inventory import Inventory, Node, Placement
-from webhook.engine.selectors import dig, terms_match
-from webhook.engine.workloads import Path
+from webhook.engine.resources.deviceselectors import Selector, SelectorError, compile_selector
+from webhook.engine.resources.inventory import Inventory, Node, Placement
 
 _MAX_COMBINATIONS = 64
 _MEMO_SIZE = 4096

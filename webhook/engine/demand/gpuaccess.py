@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.gpus import Container, PodGPUs
+from webhook.engine.demand.gpus import Container, PodGPUs
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"

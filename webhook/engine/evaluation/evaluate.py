@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.accesscontrol import (
+from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
+from webhook.engine.demand.gpus import PodGPUs, pod_gpus
+from webhook.engine.enforcement.accesscontrol import (
     NO_EXEMPTIONS,
     PodReach,
     Template,
@@ -18,7 +20,7 @@ from webhook.engine.accesscontrol import (
     runtime_class_findings,
     without_exempt,
 )
-from webhook.engine.checks import (
+from webhook.engine.enforcement.checks import (
     Scope,
     capacity_findings,
     device_findings,
@@ -26,9 +28,23 @@ from webhook.engine.checks import (
     rule_findings,
     whole_gpus,
 )
-from webhook.engine.decision import Decision, Finding, action_of, decide
-from webhook.engine.devices import DeviceInventory, is_dra_object
-from webhook.engine.dra import (
+from webhook.engine.enforcement.mutators import (
+    apply_containers,
+    apply_placement,
+    repair_requests_only,
+)
+from webhook.engine.evaluation.claimobjects import evaluate_claim_object
+from webhook.engine.evaluation.request import NO_INVENTORY_NOTICE, InventoryView, Request
+from webhook.engine.kube.patch import Editor, lookup
+from webhook.engine.kube.selectors import dig
+from webhook.engine.kube.workloads import Path as WorkloadPath
+from webhook.engine.kube.workloads import PodTemplate
+from webhook.engine.policy.decision import Decision, Finding, action_of, decide
+from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
+from webhook.engine.resources.devices import is_dra_object
+from webhook.engine.resources.fit import demand_of
+from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
     PodClaims,
     claim_findings,
@@ -36,66 +52,7 @@ from webhook.engine.dra import (
     pod_claims,
     with_claim_gpus,
 )
-from webhook.engine.fit import demand_of
-from webhook.engine.gpuaccess import pod_asks_for_gpu
-from webhook.engine.gpus import PodGPUs, pod_gpus
-from webhook.engine.inventory import Inventory, Placement
-from webhook.engine.mutators import apply_containers, apply_placement, repair_requests_only
-from webhook.engine.patch import Editor, lookup
-from webhook.engine.policy import Mutations, Policy, Rule, Settings
-from webhook.engine.selectors import dig
-from webhook.engine.workloads import Path as WorkloadPath
-from webhook.engine.workloads import PodTemplate
 
-
-@dataclass(slots=True)  # built per review: frozen would triple its cost
-class Request:
-    """What the engine needs of an admission request (or of a file being checked)."""
-
-    object: Mapping[str, Any]
-    namespace: str = ""
-    operation: str = "CREATE"
-    old_object: Mapping[str, Any] | None = None
-    namespace_labels: Mapping[str, str] | None = None
-
-    @property
-    def effective_namespace(self) -> str:
-        meta = self.object.get("metadata")
-        own = meta.get("namespace") if isinstance(meta, dict) else None
-        return self.namespace or (str(own) if own else "default")
-
-
-@dataclass(slots=True)  # built per review: frozen would triple its cost
-class InventoryView:
-    """The inventory as the engine may use it: a snapshot, none at all, or a broken one."""
-
-    snapshot: Inventory | None
-    problem: str = ""  # set when a configured inventory is unavailable (never synced, stale)
-    # DRA classes, slices, claims and templates; None when the cluster serves no DRA API
-    # (or ``check`` was given none).
-    devices: DeviceInventory | None = None
-    # Names of the cluster's RuntimeClasses, from a live inventory; None: not known.
-    runtime_classes: frozenset[str] | None = None
-
-
-NO_INVENTORY = InventoryView(None)
-NO_INVENTORY_NOTICE = "capacity checks skipped: no node inventory given"
-# Top-level metadata that ``evaluate`` never reads: replicas of one workload differ only
-# here, so callers may treat objects equal but for these as the same question
-# (``webhook.admission.memo``). tests/engine/test_properties.py holds the engine to it.
-IDENTITY_METADATA = frozenset(
-    {
-        "name",
-        "generateName",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "managedFields",
-        "ownerReferences",
-        "selfLink",
-    }
-)
 _with_pools: tuple[Inventory, Policy, Inventory] | None = None
 
 
@@ -116,8 +73,6 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
 def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
     obj = request.object
     if is_dra_object(obj) and obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
-        from webhook.engine.claimobjects import evaluate_claim_object
-
         return evaluate_claim_object(
             request, policy=policy, view=inventory, snapshot=_inventory(inventory, policy)
         )

@@ -1,7 +1,7 @@
 """What Dynamic Resource Allocation (``resource.k8s.io/v1``) offers and asks: an immutable
 snapshot of device classes, the devices of ResourceSlices, claims and claim templates.
 
-Read from raw JSON, tolerant of missing parts, like ``webhook.engine.inventory`` reads
+Read from raw JSON, tolerant of missing parts, like ``webhook.engine.resources.inventory`` reads
 nodes. Which devices a node can use follows the allocator's ``GatherPools``
 (``k8s.io/dynamic-resource-allocation/structured/internal/stable/pools_stable.go``): a
 slice's devices belong to the node it names, to every node (``allNodes``), or to the
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from webhook.engine.deviceselectors import DeviceView, Version
-from webhook.engine.inventory import Node
-from webhook.engine.quantity import QuantityError, parse_quantity
-from webhook.engine.selectors import clean_terms, dig, terms_match, tolerates
+from webhook.engine.kube.quantity import QuantityError, parse_quantity
+from webhook.engine.kube.selectors import clean_terms, dig, terms_match, tolerates
+from webhook.engine.resources.deviceselectors import DeviceView, Version
+from webhook.engine.resources.inventory import Node
 
 GROUP = "resource.k8s.io"
 # A class may be asked for as this extended resource name without extendedResourceName

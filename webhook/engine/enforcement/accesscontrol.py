@@ -12,8 +12,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.decision import Finding, action_of
-from webhook.engine.gpuaccess import (
+from webhook.engine.demand.gpuaccess import (
     PRIVILEGED,
     Access,
     asks_for_gpu,
@@ -23,13 +22,14 @@ from webhook.engine.gpuaccess import (
     mount_access,
     privileged,
 )
-from webhook.engine.gpunodes import GPUNodeReach, Reach, gpu_node_reach, pinned_to_a_node
-from webhook.engine.gpus import Container, PodGPUs
-from webhook.engine.inventory import Inventory, Placement
-from webhook.engine.mutators import avoid_label, hide_gpus, set_runtime_class
-from webhook.engine.patch import Editor
-from webhook.engine.policy import Mutations, Rule, Settings
-from webhook.engine.workloads import Path, PodTemplate
+from webhook.engine.demand.gpus import Container, PodGPUs
+from webhook.engine.enforcement.mutators import avoid_label, hide_gpus, set_runtime_class
+from webhook.engine.kube.patch import Editor
+from webhook.engine.kube.workloads import Path, PodTemplate
+from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.policy.ruleset import Mutations, Rule, Settings
+from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.scheduling.gpunodes import GPUNodeReach, Reach, gpu_node_reach, pinned_to_a_node
 
 GPU_ACCESS = "gpuAccessWithoutRequest"
 GPU_NODE = "nonGPUPodOnGPUNode"

@@ -11,17 +11,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.engine.decision import Finding
-from webhook.engine.fit import Demand, pod_requests
-from webhook.engine.gpuaccess import VISIBLE_DEVICES, asks_for_gpu, pod_asks_for_gpu
-from webhook.engine.gpufacts import MIG_PREFIX
-from webhook.engine.gpus import Container, PodGPUs
-from webhook.engine.inventory import Inventory, Placement
-from webhook.engine.patch import Editor
-from webhook.engine.policy import GPUResources, MemoryLimit, Mutations, NodeLabel
-from webhook.engine.quantity import QuantityError, format_bytes, parse_quantity
-from webhook.engine.selectors import toleration_covers
-from webhook.engine.workloads import Path
+from webhook.engine.demand.gpuaccess import VISIBLE_DEVICES, asks_for_gpu, pod_asks_for_gpu
+from webhook.engine.demand.gpus import Container, PodGPUs
+from webhook.engine.kube.patch import Editor
+from webhook.engine.kube.quantity import QuantityError, format_bytes, parse_quantity
+from webhook.engine.kube.selectors import toleration_covers
+from webhook.engine.kube.workloads import Path
+from webhook.engine.policy.decision import Finding
+from webhook.engine.policy.ruleset import GPUResources, MemoryLimit, Mutations, NodeLabel
+from webhook.engine.resources.fit import Demand, pod_requests
+from webhook.engine.resources.gpufacts import MIG_PREFIX
+from webhook.engine.resources.inventory import Inventory, Placement
 
 HIDE_GPUS = ((VISIBLE_DEVICES, "void"), ("CUDA_VISIBLE_DEVICES", ""))
 SHM_VOLUME = "gpu-webhook-dshm"

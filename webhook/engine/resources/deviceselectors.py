@@ -28,7 +28,7 @@ from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
-from webhook.engine.quantity import QuantityError, parse_quantity
+from webhook.engine.kube.quantity import QuantityError, parse_quantity
 
 # CEL errors that come from this webhook's CEL library lacking something Kubernetes has
 # (a function, a macro such as cel.bind), not from the device or the expression.

@@ -2,17 +2,19 @@
 
 A claim that no node can ever meet leaves every pod that uses it Pending; saying so when
 the claim is created (or in ``gpu-webhook check``) is the earliest point to say it. The
-same rules apply as to pods' claims (``webhook.engine.dra``): an unknown class, no fit on
+same rules apply as to pods' claims (``webhook.engine.scheduling.dra``): an unknown class, no fit on
 any schedulable node, and a GPU count above a matching rule's ``maxGPUsPerPod``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from webhook.engine.decision import Decision, Finding, decide
-from webhook.engine.devices import claim_from_json
-from webhook.engine.dra import (
+from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.kube.selectors import dig
+from webhook.engine.policy.decision import Decision, Finding, decide
+from webhook.engine.policy.ruleset import Policy
+from webhook.engine.resources.devices import claim_from_json
+from webhook.engine.resources.inventory import Inventory
+from webhook.engine.scheduling.dra import (
     EVERYWHERE,
     PodClaim,
     candidates,
@@ -22,12 +24,6 @@ from webhook.engine.dra import (
     looks_like_gpu_class,
     shortfall,
 )
-from webhook.engine.inventory import Inventory
-from webhook.engine.policy import Policy
-from webhook.engine.selectors import dig
-
-if TYPE_CHECKING:
-    from webhook.engine.evaluate import InventoryView, Request
 
 
 def evaluate_claim_object(

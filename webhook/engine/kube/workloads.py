@@ -303,7 +303,7 @@ def _walk(node: object, pattern: tuple[str, ...], at: Path) -> Iterator[tuple[Pa
         yield from _walk(node[head], rest, (*at, head))
 
 
-# Public for webhook.engine.shape, which checks the replica fields found the same way.
+# Public for webhook.engine.kube.shape, which checks the replica fields found the same way.
 walk = _walk
 
 

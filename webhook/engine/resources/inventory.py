@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from webhook.engine.fit import Demand, Shortfall, shortfalls
-from webhook.engine.gpufacts import DeviceFacts, GPUFacts, gpu_facts
-from webhook.engine.quantity import QuantityError, parse_quantity
-from webhook.engine.selectors import Labels, clean_terms, dig, terms_match, tolerates
+from webhook.engine.kube.quantity import QuantityError, parse_quantity
+from webhook.engine.kube.selectors import Labels, clean_terms, dig, terms_match, tolerates
+from webhook.engine.resources.fit import Demand, Shortfall, shortfalls
+from webhook.engine.resources.gpufacts import DeviceFacts, GPUFacts, gpu_facts
 
 # Taints that the node lifecycle controller sets while a node's condition is bad. They come
 # and go, and the scheduler simply waits; counting them would deny pods during a blip.

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from webhook.engine.fit import effective as effective_request
-from webhook.engine.fit import requests_of
-from webhook.engine.gpufacts import MIG_PREFIX
-from webhook.engine.policy import GPUResources
-from webhook.engine.quantity import QuantityError, parse_quantity, whole_quantity
-from webhook.engine.workloads import Path
+from webhook.engine.kube.quantity import QuantityError, parse_quantity, whole_quantity
+from webhook.engine.kube.workloads import Path
+from webhook.engine.policy.ruleset import GPUResources
+from webhook.engine.resources.fit import effective as effective_request
+from webhook.engine.resources.fit import requests_of
+from webhook.engine.resources.gpufacts import MIG_PREFIX
 
 
 @dataclass(frozen=True, slots=True)

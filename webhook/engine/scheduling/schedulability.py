@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from webhook.engine.inventory import Node, Placement
-from webhook.engine.policy import Policy, PolicyProblem, Rule
-from webhook.engine.quantity import format_bytes
+from webhook.engine.kube.quantity import format_bytes
+from webhook.engine.policy.ruleset import Policy, PolicyProblem, Rule
+from webhook.engine.resources.inventory import Node, Placement
 
 _TOLERATE_ALL = ({"operator": "Exists"},)
 

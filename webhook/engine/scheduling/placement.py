@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.fit import Demand, Shortfall, quantity_text, shortfalls
-from webhook.engine.gpufacts import GPUFacts, gpu_facts
-from webhook.engine.inventory import Node, Placement, Taint
-from webhook.engine.selectors import terms_match, tolerates
+from webhook.engine.kube.selectors import terms_match, tolerates
+from webhook.engine.resources.fit import Demand, Shortfall, quantity_text, shortfalls
+from webhook.engine.resources.gpufacts import GPUFacts, gpu_facts
+from webhook.engine.resources.inventory import Node, Placement, Taint
 
 # Reasons as kube-scheduler words them (pkg/scheduler/framework/plugins/*):
 UNSCHEDULABLE = "node(s) were unschedulable"  # nodeunschedulable.ErrReasonUnschedulable

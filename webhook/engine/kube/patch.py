@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.engine.workloads import Path
+from webhook.engine.kube.workloads import Path
 
 _POINTERS: dict[Path, str] = {}
 

@@ -1,6 +1,6 @@
 """The compiled policy: rule documents turned into fast, immutable matchers and actions.
 
-Input is plain data that already passed the JSON Schema (``webhook.engine.schema``); this
+Input is plain data that already passed the JSON Schema (``webhook.engine.policy.schema``); this
 module adds what a schema cannot say (conflicting rules, bad quantities, duplicate names)
 and reports it with the document and field path.
 """
@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.engine.gpufacts import MEMORY_LABEL
-from webhook.engine.inventory import Node, Taint
-from webhook.engine.quantity import QuantityError, parse_quantity
-from webhook.engine.selectors import label_selector_matches
-from webhook.engine.workloads import BUILTIN_KINDS, KindTable, TemplateLocation, WorkloadKind
+from webhook.engine.kube.quantity import QuantityError, parse_quantity
+from webhook.engine.kube.selectors import label_selector_matches
+from webhook.engine.kube.workloads import BUILTIN_KINDS, KindTable, TemplateLocation, WorkloadKind
+from webhook.engine.resources.gpufacts import MEMORY_LABEL
+from webhook.engine.resources.inventory import Node, Taint
 
 Action = Literal["deny", "warn", "audit"]
 BuiltinAction = Literal["deny", "warn", "audit", "repair"]
