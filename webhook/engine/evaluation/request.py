@@ -47,7 +47,7 @@ NO_INVENTORY = InventoryView(None)
 NO_INVENTORY_NOTICE = "capacity checks skipped: no node inventory given"
 # Top-level metadata that ``evaluate`` never reads: replicas of one workload differ only
 # here, so callers may treat objects equal but for these as the same question
-# (``webhook.admission.memo``). tests/engine/test_properties.py holds the engine to it.
+# (``webhook.admission.memo``). tests/engine/evaluation/test_properties.py holds the engine to it.
 IDENTITY_METADATA = frozenset(
     {
         "name",

@@ -21,7 +21,7 @@ from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy
 from webhook.files.inventoryfile import load_inventory
 
-CLUSTER = Path(__file__).resolve().parents[1] / "cases" / "_inventories" / "cluster.yaml"
+CLUSTER = Path(__file__).resolve().parents[2] / "cases" / "_inventories" / "cluster.yaml"
 INVENTORY = InventoryView(load_inventory(str(CLUSTER)))
 WORKLOAD_CHECKS = {"builtin/clusterCapacity", "team/maxGPUsPerWorkload"}
 

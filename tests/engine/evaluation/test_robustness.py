@@ -15,7 +15,7 @@ from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import load_inventory
 from webhook.files.rulefiles import load_policy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NODES = ROOT / "examples" / "inventory.yaml"
 EVERY_FEATURE = """\
 apiVersion: gpu-webhook.io/v1alpha1

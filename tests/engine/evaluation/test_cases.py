@@ -38,7 +38,7 @@ from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import load_inventory_file
 from webhook.files.rulefiles import load_policy
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CASES = REPO / "tests" / "cases"
 SHARED_RULES = CASES / "_rules"
 SHARED_INVENTORIES = CASES / "_inventories"

@@ -13,7 +13,7 @@ from webhook.engine.resources.inventory import Inventory, Placement
 from webhook.engine.scheduling.gpunodes import Reach, gpu_node_reach, pinned_to_a_node
 from webhook.files.inventoryfile import load_inventory
 
-INVENTORIES = Path(__file__).resolve().parents[1] / "cases" / "_inventories"
+INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
 TAINTED = load_inventory(str(INVENTORIES / "cluster.yaml"))
 UNTAINTED = load_inventory(str(INVENTORIES / "untainted-gpu-nodes.yaml"))
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

@@ -12,7 +12,7 @@ from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView, Reque
 from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy
 from webhook.files.inventoryfile import load_inventory
 
-INVENTORIES = Path(__file__).resolve().parents[1] / "cases" / "_inventories"
+INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
 TOLERATE = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 

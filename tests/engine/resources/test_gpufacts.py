@@ -13,7 +13,7 @@ import pytest
 from webhook.engine.resources.gpufacts import DeviceFacts, gpu_facts, mig_profile_gpus
 from webhook.files.inventoryfile import load_inventory
 
-INVENTORIES = Path(__file__).resolve().parents[1] / "cases" / "_inventories"
+INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
 
 
 def facts_of(inventory: str, node: str, resource: str) -> DeviceFacts:
