@@ -17,7 +17,9 @@ from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.inventory import Inventory, node_from_json
+from webhook.engine.resources.nodepools import PoolInventory
 from webhook.files.manifests import Document, ManifestError, load_manifests
+from webhook.files.poolobjects import is_pool_object, pool_inventory
 
 RUNTIME_CLASS = "RuntimeClass"
 
@@ -38,9 +40,16 @@ class InventoryFile:
     # The file's RuntimeClasses; None when it lists none, since a file of nodes only says
     # nothing about runtime classes.
     runtime_classes: frozenset[str] | None
+    # The file's autoscaler objects; None when it holds none.
+    pools: PoolInventory | None = None
 
     def view(self) -> InventoryView:
-        return InventoryView(self.nodes, devices=self.devices, runtime_classes=self.runtime_classes)
+        return InventoryView(
+            self.nodes,
+            devices=self.devices,
+            runtime_classes=self.runtime_classes,
+            pools=self.pools,
+        )
 
 
 def load_inventory(path: str) -> Inventory:
@@ -75,7 +84,9 @@ def load_inventory_file(path: str) -> InventoryFile:
         {
             str(d.obj.get("kind"))
             for d in docs
-            if d.obj.get("kind") not in ("Node", RUNTIME_CLASS) and not is_dra_object(d.obj)
+            if d.obj.get("kind") not in ("Node", RUNTIME_CLASS)
+            and not is_dra_object(d.obj)
+            and not is_pool_object(d.obj)
         }
     )
     if others:
@@ -83,8 +94,9 @@ def load_inventory_file(path: str) -> InventoryFile:
             [
                 ManifestError(
                     path,
-                    "holds objects that are neither Nodes, RuntimeClasses nor DRA objects: "
-                    + ", ".join(others),
+                    "holds objects that are neither Nodes, RuntimeClasses, DRA objects nor "
+                    "autoscaler objects (NodePools, node classes, ComputeClasses, the "
+                    "cluster-autoscaler-status ConfigMap): " + ", ".join(others),
                 )
             ]
         )
@@ -97,8 +109,12 @@ def load_inventory_file(path: str) -> InventoryFile:
         for d in docs
         if d.obj.get("kind") == RUNTIME_CLASS
     }
+    pool_docs = [d.obj for d in docs if is_pool_object(d.obj)]
     return InventoryFile(
-        Inventory(nodes, source=path), devices, frozenset(names) if names else None
+        Inventory(nodes, source=path),
+        devices,
+        frozenset(names) if names else None,
+        pool_inventory(pool_docs) if pool_docs else None,
     )
 
 

@@ -28,6 +28,7 @@ from webhook.engine.resources.inventory import (
     Placement,
     Shape,
     Taint,
+    UnboundedPool,
     Units,
 )
 
@@ -122,6 +123,9 @@ def quantity_findings(scope: Scope, settings: Settings) -> Iterator[Finding]:
 def _node_text(fit: Fit) -> str:
     if fit.node is None:
         return "none"
+    if fit.node.pool and fit.node.admits is not None:
+        kind = fit.node.labels.get("node.kubernetes.io/instance-type", "")
+        return f"node pool {fit.node.pool} ({kind} nodes it may create from zero)"
     if fit.node.pool:
         return f"node pool {fit.node.pool} (may scale from zero)"
     return f"node {fit.node.name}"
@@ -129,6 +133,9 @@ def _node_text(fit: Fit) -> str:
 
 def class_name(shape: Shape) -> str:
     """A node class as people know it: its product and an example node."""
+    if shape.pool and shape.example.admits is not None:
+        kind = shape.labels.get("node.kubernetes.io/instance-type", "")
+        return f"node pool {shape.pool} ({kind} nodes)"
     if shape.pool:
         return f"node pool {shape.pool}"
     product = shape.gpu.product or shape.labels.get(PRODUCT_LABEL) or "unlabelled"
@@ -147,14 +154,30 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
     unknown = [
         r for r, n in scope.pod.effective.items() if n > 0 and r not in inventory.resource_names
     ]
-    for resource in unknown:
-        yield _unknown_resource(scope, resource, inventory, settings)
+    found = [_unknown_resource(scope, resource, inventory, settings) for resource in unknown]
     answer = scope.fit
-    if unknown or answer is None or answer.fitting:
-        return
-    text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
-    action = action_of(settings.actions["capacity"])
-    yield Finding("builtin", "capacity", action, text, summary, scope.where)
+    if not unknown and answer is not None and not answer.fitting:
+        text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
+        action = action_of(settings.actions["capacity"])
+        found.append(Finding("builtin", "capacity", action, text, summary, scope.where))
+    unknowable = inventory.unbounded_for(scope.placement) if found else ()
+    for finding in found:
+        yield _cannot_know(finding, unknowable) if unknowable else finding
+
+
+def _cannot_know(finding: Finding, pools: Sequence[UnboundedPool]) -> Finding:
+    """A capacity finding where a pool of unknown size may take the pod: the webhook cannot
+    know it will not fit, so it warns and says what it could not see."""
+    named = "; ".join(pool.describe() for pool in pools[:3])
+    more = f" and {len(pools) - 3} more" if len(pools) > 3 else ""
+    message = (
+        f"{finding.message} But {named}{more} may create a node for this pod, and the "
+        "webhook cannot size it: not denied. Describe the pool (an InstanceType or NodePool "
+        "rule document) to have this checked."
+    )
+    summary = f"{finding.summary}; but pool {pools[0].name} (size unknown) may take it"
+    action = "warn" if finding.action == "deny" else finding.action
+    return Finding(finding.rule, finding.check, action, message, summary, finding.path)
 
 
 def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:

@@ -52,21 +52,37 @@ from webhook.engine.scheduling.dra import (
     pod_claims,
     with_claim_gpus,
 )
+from webhook.engine.scheduling.karpenter import size_pools
 
-_with_pools: tuple[Inventory, Policy, Inventory] | None = None
+_with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
 
 
 def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
-    """The snapshot plus declared node pools, built once per (snapshot, policy) pair."""
+    """The snapshot plus node pools (declared in rule files, and, when the settings say
+    detect, the cluster's autoscaler objects), built once per (snapshot, policy, pools)."""
     global _with_pools  # noqa: PLW0603 - a memo; evaluation stays a function of its inputs
-    if view.snapshot is None or view.problem or not policy.node_pools:
+    if view.snapshot is None or view.problem:
         return None if view.problem else view.snapshot
+    mode = policy.settings.autoscaling
+    declared = policy.node_pools if mode != "off" else ()
+    live = view.pools if mode == "detect" and view.pools else None
+    if not declared and live is None:
+        return view.snapshot
     memo = _with_pools
     # Held by reference, not by id(): a freed snapshot's id may be reused by the next one.
-    if memo is not None and memo[0] is view.snapshot and memo[1] is policy:
-        return memo[2]
-    combined = view.snapshot.with_nodes(policy.node_pools)
-    _with_pools = (view.snapshot, policy, combined)
+    if memo is not None and memo[0] is view.snapshot and memo[1] is policy and memo[2] is live:
+        return memo[3]
+    combined = view.snapshot.with_nodes(declared)
+    if live is not None:
+        sizing = size_pools(
+            live,
+            catalogue=policy.catalogue,
+            allowance=policy.settings.allowance,
+            declared=frozenset(n.pool for n in declared),
+            node_labels=[shape.labels for shape in view.snapshot.shapes],
+        )
+        combined = combined.with_nodes(sizing.nodes, unbounded=sizing.unbounded)
+    _with_pools = (view.snapshot, policy, live, combined)
     return combined
 
 

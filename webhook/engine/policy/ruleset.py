@@ -18,6 +18,13 @@ from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS, KindTable, TemplateLocation, WorkloadKind
 from webhook.engine.resources.gpufacts import MEMORY_LABEL
+from webhook.engine.resources.instancetypes import (
+    Allowance,
+    Catalogue,
+    CatalogueError,
+    InstanceType,
+    instance_type_from_data,
+)
 from webhook.engine.resources.inventory import Node, Taint
 
 Action = Literal["deny", "warn", "audit"]
@@ -53,6 +60,8 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
 # NVIDIA's DRA driver (k8s-dra-driver-gpu): full GPUs and MIG devices.
 DEFAULT_GPU_DEVICE_CLASSES: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
 HideScope = Literal["none", "gpuPods", "gpuNodes"]
+# How nodes that could exist are counted (docs/inventory.md, "Clusters that scale from zero").
+Autoscaling = Literal["detect", "declared", "off"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +301,13 @@ class Settings:
         default_factory=lambda: glob_matcher(DEFAULT_GPU_DEVICE_CLASSES)
     )
     gpu_nodes: GPUNodes = field(default_factory=GPUNodes)
+    # --- nodes that could exist (issue 23) ---
+    # detect: live Karpenter NodePools, sized through the catalogue, and autoscalers the
+    # API shows (cluster-autoscaler, GKE) that stop "no node has it" denials; declared:
+    # NodePool rule documents only; off: today's nodes only.
+    autoscaling: Autoscaling = "detect"
+    # What a new node keeps back from pods (system and kube reserved, eviction).
+    allowance: Allowance = field(default_factory=Allowance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +316,9 @@ class Policy:
     settings: Settings = field(default_factory=Settings)
     node_pools: tuple[Node, ...] = ()
     kinds: KindTable = field(default_factory=KindTable)
+    # GPU instance types: the shipped catalogue (loaded by the shell) plus InstanceType
+    # rule documents.
+    catalogue: Catalogue = field(default_factory=Catalogue)
 
     @property
     def rule_names(self) -> tuple[str, ...]:
@@ -317,9 +336,15 @@ class RuleDocument:
     body: Mapping[str, Any]
 
 
-def compile_policy(documents: Sequence[RuleDocument]) -> Policy:
-    """Build a ``Policy``; raise ``PolicyError`` listing every problem found."""
+def compile_policy(
+    documents: Sequence[RuleDocument], *, catalogue: Catalogue | None = None
+) -> Policy:
+    """Build a ``Policy``; raise ``PolicyError`` listing every problem found.
+
+    ``catalogue``: the shipped instance types (the engine reads no files); ``InstanceType``
+    documents extend or override it."""
     problems: list[PolicyProblem] = []
+    instance_types: list[InstanceType] = []
     rules: list[Rule] = []
     pools: list[Node] = []
     kinds: list[WorkloadKind] = []
@@ -349,6 +374,16 @@ def compile_policy(documents: Sequence[RuleDocument]) -> Policy:
             pools.append(_compile_pool(doc.ref, spec, problems))
         elif kind == "WorkloadKind":
             kinds.append(_compile_kind(spec))
+        elif kind == "InstanceType":
+            try:
+                instance_types.append(
+                    instance_type_from_data(
+                        {"name": spec.get("instanceType"), **spec}, where="spec"
+                    )
+                )
+            except CatalogueError as exc:
+                path, _, message = str(exc).partition(": ")
+                problems.append(PolicyProblem(doc.ref, path, message))
     rules.sort(key=lambda r: (r.order, r.name))
     problems.extend(_conflicts(rules))
     if problems:
@@ -358,6 +393,7 @@ def compile_policy(documents: Sequence[RuleDocument]) -> Policy:
         settings=settings,
         node_pools=tuple(pools),
         kinds=KindTable(BUILTIN_KINDS).extended(kinds),
+        catalogue=(catalogue or Catalogue()).extended(instance_types),
     )
 
 
@@ -376,6 +412,26 @@ def _compile_settings(spec: Mapping[str, Any]) -> Settings:
         inventory_failure_mode=spec.get("inventoryFailureMode", "allow"),
         gpu_device_classes=glob_matcher(spec.get("gpuDeviceClasses", DEFAULT_GPU_DEVICE_CLASSES)),
         gpu_nodes=_compile_gpu_nodes(spec.get("gpuNodes") or {}),
+        autoscaling=spec.get("autoscaling", "detect"),
+        allowance=_compile_allowance(spec.get("systemReserved") or {}),
+    )
+
+
+def _compile_allowance(spec: Mapping[str, Any]) -> Allowance:
+    """Quantities passed the schema; one that still does not parse keeps the default."""
+
+    def amount(name: str, scale: int) -> int | None:
+        if name not in spec:
+            return None
+        try:
+            return int(parse_quantity(spec[name]) * scale)
+        except QuantityError:
+            return None
+
+    return Allowance(
+        memory_overhead_percent=float(spec.get("memoryOverheadPercent", 7.5)),
+        cpu=amount("cpu", 1000),
+        memory=amount("memory", 1),
     )
 
 

@@ -381,6 +381,36 @@ _SETTINGS = _obj(
             description="How GPU nodes are recognised; with an inventory, nodes that offer "
             "a GPU resource are GPU nodes too.",
         ),
+        # --- nodes that could exist (issue 23) ---
+        "autoscaling": {
+            "enum": ["detect", "declared", "off"],
+            "description": "detect (default): count live Karpenter NodePools (sized through "
+            "the instance-type catalogue) and let detected autoscalers (cluster-autoscaler, "
+            "GKE) stop capacity denials; declared: NodePool rule documents only; off: "
+            "today's nodes only.",
+        },
+        "systemReserved": _obj(
+            {
+                "memoryOverheadPercent": {
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": 100,
+                    "description": "Share of an instance's memory the hypervisor keeps "
+                    "(Karpenter's --vm-memory-overhead-percent); default 7.5.",
+                },
+                "cpu": {
+                    **_QUANTITY,
+                    "description": "CPU a new node keeps back; default Karpenter's "
+                    "kube-reserved formula.",
+                },
+                "memory": {
+                    **_QUANTITY,
+                    "description": "Memory a new node keeps back besides the overhead; "
+                    "default 11Mi per pod + 255Mi + 100Mi eviction.",
+                },
+            },
+            description="What a node an autoscaler creates keeps back from pods.",
+        ),
     }
 )
 _NODE_POOL = _obj(
@@ -395,6 +425,31 @@ _NODE_POOL = _obj(
         "maxNodes": {"type": "integer", "minimum": 1},
     },
     required=["allocatable"],
+)
+_INSTANCE_TYPE = _obj(
+    {
+        "instanceType": {"type": "string", "minLength": 1, "description": "e.g. p5.48xlarge"},
+        "provider": {"enum": ["aws", "azure", "gcp"]},
+        "gpu": _obj(
+            {
+                "resource": {"type": "string", "minLength": 1},
+                "model": {"type": "string", "minLength": 1},
+                "count": {"type": "integer", "minimum": 1},
+                "memoryMiB": {"type": "integer", "minimum": 0},
+            },
+            required=["resource", "model", "count", "memoryMiB"],
+        ),
+        "vcpu": {"type": "integer", "minimum": 1},
+        "memoryMiB": {"type": "integer", "minimum": 1},
+        "pods": {"type": "integer", "minimum": 1},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "source": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Where the numbers are published.",
+        },
+    },
+    required=["instanceType", "provider", "gpu", "vcpu", "memoryMiB", "source"],
 )
 _WORKLOAD_KIND = _obj(
     {
@@ -438,6 +493,11 @@ DOCUMENT_KINDS: dict[str, dict[str, Any]] = {
     "NodePool": _document("NodePool", _NODE_POOL, "Nodes an autoscaler may create on demand."),
     "WorkloadKind": _document(
         "WorkloadKind", _WORKLOAD_KIND, "Where a custom resource keeps its pod templates."
+    ),
+    "InstanceType": _document(
+        "InstanceType",
+        _INSTANCE_TYPE,
+        "A GPU instance type for the catalogue Karpenter NodePools are sized by.",
     ),
 }
 

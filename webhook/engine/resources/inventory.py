@@ -52,6 +52,23 @@ class Node:
     # create up to ``count`` such nodes when a pod waits for one.
     pool: str = ""
     count: int = 1
+    # Set for a node an autoscaler may create (``scheduling.karpenter``): whether it takes
+    # a pod is its autoscaler's rule, not a match of labels.
+    admits: Callable[[Placement], bool] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class UnboundedPool:
+    """Nodes an autoscaler may create whose size the webhook cannot know: no capacity
+    check denies a pod such a pool admits (GUIDE.md, the rule above the others)."""
+
+    name: str
+    kind: str  # "Karpenter on AWS", "cluster-autoscaler", "GKE ComputeClass", ...
+    reason: str
+    admits: Callable[[Placement], bool] = field(compare=False, repr=False)
+
+    def describe(self) -> str:
+        return f"pool {self.name} ({self.kind}, size unknown: {self.reason})"
 
 
 def _amount(name: str, raw: object) -> int | None:
@@ -347,6 +364,8 @@ class Inventory:
         self._index = index
         self._count = count
         self._nodes: tuple[Node, ...] | None = None
+        self.unbounded: tuple[UnboundedPool, ...] = ()
+        self._unbounded_for: dict[bytes, tuple[UnboundedPool, ...]] = {}
         self.resource_version = resource_version
         self.source = source
         self.identity_labels = identity
@@ -419,8 +438,11 @@ class Inventory:
     def __len__(self) -> int:
         return self._count
 
-    def with_nodes(self, extra: Iterable[Node]) -> Inventory:
-        """This snapshot plus node pools declared in rule files.
+    def with_nodes(
+        self, extra: Iterable[Node], *, unbounded: Sequence[UnboundedPool] = ()
+    ) -> Inventory:
+        """This snapshot plus node pools: declared in rule files, or sized from an
+        autoscaler's objects (``extra``), and pools of unknown size (``unbounded``).
 
         Costs what the pools add: a live cache publishes often, and the first review after
         each snapshot pays for adding them. Pools are shapes of their own (their nodes are
@@ -430,7 +452,7 @@ class Inventory:
         groups: dict[_ShapeKey, dict[str, Node]] = {}
         for node in extra:
             groups.setdefault(_shape_key(node, self.identity_labels), {})[node.name] = node
-        if not groups:
+        if not groups and not unbounded:
             return self
         snapshot = Inventory.__new__(Inventory)
         snapshot._assemble(
@@ -441,7 +463,35 @@ class Inventory:
             resource_version=self.resource_version,
             source=self.source,
         )
+        snapshot.unbounded = self.unbounded + tuple(unbounded)
         return snapshot
+
+    def unbounded_for(self, placement: Placement) -> tuple[UnboundedPool, ...]:
+        """The pools of unknown size that may create a node this pod can use."""
+        if not self.unbounded:
+            return ()
+        key = placement.key()
+        hit = self._unbounded_for.get(key)
+        if hit is None:
+            hit = tuple(pool for pool in self.unbounded if pool.admits(placement))
+            if len(self._unbounded_for) >= _PLACEMENT_CACHE_SIZE:
+                self._unbounded_for = {}
+            self._unbounded_for[key] = hit
+        return hit
+
+    def may_offer(self, resource: str) -> bool:
+        """Whether ``resource`` may be offered at all: by a node, by a node pool the
+        webhook could size (declared, or a Karpenter NodePool through the instance-type
+        catalogue: its shapes are in ``shapes`` and ``resource_names``), or by a pool of
+        unknown size (which may offer anything). "No node offers it" is true only when
+        this is False."""
+        return resource in self.resource_names or bool(self.unbounded)
+
+    @property
+    def pool_resource_names(self) -> frozenset[str]:
+        """Resources that only pools (nodes that could exist) offer, none of today's nodes."""
+        by_nodes = {n for s in self.shapes if not s.pool for n, a in s.allocatable.items() if a}
+        return frozenset(self.resource_names - by_nodes)
 
     def total(self, resource: str) -> int:
         return self._totals.get(resource, 0)
@@ -467,6 +517,8 @@ class Inventory:
             return False
         # Members differ only in identity labels: one member answers for all unless the
         # placement names nodes (a hostname selector, matchFields on metadata.name).
+        if shape.example.admits is not None:
+            return shape.example.admits(placement)
         members = shape.members if names_nodes else shape.members[:1]
         return any(placement.admits(node.labels, node.name, shape.taints) for node in members)
 

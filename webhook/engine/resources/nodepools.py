@@ -1,0 +1,238 @@
+"""Nodes that could exist: autoscaler pools as the API describes them.
+
+A cluster that scales GPU nodes from zero shows no GPU node until a pod asks for one. What
+it does show are the autoscaler's own objects: Karpenter ``NodePool``s (requirements,
+labels, taints and limits of the nodes it may create), the cluster-autoscaler's status
+ConfigMap (node groups, some at size zero), GKE ``ComputeClass``es. This module reads them
+from raw JSON into plain data; ``scheduling.karpenter`` decides which pods a pool can take.
+
+Anything the webhook cannot size is kept as an ``Autoscaler`` with the reason, so that no
+capacity check denies a pod that may land there (docs/inventory.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.engine.kube.quantity import QuantityError, parse_quantity
+from webhook.engine.resources.inventory import Taint, taints_from_json
+
+KARPENTER_GROUP = "karpenter.sh"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+CA_STATUS_NAME = "cluster-autoscaler-status"
+CA_STATUS_NAMESPACE = "kube-system"
+COMPUTE_CLASS_LABEL = "cloud.google.com/compute-class"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRequirement:
+    """One ``spec.template.spec.requirements`` entry (a NodeSelectorRequirement)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class KarpenterPool:
+    """A ``karpenter.sh/v1`` NodePool: the nodes it may create, before any is sized."""
+
+    name: str
+    node_class: tuple[str, str, str]  # nodeClassRef group, kind, name
+    requirements: tuple[NodeRequirement, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    # spec.limits: cpu in millicores, memory in bytes, others as counts ("nodes" too).
+    limits: Mapping[str, int] = field(default_factory=dict)
+    # Why the object could not be read in full; a pool with a problem is never sized.
+    problem: str = ""
+
+    @property
+    def provider_group(self) -> str:
+        return self.node_class[0]
+
+
+def karpenter_pool_from_json(raw: Mapping[str, Any]) -> KarpenterPool:
+    """Read a NodePool as the API server (or a file) gives it; tolerant of missing parts,
+    which then make the pool unbounded rather than small."""
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    name = str((meta or {}).get("name", ""))
+    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+    template = (spec or {}).get("template") or {}
+    tspec = template.get("spec") if isinstance(template, dict) else {}
+    tspec = tspec if isinstance(tspec, dict) else {}
+    tmeta = template.get("metadata") if isinstance(template, dict) else {}
+    problems: list[str] = []
+    ref = tspec.get("nodeClassRef") if isinstance(tspec.get("nodeClassRef"), dict) else {}
+    node_class = (
+        str((ref or {}).get("group", "")),
+        str((ref or {}).get("kind", "")),
+        str((ref or {}).get("name", "")),
+    )
+    if not node_class[0]:
+        problems.append("spec.template.spec.nodeClassRef names no group")
+    requirements: list[NodeRequirement] = []
+    for index, entry in enumerate(tspec.get("requirements") or []):
+        if not isinstance(entry, dict) or not entry.get("key") or not entry.get("operator"):
+            problems.append(f"spec.template.spec.requirements[{index}] is malformed")
+            continue
+        values = entry.get("values") or []
+        requirements.append(
+            NodeRequirement(
+                key=str(entry["key"]),
+                operator=str(entry["operator"]),
+                values=tuple(str(v) for v in values) if isinstance(values, list) else (),
+            )
+        )
+    labels = (tmeta or {}).get("labels") if isinstance(tmeta, dict) else None
+    limits: dict[str, int] = {}
+    for resource, quantity in ((spec or {}).get("limits") or {}).items():
+        try:
+            amount = parse_quantity(quantity)
+        except QuantityError:
+            problems.append(f"spec.limits.{resource}: {quantity!r} is not a quantity")
+            continue
+        limits[str(resource)] = int(amount * 1000) if resource == "cpu" else int(amount)
+    return KarpenterPool(
+        name=name,
+        node_class=node_class,
+        requirements=tuple(requirements),
+        labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+        # startupTaints are temporary: Karpenter does not ask pods to tolerate them.
+        taints=taints_from_json(tspec.get("taints")),
+        limits=limits,
+        problem="; ".join(problems),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Autoscaler:
+    """Nodes an autoscaler may bring that the API does not describe well enough to size.
+
+    ``selector``: labels a pod must select to get such a node ({} when any pod may)."""
+
+    kind: str  # "cluster-autoscaler", "GKE ComputeClass", "GKE node auto-provisioning"
+    name: str
+    reason: str
+    selector: Mapping[str, str] = field(default_factory=dict)
+
+
+def cluster_autoscaler_groups(status: object) -> tuple[Autoscaler, ...]:
+    """Node groups of the cluster-autoscaler's status that have no node now but may grow:
+    their nodes' shape is known to the autoscaler (and its cloud) only.
+
+    ``status`` is the ConfigMap's ``data.status`` as the shell parsed it: a mapping for the
+    YAML written since cluster-autoscaler 1.30 (``ClusterAutoscalerStatus`` in
+    kubernetes/autoscaler cluster-autoscaler/clusterstate/api/types.go: ``nodeGroups[]``
+    with ``name`` and ``health.nodeCounts.registered.total``, ``cloudProviderTarget``,
+    ``minSize``, ``maxSize``), or the text older versions write, with lines such as
+    ``Name: ng-1`` and ``Health: Healthy (ready=0 ... registered=0 ... maxSize=5))``."""
+    if isinstance(status, Mapping) and "nodeGroups" in status:
+        return tuple(_yaml_groups(status.get("nodeGroups") or []))
+    if isinstance(status, str) and status.strip():
+        return tuple(_text_groups(status))
+    return (
+        Autoscaler(
+            "cluster-autoscaler",
+            "cluster-autoscaler",
+            "its status ConfigMap holds no status the webhook can read: node groups unknown",
+        ),
+    )
+
+
+def _yaml_groups(groups: Iterable[Any]) -> Iterable[Autoscaler]:
+    for group in groups:
+        if not isinstance(group, dict):
+            continue
+        health = group.get("health") if isinstance(group.get("health"), dict) else {}
+        counts = (health or {}).get("nodeCounts") or {}
+        registered = (counts.get("registered") or {}) if isinstance(counts, dict) else {}
+        total = registered.get("total", 0) if isinstance(registered, dict) else 0
+        max_size = (health or {}).get("maxSize", 1)
+        if _int(total) == 0 and _int(max_size) != 0:
+            yield _empty_group(str(group.get("name", "")), max_size)
+
+
+def _text_groups(status: str) -> Iterable[Autoscaler]:
+    name = ""
+    for line in status.splitlines():
+        text = line.strip()
+        if text.startswith("Name:"):
+            name = text.removeprefix("Name:").strip()
+        elif text.startswith("Health:") and name:
+            fields = dict(
+                part.split("=", 1)
+                for part in text.replace("(", " ").replace(")", " ").replace(",", " ").split()
+                if "=" in part
+            )
+            if _int(fields.get("registered", "1")) == 0 and _int(fields.get("maxSize", "1")):
+                yield _empty_group(name, fields.get("maxSize", "?"))
+            name = ""
+
+
+def _empty_group(name: str, max_size: object) -> Autoscaler:
+    return Autoscaler(
+        "cluster-autoscaler",
+        name,
+        f"node group at size 0 (max {max_size}): its nodes' shape is not in the API",
+    )
+
+
+def _int(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return -1
+
+
+def compute_class(raw: Mapping[str, Any]) -> Autoscaler:
+    """A GKE ``ComputeClass`` (cloud.google.com/v1): pods that select it with the
+    ``cloud.google.com/compute-class`` label get nodes GKE creates from its priorities
+    (cloud.google.com/kubernetes-engine/docs/concepts/about-custom-compute-classes)."""
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    name = str((meta or {}).get("name", ""))
+    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+    auto = ((spec or {}).get("nodePoolAutoCreation") or {}).get("enabled")
+    how = "creates node pools" if auto else "scales its node pools"
+    return Autoscaler(
+        "GKE ComputeClass",
+        name,
+        f"GKE {how} for it from its priorities, which the webhook does not size",
+        selector={COMPUTE_CLASS_LABEL: name},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolInventory:
+    """Everything the API says about nodes that could exist, as read (not yet sized).
+
+    ``node_classes``: (group, kind, name) of the node classes the reader could list; None
+    when it could not read them (then a pool whose class is missing is not suspected)."""
+
+    pools: tuple[KarpenterPool, ...] = ()
+    autoscalers: tuple[Autoscaler, ...] = ()
+    node_classes: frozenset[tuple[str, str, str]] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.pools or self.autoscalers)
+
+
+NO_POOLS = PoolInventory()
+
+
+def gke_auto_provisioning(node_labels: Sequence[Mapping[str, str]]) -> Autoscaler | None:
+    """GKE node auto-provisioning names the node pools it creates ``nap-...``
+    (cloud.google.com/kubernetes-engine/docs/how-to/node-auto-provisioning): a node of
+    such a pool shows the cluster may create more pools of any shape it allows."""
+    for labels in node_labels:
+        pool = labels.get("cloud.google.com/gke-nodepool", "")
+        if pool.startswith("nap-"):
+            return Autoscaler(
+                "GKE node auto-provisioning",
+                "node auto-provisioning",
+                f"node pool {pool} was auto-provisioned: GKE may create pools of any "
+                "machine type its limits allow",
+            )
+    return None
