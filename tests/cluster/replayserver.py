@@ -106,6 +106,10 @@ class ReplayServer:
         self.dra_served = False
         self.dra_lists: dict[str, deque[Body]] = {}
         self.dra_watches: dict[str, deque[Stream | Body]] = {}
+        # Autoscaler collections (NodePools, node classes, ComputeClasses) by path: lists
+        # and watches, each from its own queue; an unscripted watch stays idle.
+        self.collection_lists: dict[str, deque[Body]] = {}
+        self.collection_watches: dict[str, deque[Stream | Body]] = {}
         self.runtime_class_lists: deque[Body] = deque()
         self.runtime_class_watches: deque[Stream | Body] = deque()
         self.requests: list[Request] = []
@@ -161,6 +165,10 @@ class ReplayServer:
         with self._lock:
             return [r for r in self.requests if r.path.startswith(DRA_PATH)]
 
+    def collection_requests(self, path: str) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.path == path]
+
     def runtime_class_requests(self) -> list[Request]:
         with self._lock:
             return [r for r in self.requests if r.path == RUNTIME_CLASSES]
@@ -175,6 +183,11 @@ class ReplayServer:
                 queue = self.watches if query.get("watch") else self.lists
             elif parts.path == "/api/v1/namespaces":
                 queue = self.namespace_watches if query.get("watch") else self.namespace_lists
+            elif parts.path in self.collection_lists:
+                queues = self.collection_watches if query.get("watch") else self.collection_lists
+                queue = queues.setdefault(parts.path, deque())
+                if len(queue) == 1 and not query.get("watch"):
+                    queue = deque(queue)
             elif parts.path in self.routes:
                 queue = self.routes[parts.path]
                 if len(queue) == 1:
@@ -193,7 +206,12 @@ class ReplayServer:
                 answer = Body(json.dumps(discovery).encode())
         if answer is None and parts.path == RUNTIME_CLASSES and not query.get("watch"):
             answer = Body(NO_RUNTIME_CLASSES)
-        scripted = parts.path in ("/api/v1/nodes", "/api/v1/namespaces", RUNTIME_CLASSES)
+        scripted = parts.path in (
+            "/api/v1/nodes",
+            "/api/v1/namespaces",
+            RUNTIME_CLASSES,
+            *self.collection_lists,
+        )
         if answer is None and not scripted and not parts.path.startswith(DRA_PATH + "/"):
             # A path nobody scripted: what the API server says of a group it does not serve.
             answer = Body(
@@ -251,7 +269,8 @@ DRA_PATH = "/apis/resource.k8s.io/v1"
 
 
 def _core(path: str) -> bool:
-    return path.startswith("/api/v1/")
+    # The cluster-autoscaler's status ConfigMap is read by name: not a list or watch.
+    return path.startswith("/api/v1/") and "/configmaps/" not in path
 
 
 def status_body(code: int, reason: str, message: str) -> bytes:

@@ -238,7 +238,8 @@ def test_a_worker_sees_the_dra_objects_the_watcher_lists_and_watches(tmp_path: P
                 with contextlib.suppress(AssertionError):
                     eventually(lambda: seen(worker) == expected_after_watch(), timeout=30)
                 assert seen(worker) == expected_after_watch()
-                assert worker.ready()
+                # Readiness also waits for the autoscaler objects' discovery (issue 23).
+                eventually(worker.ready, timeout=10)
             finally:
                 worker.stop()
     finally:

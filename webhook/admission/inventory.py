@@ -19,6 +19,7 @@ from typing import Protocol
 from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory
+from webhook.engine.resources.nodepools import PoolInventory
 from webhook.files.inventoryfile import InventoryFile, InventoryFileError, load_inventory_file
 from webhook.files.lastgood import LastGood
 
@@ -57,6 +58,9 @@ class InventorySource(Protocol):
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
     def devices(self) -> DeviceInventory | None: ...
     def runtime_classes(self) -> frozenset[str] | None: ...
+
+    # Optional (issue 23): autoscaler objects; a source without it has none.
+    # def pools(self) -> PoolInventory | None: ...
 
 
 def _load_keeping(path: str, last_good: LastGood | None) -> InventoryFile:
@@ -137,6 +141,10 @@ class StaticInventorySource:
         """The file's RuntimeClasses; ``None`` when it lists none."""
         return self._file.runtime_classes
 
+    def pools(self) -> PoolInventory | None:
+        """The file's autoscaler objects; ``None`` when it holds none."""
+        return self._file.pools
+
 
 def view_of(source: InventorySource | None) -> InventoryView:
     """The inventory as the engine may use it right now."""
@@ -151,15 +159,20 @@ def view_of(source: InventorySource | None) -> InventoryView:
             None, problem=f"node inventory is stale ({stale:.0f}s since last sync)"
         )
     devices, runtime_classes = source.devices(), source.runtime_classes()
+    pools_of: Callable[[], PoolInventory | None] | None = getattr(source, "pools", None)
+    pools = pools_of() if pools_of is not None else None
     last = _last_view
     if (
         last is not None
         and last.snapshot is snapshot
         and last.devices is devices
         and last.runtime_classes is runtime_classes
+        and last.pools is pools
     ):
         return last
-    return _remember(InventoryView(snapshot, devices=devices, runtime_classes=runtime_classes))
+    return _remember(
+        InventoryView(snapshot, devices=devices, runtime_classes=runtime_classes, pools=pools)
+    )
 
 
 # The view of the last review: the next one almost always sees the same parts.

@@ -40,6 +40,8 @@ def audit_cluster(
         if exc.code != 403:
             raise
         notices.append(f"cannot list nodes, so capacity checks are skipped: {exc}")
+    else:
+        inventory = InventoryView(inventory.snapshot, pools=cluster.pools())
     labels: dict[str, Mapping[str, str]] = {}
     if policy.rules:
         try:

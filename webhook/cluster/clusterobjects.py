@@ -15,8 +15,10 @@ from urllib.parse import quote
 
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError, Expired
 from webhook.cluster.inventorysource import NODES_PATH
+from webhook.cluster.poolsource import list_pools
 from webhook.engine.kube.workloads import POD, KindTable, WorkloadKind
 from webhook.engine.resources.inventory import Inventory, node_from_json
+from webhook.engine.resources.nodepools import PoolInventory
 
 PAGE_SIZE = 500
 LIST_ATTEMPTS = 3
@@ -172,6 +174,11 @@ class ClusterObjects:
     def inventory(self) -> Inventory:
         nodes, version = self._client.list(NODES_PATH, parse=node_from_json, limit=self.page_size)
         return Inventory(nodes, resource_version=version, source=self.endpoint.host)
+
+    def pools(self) -> PoolInventory:
+        """The cluster's autoscaler objects (Karpenter NodePools, node classes, the
+        cluster-autoscaler status, GKE ComputeClasses): nodes that could exist."""
+        return list_pools(self._client)
 
     def pod(self, namespace: str, name: str) -> Mapping[str, Any]:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"

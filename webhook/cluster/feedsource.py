@@ -24,9 +24,11 @@ from webhook.cluster import feedwire
 from webhook.cluster.devicesource import DeviceCache
 from webhook.cluster.feedwire import WatcherStatus
 from webhook.cluster.inventorysource import NodeCache, devices_settled
+from webhook.cluster.poolsource import PoolCacheState
 from webhook.cluster.reflector import Backoff, let_requests_run
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node
+from webhook.engine.resources.nodepools import PoolInventory
 
 log = logging.getLogger("webhook.inventory")
 
@@ -60,6 +62,9 @@ class FeedInventorySource:
         self._listing: _Listing | None = None
         self._devices = DeviceCache()
         self._dra_lists: dict[str, list[Mapping[str, Any]]] = {}
+        # The watcher's autoscaler objects (issue 23); None until it sent them.
+        self._pool_state: PoolCacheState | None = None
+        self._pools: PoolInventory | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -95,6 +100,7 @@ class FeedInventorySource:
             self._nodes.published is not None
             and self._namespaces is not None
             and devices_settled(self._devices)
+            and self._pool_state is not None
         )
 
     def devices(self) -> DeviceInventory | None:
@@ -125,6 +131,9 @@ class FeedInventorySource:
 
     def runtime_classes(self) -> frozenset[str] | None:
         return self._runtime_classes
+
+    def pools(self) -> PoolInventory | None:
+        return self._pools
 
     # The receiving thread.
 
@@ -192,6 +201,12 @@ class FeedInventorySource:
             self._devices.apply(message["kind"], message["event"], message["object"], message["rv"])
         elif kind == "runtimeclasses":
             self._apply_runtime_classes(message["names"])
+        elif kind == "pools":
+            # A watcher that restarted has not read them yet: keep what this worker had.
+            state = PoolCacheState.from_wire(message["pools"])
+            if state.settled:
+                self._pools = state.inventory()
+                self._pool_state = state
 
     def _apply_state(self, message: feedwire.Message) -> None:
         """A (re)connection: take the watcher's whole state. Its node list follows; a

@@ -18,6 +18,8 @@ then only what changed, in the order the watcher saw it:
 - ``dra``: ``kind``, ``rv``, ``objects``, ``last``. A list of one DRA kind (trimmed objects,
   ``OBJECTS_PER_LINE`` at most per line); it replaces the kind once ``last`` is true.
 - ``dra-event``: ``kind``, ``event`` (ADDED, MODIFIED, DELETED), ``object``, ``rv``.
+- ``pools``: ``pools`` (``webhook.cluster.poolsource.wire``): the autoscaler objects,
+  whole, on connect and whenever they change (a cluster has a handful).
 
 A list comes in small lines because decoding one line holds a worker's interpreter lock:
 10,000 nodes in one 27 MB line would stop its admissions for a third of a second.

@@ -25,9 +25,11 @@ from webhook.cluster.apiclient import (
     api_endpoint_from_kubeconfig,
 )
 from webhook.cluster.devicesource import DeviceCache, DeviceWatch
+from webhook.cluster.poolsource import PoolCache, PoolWatch
 from webhook.cluster.reflector import Backoff, Handler, Reflector, T, let_requests_run
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node, node_from_json
+from webhook.engine.resources.nodepools import PoolInventory
 
 __all__ = [
     "ApiEndpoint",
@@ -77,8 +79,21 @@ class ClusterWatch:
         page_size: int = 500,
         watch_timeout_seconds: Callable[[], int] | None = None,
         request_timeout_seconds: float = 30.0,
+        pools: PoolCache | None = None,
     ) -> None:
         self._client = ApiClient(api, request_timeout_seconds=request_timeout_seconds)
+        # Autoscaler objects (issue 23): nodes that could exist.
+        self._pools = (
+            None
+            if pools is None
+            else PoolWatch(
+                client=self._client,
+                cache=pools,
+                backoff=backoff,
+                page_size=page_size,
+                watch_timeout_seconds=watch_timeout_seconds,
+            )
+        )
 
         def reflector(path: str, handler: Handler[T]) -> Reflector[T]:
             return Reflector(
@@ -124,6 +139,8 @@ class ClusterWatch:
         ]
         if self._devices is not None:
             threads.append(self._devices.thread(stop))
+        if self._pools is not None:
+            threads.append(self._pools.thread(stop))
         return threads
 
     def close(self) -> None:
@@ -157,12 +174,14 @@ class LiveInventorySource:
         self._namespaces = NamespaceCache(clock=clock) if watch_namespaces else None
         self._devices = DeviceCache()
         self._runtime_classes = RuntimeClassCache()
+        self._pools = PoolCache()
         self._watch = ClusterWatch(
             api=api,
             nodes=self._nodes,
             namespaces=self._namespaces,
             devices=self._devices,
             runtime_classes=self._runtime_classes,
+            pools=self._pools,
             backoff=backoff,
             page_size=page_size,
             watch_timeout_seconds=watch_timeout_seconds,
@@ -193,6 +212,8 @@ class LiveInventorySource:
 
     def ready(self) -> bool:
         if self._nodes.published is None or not devices_settled(self._devices):
+            return False
+        if not self._pools.settled:
             return False
         return self._namespaces is None or self._namespaces.synced
 
@@ -226,6 +247,9 @@ class LiveInventorySource:
 
     def runtime_classes(self) -> frozenset[str] | None:
         return self._runtime_classes.names
+
+    def pools(self) -> PoolInventory | None:
+        return self._pools.snapshot()
 
 
 def devices_settled(cache: DeviceCache) -> bool:

@@ -35,6 +35,7 @@ from webhook.cluster.inventorysource import (
     RuntimeClassCache,
     api_endpoint_from_kubeconfig,
 )
+from webhook.cluster.poolsource import PoolCache, wire
 from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.inventory import Node, node_from_json
 from webhook.serving import logs
@@ -96,6 +97,12 @@ class FeedState:
         self.devices = DeviceFeed(subscribers)
         self.runtime_classes = RuntimeClassCache()
         self.relists: Callable[[], int] = lambda: 0
+        # Autoscaler objects: sent whole on every change (a cluster has a handful).
+        self.pools = PoolCache(on_change=self._send_pools)
+
+    def _send_pools(self, pools: PoolCache) -> None:
+        with self.subscribers.lock:
+            self.subscribers.send({"t": "pools", "pools": wire(pools.state())})
 
     def contact(self, resource_version: str) -> None:
         self.resource_version = resource_version or self.resource_version
@@ -123,10 +130,11 @@ class FeedState:
             "status": self.status().to_json(),
         }
         devices = self.devices.messages()
+        pools = {"t": "pools", "pools": wire(self.pools.state())}
         if self.nodes is None:
-            return feedwire.encode(state, *devices)
+            return feedwire.encode(state, *devices, pools)
         nodes = feedwire.node_list(self.nodes.values(), resource_version=self.resource_version)
-        return feedwire.encode(state, *nodes, *devices)
+        return feedwire.encode(state, *nodes, *devices, pools)
 
 
 class DeviceFeed(DeviceCache):
@@ -297,6 +305,7 @@ class InventoryFeed:
             namespaces=NamespaceFeed(self.state),
             devices=self.state.devices,
             runtime_classes=RuntimeClassFeed(self.state),
+            pools=self.state.pools,
             backoff=backoff,
             watch_timeout_seconds=watch_timeout_seconds,
         )

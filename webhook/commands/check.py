@@ -162,7 +162,7 @@ def _cluster(
 ) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
     """The cluster's nodes, and its namespaces' labels when rules may match on them."""
     with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig)) as cluster:
-        inventory = InventoryView(cluster.inventory())
+        inventory = InventoryView(cluster.inventory(), pools=cluster.pools())
         return inventory, cluster.namespace_labels() if namespaces else {}
 
 

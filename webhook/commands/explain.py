@@ -20,7 +20,7 @@ from webhook.commands import (
 )
 from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.policy.ruleset import Policy
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import load_manifests
 from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text
 
@@ -113,15 +113,16 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
     if not args.inventory:
         return _fail("-f needs --inventory FILE: the nodes to explain the pod against")
     try:
-        inventory = load_inventory(args.inventory)
+        view = load_inventory_file(args.inventory).view()
     except InventoryFileError as exc:
         return _fail(f"the inventory is not usable: {exc}")
+    inventory = view.snapshot
+    assert inventory is not None  # a file's view always holds its nodes
     documents, errors = load_manifests(args.files)
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     explanations = [
-        explain(doc.obj, policy=policy, inventory=InventoryView(inventory), nodes=inventory.nodes)
-        for doc in documents
+        explain(doc.obj, policy=policy, inventory=view, nodes=inventory.nodes) for doc in documents
     ]
     if not explanations and not errors:
         return _fail(f"no objects in {', '.join(args.files)}")
@@ -147,6 +148,7 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
             return _fail(f"cannot read pod {args.namespace}/{name}: {exc}")
         try:
             inventory = cluster.inventory()
+            pools = cluster.pools()
             labels = _namespace_labels(cluster, args.namespace) if policy.rules else None
             uid = str((pod.get("metadata") or {}).get("uid") or "")
             events = cluster.scheduling_events(args.namespace, name, uid)
@@ -157,7 +159,7 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
     explanation = explain(
         _as_created(pod),
         policy=policy,
-        inventory=InventoryView(inventory),
+        inventory=InventoryView(inventory, pools=pools),
         nodes=inventory.nodes,
         namespace_labels=labels,
         phase=phase,

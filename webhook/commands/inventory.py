@@ -7,15 +7,21 @@ import json
 import sys
 from typing import Any
 
+from webhook.cluster.apiclient import ApiClient
 from webhook.cluster.inventorysource import (
     ApiError,
     KubeconfigError,
     api_endpoint_from_kubeconfig,
     list_inventory,
 )
+from webhook.cluster.poolsource import list_pools
 from webhook.commands import add_text_or_json_option, add_timeout_option, fail
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.engine.policy.ruleset import compile_policy
+from webhook.engine.resources.nodepools import PoolInventory
+from webhook.files.catalogue import shipped_catalogue
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.reports.inventory import render_text, summarize
+from webhook.reports.pools import pool_lines, sizing
 
 
 def register(sub: Any) -> None:
@@ -50,19 +56,30 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    pools: PoolInventory | None
     try:
         if args.inventory:
-            inventory = load_inventory(args.inventory)
+            found = load_inventory_file(args.inventory)
+            inventory, pools = found.nodes, found.pools
         else:
             endpoint = api_endpoint_from_kubeconfig(args.kubeconfig)
             inventory = list_inventory(endpoint, request_timeout_seconds=args.timeout)
+            client = ApiClient(endpoint, request_timeout_seconds=args.timeout)
+            try:
+                pools = list_pools(client)
+            finally:
+                client.close()
     except InventoryFileError as exc:
         return _fail(f"the inventory is not usable: {exc}")
     except KubeconfigError as exc:
         return _fail(f"no usable cluster configuration: {exc}")
     except ApiError as exc:
         return _fail(f"cannot list nodes: {exc}")
-    report = summarize(inventory)
+    # Pools are sized with the shipped catalogue and default settings (no rules here).
+    policy = compile_policy([], catalogue=shipped_catalogue())
+    report = summarize(
+        inventory, pools=pool_lines(sizing(pools, policy=policy, inventory=inventory))
+    )
     if args.output == "json":
         json.dump(report.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -27,6 +27,7 @@ from webhook.engine.resources.inventory import Node, Placement
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.reports.audit import ObjectRef, finding_json
 from webhook.reports.inventory import NO_GPU, class_key, table
+from webhook.reports.pools import PoolAnswer, pool_answers, sizing
 
 # The scheduler compares every extended resource, GPU or not: a typo such as
 # nvidia.com/gpus is no GPU to the policy, and exactly why a pod stays Pending.
@@ -85,6 +86,8 @@ class TemplateAnswer:
     # Requested resources that no node offers, each with what it may have meant: the
     # scheduler names the first filter a node fails, often a taint, and hides a typo.
     unoffered: tuple[str, ...] = ()
+    # Autoscaler pools (nodes that could exist) and whether each could take the pod.
+    pools: tuple[PoolAnswer, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +96,7 @@ class TemplateAnswer:
             "unoffered": list(self.unoffered),
             "classes": [c.to_json() for c in self.classes],
             "nodesWithoutGPUs": self.other_nodes,
+            "pools": [p.to_json() for p in self.pools],
         }
 
 
@@ -159,6 +163,7 @@ def explain(
     )
     mutated = decision.mutated if decision.mutated is not None else obj
     templates = policy.kinds.templates(mutated) or []
+    found = sizing(inventory.pools, policy=policy, inventory=inventory.snapshot)
     answers = []
     for template in templates:
         pod = pod_gpus(template.spec, EXTENDED, template.singles)
@@ -172,7 +177,8 @@ def explain(
                 demand=demand,
                 classes=_classes((*nodes, *policy.node_pools), template.spec, vector),
                 other_nodes=sum(1 for n in nodes if class_key(n)[0] == NO_GPU),
-                unoffered=_unoffered(nodes, demand),
+                unoffered=_unoffered((*nodes, *found.nodes), demand) if not found.unbounded else (),
+                pools=pool_answers(found, template.spec, vector),
             )
         )
     return Explanation(
@@ -290,6 +296,9 @@ def render_text(explanation: Explanation) -> str:
             lines += table([("NODE CLASS", "NODES", "GPU RESOURCES PER NODE", "ANSWER"), *rows])
         if template.other_nodes:
             lines.append(f"  and {_count(template.other_nodes)} without GPUs")
+        if template.pools:
+            lines.append("  Node pools (nodes that could exist):")
+            lines += [f"    {p.text}: {p.answer}" for p in template.pools]
     lines += ["", _webhook_line(e)]
     lines += [f"  {f.action:5} {f.id}: {f.message}" for f in e.findings]
     lines += [f"  notice: {n}" for n in e.notices]

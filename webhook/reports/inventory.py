@@ -13,6 +13,7 @@ from typing import Any
 
 from webhook.engine.resources.gpufacts import gpu_facts
 from webhook.engine.resources.inventory import Inventory, Node
+from webhook.reports.pools import PoolLine, render_pools
 from webhook.reports.wording import counted
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -80,9 +81,13 @@ class InventoryReport:
     cordoned: tuple[str, ...]
     not_ready: tuple[str, ...]
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Nodes that could exist (Karpenter NodePools, autoscalers): one line each.
+    pools: tuple[PoolLine, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["pools"] = [p.to_json() for p in self.pools]
+        return out
 
 
 def class_key(node: Node) -> tuple[Any, ...]:
@@ -98,7 +103,7 @@ def class_key(node: Node) -> tuple[Any, ...]:
     )
 
 
-def summarize(inventory: Inventory) -> InventoryReport:
+def summarize(inventory: Inventory, *, pools: Sequence[PoolLine] = ()) -> InventoryReport:
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in inventory.nodes:
         groups.setdefault(class_key(node), []).append(node)
@@ -161,6 +166,7 @@ def summarize(inventory: Inventory) -> InventoryReport:
         largest=tuple(largest),
         cordoned=tuple(sorted(n.name for n in inventory.nodes if n.unschedulable)),
         not_ready=tuple(sorted(n.name for n in inventory.nodes if not n.ready)),
+        pools=tuple(pools),
     )
 
 
@@ -205,6 +211,7 @@ def render_text(report: InventoryReport) -> str:
         )
     else:
         lines.append("  none: no node advertises a GPU resource")
+    lines += render_pools(report.pools)
     lines += ["", f"Cordoned: {_names(report.cordoned)}", f"Not ready: {_names(report.not_ready)}"]
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,140 @@
+"""Nodes that could exist, for people: the pools ``inventory`` and ``explain`` list beside
+node classes, e.g. "pool h100 (Karpenter on AWS, p5.48xlarge: 8 x NVIDIA H100 80GB,
+scales from 0, limit 64 GPUs)", and for a pod, whether each pool could take it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.policy.ruleset import Policy
+from webhook.engine.resources.fit import Demand, shortfalls
+from webhook.engine.resources.gpufacts import gpu_facts
+from webhook.engine.resources.inventory import Inventory, Node, Placement
+from webhook.engine.resources.nodepools import PoolInventory
+from webhook.engine.scheduling.karpenter import (
+    PoolSizing,
+    autoscaler_admits,
+    describe_pool,
+    size_pools,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLine:
+    """One pool as ``inventory`` lists it."""
+
+    name: str
+    kind: str
+    text: str
+    bounded: bool
+    reason: str  # why its size is unknown ("" when bounded)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "text": self.text,
+            "bounded": self.bounded,
+            "reason": self.reason,
+        }
+
+
+def sizing(
+    pools: PoolInventory | None, *, policy: Policy, inventory: Inventory | None
+) -> PoolSizing:
+    """The pools as the webhook sizes them under ``policy``'s settings; none unless the
+    settings detect autoscalers."""
+    if pools is None or policy.settings.autoscaling != "detect":
+        return PoolSizing()
+    return size_pools(
+        pools,
+        catalogue=policy.catalogue,
+        allowance=policy.settings.allowance,
+        declared=frozenset(n.pool for n in policy.node_pools),
+        node_labels=[s.labels for s in inventory.shapes] if inventory is not None else (),
+    )
+
+
+def pool_lines(found: PoolSizing) -> tuple[PoolLine, ...]:
+    lines = [
+        PoolLine(p.name, p.provider, describe_pool(p), not p.unbounded, p.unbounded)
+        for p in found.resolved
+    ]
+    lines += [
+        PoolLine(
+            a.name,
+            a.kind,
+            f"pool {a.name} ({a.kind}, size unknown: {a.reason})",
+            False,
+            a.reason,
+        )
+        for a in found.autoscalers
+    ]
+    return tuple(lines)
+
+
+def render_pools(lines: Sequence[PoolLine]) -> list[str]:
+    out = ["", "Node pools (nodes that could exist)"]
+    if not lines:
+        return [*out, "  none: no Karpenter NodePool or autoscaler seen"]
+    out += [f"  {line.text}" for line in lines]
+    unknown = [line for line in lines if not line.bounded]
+    if unknown:
+        out.append(
+            f"  {len(unknown)} of size unknown: no capacity check denies a pod they may take"
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PoolAnswer:
+    """Whether one pool could create a node for one pod template."""
+
+    pool: str
+    text: str
+    answer: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pool": self.pool, "text": self.text, "answer": self.answer}
+
+
+def pool_answers(
+    found: PoolSizing, spec: Mapping[str, Any], demand: Demand
+) -> tuple[PoolAnswer, ...]:
+    placement = Placement.of(spec)
+    answers = []
+    for pool in found.resolved:
+        text = describe_pool(pool)
+        if pool.unbounded:
+            verdict = "may take it (size unknown)" if pool.admits(placement) else "excluded"
+        elif not pool.admits(placement):
+            verdict = "excluded: requirements, labels or taints"
+        else:
+            verdict = _fit_verdict(
+                [n for n in found.nodes if n.pool == pool.name], placement, demand
+            )
+        answers.append(PoolAnswer(pool.name, text, verdict))
+    for autoscaler in found.autoscalers:
+        admits = autoscaler_admits(autoscaler)(placement)
+        answers.append(
+            PoolAnswer(
+                autoscaler.name,
+                f"pool {autoscaler.name} ({autoscaler.kind}, size unknown: {autoscaler.reason})",
+                "may take it (size unknown)" if admits else "excluded: its selector",
+            )
+        )
+    return tuple(answers)
+
+
+def _fit_verdict(nodes: Sequence[Node], placement: Placement, demand: Demand) -> str:
+    usable = [n for n in nodes if n.admits is None or n.admits(placement)]
+    if not usable:
+        return "excluded: no instance type matches the pod's selection"
+    for node in usable:
+        if not shortfalls(node.allocatable, gpu_facts(node.labels, node.allocatable), demand):
+            kind = node.labels.get("node.kubernetes.io/instance-type", node.name)
+            return f"fits ({kind})"
+    return "too small: no instance type holds the whole pod"
