@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from webhook.cluster.devicesource import PATHS
+from webhook.cluster.poolsource import KINDS as POOL_KINDS
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS
 
@@ -240,6 +241,7 @@ def _audit(obj: dict[str, Any]) -> bool:
 
 NAMED_ONLY = {
     "secrets": ["gpu-webhook-tls"],
+    "configmaps": ["cluster-autoscaler-status"],
     "mutatingwebhookconfigurations": ["gpu-webhook"],
     "validatingwebhookconfigurations": ["gpu-webhook"],
 }
@@ -247,6 +249,15 @@ NAMED_ONLY = {
 
 # Exactly the collections webhook.cluster.devicesource lists and watches.
 DRA_RESOURCES = tuple(path.rsplit("/", 1)[1] for path in PATHS.values())
+# Exactly the autoscaler collections webhook.cluster.poolsource lists and watches.
+POOL_RULES = [
+    {
+        "apiGroups": [kind.group_version.split("/")[0]],
+        "resources": [kind.resource],
+        "verbs": ["get", "list", "watch"],
+    }
+    for kind in POOL_KINDS
+]
 
 
 @each
@@ -259,7 +270,14 @@ def test_rbac_grants_reads_and_named_patches_only(name):
                 assert rule.get("resourceNames") == NAMED_ONLY[resource], (role, resource)
                 assert set(rule["verbs"]) <= {"get", "patch"}, (role, resource)
             else:
-                assert resource in ("nodes", "namespaces", "runtimeclasses", *DRA_RESOURCES), (
+                pools = [r["resources"][0] for r in POOL_RULES]
+                assert resource in (
+                    "nodes",
+                    "namespaces",
+                    "runtimeclasses",
+                    *DRA_RESOURCES,
+                    *pools,
+                ), (
                     role,
                     resource,
                 )
@@ -267,7 +285,9 @@ def test_rbac_grants_reads_and_named_patches_only(name):
 
 
 @each
-def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_and_dra_objects(name):
+def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_dra_and_autoscaler_objects(
+    name,
+):
     objs = render(name)
     account = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     bound = [
@@ -296,6 +316,13 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_and_
             "apiGroups": ["node.k8s.io"],
             "resources": ["runtimeclasses"],
             "verbs": ["get", "list", "watch"],
+        },
+        *POOL_RULES,
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["cluster-autoscaler-status"],
+            "verbs": ["get"],
         },
     ]
 

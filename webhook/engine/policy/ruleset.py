@@ -412,7 +412,10 @@ def _compile_settings(spec: Mapping[str, Any]) -> Settings:
         inventory_failure_mode=spec.get("inventoryFailureMode", "allow"),
         gpu_device_classes=glob_matcher(spec.get("gpuDeviceClasses", DEFAULT_GPU_DEVICE_CLASSES)),
         gpu_nodes=_compile_gpu_nodes(spec.get("gpuNodes") or {}),
-        autoscaling=spec.get("autoscaling", "detect"),
+        # YAML 1.1 reads an unquoted ``off`` as false.
+        autoscaling="off"
+        if spec.get("autoscaling") is False
+        else spec.get("autoscaling", "detect"),
         allowance=_compile_allowance(spec.get("systemReserved") or {}),
     )
 

@@ -383,7 +383,8 @@ _SETTINGS = _obj(
         ),
         # --- nodes that could exist (issue 23) ---
         "autoscaling": {
-            "enum": ["detect", "declared", "off"],
+            # YAML 1.1 reads an unquoted off as false: taken as "off".
+            "enum": ["detect", "declared", "off", False],
             "description": "detect (default): count live Karpenter NodePools (sized through "
             "the instance-type catalogue) and let detected autoscalers (cluster-autoscaler, "
             "GKE) stop capacity denials; declared: NodePool rule documents only; off: "

@@ -407,9 +407,10 @@ def resolve_pool(
         return unbounded(f"its {kind or 'node class'} {cls!r} ({group}) could not be read")
     rows = [_relabelled(row, provider) for row in catalogue.of(provider.catalogue)]
     modelled = {key for row in rows for key in row.labels}
+    # Requirements only: template labels are the pool's own, whatever the instance type.
     unknown = sorted(
         key
-        for key in base
+        for key in {NORMALIZED.get(r.key, r.key) for r in pool.requirements}
         if key not in OFFERING_KEYS
         and key not in modelled
         and any(key.startswith(d) for d in provider.domains)
@@ -593,16 +594,17 @@ def pool_nodes(resolved: ResolvedPool, pool: KarpenterPool) -> list[Node]:
 
 
 def autoscaler_admits(autoscaler: Autoscaler) -> Callable[[Placement], bool]:
-    """An undescribed autoscaler takes a pod that selects its label (or, without one, any
-    pod): its nodes' taints are unknown, so no toleration is asked for."""
-    selector = autoscaler.selector
-    if not selector:
+    """An undescribed autoscaler takes any pod that does not select something else on its
+    selector's keys: its nodes' labels and taints are unknown, so no toleration is asked
+    for, and a pod that names no ComputeClass may still get one (a namespace's or the
+    cluster's default class, applied by GKE after this webhook may have run)."""
+    wanted = from_labels(autoscaler.selector)
+    if not wanted:
         return lambda _placement: True
-    wanted = from_labels(selector)
 
     def admits(placement: Placement) -> bool:
         for pod in pod_requirements(placement) or ():
-            if all(key in pod and pod[key].meets(req) for key, req in wanted.items()):
+            if all(key not in pod or pod[key].meets(req) for key, req in wanted.items()):
                 return True
         return False
 
