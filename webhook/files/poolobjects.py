@@ -69,7 +69,8 @@ def status_of(configmap: Mapping[str, Any]) -> object:
         parsed = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-    return parsed if isinstance(parsed, Mapping) else text
+    # The old text report is YAML too, by accident: only the new format has nodeGroups.
+    return parsed if isinstance(parsed, Mapping) and "nodeGroups" in parsed else text
 
 
 def pool_inventory(

@@ -38,7 +38,9 @@ memory limits, which Kubernetes copies into unset requests).
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
@@ -46,6 +48,7 @@ from hypothesis import strategies as st
 
 from tests.generated import (
     CAPACITY_CHECKS,
+    GPU,
     GPU_NAMES,
     UNSCHEDULABLE,
     GeneratedNode,
@@ -57,6 +60,8 @@ from tests.generated import (
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.resources.inventory import Inventory, Placement, node_from_json
+from webhook.files.catalogue import shipped_catalogue
+from webhook.files.poolobjects import pool_inventory
 
 # --- reference: quantities and the pod's request, straight from the definitions ------------
 
@@ -229,3 +234,192 @@ def test_the_nodes_a_pod_can_land_on_are_the_ones_the_schedulers_filters_keep(
 
     placeable = {member.name for shape in shapes for member in shape.members}
     assert placeable == {n.name for n in nodes if node_admits(n, pod["spec"])}
+
+
+# --- pools: nodes that could exist ---------------------------------------------------------
+#
+# The reference for a Karpenter NodePool enumerates the nodes it may create, each with
+# concrete labels: an instance type of the catalogue whose labels meet the pool's
+# requirements (value in the requirement's list), within the pool's limits by the type's
+# capacity (scheduler.go filterByRemainingResources), with the pool's template labels, the
+# karpenter.sh/nodepool label and each capacity type the pool allows. A pod can use the pool
+# when one such node passes the scheduler's filters above (every pool taint tolerated, as
+# Karpenter's Taints.ToleratesPod asks) and Karpenter's published allocatable for the type
+# (the catalogue's karpenterAllocatable, not the webhook's allowance) holds its request.
+# No requirement algebra is shared with webhook/engine/scheduling/karpenter.py.
+
+CATALOGUE_FILE = Path(__file__).resolve().parents[3] / "webhook" / "data" / "instance-types.json"
+AWS_ROWS = [
+    row
+    for row in json.loads(CATALOGUE_FILE.read_text())["types"]
+    if row["provider"] == "aws"
+    # Karpenter publishes g5g (arm64) with 59Mi more reserved than its own AWS formula: the
+    # webhook's allowance then admits a pod the page says would not fit by a sliver.
+    and row["labels"]["karpenter.k8s.aws/instance-family"] != "g5g"
+]
+FAMILIES = sorted({row["labels"]["karpenter.k8s.aws/instance-family"] for row in AWS_ROWS})
+GPU_NAMES_AWS = sorted({row["labels"]["karpenter.k8s.aws/instance-gpu-name"] for row in AWS_ROWS})
+CAPACITY_TYPES = ["on-demand", "spot"]
+POOL_TAINTS = [
+    {"key": GPU, "value": "true", "effect": "NoSchedule"},
+    {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+]
+
+
+@st.composite
+def nodepools(draw: st.DrawFn, index: int) -> dict[str, Any]:
+    requirements = [
+        {
+            "key": "karpenter.k8s.aws/instance-family",
+            "operator": "In",
+            "values": draw(
+                st.lists(st.sampled_from(FAMILIES), min_size=1, max_size=2, unique=True)
+            ),
+        }
+    ]
+    if draw(st.booleans()):
+        requirements.append(
+            {
+                "key": "karpenter.sh/capacity-type",
+                "operator": "In",
+                "values": draw(st.lists(st.sampled_from(CAPACITY_TYPES), min_size=1, unique=True)),
+            }
+        )
+    template: dict[str, Any] = {
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+            "requirements": requirements,
+            "taints": draw(st.lists(st.sampled_from(POOL_TAINTS), max_size=2, unique_by=str)),
+        }
+    }
+    team = draw(st.sampled_from([None, "ml", "research"]))
+    if team:
+        template["metadata"] = {"labels": {"team": team}}
+    spec: dict[str, Any] = {"template": template}
+    limits = {}
+    if draw(st.booleans()):
+        limits[GPU] = draw(st.sampled_from([1, 4, 8, 16, 64]))
+    if draw(st.booleans()):
+        limits["cpu"] = draw(st.sampled_from(["8", "64", "1000"]))
+    if limits:
+        spec["limits"] = limits
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": f"pool-{index}"},
+        "spec": spec,
+    }
+
+
+def pool_candidates(pool: dict[str, Any]) -> list[GeneratedNode]:
+    """Every node the pool may create, with concrete labels and Karpenter's allocatable."""
+    spec = pool["spec"]
+    template = spec["template"]
+    wanted = {r["key"]: r["values"] for r in template["spec"]["requirements"]}
+    limits = {k: quantity(v) for k, v in (spec.get("limits") or {}).items()}
+    out = []
+    for row in AWS_ROWS:
+        if (
+            row["labels"]["karpenter.k8s.aws/instance-family"]
+            not in wanted["karpenter.k8s.aws/instance-family"]
+        ):
+            continue
+        capacity = {"cpu": Fraction(row["vcpu"]), GPU: Fraction(row["gpu"]["count"])}
+        if any(capacity.get(name, 0) > limit for name, limit in limits.items()):
+            continue
+        for capacity_type in wanted.get("karpenter.sh/capacity-type", CAPACITY_TYPES):
+            labels = {
+                **row["labels"],
+                **((template.get("metadata") or {}).get("labels") or {}),
+                "karpenter.sh/nodepool": pool["metadata"]["name"],
+                "karpenter.sh/capacity-type": capacity_type,
+            }
+            out.append(
+                GeneratedNode(
+                    name=f"{pool['metadata']['name']}/{row['name']}/{capacity_type}",
+                    labels=labels,
+                    allocatable={
+                        **row["karpenterAllocatable"],
+                        row["gpu"]["resource"]: str(row["gpu"]["count"]),
+                    },
+                    taints=list(template["spec"]["taints"]),
+                )
+            )
+    return out
+
+
+@st.composite
+def pool_pods(draw: st.DrawFn) -> dict[str, Any]:
+    limits: dict[str, Any] = {GPU: draw(st.sampled_from([1, 2, 4, 8, 16]))}
+    memory = draw(st.sampled_from([None, "16Gi", "512Gi", "1900Gi"]))
+    if memory:
+        limits["memory"] = memory
+    cpu = draw(st.sampled_from([None, "4", "100"]))
+    if cpu:
+        limits["cpu"] = cpu
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]
+    }
+    selector = draw(
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "team",
+                    "karpenter.k8s.aws/instance-gpu-name",
+                    "karpenter.sh/capacity-type",
+                    "custom",
+                ]
+            ),
+            st.sampled_from(["ml", "research", "spot", "on-demand", *GPU_NAMES_AWS]),
+            max_size=2,
+        )
+    )
+    if selector:
+        spec["nodeSelector"] = selector
+    if draw(st.booleans()):
+        spec["tolerations"] = [
+            {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+        ]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+CPU_NODE = GeneratedNode(
+    name="cpu-0",
+    labels={"kubernetes.io/hostname": "cpu-0", "kubernetes.io/arch": "amd64"},
+    allocatable={"cpu": "7910m", "memory": "29317Mi"},
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pools=st.integers(min_value=1, max_value=3).flatmap(
+        lambda n: st.tuples(*(nodepools(i) for i in range(n)))
+    ),
+    pod=pool_pods(),
+)
+def test_a_gpu_pod_is_denied_exactly_when_no_node_and_no_pool_can_hold_it(
+    pools: tuple[dict[str, Any], ...], pod: dict[str, Any]
+) -> None:
+    view = InventoryView(
+        Inventory([node_from_json(CPU_NODE.as_json())]),
+        pools=pool_inventory(pools, node_classes_read=False),
+    )
+
+    decision = evaluate(Request(pod), policy=POOL_POLICY, inventory=view)
+
+    assert decision.mutated is not None
+    spec = dict(decision.mutated)["spec"]
+    candidates = [CPU_NODE, *(node for pool in pools for node in pool_candidates(pool))]
+    fits = [n.name for n in candidates if node_passes(n, spec)]
+    denied = [f for f in decision.findings if f.check in CAPACITY_CHECKS and f.action == "deny"]
+    assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])
+
+
+POOL_POLICY = policy(tolerate=True, memory=None)
+POOL_POLICY = type(POOL_POLICY)(
+    rules=POOL_POLICY.rules,
+    settings=POOL_POLICY.settings,
+    node_pools=POOL_POLICY.node_pools,
+    kinds=POOL_POLICY.kinds,
+    catalogue=shipped_catalogue(),
+)

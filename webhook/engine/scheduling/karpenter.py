@@ -96,6 +96,8 @@ OFFERING_KEYS = frozenset(
         "karpenter.sh/reservation-id",
     }
 )
+# karpenter.sh/capacity-type values an offering can have (pkg/apis/v1/labels.go).
+CAPACITY_TYPES = ("on-demand", "spot", "reserved")
 UNLIMITED_NODES = 1_000_000  # a pool without limits: as many nodes as the cloud gives
 
 
@@ -481,6 +483,8 @@ def _row_requirements(row: InstanceType, modelled: set[str]) -> Requirements:
     reqs = from_labels(row.labels)
     for key in modelled - reqs.keys():
         reqs[key] = Requirement(key, complement=False)
+    # Offerings come in Karpenter's known capacity types only (WellKnownValuesForRequirements).
+    reqs.setdefault(CAPACITY_TYPE, Requirement.of(CAPACITY_TYPE, "In", CAPACITY_TYPES))
     return reqs
 
 

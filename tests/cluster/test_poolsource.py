@@ -1,0 +1,182 @@
+"""Autoscaler objects of a live cluster, replayed: discovery, list, watch, a 403 and the
+cluster-autoscaler status, through the in-process source and through the watcher's feed."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from typing import Any
+
+import pytest
+
+from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture, status_body
+from webhook.cluster.apiclient import ApiEndpoint
+from webhook.cluster.inventorysource import LiveInventorySource
+from webhook.cluster.poolsource import CA_STATUS_PATH, KINDS
+from webhook.cluster.reflector import Backoff
+
+NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
+
+
+def nodepool(name: str, family: str, rv: str) -> dict[str, Any]:
+    """A NodePool as the API server lists it (no kind on items), in the shape of Karpenter's
+    docs (aws/karpenter-provider-aws website/content/en/docs/concepts/nodepools.md)."""
+    return {
+        "metadata": {"name": name, "resourceVersion": rv, "uid": f"uid-{name}"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {
+                        "group": "karpenter.k8s.aws",
+                        "kind": "EC2NodeClass",
+                        "name": "default",
+                    },
+                    "requirements": [
+                        {
+                            "key": "karpenter.k8s.aws/instance-family",
+                            "operator": "In",
+                            "values": [family],
+                        }
+                    ],
+                }
+            },
+            "limits": {"nvidia.com/gpu": 64},
+        },
+    }
+
+
+def discovery(group_version: str, resource: str) -> Body:
+    return Body(
+        json.dumps(
+            {
+                "kind": "APIResourceList",
+                "groupVersion": group_version,
+                "resources": [{"name": resource, "namespaced": False, "kind": "NodePool"}],
+            }
+        ).encode()
+    )
+
+
+def listing(items: list[dict[str, Any]], rv: str) -> Body:
+    body = {
+        "kind": "NodePoolList",
+        "apiVersion": "karpenter.sh/v1",
+        "metadata": {"resourceVersion": rv},
+        "items": items,
+    }
+    return Body(json.dumps(body).encode())
+
+
+def event(kind: str, obj: dict[str, Any]) -> bytes:
+    return (
+        json.dumps(
+            {"type": kind, "object": {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", **obj}}
+        ).encode()
+        + b"\n"
+    )
+
+
+def serve_karpenter(server: ReplayServer, *, gate: threading.Event) -> None:
+    server.lists.append(Body(fixture("node-list.json")))
+    server.routes["/apis/karpenter.sh/v1"] = deque([discovery("karpenter.sh/v1", "nodepools")])
+    server.collection_lists[NODEPOOLS] = deque([listing([nodepool("h100", "p5", "10")], "10")])
+    server.collection_watches[NODEPOOLS] = deque(
+        [
+            Stream(
+                [
+                    gate,
+                    event("ADDED", nodepool("l40s", "g6e", "11")),
+                    event("DELETED", nodepool("h100", "p5", "12")),
+                ],
+                end="hold",
+            )
+        ]
+    )
+
+
+def live(server: ReplayServer) -> LiveInventorySource:
+    return LiveInventorySource(
+        api=ApiEndpoint(host=server.url),
+        backoff=lambda: Backoff(initial_seconds=0.01, cap_seconds=0.05),
+        publish_interval_seconds=0.01,
+        watch_timeout_seconds=lambda: 30,
+    )
+
+
+def pool_names(source: LiveInventorySource) -> list[str]:
+    pools = source.pools()
+    return [] if pools is None else sorted(p.name for p in pools.pools)
+
+
+def test_nodepools_are_listed_then_watched_and_readiness_waits_for_them() -> None:
+    server = ReplayServer().start()
+    gate = threading.Event()
+    serve_karpenter(server, gate=gate)
+    source = live(server)
+    try:
+        source.start()
+        eventually(source.ready, timeout=10)
+        assert pool_names(source) == ["h100"]
+        gate.set()
+        eventually(lambda: pool_names(source) == ["l40s"], timeout=10)
+    finally:
+        source.stop()
+        server.stop()
+    asked = {r.path for r in server.requests}
+    assert {f"/apis/{k.group_version}" for k in KINDS} <= asked
+    assert CA_STATUS_PATH in asked
+    lists = [r for r in server.collection_requests(NODEPOOLS) if not r.query.get("watch")]
+    watches = [r for r in server.collection_requests(NODEPOOLS) if r.query.get("watch")]
+    assert [r.query.get("limit") for r in lists] == ["1", "500"]  # the 403 probe, then the list
+    assert watches[0].query["resourceVersion"] == "10"
+
+
+def test_nodepools_the_webhook_may_not_list_are_a_pool_of_unknown_size() -> None:
+    server = ReplayServer().start()
+    serve_karpenter(server, gate=threading.Event())
+    server.collection_lists[NODEPOOLS] = deque(
+        [Body(status_body(403, "Forbidden", "nodepools.karpenter.sh is forbidden"), 403)]
+    )
+    source = live(server)
+    try:
+        source.start()
+        eventually(source.ready, timeout=10)
+        pools = source.pools()
+        assert pools is not None
+        (blind,) = pools.autoscalers
+        assert blind.kind == "Karpenter"
+        assert "may not list them (403)" in blind.reason
+    finally:
+        source.stop()
+        server.stop()
+
+
+@pytest.mark.parametrize("status", [200, 404])
+def test_the_cluster_autoscaler_status_is_read_by_name(status: int) -> None:
+    server = ReplayServer().start()
+    server.lists.append(Body(fixture("node-list.json")))
+    configmap = {
+        "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
+        "data": {
+            "status": "nodeGroups:\n- name: gpu\n  health:\n    nodeCounts:\n      registered: {total: 0}\n    maxSize: 2\n"
+        },
+    }
+    answer = (
+        Body(json.dumps(configmap).encode())
+        if status == 200
+        else Body(status_body(404, "NotFound", "x"), 404)
+    )
+    server.routes[CA_STATUS_PATH] = deque([answer])
+    source = live(server)
+    try:
+        source.start()
+        eventually(source.ready, timeout=10)
+        pools = source.pools()
+        assert pools is not None
+        assert [a.name for a in pools.autoscalers] == (["gpu"] if status == 200 else [])
+    finally:
+        source.stop()
+        server.stop()

@@ -1,0 +1,87 @@
+"""Autoscaler objects read from a file (and, the same way, from the API server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from webhook.engine.resources.nodepools import cluster_autoscaler_groups
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
+from webhook.files.poolobjects import pool_inventory, status_of
+
+INVENTORIES = Path(__file__).resolve().parents[1] / "cases" / "_inventories"
+# The text status cluster-autoscaler wrote before 1.30 (clusterstate/utils/status.go).
+LEGACY = """Cluster-autoscaler status at 2024-01-01 00:00:00.000000000 +0000 UTC:
+Cluster-wide:
+  Health:      Healthy (ready=1 unready=0 notStarted=0 longNotStarted=0 registered=1 longUnregistered=0)
+
+NodeGroups:
+  Name:        cpu-pool
+  Health:      Healthy (ready=1 unready=0 notStarted=0 longNotStarted=0 registered=1 longUnregistered=0 cloudProviderTarget=1 (minSize=1, maxSize=5))
+  Name:        gpu-pool
+  Health:      Healthy (ready=0 unready=0 notStarted=0 longNotStarted=0 registered=0 longUnregistered=0 cloudProviderTarget=0 (minSize=0, maxSize=3))
+"""
+
+
+def test_the_yaml_status_names_the_node_groups_at_size_zero() -> None:
+    found = load_inventory_file(str(INVENTORIES / "cluster-autoscaler.yaml")).pools
+    assert found is not None
+    assert [(a.kind, a.name) for a in found.autoscalers] == [
+        ("cluster-autoscaler", "gpu-a100-pool")
+    ]
+
+
+def test_the_text_status_of_older_autoscalers_names_them_too() -> None:
+    configmap = {"data": {"status": LEGACY}}
+    groups = cluster_autoscaler_groups(status_of(configmap))
+    assert [g.name for g in groups] == ["gpu-pool"]
+    assert groups[0].reason == "node group at size 0 (max 3): its nodes' shape is not in the API"
+
+
+def test_an_unreadable_status_is_an_autoscaler_of_unknown_groups() -> None:
+    (only,) = cluster_autoscaler_groups(status_of({"data": {}}))
+    assert "node groups unknown" in only.reason
+
+
+def test_a_compute_class_takes_pods_that_select_it() -> None:
+    found = pool_inventory(
+        [
+            {
+                "apiVersion": "cloud.google.com/v1",
+                "kind": "ComputeClass",
+                "metadata": {"name": "l4"},
+                "spec": {},
+            }
+        ]
+    )
+    (only,) = found.autoscalers
+    assert only.selector == {"cloud.google.com/compute-class": "l4"}
+
+
+def test_node_classes_are_known_only_when_some_are_listed() -> None:
+    pool = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "p"},
+        "spec": {},
+    }
+    cls = {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "d"}}
+    assert pool_inventory([pool]).node_classes is None
+    assert pool_inventory([pool, cls]).node_classes == frozenset(
+        {("karpenter.k8s.aws", "EC2NodeClass", "d")}
+    )
+
+
+def test_an_inventory_file_with_objects_it_cannot_read_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text(
+        (INVENTORIES / "karpenter-limits.yaml").read_text()
+        + "- apiVersion: apps/v1\n  kind: Deployment\n  metadata: {name: x}\n"
+    )
+    with pytest.raises(InventoryFileError) as raised:
+        load_inventory_file(str(path))
+    assert "autoscaler objects (NodePools, node classes, ComputeClasses" in str(raised.value)
+    assert str(raised.value).endswith(": Deployment")
