@@ -288,3 +288,25 @@ def test_objects_kubectl_would_refuse_are_reported_not_passed(
     assert said in done.stderr
     assert "Traceback" not in done.stderr
     assert "Pod default/good " in done.stdout  # the other files are still checked
+
+
+# --- nodes that could exist (issue 23) -----------------------------------------------------
+
+POOL_CASES = Path(__file__).resolve().parents[1] / "cases"
+
+
+def test_check_reads_nodepools_from_the_inventory_file_beside_the_nodes(tmp_path: Path) -> None:
+    case = POOL_CASES / "pool-karpenter-gpu-pod-on-cpu-only-cluster-allowed"
+    inventory = POOL_CASES / "_inventories" / "karpenter-aws.yaml"
+    done = gpu_webhook("check", case / "object.yaml", "--rules", RULES, "--inventory", inventory)
+    assert done.returncode == 0, done.stdout + done.stderr
+    listing = yaml.safe_load(inventory.read_text())
+    listing["items"] = [o for o in listing["items"] if o["kind"] == "Node"]
+    nodes_only = write(tmp_path, "nodes.yaml", listing)
+    cpu_only = gpu_webhook(
+        "check", case / "object.yaml", "--rules", RULES, "--inventory", nodes_only
+    )
+    assert cpu_only.returncode == 1
+    assert (
+        "which no node advertises; this cluster offers no GPU resources at all" in cpu_only.stdout
+    )

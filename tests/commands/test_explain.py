@@ -178,3 +178,25 @@ def test_the_readme_shows_a_real_explain_output() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     golden = (CASES / "more-gpus-than-any-node" / "expected.txt").read_text()
     assert golden in readme
+
+
+def test_explain_lists_the_pools_and_whether_each_could_take_the_pod(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cases = Path(__file__).resolve().parents[1] / "cases"
+    code = main(
+        [
+            "explain",
+            "-f",
+            str(cases / "pool-karpenter-taint-not-tolerated-denied" / "object.yaml"),
+            "--inventory",
+            str(cases / "_inventories" / "karpenter-aws.yaml"),
+            "--rules",
+            str(RULES),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "Node pools (nodes that could exist):" in out
+    assert "pool h100 (Karpenter on AWS, p5.48xlarge: 8 x NVIDIA H100 80GB" in out
+    assert "excluded: requirements, labels or taints" in out

@@ -234,3 +234,35 @@ def test_a_gpu_count_that_is_not_a_number_is_reported_not_shown_as_no_gpu(
     )
     # check and serve read inventory files the same way
     assert gpu_webhook("check", "--inventory", path, NODES_YAML).returncode == 2
+
+
+# --- nodes that could exist (issue 23) -----------------------------------------------------
+
+POOLS_YAML = str(ROOT / "tests" / "cases" / "_inventories" / "karpenter-aws.yaml")
+UNSIZED_YAML = str(ROOT / "tests" / "cases" / "_inventories" / "karpenter-unsized.yaml")
+
+
+def test_karpenter_pools_are_listed_beside_the_node_classes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["inventory", "--inventory", POOLS_YAML]) == 0
+    out = capsys.readouterr().out
+    assert "Node pools (nodes that could exist)" in out
+    assert (
+        "pool h100 (Karpenter on AWS, p5.48xlarge: 8 x NVIDIA H100 80GB, p5.4xlarge: 1 x NVIDIA "
+        "H100 80GB, scales from 0, limit 64 GPUs)"
+    ) in out
+    assert "pool general-purpose (Karpenter on AWS, no GPU instance type)" in out
+
+
+def test_pools_of_unknown_size_are_listed_with_the_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["inventory", "--inventory", UNSIZED_YAML, "-o", "json"]) == 0
+    pools = {p["name"]: p for p in json.loads(capsys.readouterr().out)["pools"]}
+    assert pools["docs-gpu"]["bounded"] is False
+    assert (
+        pools["docs-gpu"]["reason"]
+        == "its instance type p3.16xlarge, p3.8xlarge is not in the catalogue"
+    )
+    assert "not list" in pools["azure-gpu"]["reason"]
