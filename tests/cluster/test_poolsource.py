@@ -6,15 +6,19 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cluster.feeding import running_watcher
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture, status_body
 from webhook.cluster.apiclient import ApiEndpoint
+from webhook.cluster.feedsource import FeedInventorySource
 from webhook.cluster.inventorysource import LiveInventorySource
 from webhook.cluster.poolsource import CA_STATUS_PATH, KINDS
 from webhook.cluster.reflector import Backoff
+from webhook.engine.resources.nodepools import PoolInventory
 
 NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
 
@@ -179,4 +183,34 @@ def test_the_cluster_autoscaler_status_is_read_by_name(status: int) -> None:
         assert [a.name for a in pools.autoscalers] == (["gpu"] if status == 200 else [])
     finally:
         source.stop()
+        server.stop()
+
+
+def test_a_worker_sees_the_nodepools_the_watcher_lists_and_watches(tmp_path: Path) -> None:
+    """The production path: the pod's watcher process reads the pools, workers follow it."""
+    server = ReplayServer().start()
+    gate = threading.Event()
+    serve_karpenter(server, gate=gate)
+    server.namespace_lists.append(Body(fixture("namespace-list.json")))
+    try:
+        with running_watcher(server, tmp_path) as watcher:
+            worker = FeedInventorySource(
+                socket_path=watcher.socket_path,
+                publish_interval_seconds=0.01,
+                backoff=Backoff(initial_seconds=0.02, cap_seconds=0.1),
+            )
+            worker.start()
+            try:
+                eventually(worker.ready, timeout=30)
+                pools = worker.pools()
+                assert pools is not None
+                assert [p.name for p in pools.pools] == ["h100"]
+                gate.set()
+                eventually(
+                    lambda: [p.name for p in (worker.pools() or PoolInventory()).pools] == ["l40s"],
+                    timeout=30,
+                )
+            finally:
+                worker.stop()
+    finally:
         server.stop()

@@ -516,6 +516,10 @@ def candidates(
         for shape in nodes.shapes:
             if shape.unschedulable:
                 continue
+            if shape.pool and shape.example.admits is not None:
+                # A node Karpenter may create (issue 23): its rules, not labels, decide.
+                pool = pool or shape.example.admits(placement)
+                continue
             group = shape.members if names_nodes or allowed else shape.members[:1]
             admitted = [n for n in group if placement.admits(n.labels, n.name, shape.taints)]
             if not admitted:
@@ -524,6 +528,8 @@ def candidates(
                 pool = True
                 continue
             members.extend(admitted if names_nodes or allowed else shape.members)
+        # A pool of unknown size may bring nodes with any devices.
+        pool = pool or bool(nodes.unbounded_for(placement))
     profiles: dict[Any, Profile] = {}
     for node in members:
         if any(t is not None and not terms_match(t, node.labels, node.name) for t in allowed):
