@@ -85,3 +85,26 @@ def test_an_inventory_file_with_objects_it_cannot_read_is_refused_in_one_line(
         load_inventory_file(str(path))
     assert "autoscaler objects (NodePools, node classes, ComputeClasses" in str(raised.value)
     assert str(raised.value).endswith(": Deployment")
+
+
+def test_a_node_overlay_that_adds_capacity_makes_sizes_unknown_and_one_that_prices_does_not() -> (
+    None
+):
+    """kubernetes-sigs/karpenter pkg/apis/v1alpha1/nodeoverlay.go: spec.capacity, spec.price."""
+
+    def overlay(name: str, spec: dict[str, object]) -> dict[str, object]:
+        return {
+            "apiVersion": "karpenter.sh/v1alpha1",
+            "kind": "NodeOverlay",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+
+    found = pool_inventory(
+        [
+            overlay("mig", {"capacity": {"nvidia.com/mig-1g.10gb": "56"}}),
+            overlay("discount", {"priceAdjustment": "-10%"}),
+        ]
+    )
+    assert [(a.kind, a.name) for a in found.autoscalers] == [("Karpenter NodeOverlay", "mig")]
+    assert "nvidia.com/mig-1g.10gb" in found.autoscalers[0].reason

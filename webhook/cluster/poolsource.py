@@ -48,6 +48,7 @@ class PoolKind:
 
 KINDS = (
     PoolKind("NodePool", "karpenter.sh/v1", "nodepools"),
+    PoolKind("NodeOverlay", "karpenter.sh/v1alpha1", "nodeoverlays"),
     PoolKind("EC2NodeClass", "karpenter.k8s.aws/v1", "ec2nodeclasses", node_class=True),
     PoolKind("NodeClass", "eks.amazonaws.com/v1", "nodeclasses", node_class=True),
     PoolKind("AKSNodeClass", "karpenter.azure.com/v1beta1", "aksnodeclasses", node_class=True),
@@ -108,7 +109,7 @@ class PoolCacheState:
                 "grant list and watch (deploy/base/rbac.yaml)",
             )
             for kind in self.unreadable
-            if kind in ("NodePool", "ComputeClass", "cluster-autoscaler-status")
+            if kind in ("NodePool", "NodeOverlay", "ComputeClass", "cluster-autoscaler-status")
         )
         return PoolInventory(
             pools=found.pools,

@@ -1,6 +1,6 @@
 """Autoscaler objects, read the same way from a file and from the API server.
 
-Karpenter ``NodePool``s (karpenter.sh), their node classes (``EC2NodeClass``,
+Karpenter ``NodePool``s and ``NodeOverlay``s (karpenter.sh), their node classes (``EC2NodeClass``,
 EKS Auto Mode's ``NodeClass``, ``AKSNodeClass``), the cluster-autoscaler's status
 ConfigMap and GKE ``ComputeClass``es become one ``PoolInventory`` for the engine. The
 status ConfigMap's YAML is parsed here: the engine reads no YAML.
@@ -22,6 +22,7 @@ from webhook.engine.resources.nodepools import (
     cluster_autoscaler_groups,
     compute_class,
     karpenter_pool_from_json,
+    node_overlay,
 )
 
 # (API group, kind) of the node classes Karpenter's providers define.
@@ -44,7 +45,7 @@ def is_pool_object(obj: Mapping[str, Any]) -> bool:
     """Whether ``obj`` is one of the autoscaler objects this module reads."""
     group, kind = _group_kind(obj)
     return (
-        (group, kind) == ("karpenter.sh", "NodePool")
+        (group, kind) in (("karpenter.sh", "NodePool"), ("karpenter.sh", "NodeOverlay"))
         or (group, kind) == ("cloud.google.com", "ComputeClass")
         or (group, kind) in NODE_CLASS_KINDS
         or (kind == "ConfigMap" and _is_ca_status(obj))
@@ -89,6 +90,10 @@ def pool_inventory(
             pools.append(karpenter_pool_from_json(obj))
         elif (group, kind) == ("cloud.google.com", "ComputeClass"):
             autoscalers.append(compute_class(obj))
+        elif (group, kind) == ("karpenter.sh", "NodeOverlay"):
+            overlay = node_overlay(obj)
+            if overlay is not None:
+                autoscalers.append(overlay)
         elif (group, kind) in NODE_CLASS_KINDS:
             meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
             classes.add((group, kind, str((meta or {}).get("name", ""))))

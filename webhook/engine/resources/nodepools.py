@@ -204,6 +204,26 @@ def compute_class(raw: Mapping[str, Any]) -> Autoscaler:
     )
 
 
+def node_overlay(raw: Mapping[str, Any]) -> Autoscaler | None:
+    """A Karpenter ``NodeOverlay`` (karpenter.sh/v1alpha1, kubernetes-sigs/karpenter
+    pkg/apis/v1alpha1/nodeoverlay.go) that adds ``spec.capacity`` to the instance types its
+    requirements match: Karpenter then launches them for resources the catalogue does not
+    list (a MIG profile, hugepages), so pools are not sized without it. One that only
+    adjusts prices changes nothing the webhook judges (None)."""
+    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+    capacity = (spec or {}).get("capacity")
+    if not isinstance(capacity, dict) or not capacity:
+        return None
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    name = str((meta or {}).get("name", ""))
+    added = ", ".join(sorted(str(k) for k in capacity))
+    return Autoscaler(
+        "Karpenter NodeOverlay",
+        name,
+        f"it adds {added} to instance types, which the webhook does not apply",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class PoolInventory:
     """Everything the API says about nodes that could exist, as read (not yet sized).
