@@ -16,7 +16,7 @@ from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, f
 from webhook.cluster.apiclient import ApiEndpoint
 from webhook.cluster.feedsource import FeedInventorySource
 from webhook.cluster.inventorysource import LiveInventorySource
-from webhook.cluster.poolsource import CA_STATUS_PATH, KINDS
+from webhook.cluster.poolsource import CA_STATUS_PATH, KINDS, PoolCache
 from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.nodepools import PoolInventory
 
@@ -214,3 +214,18 @@ def test_a_worker_sees_the_nodepools_the_watcher_lists_and_watches(tmp_path: Pat
                 worker.stop()
     finally:
         server.stop()
+
+
+def test_a_status_rewrite_that_changes_only_its_timestamp_is_no_change() -> None:
+    changes: list[object] = []
+    cache = PoolCache(on_change=changes.append)
+
+    def status(time: str, total: int) -> dict[str, Any]:
+        text = f"time: {time}\nnodeGroups:\n- name: gpu\n  health:\n    nodeCounts:\n      registered: {{total: {total}}}\n    maxSize: 2\n"
+        return {"data": {"status": text}}
+
+    cache.set_status(status("12:00:00", 0))
+    cache.set_status(status("12:00:10", 0))
+    assert len(changes) == 1
+    cache.set_status(status("12:00:20", 1))
+    assert len(changes) == 2

@@ -27,8 +27,9 @@ from webhook.engine.resources.nodepools import (
     CA_STATUS_NAMESPACE,
     Autoscaler,
     PoolInventory,
+    cluster_autoscaler_groups,
 )
-from webhook.files.poolobjects import pool_inventory
+from webhook.files.poolobjects import pool_inventory, status_of
 
 log = logging.getLogger("webhook.inventory")
 CA_STATUS_PATH = f"/api/v1/namespaces/{CA_STATUS_NAMESPACE}/configmaps/{CA_STATUS_NAME}"
@@ -131,6 +132,7 @@ class PoolCache:
         self._synced: set[str] = set()
         self._unreadable: set[str] = set()
         self._status: Mapping[str, Any] | None = None
+        self._groups: tuple[Autoscaler, ...] | None = None
         self._status_read = False
         self._snapshot: PoolInventory | None = None
         self._on_change = on_change
@@ -166,19 +168,21 @@ class PoolCache:
         self._changed()
 
     def set_status(self, configmap: Mapping[str, Any] | None, *, readable: bool = True) -> None:
+        """The autoscaler rewrites its status (and its timestamps) every few seconds: only
+        a change in the node groups the webhook reads is a change."""
+        groups = None if configmap is None else cluster_autoscaler_groups(status_of(configmap))
+        unreadable = "cluster-autoscaler-status"
         with self._lock:
-            before = (
-                self._status,
-                self._status_read,
-                "cluster-autoscaler-status" in self._unreadable,
-            )
-            self._status = configmap
+            before = (self._groups, self._status_read, unreadable in self._unreadable)
+            if self._groups != groups or configmap is None:
+                self._status = configmap
+            self._groups = groups
             self._status_read = True
             if readable:
-                self._unreadable.discard("cluster-autoscaler-status")
+                self._unreadable.discard(unreadable)
             else:
-                self._unreadable.add("cluster-autoscaler-status")
-            after = (self._status, True, "cluster-autoscaler-status" in self._unreadable)
+                self._unreadable.add(unreadable)
+            after = (self._groups, True, unreadable in self._unreadable)
         if before != after:
             self._changed()
 

@@ -43,7 +43,8 @@ from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.devices import is_dra_object
 from webhook.engine.resources.fit import demand_of
-from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.resources.inventory import Inventory, Placement, UnboundedPool
+from webhook.engine.resources.nodepools import PoolInventory, gke_auto_provisioning
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
     PodClaims,
@@ -52,15 +53,20 @@ from webhook.engine.scheduling.dra import (
     pod_claims,
     with_claim_gpus,
 )
-from webhook.engine.scheduling.karpenter import size_pools
+from webhook.engine.scheduling.karpenter import PoolSizing, autoscaler_admits, size_pools
 
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
+_sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
 
 
 def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
     """The snapshot plus node pools (declared in rule files, and, when the settings say
-    detect, the cluster's autoscaler objects), built once per (snapshot, policy, pools)."""
-    global _with_pools  # noqa: PLW0603 - a memo; evaluation stays a function of its inputs
+    detect, the cluster's autoscaler objects), built once per (snapshot, policy, pools).
+
+    Sizing the pools (tens of milliseconds for a few NodePools against the catalogue) is
+    kept per (policy, pools): a live cache publishes a new snapshot for every node change,
+    and only adding the sized pools to it (well under a millisecond) is paid again."""
+    global _with_pools, _sized  # noqa: PLW0603 - memos; evaluation stays a function of its inputs
     if view.snapshot is None or view.problem:
         return None if view.problem else view.snapshot
     mode = policy.settings.autoscaling
@@ -74,14 +80,21 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
         return memo[3]
     combined = view.snapshot.with_nodes(declared)
     if live is not None:
-        sizing = size_pools(
-            live,
-            catalogue=policy.catalogue,
-            allowance=policy.settings.allowance,
-            declared=frozenset(n.pool for n in declared),
-            node_labels=[shape.labels for shape in view.snapshot.shapes],
-        )
-        combined = combined.with_nodes(sizing.nodes, unbounded=sizing.unbounded)
+        sized = _sized
+        if sized is None or sized[0] is not policy or sized[1] is not live:
+            sizing = size_pools(
+                live,
+                catalogue=policy.catalogue,
+                allowance=policy.settings.allowance,
+                declared=frozenset(n.pool for n in declared),
+            )
+            _sized = sized = (policy, live, sizing)
+        sizing = sized[2]
+        unbounded = list(sizing.unbounded)
+        nap = gke_auto_provisioning([shape.labels for shape in view.snapshot.shapes])
+        if nap is not None and nap.name not in {n.pool for n in declared}:
+            unbounded.append(UnboundedPool(nap.name, nap.kind, nap.reason, autoscaler_admits(nap)))
+        combined = combined.with_nodes(sizing.nodes, unbounded=unbounded)
     _with_pools = (view.snapshot, policy, live, combined)
     return combined
 
