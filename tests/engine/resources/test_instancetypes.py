@@ -39,6 +39,14 @@ def test_every_row_cites_the_providers_published_spec_and_where_its_numbers_were
 def test_the_catalogue_covers_the_main_gpu_families() -> None:
     families = {r["labels"].get("karpenter.k8s.aws/instance-family") for r in ROWS}
     assert {"p4d", "p4de", "p5", "p5e", "p5en", "g4dn", "g5", "g6", "g6e", "gr6", "g5g"} <= families
+    names = {r["name"] for r in ROWS if r["provider"] == "azure"}
+    assert {
+        "Standard_NC40ads_H100_v5",
+        "Standard_ND96isr_H100_v5",
+        "Standard_NC24ads_A100_v4",
+        "Standard_NV36ads_A10_v5",
+        "Standard_NC4as_T4_v3",
+    } <= names
     assert shipped_catalogue().complete == frozenset({"aws"})
 
 
@@ -109,7 +117,7 @@ def _instance_type_document(**spec: Any) -> RuleDocument:
 
 def test_an_instance_type_rule_document_adds_a_row_to_the_shipped_catalogue() -> None:
     doc = _instance_type_document(
-        instanceType="Standard_NC40ads_H100_v5",
+        instanceType="Standard_NCC40ads_H100_v5",
         provider="azure",
         gpu={
             "resource": "nvidia.com/gpu",
@@ -122,10 +130,10 @@ def test_an_instance_type_rule_document_adds_a_row_to_the_shipped_catalogue() ->
         source="https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/ncadsh100v5-series",
     )
     policy = compile_policy([doc], catalogue=shipped_catalogue())
-    row = policy.catalogue.get("azure", "Standard_NC40ads_H100_v5")
+    row = policy.catalogue.get("azure", "Standard_NCC40ads_H100_v5")
     assert row is not None
     assert row.gpu_count == 1
-    assert row.labels["node.kubernetes.io/instance-type"] == "Standard_NC40ads_H100_v5"
+    assert row.labels["node.kubernetes.io/instance-type"] == "Standard_NCC40ads_H100_v5"
     assert policy.catalogue.get("aws", "p5.48xlarge") is not None
 
 
