@@ -74,12 +74,13 @@ class AdmissionService:
         rules: RuleStore,
         inventory: InventorySource | None = None,
         inventory_failure_mode: FailureMode | None = None,
+        memo: DecisionMemo | None = None,
     ) -> None:
         self.rules = rules
         self.inventory = inventory
         self.inventory_failure_mode = inventory_failure_mode
         self._policy_for: tuple[RuleSet, Policy] | None = None
-        self.memo = DecisionMemo()
+        self.memo = DecisionMemo() if memo is None else memo
 
     def review(self, request: AdmissionRequest, *, mutate: bool) -> Outcome:
         skip = _skip_reason(request)
@@ -100,7 +101,7 @@ class AdmissionService:
         answer = judgement.answers.get(mutate)
         if answer is None:
             answer = _answer(judgement.decision, mutate=mutate, generation=ruleset.generation)
-            judgement.answers[mutate] = answer
+            self.memo.keep_answer(judgement, mutate=mutate, answer=answer)
         return Outcome(request.uid, answer)
 
     def _judge(self, request: AdmissionRequest, ruleset: RuleSet) -> Judgement:
