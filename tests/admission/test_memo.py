@@ -339,3 +339,20 @@ def test_the_count_follows_entries_out_and_a_new_context_starts_from_zero():
 def test_the_pods_memo_bytes_are_shared_by_its_workers():
     assert memo_bytes_per_worker(2) == POD_MEMO_BYTES // 2
     assert memo_bytes_per_worker(4) == POD_MEMO_BYTES // 4
+
+
+def test_an_entry_that_leaves_is_freed_at_once_not_at_the_next_full_collection():
+    memo = DecisionMemo(max_bytes=1 << 30, max_entry_bytes=1 << 30)
+    service = service_with(memo)
+    tracemalloc.start()
+    try:
+        send_twice_to_both_endpoints(service, flood_pod(0, 300))
+        gc.collect()
+        gc.disable()  # only reference counts free memory from here on
+        before = tracemalloc.get_traced_memory()[0]
+        memo._drop_oldest()
+        freed = before - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert freed > 100_000  # the entry's patch and answers, not just its slot

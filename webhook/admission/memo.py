@@ -76,10 +76,12 @@ class Judgement:
         self.decision = decision
         self.answers: dict[bool, Answer] = {}
         self.digest = digest  # of the object it was made for, when kept
-        # The kept entry whose answers these are (itself, once kept), and its key and cost.
-        self.entry: Judgement | None = None
+        # A kept entry has its key and cost; the judgement made for the request that kept
+        # it names the entry whose answers it shares. (A kept entry never names itself: a
+        # cycle would outlive its eviction until a full garbage collection.)
         self.key: Key | None = None
         self.cost = 0
+        self.entry: Judgement | None = None
 
 
 class DecisionMemo:
@@ -152,7 +154,7 @@ class DecisionMemo:
         cost = entry_cost(key, kept.decision)
         if cost > self.max_entry_bytes:
             return Judgement(decision)
-        kept.entry, kept.key, kept.cost = kept, key, cost
+        kept.key, kept.cost = key, cost
         with self._lock:
             if self._same_context(context):
                 if len(self._judgements) >= self.max_entries:
@@ -168,7 +170,7 @@ class DecisionMemo:
     def keep_answer(self, judgement: Judgement, *, mutate: bool, answer: Answer) -> None:
         """Remember ``answer`` with ``judgement``, and charge it to the memo when the
         judgement is a kept entry's: an entry that grows past ``max_entry_bytes`` leaves."""
-        entry = judgement.entry
+        entry = judgement if judgement.key is not None else judgement.entry
         if entry is None:
             judgement.answers[mutate] = answer
             return
@@ -176,13 +178,14 @@ class DecisionMemo:
         with self._lock:
             old = entry.answers.get(mutate)
             entry.answers[mutate] = answer
-            if entry.key is None or self._judgements.get(entry.key) is not entry:
+            key = entry.key
+            if key is None or self._judgements.get(key) is not entry:
                 return  # dropped meanwhile: nothing to charge
             grown = cost - (0 if old is None else answer_cost(old))
             entry.cost += grown
             self.bytes += grown
             if entry.cost > self.max_entry_bytes:
-                del self._judgements[entry.key]
+                del self._judgements[key]
                 self.bytes -= entry.cost
             self._shrink()
 
