@@ -15,9 +15,10 @@ from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.memo import POD_MEMO_BYTES, DecisionMemo, memo_bytes_per_worker
 from webhook.admission.review import parse_review
 from webhook.admission.service import AdmissionService
-from webhook.engine.decision import Decision
-from webhook.engine.evaluate import InventoryView, Request, evaluate
-from webhook.engine.policy import Policy
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import load_inventory
 from webhook.files.rulefiles import RuleStore, load_policy
 

@@ -14,7 +14,7 @@ from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.response import MAX_WARNINGS_TOTAL
 from webhook.admission.review import parse_review
 from webhook.admission.service import AdmissionService, Outcome
-from webhook.engine.decision import MAX_MESSAGE
+from webhook.engine.policy.decision import MAX_MESSAGE
 from webhook.files.rulefiles import RuleStore
 
 CONTAINERS = 20_000

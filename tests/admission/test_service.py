@@ -8,7 +8,8 @@ from tests.rulesets import quota, rules_dir
 from webhook.admission.inventory import InventoryStatus, StaticInventorySource
 from webhook.admission.review import parse_review
 from webhook.admission.service import AdmissionService
-from webhook.engine.evaluate import InventoryView, Request, evaluate
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.files.rulefiles import RuleStore
 
 

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from webhook.cluster.devicesource import PATHS
-from webhook.engine.selectors import label_selector_matches
-from webhook.engine.workloads import BUILTIN_KINDS
+from webhook.engine.kube.selectors import label_selector_matches
+from webhook.engine.kube.workloads import BUILTIN_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from tests.builders import billion_laughs
-from webhook.engine.policy import PolicyError
-from webhook.engine.schema import rules_schema
+from webhook.engine.policy.ruleset import PolicyError
+from webhook.engine.policy.schema import rules_schema
 from webhook.files.lastgood import LastGood
 from webhook.files.rulefiles import RuleStore, load_policy
 

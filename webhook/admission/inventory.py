@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from webhook.engine.devices import DeviceInventory
-from webhook.engine.evaluate import NO_INVENTORY, InventoryView
-from webhook.engine.inventory import Inventory
+from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
+from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.inventory import Inventory
 from webhook.files.inventoryfile import (
     InventoryFile,
     InventoryFileError,

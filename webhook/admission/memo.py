@@ -45,9 +45,10 @@ from typing import Any
 import orjson
 
 from webhook.admission.response import Answer
-from webhook.engine.decision import Decision
-from webhook.engine.evaluate import IDENTITY_METADATA, InventoryView, Request, evaluate
-from webhook.engine.policy import Policy
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import IDENTITY_METADATA, InventoryView, Request
+from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.ruleset import Policy
 
 Evaluate = Callable[..., Decision]
 Key = tuple[str, tuple[tuple[str, str], ...] | None, int]

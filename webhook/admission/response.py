@@ -10,7 +10,7 @@ from typing import Any, Literal
 import orjson
 
 from webhook.admission.review import API_VERSION
-from webhook.engine.decision import Finding
+from webhook.engine.policy.decision import Finding
 
 Verdict = Literal["allowed", "denied", "skipped", "error"]
 

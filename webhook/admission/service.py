@@ -29,9 +29,9 @@ from webhook.admission.inventory import InventorySource, view_of
 from webhook.admission.memo import DecisionMemo, Judgement
 from webhook.admission.response import Answer, Verdict, reply
 from webhook.admission.review import AdmissionRequest
-from webhook.engine.decision import Decision
-from webhook.engine.evaluate import Request
-from webhook.engine.policy import Policy
+from webhook.engine.evaluation.request import Request
+from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.ruleset import Policy
 from webhook.files.rulefiles import RuleSet, RuleStore
 
 log = logging.getLogger("gpu_webhook.service")

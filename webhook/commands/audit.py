@@ -15,9 +15,9 @@ from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_fr
 from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import add_rules_option, add_timeout_option, fail, rules_or_fail
-from webhook.engine.evaluate import NO_INVENTORY
-from webhook.engine.policy import Policy
-from webhook.engine.workloads import WorkloadKind
+from webhook.engine.evaluation.request import NO_INVENTORY
+from webhook.engine.kube.workloads import WorkloadKind
+from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import load_manifests
 from webhook.reports.audit import Audit, render_text

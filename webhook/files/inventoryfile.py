@@ -13,10 +13,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.devices import DeviceInventory, is_dra_object
-from webhook.engine.evaluate import InventoryView
-from webhook.engine.inventory import Inventory, node_from_json
-from webhook.engine.quantity import QuantityError, parse_quantity
+from webhook.engine.evaluation.request import InventoryView
+from webhook.engine.kube.quantity import QuantityError, parse_quantity
+from webhook.engine.resources.devices import DeviceInventory, is_dra_object
+from webhook.engine.resources.inventory import Inventory, node_from_json
 from webhook.files.manifests import Document, ManifestError, decode, parse_text, read_source
 
 RUNTIME_CLASS = "RuntimeClass"

@@ -20,7 +20,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from webhook.engine.policy import (
+from webhook.engine.policy.ruleset import (
     DocumentRef,
     Policy,
     PolicyError,
@@ -28,7 +28,7 @@ from webhook.engine.policy import (
     RuleDocument,
     compile_policy,
 )
-from webhook.engine.schema import API_VERSION, DOCUMENT_KINDS
+from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS
 from webhook.files.lastgood import LastGood
 from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
 
