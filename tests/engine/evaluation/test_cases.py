@@ -2,7 +2,8 @@
 
 A case holds the rules (``rules/`` or ``rules.ref``), optionally the nodes
 (``inventory.yaml`` or ``inventory.ref``), the object, optionally the request
-(``request.yaml``), and what must come out: ``expected.yaml`` (allowed, findings, warnings)
+(``request.yaml``: ``operation``, ``oldObject``, ``subResource``, ``namespace``,
+``namespaceLabels``), and what must come out: ``expected.yaml`` (allowed, findings, warnings)
 and ``expected-object.yaml`` (the object after applying the returned patch).
 
 ``rules.ref`` holds one name: ``default`` is the repository's ``rules/``, any other name is
@@ -46,7 +47,7 @@ UPDATE = os.environ.get("GOLDEN_UPDATE") == "1"
 
 REQUIRED_FILES = {"object.yaml", "expected.yaml", "expected-object.yaml"}
 OPTIONAL_FILES = {"rules", "rules.ref", "inventory.yaml", "inventory.ref", "request.yaml"}
-REQUEST_KEYS = {"namespace", "operation", "oldObject", "namespaceLabels"}
+REQUEST_KEYS = {"namespace", "operation", "oldObject", "namespaceLabels", "subResource"}
 EXPECTED_KEYS = {"allowed", "findings", "warnings", "repaired"}
 FINDING_KEYS = {"rule", "check", "action", "message"}
 
@@ -93,6 +94,7 @@ def load_request(case: Path, obj: Mapping[str, Any]) -> Request:
         operation=spec.get("operation", "CREATE"),
         old_object=spec.get("oldObject"),
         namespace_labels=spec.get("namespaceLabels"),
+        sub_resource=spec.get("subResource", ""),
     )
 
 
@@ -103,6 +105,7 @@ def _with_object(request: Request, obj: Mapping[str, Any]) -> Request:
         operation=request.operation,
         old_object=request.old_object,
         namespace_labels=request.namespace_labels,
+        sub_resource=request.sub_resource,
     )
 
 
