@@ -220,7 +220,10 @@ def unhidden_findings(
     for container in template.pod.containers:
         if asks_for_gpu(container) or container.path in claim_holders:
             continue
-        env = _body(editor, template, container).get("env")
+        body = _body(editor, template, container)
+        if privileged(body):
+            continue  # every device of its node, hidden or not: judged by access_findings
+        env = body.get("env")
         names = {e.get("name") for e in env if isinstance(e, dict)} if isinstance(env, list) else ()
         if VISIBLE_DEVICES in names:
             continue  # set by the container itself: judged by access_findings
