@@ -280,3 +280,33 @@ def test_patches_keep_built_in_objects_schema_valid(case: Path) -> None:
         validation_error(_read_yaml(case / "expected-object.yaml")),
     )
     assert after == before
+
+
+def _relabelled(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` with one more label, that no rule reads."""
+    other = copy.deepcopy(dict(obj))
+    meta = other.setdefault("metadata", {})
+    if isinstance(meta, dict):
+        labels = meta.get("labels")
+        meta["labels"] = {**(labels if isinstance(labels, dict) else {}), "example.com/x": "1"}
+    return other
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in case_dirs()])
+def test_an_unrelated_label_edit_of_any_stored_object_is_allowed_unpatched(case: Path) -> None:
+    """Whatever a case's object is (admitted, or denied today but stored before a rule
+    existed), an UPDATE that only adds a label changes nothing it reaches or asks for."""
+    policy = load_policy(str(rules_dir(case)))
+    stored = _read_yaml(case / "expected-object.yaml")
+    request = Request(
+        _relabelled(stored),
+        namespace=load_request(case, stored).namespace,
+        operation="UPDATE",
+        old_object=stored,
+    )
+
+    decision = evaluate(request, policy=policy, inventory=inventory_view(case))
+
+    assert decision.allowed, decision.message
+    assert [f for f in decision.findings if f.action == "deny"] == []
+    assert list(decision.patch) == []
