@@ -7,7 +7,8 @@ Short-circuits, in order (each answered ``allowed`` with no patch):
   there, and the API server sends the whole Pod. ``status`` and ``binding`` change no
   container; ``resize`` changes cpu and memory only (``ValidatePodResize``); a ``Scale``
   holds replicas and no template (a Deployment's new count reaches its ReplicaSet by a
-  plain UPDATE, judged there);
+  plain UPDATE, judged there: kubernetes pkg/controller/deployment/sync.go
+  ``scaleReplicaSet`` calls ``ReplicaSets(...).Update``);
 - kinds without a pod template the engine knows (``Decision.understood`` is False).
 
 A Pod UPDATE is judged on what it changes (``webhook.engine.evaluation.updates``): an added
