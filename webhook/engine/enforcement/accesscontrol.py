@@ -116,6 +116,15 @@ class PodReach:
         self._settings, self._inventory = settings, inventory
         self._answer: GPUNodeReach | None = None
 
+    @classmethod
+    def known(
+        cls, answer: GPUNodeReach, spec: Mapping[str, Any], *, settings: Settings
+    ) -> PodReach:
+        """A reach already known (a bound pod's node, ``gpunodes.bound_node_reach``)."""
+        reach = cls(spec, Placement.of(spec), settings=settings, inventory=None)
+        reach._answer = answer
+        return reach
+
     @property
     def value(self) -> GPUNodeReach:
         if self._answer is None:

@@ -59,6 +59,7 @@ from webhook.engine.scheduling.dra import (
     pod_claims,
     with_claim_gpus,
 )
+from webhook.engine.scheduling.gpunodes import bound_node_reach
 
 _with_pools: tuple[Inventory, Policy, Inventory] | None = None
 
@@ -318,7 +319,7 @@ def _ephemeral_update(
         asks=pod_asks_for_gpu(pod),
     )
     spec = template.spec
-    reach = PodReach(spec, Placement.of(spec), settings=settings, inventory=snapshot)
+    reach = _running_reach(spec, settings=settings, snapshot=snapshot)
     editor = Editor(obj)
     mutated_by: dict[str, None] = {}
     hiding = [r for r in rules if _hides(r.mutations, asks=access.asks, reach=reach)]
@@ -328,6 +329,21 @@ def _ephemeral_update(
         _credit(editor, before, mutated_by, hiding)
     findings = access_findings(editor, access, settings=settings, reach=reach)
     return decide(findings, patch=editor.ops, mutated=editor.doc, mutated_by=list(mutated_by))
+
+
+def _running_reach(
+    spec: Mapping[str, Any], *, settings: Settings, snapshot: Inventory | None
+) -> PodReach:
+    """Where a running pod is: its node, when the inventory holds it; else where its
+    placement lets it land, as on CREATE."""
+    node = spec.get("nodeName")
+    if snapshot is not None and isinstance(node, str) and node:
+        known = bound_node_reach(
+            node, snapshot, nodes=settings.gpu_nodes, resources=settings.gpu_resources
+        )
+        if known is not None:
+            return PodReach.known(known, spec, settings=settings)
+    return PodReach(spec, Placement.of(spec), settings=settings, inventory=snapshot)
 
 
 def _hides(mutations: Mutations, *, asks: bool, reach: PodReach) -> bool:
