@@ -40,7 +40,7 @@ def answer(service: AdmissionService, body: dict[str, Any], *, mutate: bool) -> 
     return service.review(parse_review(json.dumps(body)), mutate=mutate)
 
 
-def _label_update() -> dict[str, Any]:
+def label_update() -> dict[str, Any]:
     return copy.deepcopy(fixture("pod-update-label-validate-Pod-UPDATE.json"))
 
 
@@ -52,10 +52,10 @@ def _as_cpu_pod(pod: dict[str, Any], *, privileged: bool) -> None:
         container["securityContext"] = {"privileged": True}
 
 
-def _toleration_update(*, privileged: bool) -> dict[str, Any]:
+def toleration_update(*, privileged: bool) -> dict[str, Any]:
     """The recorded label UPDATE of a pending pod, as a CPU pod that gains the GPU taint's
     toleration (Kubernetes allows added tolerations on any pod)."""
-    body = _label_update()
+    body = label_update()
     request = body["request"]
     for pod in (request["object"], request["oldObject"]):
         _as_cpu_pod(pod, privileged=privileged)
@@ -64,11 +64,11 @@ def _toleration_update(*, privileged: bool) -> dict[str, Any]:
 
 
 def test_the_recorded_label_update_of_a_gpu_pod_is_judged_and_allowed(service):
-    outcome = answer(service, _label_update(), mutate=False)
+    outcome = answer(service, label_update(), mutate=False)
 
     assert outcome.verdict == "allowed"
     assert outcome.body["response"] == {
-        "uid": _label_update()["request"]["uid"],
+        "uid": label_update()["request"]["uid"],
         "allowed": True,
     }
 
@@ -76,7 +76,7 @@ def test_the_recorded_label_update_of_a_gpu_pod_is_judged_and_allowed(service):
 def test_a_privileged_cpu_pod_gaining_the_gpu_toleration_by_update_is_denied_as_on_create(
     service,
 ):
-    body = _toleration_update(privileged=True)
+    body = toleration_update(privileged=True)
     created = copy.deepcopy(body)
     created["request"].update(operation="CREATE", oldObject=None)
 
@@ -91,7 +91,7 @@ def test_a_privileged_cpu_pod_gaining_the_gpu_toleration_by_update_is_denied_as_
 def test_a_cpu_pod_gaining_the_gpu_toleration_is_denied_since_an_update_cannot_hide_gpus(
     service,
 ):
-    outcome = answer(service, _toleration_update(privileged=False), mutate=False)
+    outcome = answer(service, toleration_update(privileged=False), mutate=False)
 
     message = outcome.body["response"]["status"]["message"]
     assert outcome.verdict == "denied"
@@ -99,13 +99,13 @@ def test_a_cpu_pod_gaining_the_gpu_toleration_is_denied_since_an_update_cannot_h
 
 
 def test_a_pod_update_is_never_patched_even_at_mutate(service):
-    outcome = answer(service, _toleration_update(privileged=False), mutate=True)
+    outcome = answer(service, toleration_update(privileged=False), mutate=True)
 
     assert "patch" not in outcome.body["response"]
 
 
 def test_a_label_that_feeds_visible_devices_is_judged_by_its_new_value(service):
-    body = _label_update()
+    body = label_update()
     request = body["request"]
     for pod, value in ((request["oldObject"], "void"), (request["object"], "all")):
         _as_cpu_pod(pod, privileged=False)
@@ -123,7 +123,7 @@ def test_a_label_that_feeds_visible_devices_is_judged_by_its_new_value(service):
     assert "NVIDIA_VISIBLE_DEVICES=all" in outcome.body["response"]["status"]["message"]
 
 
-def _debug(body: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
+def debug_review(body: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
     """``kubectl debug`` of the recorded pod, now running on a GPU node: the new ephemeral
     container as the API server has defaulted it."""
     request = body["request"]
@@ -152,7 +152,7 @@ def _debug(body: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
 
 def test_kubectl_debug_with_a_cuda_image_gets_its_gpus_hidden_and_nothing_else_patched(service):
     cuda = {"name": "debugger-x7k2p", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
-    body = _debug(_label_update(), cuda)
+    body = debug_review(label_update(), cuda)
 
     outcome = answer(service, body, mutate=True)
     response = outcome.body["response"]
@@ -170,7 +170,7 @@ def test_a_privileged_debug_container_is_denied_at_both_endpoints(service):
         "securityContext": {"privileged": True},
     }
     for mutate in (True, False):
-        outcome = answer(service, _debug(_label_update(), sysadmin), mutate=mutate)
+        outcome = answer(service, debug_review(label_update(), sysadmin), mutate=mutate)
         assert outcome.verdict == "denied"
         assert 'container "debugger-9qz"' in outcome.body["response"]["status"]["message"]
 
