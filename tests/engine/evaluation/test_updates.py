@@ -4,6 +4,7 @@ import pytest
 
 from webhook.engine.evaluation.updates import (
     added_ephemeral_containers,
+    env_reads_metadata,
     fresh_findings,
     judged_fields_changed,
     placed_as_before,
@@ -74,3 +75,23 @@ def test_a_finding_counts_unless_the_old_object_had_it_word_for_word():
     kept, changed, new = _finding("sets X=0"), _finding("sets X=all"), _finding("privileged")
 
     assert fresh_findings([kept, _finding("sets X=1")], [kept, changed, new]) == [changed, new]
+
+
+def _env(section: str, path: str) -> dict[str, Any]:
+    ref = {"fieldRef": {"fieldPath": path}}
+    return {section: [{"name": "c", "env": [{"name": "X", "valueFrom": ref}]}]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "reads"),
+    [
+        pytest.param(_env("containers", "metadata.labels['gpus']"), True, id="a-label"),
+        pytest.param(_env("initContainers", "metadata.annotations['a']"), True, id="annotation"),
+        pytest.param(_env("ephemeralContainers", "metadata.labels"), True, id="ephemeral"),
+        pytest.param(_env("containers", "metadata.name"), False, id="the-name"),
+        pytest.param(_env("containers", "spec.nodeName"), False, id="the-node"),
+        pytest.param({"containers": [{"name": "c", "env": "oops"}]}, False, id="ill-typed"),
+    ],
+)
+def test_env_that_reads_the_pods_labels_or_annotations_is_found(spec, reads):
+    assert env_reads_metadata(spec) is reads

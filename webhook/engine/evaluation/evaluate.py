@@ -39,6 +39,7 @@ from webhook.engine.evaluation.claimobjects import evaluate_claim_object
 from webhook.engine.evaluation.request import NO_INVENTORY_NOTICE, InventoryView, Request
 from webhook.engine.evaluation.updates import (
     added_ephemeral_containers,
+    env_reads_metadata,
     fresh_findings,
     judged_fields_changed,
     placed_as_before,
@@ -260,6 +261,8 @@ def _pod_update(
         old = None
     if old is not None and not judged_fields_changed(obj, old):
         return Decision(allowed=True, mutated=obj)
+    if old is not None and _only_metadata_no_one_reads(obj, old, policy):
+        return Decision(allowed=True, mutated=obj)
     judged = placed_as_before(obj, old) if old is not None else obj
     after = _evaluate_object(
         _as_created(request, judged),
@@ -285,6 +288,17 @@ def _pod_update(
         notices=after.notices,
         extra_warnings=[w for w in after.warnings if w not in said],
     )
+
+
+def _only_metadata_no_one_reads(
+    obj: Mapping[str, Any], old: Mapping[str, Any], policy: Policy
+) -> bool:
+    """A label or annotation edit that neither a rule's pod selector nor any container's
+    env reads: the common pod update, spared two evaluations."""
+    spec = obj.get("spec")
+    if spec != old.get("spec") or not isinstance(spec, dict):
+        return False
+    return not env_reads_metadata(spec) and not any(r.match.pod_selector for r in policy.rules)
 
 
 def _ephemeral_update(

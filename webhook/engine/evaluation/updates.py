@@ -42,6 +42,24 @@ def judged_fields_changed(new: Mapping[str, Any], old: Mapping[str, Any]) -> boo
     )
 
 
+_CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def env_reads_metadata(spec: Mapping[str, Any]) -> bool:
+    """Whether some container takes a variable from the pod's own labels or annotations
+    (``fieldRef: metadata.labels['x']``): then a label edit can change what it reaches."""
+    for section in _CONTAINER_LISTS:
+        items = spec.get(section)
+        for body in items if isinstance(items, list) else ():
+            env = body.get("env") if isinstance(body, dict) else None
+            for entry in env if isinstance(env, list) else ():
+                ref = _map(_map(entry).get("valueFrom")).get("fieldRef")
+                path = str(_map(ref).get("fieldPath", ""))
+                if path.startswith(("metadata.labels", "metadata.annotations")):
+                    return True
+    return False
+
+
 def placed_as_before(new: Mapping[str, Any], old: Mapping[str, Any]) -> Mapping[str, Any]:
     """``new`` with the old pod's placement when the old pod is bound to a node: a bound
     pod stays where it runs, so a toleration added now changes nothing about its node
