@@ -19,6 +19,7 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
+from webhook.engine.resources.nodepools import Autoscaler, PoolInventory
 from webhook.files.inventoryfile import load_inventory
 from webhook.files.rulefiles import RuleStore, load_policy
 
@@ -133,6 +134,18 @@ def _other_view() -> InventoryView:
             Request(replica("b")),
             {"view": InventoryView(VIEW.snapshot, runtime_classes=frozenset({"nvidia"}))},
             id="runtime classes changed",
+        ),
+        pytest.param(
+            Request(replica("b")),
+            {
+                "view": InventoryView(
+                    VIEW.snapshot,
+                    pools=PoolInventory(
+                        autoscalers=(Autoscaler("cluster-autoscaler", "gpu", "at 0"),)
+                    ),
+                )
+            },
+            id="autoscaler pools changed",
         ),
     ],
 )

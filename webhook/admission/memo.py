@@ -7,9 +7,9 @@ engine is a function of the object, the request's namespace and its labels, the 
 and the inventory snapshot, so its decision for an equal key is the same decision.
 
 - Only CREATE is remembered: an UPDATE also depends on the old object, and is rare.
-- The memo belongs to one (policy, snapshot, runtime classes): a rule reload, a new
-  inventory snapshot or a RuntimeClass change empties it, so a remembered decision never
-  outlives what it was made from.
+- The memo belongs to one (policy, snapshot, runtime classes, autoscaler pools): a rule
+  reload, a new inventory snapshot, a RuntimeClass or pool change empties it, so a
+  remembered decision never outlives what it was made from.
 - Next to a decision the memo keeps the service's answers made from it (``Judgement``), so
   a replica's answer is not built and encoded again.
 - Keys are Python's own (keyed, per-process) hash of the object's JSON without identity
@@ -107,7 +107,7 @@ class DecisionMemo:
         self._engine = engine
         self._weak_hash = weak_hash
         self._lock = threading.Lock()
-        self._context: tuple[Policy, Any, str, frozenset[str] | None] | None = None
+        self._context: tuple[Policy, Any, str, frozenset[str] | None, object] | None = None
         # Oldest first. OrderedDict, not dict: taking a dict's first key walks past every
         # entry deleted before it (until the dict is resized), about 1 us at 4,096 keys.
         self._judgements: OrderedDict[Key, Judgement] = OrderedDict()
@@ -132,6 +132,7 @@ class DecisionMemo:
             (inventory.snapshot, inventory.devices),
             inventory.problem,
             inventory.runtime_classes,
+            inventory.pools,  # nodes that could exist (issue 23): a pool change is a change
         )
         with self._lock:
             if not self._same_context(context):
@@ -209,7 +210,9 @@ class DecisionMemo:
         self._seen[key] = None
         return False
 
-    def _same_context(self, context: tuple[Policy, Any, str, frozenset[str] | None]) -> bool:
+    def _same_context(
+        self, context: tuple[Policy, Any, str, frozenset[str] | None, object]
+    ) -> bool:
         # By reference: a freed snapshot's id may be reused by the next one.
         held = self._context
         return (
@@ -219,6 +222,7 @@ class DecisionMemo:
             and held[1][1] is context[1][1]
             and held[2] == context[2]
             and held[3] == context[3]
+            and held[4] is context[4]
         )
 
     def _key(self, request: Request) -> tuple[Key, bytes] | None:
