@@ -281,15 +281,17 @@ def connected(sock):
 ESTABLISHED = 1
 
 
-def slow_reader(server, body, outcomes):
+def slow_reader(server, body, outcomes, budget=30.0):
     """Sends ``body`` and reads its answer 2 KB every 4 s until the server ends the
-    connection, for 30 s at most: what it got, and when the server ended it (None: never)."""
+    connection, for ``budget`` seconds at most: what it got, and when the server ended it
+    (None: never)."""
     started = time.monotonic()
     got, ended = 0, None
+    sock = None
     try:
         sock = tls(server, receive_buffer=4096)
         sock.sendall(body)
-        while ended is None and time.monotonic() - started < 30:
+        while ended is None and time.monotonic() - started < budget:
             for _ in range(4):
                 time.sleep(1)
                 if not connected(sock):
@@ -298,7 +300,8 @@ def slow_reader(server, body, outcomes):
             got += len(sock.recv(2048))
     except OSError:  # the server's reset
         ended = ended or time.monotonic() - started
-    sock.close()
+    if sock is not None:
+        sock.close()
     outcomes.append((got, ended))
 
 
