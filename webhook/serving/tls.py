@@ -38,6 +38,9 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     # decode_error alert instead; HTTP's own framing (Content-Length, chunks) already tells
     # a cut request from a whole one, which is what close_notify would protect.
     context.options |= ssl.OP_IGNORE_UNEXPECTED_EOF
+    # A client could otherwise renegotiate (TLS 1.2) in the middle of its answer: costly
+    # handshakes on demand, and a write that must wait for a read.
+    context.options |= ssl.OP_NO_RENEGOTIATION
     return context
 
 

@@ -36,7 +36,11 @@ API server reads an answer at once; sixteen clients that read a 6 MB answer 2 KB
 held every thread (each send waited up to its 10 s timeout, and the next one again) and no
 review was answered for about 20 s. Kept answers are at most ``MAX_UNSENT_BYTES`` per
 worker together: past that the oldest is cut (the API server's are gone in milliseconds).
-Answers themselves are bounded (``webhook.admission.response``: patch and message).
+Answers themselves are bounded (``webhook.admission.response``: patch and message). A cut
+connection is reset, not closed: a close leaves the kernel sending what it holds of the
+answer at the reader's pace. A TLS write that must first read (renegotiation, which the
+TLS context refuses anyway) waits for the socket to be readable, not writable, so that
+it cannot wake the loop again and again.
 
 Expect. A ``100 Continue`` is sent on the main loop when the head asks for one and the body
 is not all there yet; gunicorn's own (``http/wsgi.py``) is turned off, since by the time a
@@ -239,13 +243,14 @@ class _Outbox:
     a window of at most ``SEND_BYTES`` from the start of the first part kept, and parts
     are only ever added behind it, so a window retried is the window that failed."""
 
-    __slots__ = ("_offset", "_parts", "_sock", "unsent")
+    __slots__ = ("_offset", "_parts", "_sock", "unsent", "wants_read")
 
     def __init__(self, sock: Any) -> None:
         self._sock = sock  # non-blocking (timeout 0) while the outbox is in use
         self._parts: deque[bytes] = deque()
         self._offset = 0
         self.unsent = 0
+        self.wants_read = False  # TLS must read before it can write again
 
     def sendall(self, data: bytes) -> None:
         waiting = bool(self._parts)  # the socket was full: the main loop sends the rest
@@ -263,8 +268,13 @@ class _Outbox:
             window = memoryview(first)[self._offset : self._offset + SEND_BYTES]
             try:
                 sent = self._sock.send(window)
-            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+            except ssl.SSLWantReadError:
+                self.wants_read = True
                 return False
+            except (ssl.SSLWantWriteError, BlockingIOError):
+                self.wants_read = False
+                return False
+            self.wants_read = False
             self._offset += sent
             self.unsent -= sent
             if self._offset >= len(first):
@@ -569,7 +579,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         conn.sock.setblocking(False)
         self._writing[conn] = (conn.answer_deadline, keep)
         self._writing_bytes += outbox.unsent
-        self.poller.register(conn.sock, selectors.EVENT_WRITE, partial(self._writable, conn))
+        conn.awaits = selectors.EVENT_READ if outbox.wants_read else selectors.EVENT_WRITE
+        self.poller.register(conn.sock, conn.awaits, partial(self._writable, conn))
         while self._writing_bytes > MAX_UNSENT_BYTES and len(self._writing) > 1:
             self._cut(next(iter(self._writing)))
 
@@ -584,6 +595,10 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         finally:
             self._writing_bytes -= before - outbox.unsent
         if not done:
+            awaits = selectors.EVENT_READ if outbox.wants_read else selectors.EVENT_WRITE
+            if awaits != conn.awaits:  # else a writable socket would wake the loop forever
+                conn.awaits = awaits
+                self.poller.modify(conn.sock, awaits, partial(self._writable, conn))
             return
         _, keep = self._writing.pop(conn)
         conn.unsent_box = None
