@@ -36,11 +36,11 @@ API server reads an answer at once; sixteen clients that read a 6 MB answer 2 KB
 held every thread (each send waited up to its 10 s timeout, and the next one again) and no
 review was answered for about 20 s. Kept answers are at most ``MAX_UNSENT_BYTES`` per
 worker together: past that the oldest is cut (the API server's are gone in milliseconds).
-Answers themselves are bounded (``webhook.admission.response``: patch and message). A cut
-connection is reset, not closed: a close leaves the kernel sending what it holds of the
-answer at the reader's pace. A TLS write that must first read (renegotiation, which the
-TLS context refuses anyway) waits for the socket to be readable, not writable, so that
-it cannot wake the loop again and again.
+Answers themselves are bounded (the patch in ``webhook.admission.response``, the message in
+``webhook.engine.policy.decision``). A cut connection is reset, not closed: a close leaves
+the kernel sending what it holds of the answer at the reader's pace. A TLS write that must
+first read (renegotiation, which the TLS context refuses anyway) waits for the socket to be
+readable, not writable, so that it cannot wake the loop again and again.
 
 Expect. A ``100 Continue`` is sent on the main loop when the head asks for one and the body
 is not all there yet; gunicorn's own (``http/wsgi.py``) is turned off, since by the time a
