@@ -14,9 +14,9 @@ in bytes (``webhook/admission/memo.py``) and full before the baseline is taken.
 
 Measured, not asserted: the pod's processes together (master and workers, by their
 proportional set size, PSS, as the container's memory cgroup counts forked pages) peaked at
-378-381 MiB against the container limit of 384 Mi (deploy/base/deployment.yaml), with the
-memo's bound then still to come; mostly workers evaluating several of the slow readers' 750
-KB pods at once (Python keeps the arenas). Too close to the limit to assert.
+about 372 MiB against the container limit of 384 Mi (deploy/base/deployment.yaml), 414 MiB
+before pods over 256 KiB were read one at a time per worker (each of the slow readers'
+731 KiB pods peaks at 65 MiB in the engine). Too close to the limit to assert.
 """
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ SECONDS = float(os.environ.get("GPU_WEBHOOK_SOAK_SECONDS", "45"))
 # evaluation holds a worker's interpreter lock for about half a second, and a valid review
 # may queue behind one on a loaded machine: 1.13 s was seen at a load average of 12.
 ANSWER_WITHIN = 5.0
+# The first round's 30 MiB, plus what one of the slow readers' reviews takes at its peak
+# (65 MiB, tracemalloc): Python keeps the arenas of the largest review a worker has held, and
+# which worker held one during the warm-up and which during the soak is the balancer's call.
+LARGE_REVIEW_KIB = 65 * 1024
 SLOW_READERS = 4
 
 
@@ -267,5 +271,8 @@ def test_the_second_rounds_attacks_cost_no_worker_and_change_no_decision(tmp_pat
     (master_rss, master_fds, worker_rss, worker_fds) = before
     assert after[0] <= master_rss + MASTER_RSS_MARGIN, (before, after)
     assert after[1] <= master_fds + FD_MARGIN, (before, after)
-    assert max(after[2]) <= max(worker_rss) + WORKER_RSS_MARGIN, (before, after)
+    assert max(after[2]) <= max(worker_rss) + WORKER_RSS_MARGIN + LARGE_REVIEW_KIB, (
+        before,
+        after,
+    )
     assert max(after[3]) <= max(worker_fds) + FD_MARGIN, (before, after)
