@@ -1,7 +1,12 @@
 import pytest
 
 from tests.builders import decoded_patch
-from webhook.admission.response import MAX_WARNINGS_TOTAL, reply
+from webhook.admission.response import (
+    MAX_PATCH_BYTES,
+    MAX_WARNINGS_TOTAL,
+    PatchTooLarge,
+    reply,
+)
 
 
 def test_an_allowed_answer_echoes_the_uid_and_carries_nothing_it_does_not_need():
@@ -96,3 +101,28 @@ def test_a_reply_encoded_once_is_the_answer_for_any_uid(uid, allowed):
     assert response["auditAnnotations"] == {"gpu-webhook/rule": "\x00uid\x00"}
     if not allowed:
         assert response["status"]["message"] == "a message that quotes \x00uid\x00"
+
+
+# --- answers bounded in size (issue 27) ---------------------------------------------------
+
+
+def test_a_patch_over_the_limit_is_refused_with_its_size_and_the_limit():
+    ops = [
+        {"op": "add", "path": f"/metadata/labels/l{i}", "value": "v" * 1000} for i in range(3300)
+    ]
+
+    with pytest.raises(PatchTooLarge) as refused:
+        reply(allowed=True, patch=ops)
+
+    assert f"{MAX_PATCH_BYTES:,}" in str(refused.value)
+    assert "3,300 operations" in str(refused.value)
+
+
+def test_a_patch_just_under_the_limit_is_sent_whole():
+    ops = [
+        {"op": "add", "path": f"/metadata/labels/l{i}", "value": "v" * 1000} for i in range(2900)
+    ]
+
+    response = reply(allowed=True, patch=ops).body("u")["response"]
+
+    assert decoded_patch(response) == ops

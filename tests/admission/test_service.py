@@ -234,3 +234,30 @@ def test_mutate_and_validate_of_one_pod_keep_their_own_answers():
     assert decoded_patch(mutated.body["response"])
     assert "patch" not in validated.body["response"]
     assert answer(service, body, mutate=True).answer is mutated.answer
+
+
+def test_a_pod_whose_patch_would_pass_the_limit_is_denied_saying_why(service):
+    containers = [{"name": f"c{i}", "image": "busybox"} for i in range(29_000)]
+    obj = pod(gpus=None)
+    obj["spec"]["containers"] = containers
+    obj["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+
+    outcome = answer(service, review(obj))
+    response = outcome.body["response"]
+
+    assert outcome.verdict == "denied"
+    assert response["allowed"] is False
+    assert "patch" not in response
+    assert "over its limit of 3,145,728" in response["status"]["message"]
+    assert len(outcome.encode()) < 2048
+
+
+def test_a_pod_whose_patch_is_under_the_limit_is_allowed_with_it(service):
+    obj = pod(gpus=None)
+    obj["spec"]["containers"] = [{"name": f"c{i}", "image": "busybox"} for i in range(19_000)]
+    obj["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+
+    response = answer(service, review(obj)).body["response"]
+
+    assert response["allowed"] is True
+    assert len(decoded_patch(response)) == 19_000

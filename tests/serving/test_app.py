@@ -119,15 +119,42 @@ def test_one_json_log_line_per_review_names_uid_decision_rules_and_duration(clie
     assert line["duration_ms"] > 0
 
 
-def test_health_readiness_and_metrics_answer(client):
+def test_health_and_readiness_answer_and_reviews_are_counted(client):
     post(client, "/validate", review(pod(gpus="500m")))
 
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").status_code == 200
-    text = client.get("/metrics").get_data(as_text=True)
+    text = metrics.exposition()[0].decode()
     assert 'gpu_webhook_requests_total{decision="denied",endpoint="validate"' in text
     assert 'gpu_webhook_findings_total{action="deny",endpoint="validate",' in text
     assert "gpu_webhook_request_duration_seconds_bucket" in text
+
+
+def test_metrics_are_not_served_on_the_webhook_port(client):
+    """Every pod may reach the webhook port; the metrics are for Prometheus, on 8080."""
+    assert client.get("/metrics").status_code == 404
+
+
+def test_an_object_the_engine_cannot_read_with_a_huge_uid_writes_short_log_lines(
+    caplog, monkeypatch
+):
+    """The engine reads every ill-typed pod field tried so far; a failure is forced here
+    to show what its log line and the review line hold then."""
+    service = AdmissionService(rules=RuleStore("rules"))
+    uid = "u" * (4 << 20)
+
+    def unreadable(*args, **kwargs):
+        raise TypeError(f"cannot read the object of {uid}")
+
+    monkeypatch.setattr(service.memo, "judge", unreadable)
+    with caplog.at_level(logging.INFO):
+        answer = post(create_app(service).test_client(), "/mutate", review(pod(), uid=uid))
+
+    assert answer.status_code == 200
+    assert answer.get_json()["response"]["allowed"] is False
+    lines = [JsonFormatter().format(record) for record in caplog.records]
+    assert any("engine failed on Pod" in line for line in lines)
+    assert max(len(line) for line in lines) < 20_000
 
 
 # --- fuzzing: no generated body gets a 5xx ----------------------------------------------

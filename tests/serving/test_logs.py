@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 import threading
 import time
 
@@ -154,3 +155,54 @@ def test_lines_added_from_many_threads_are_all_written_whole():
 
     written = stream.getvalue().splitlines()
     assert sorted(written) == sorted(f"{t}-{n}" for t in range(4) for n in range(200))
+
+
+# --- every field clipped (issue 27) -------------------------------------------------------
+
+CUT = logs.MAX_FIELD_CHARS
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        pytest.param("u" * 100, "u" * 100, id="a-short-text-whole"),
+        pytest.param(
+            "u" * (4 << 20), "u" * CUT + f"...[{(4 << 20) - CUT} more characters cut]", id="4-MiB"
+        ),
+        pytest.param(
+            ["r"] * 100,
+            ["r"] * logs.MAX_ITEMS + [f"...{100 - logs.MAX_ITEMS} more items cut"],
+            id="a-long-list",
+        ),
+        pytest.param(
+            {"k": "v" * (CUT + 5)}, {"k": "v" * CUT + "...[5 more characters cut]"}, id="nested"
+        ),
+        pytest.param(12345, 12345, id="a-number"),
+    ],
+)
+def test_every_field_of_a_long_line_is_clipped_with_a_marker_of_what_was_cut(direct, value, kept):
+    logs.review_line("call refused", {"uid": value, "pad": "p" * CUT}, level=logging.WARNING)
+
+    (line,) = direct().splitlines()
+    assert json.loads(line)["uid"] == kept
+
+
+def test_a_log_line_quoting_a_huge_uid_in_its_message_and_traceback_stays_short():
+    uid = "u" * (4 << 20)
+    message = "engine failed on %s %s"
+    try:
+        raise ValueError(f"cannot read {uid}")
+    except ValueError:
+        record = logging.LogRecord(
+            "gpu_webhook.service", logging.ERROR, __file__, 0, message, ("Widget", uid),
+            sys.exc_info(),
+        )  # fmt: skip
+
+    line = json.loads(JsonFormatter().format(record))
+
+    assert len(json.dumps(line)) < logs.MAX_EXCEPTION_CHARS + 4 * CUT
+    full = len(message % ("Widget", uid))
+    assert line["msg"].endswith(f"...[{full - CUT} more characters cut]")
+    assert line["exception"].startswith("Traceback")
+    assert line["exception"].endswith("u" * 100)
+    assert "characters cut]..." in line["exception"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -358,3 +359,57 @@ def test_what_is_held_is_sent_before_anyone_writes_to_the_descriptor_itself():
 
     assert coalescing.fileno() == 7
     assert real.sent == [b"HEAD"]
+
+
+class FillingSocket:
+    """A non-blocking TLS socket as ``ssl`` presents one: it takes ``room`` bytes per turn
+    and raises SSLWantWriteError for a write it cannot take whole; like OpenSSL, it wants a
+    write it refused retried with the same bytes."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.left = room
+        self.received = bytearray()
+        self.refused: bytes | None = None
+
+    def send(self, data: Any) -> int:
+        data = bytes(data)
+        if self.refused is not None:
+            assert data == self.refused, "a refused write was not retried with the same bytes"
+        if len(data) > self.left:
+            self.refused = data
+            raise ssl.SSLWantWriteError()
+        self.refused = None
+        self.left -= len(data)
+        self.received += data
+        return len(data)
+
+    def drained(self) -> None:
+        self.left = self.room  # the client read what was sent
+
+
+def test_an_answer_the_socket_cannot_take_is_kept_and_sent_whole_in_order_later():
+    sock = FillingSocket(room=worker.SEND_BYTES + 10)
+    outbox = worker._Outbox(sock)
+    parts = [b"H" * 100, bytes(range(256)) * 4000, b"tail"]
+
+    for part in parts:
+        outbox.sendall(part)
+    turns = 0
+    while not outbox.send():
+        sock.drained()
+        turns += 1
+
+    assert sock.received == b"".join(parts)
+    assert outbox.unsent == 0
+    assert turns >= 3
+
+
+def test_an_answer_the_socket_takes_at_once_leaves_nothing_for_the_main_loop():
+    sock = FillingSocket(room=1 << 20)
+    outbox = worker._Outbox(sock)
+
+    outbox.sendall(b"HTTP/1.1 200 OK\r\n\r\n{}")
+
+    assert outbox.unsent == 0
+    assert sock.received == b"HTTP/1.1 200 OK\r\n\r\n{}"

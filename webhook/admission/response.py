@@ -21,6 +21,25 @@ DENIED_CODE = 403
 # those that come once the total is reached again. So ours stay inside 4096 characters in
 # all (a str's len counts code points, as runes do) and under 120 each (``MAX_WARNING``).
 MAX_WARNINGS_TOTAL = 4096
+# The API server takes request bodies up to 3 MiB, twice etcd's recommended 1.5 MB request
+# (MaxRequestBodyBytes, k8s.io/apiserver/pkg/server/config.go), and applies a webhook's patch
+# whatever its size (mutating/dispatcher.go). Our patches add what they say: the object grows
+# by about 90% of the patch's bytes (the GPU-hiding env, measured), so a pod that needs more
+# than 3 MiB of patch would be over 2.7 MiB larger, which etcd's default limit refuses; the
+# answer (base64) stays under about 4.2 MB.
+MAX_PATCH_BYTES = 3 * 1024 * 1024
+
+
+class PatchTooLarge(ValueError):
+    """The patch is over ``MAX_PATCH_BYTES``: the object is denied with this message."""
+
+    def __init__(self, size: int, operations: int) -> None:
+        super().__init__(
+            f"gpu-webhook would patch this object with {size:,} bytes of JSON patch "
+            f"({operations:,} operations), over its limit of {MAX_PATCH_BYTES:,}: the API "
+            "server takes objects up to 3 MiB and etcd 1.5 MiB, so the patched object could "
+            "not be stored. Split it into smaller objects (fewer containers)."
+        )
 
 
 @dataclass(slots=True)  # built per review: frozen would triple its cost
@@ -64,6 +83,8 @@ def reply(
         response["status"] = {"code": DENIED_CODE, "reason": "Forbidden", "message": message}
     if patch:
         encoded = orjson.dumps(list(patch), default=_plain)
+        if len(encoded) > MAX_PATCH_BYTES:
+            raise PatchTooLarge(len(encoded), len(patch))
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(encoded).decode()
     kept = clipped_warnings(warnings)

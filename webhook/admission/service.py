@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from webhook.admission.inventory import InventorySource, view_of
 from webhook.admission.memo import DecisionMemo, Judgement
-from webhook.admission.response import Answer, Verdict, reply
+from webhook.admission.response import Answer, PatchTooLarge, Verdict, reply
 from webhook.admission.review import AdmissionRequest
 from webhook.engine.evaluation.request import Request
 from webhook.engine.policy.decision import Decision
@@ -188,13 +188,17 @@ def _answer(decision: Decision, *, mutate: bool, generation: int) -> Answer:
     if not decision.understood:
         return _skipped("kind")
     patch = decision.patch if mutate and decision.allowed else ()
-    encoded = reply(
-        allowed=decision.allowed,
-        message="" if decision.allowed else decision.message,
-        patch=patch,
-        warnings=decision.warnings,
-        audit=decision.audit,
-    )
+    try:
+        encoded = reply(
+            allowed=decision.allowed,
+            message="" if decision.allowed else decision.message,
+            patch=patch,
+            warnings=decision.warnings,
+            audit=decision.audit,
+        )
+    except PatchTooLarge as too_large:  # the patched object could not be stored anyway
+        denial = reply(allowed=False, message=str(too_large), warnings=decision.warnings)
+        return Answer(denial, "denied", findings=decision.findings, rules_generation=generation)
     return Answer(
         encoded,
         "allowed" if decision.allowed else "denied",

@@ -1,5 +1,9 @@
 """The Flask app: routes, content checks, error handlers, metrics, one log line per review.
 
+``/metrics`` is not among the routes: this app is served on the webhook port, which every
+pod may reach (``deploy/base/networkpolicy.yaml``), and the metrics (rules fired, kinds,
+namespaces' traffic) are for Prometheus only, on the health port (``webhook.serving.health``).
+
 Admission logic lives in ``webhook.admission``; this module moves bytes. Malformed calls get
 a 4xx with a short JSON reason (never a 500 or a traceback), so the API server's
 ``failurePolicy`` decides what happens to the object.
@@ -56,11 +60,6 @@ def create_app(service: AdmissionService, *, max_body: int = MAX_BODY_BYTES) -> 
             ready, why = service.ready()
             code, body = readiness(ready, "" if ready else why)
         return Response(body, status=code, mimetype="text/plain")
-
-    @app.get("/metrics")
-    def metrics_page() -> Response:
-        body, content_type = metrics.exposition()
-        return Response(body, content_type=content_type)
 
     @app.errorhandler(HTTPException)
     def http_error(error: HTTPException) -> Response:

@@ -33,6 +33,14 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     context.set_ciphers(TLS12_CIPHERS)
     context.load_cert_chain(certfile=str(cert_file), keyfile=str(key_file))
     context.set_alpn_protocols(["http/1.1"])
+    # A client that shuts its write side after a request (a bare FIN, no close_notify) is
+    # still owed its answer. OpenSSL 3 takes that EOF as fatal and answers with a
+    # decode_error alert instead; HTTP's own framing (Content-Length, chunks) already tells
+    # a cut request from a whole one, which is what close_notify would protect.
+    context.options |= ssl.OP_IGNORE_UNEXPECTED_EOF
+    # A client could otherwise renegotiate (TLS 1.2) in the middle of its answer: costly
+    # handshakes on demand, and a write that must wait for a read.
+    context.options |= ssl.OP_NO_RENEGOTIATION
     return context
 
 

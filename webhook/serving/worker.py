@@ -1,6 +1,8 @@
 """The gunicorn worker: ``gthread``, except that requests are read whole on the main loop
-before a thread serves them, connections are closed without blocking that loop, and a
-worker holding more connections than a sibling lets that sibling accept the next one.
+before a thread serves them, a failure on a connection costs that connection only, answers
+are finished on the main loop within a deadline, connections are closed without blocking
+that loop, and a worker holding more connections than a sibling lets that sibling accept the
+next one.
 
 Reading (see ``ReadingWorker``). ``gthread`` hands a connection to one of its few threads
 as soon as it is accepted or readable, and the thread then does the TLS handshake and reads
@@ -13,8 +15,40 @@ first byte (of accepting it, for the handshake) is dropped. Slow and idle connec
 cost a file descriptor and a poller slot, never a thread, and there are at most
 ``worker_connections`` of them per worker. Bodies over ``LARGE_BODY_BYTES`` are read one at
 a time per worker: a review of several megabytes takes about twelve times its size in
-memory while it is parsed. A thread's own reads and writes time out after
-``IO_TIMEOUT_SECONDS``.
+memory while it is parsed, and a pod of many containers far more (a 731 KiB pod of 19,000
+containers tolerating the GPU taint peaks at 65 MiB with its patch: several at once in a
+worker, as four slow readers sent them, took the pod's processes to 414 MiB, past its 384
+MiB limit; one at a time, to about 372 MiB). A thread's own reads time out after
+``IO_TIMEOUT_SECONDS``; its writes never wait (see "Writing").
+
+Failures. Whatever goes wrong on one connection costs that connection only. Wrapping a
+socket in TLS reads it when the client is already gone (``ssl.py`` raises "Closed before TLS
+handshake" or the reset itself), and it ran in ``accept`` on the main loop: one client that
+connected and reset (``SO_LINGER`` 0) ended a worker, forty ended forty (gthread wraps in a
+thread for that reason). A reset, a TLS alert or garbage for a ClientHello, and an EOF
+during the handshake, in the head or in the body drop the connection; a client that shut
+only its write side after a whole request gets its answer, then the connection closes. On
+top of that, a connection's poller callback that raises anything else drops that connection
+with the error logged (``wait_for_and_dispatch_events``), so a bug there cannot end a worker
+either; the listener's and the method queue's callbacks still raise as in gthread.
+
+Writing. A thread writes its answer only as far as the socket takes it without waiting
+(``_Outbox``); what is left goes to the main loop, which sends it as the client reads,
+until ``ANSWER_SECONDS`` after the thread began answering, then closes the connection. The
+API server reads an answer at once; sixteen clients that read a 6 MB answer 2 KB every 4 s
+held every thread (each send waited up to its 10 s timeout, and the next one again) and no
+review was answered for about 20 s. Kept answers are at most ``MAX_UNSENT_BYTES`` per
+worker together: past that the oldest is cut (the API server's are gone in milliseconds).
+Answers themselves are bounded (the patch in ``webhook.admission.response``, the message in
+``webhook.engine.policy.decision``). A cut connection is reset, not closed: a close leaves
+the kernel sending what it holds of the answer at the reader's pace. A TLS write that must
+first read (renegotiation, which the TLS context refuses anyway) waits for the socket to be
+readable, not writable, so that it cannot wake the loop again and again.
+
+Expect. A ``100 Continue`` is sent on the main loop when the head asks for one and the body
+is not all there yet; gunicorn's own (``http/wsgi.py``) is turned off, since by the time a
+thread parses the request its body has arrived. The API server's client (Go's net/http)
+adds no ``Expect`` of its own; curl asks before a large body.
 
 Closing. ``gthread`` closes a ``Connection: close`` answer gracefully on its main loop,
 waiting up to 2 s for the client to close first; forty clients that never do block the loop
@@ -45,6 +79,7 @@ import re
 import selectors
 import socket
 import ssl
+import struct
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -62,9 +97,12 @@ IO_TIMEOUT_SECONDS = 10.0
 CLOSE_LINGER_SECONDS = 2.0
 STOP_LINGER_SECONDS = 2.0  # idle kept-alive connections stay this long after SIGTERM
 MAX_HEAD_BYTES = 64 * 1024
-LARGE_BODY_BYTES = 1024 * 1024
+LARGE_BODY_BYTES = 256 * 1024
 SWEEP_SECONDS = 0.25
 DRAIN_SECONDS = 0.05
+ANSWER_SECONDS = 10.0  # the API server's default timeoutSeconds: it waits no longer
+SEND_BYTES = 256 * 1024
+MAX_UNSENT_BYTES = 32 * 1024 * 1024  # per worker, answers kept for slow readers together
 _DRAIN_BYTES = 64 * 1024
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,12})[ \t]*(?=\r\n|$)")
 _CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:[^\r\n]*chunked")
@@ -72,6 +110,7 @@ _EXPECT_CONTINUE = re.compile(rb"\r\nexpect[ \t]*:[ \t]*100-continue")
 RECHECK_SECONDS = 0.002
 MAX_DEFER_SECONDS = 0.05
 FREE = -1
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 BOOTING = -2  # claimed, but not accepting yet: loading the app takes a second or so
 
 
@@ -198,6 +237,73 @@ class _Coalescing:
         return getattr(self._sock, name)
 
 
+class _Outbox:
+    """A socket for an answer whose ``sendall`` never waits: what the socket takes now is
+    sent, the rest is kept (``unsent``) for the main loop's poller to send as the client
+    reads it (see "Writing" in the module docstring).
+
+    OpenSSL wants a write it could not finish retried with the same bytes: a write is
+    a window of at most ``SEND_BYTES`` from the start of the first part kept, and parts
+    are only ever added behind it, so a window retried is the window that failed."""
+
+    __slots__ = ("_offset", "_parts", "_sock", "unsent", "wants_read")
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock  # non-blocking (timeout 0) while the outbox is in use
+        self._parts: deque[bytes] = deque()
+        self._offset = 0
+        self.unsent = 0
+        self.wants_read = False  # TLS must read before it can write again
+
+    def sendall(self, data: bytes) -> None:
+        waiting = bool(self._parts)  # the socket was full: the main loop sends the rest
+        if data:
+            self._parts.append(bytes(data))
+            self.unsent += len(data)
+        if not waiting:
+            self.send()
+
+    def send(self) -> bool:
+        """As much as the socket takes now; True once nothing is left. Raises the
+        connection's ``OSError`` (a reset, a closed socket)."""
+        while self._parts:
+            first = self._parts[0]
+            window = memoryview(first)[self._offset : self._offset + SEND_BYTES]
+            try:
+                sent = self._sock.send(window)
+            except ssl.SSLWantReadError:
+                self.wants_read = True
+                return False
+            except (ssl.SSLWantWriteError, BlockingIOError):
+                self.wants_read = False
+                return False
+            self.wants_read = False
+            self._offset += sent
+            self.unsent -= sent
+            if self._offset >= len(first):
+                self._parts.popleft()
+                self._offset = 0
+        return True
+
+    def fileno(self) -> int:
+        """Someone writes to the descriptor itself (``sendfile``, which the app never
+        asks for): what is kept goes first, waiting as gunicorn's own writes do."""
+        if self._parts:
+            self._sock.settimeout(IO_TIMEOUT_SECONDS)
+            try:
+                while self._parts:
+                    self._sock.sendall(memoryview(self._parts.popleft())[self._offset :])
+                    self._offset = 0
+                self.unsent = 0
+            finally:
+                self._sock.settimeout(0.0)
+        fd: int = self._sock.fileno()
+        return fd
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
 class ReadingWorker(ThreadWorker):  # type: ignore[misc]
     """``gthread`` that reads each request whole on its main loop before a thread serves
     it, and closes connections without blocking that loop (see the module docstring)."""
@@ -207,6 +313,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         self._open: set[TConn] = set()  # what ``nr_conns`` counts
         self._reading: dict[TConn, float] = {}  # connection -> when it is dropped
         self._lingering: dict[TConn, float] = {}
+        self._writing: dict[TConn, tuple[float, bool]] = {}  # -> (deadline, keep alive)
+        self._writing_bytes = 0
         self._parked: deque[TConn] = deque()  # large bodies waiting for their turn
         self._large: TConn | None = None
         self._next_sweep = 0.0
@@ -230,13 +338,21 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         conn.head = None
         conn.continued = False
         conn.handshaken = not self.cfg.is_ssl
-        if self.cfg.is_ssl:
-            conn.sock = gsock.ssl_context(self.cfg).wrap_socket(
-                client, server_side=True, do_handshake_on_connect=False
-            )
-        else:
-            self._start_parser(conn)
-        self._watch(conn, time.monotonic() + READ_TIMEOUT_SECONDS)
+        conn.ended = False
+        conn.outbox = None
+        try:
+            if self.cfg.is_ssl:
+                # Wrapping reads the socket when the client is gone already (ssl.py's
+                # "Closed before TLS handshake"), and raises its reset: gthread wraps in a
+                # thread for that reason; here it costs this connection only.
+                conn.sock = gsock.ssl_context(self.cfg).wrap_socket(
+                    client, server_side=True, do_handshake_on_connect=False
+                )
+            else:
+                self._start_parser(conn)
+            self._watch(conn, time.monotonic() + READ_TIMEOUT_SECONDS)
+        except (OSError, ValueError):
+            self._drop(conn)
 
     def _opened(self, conn: TConn) -> None:
         self._open.add(conn)
@@ -275,12 +391,23 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
                 return
             fresh = not conn.pending
             if not self._receive(conn):
-                self._drop(conn)
+                self._ended(conn)
                 return
         except (OSError, ValueError):  # ssl.SSLError is an OSError
             self._drop(conn)
             return
         self._progress(conn, fresh=fresh)
+
+    def _ended(self, conn: TConn) -> None:
+        """The client closed its end: a whole request it sent first (it only shut its
+        write side) is answered, and the connection then closed; anything less is dropped."""
+        head = conn.head
+        whole = head is not None and request_end(conn.pending, head) is not None
+        if not whole or self._waits_its_turn(conn):
+            self._drop(conn)
+            return
+        conn.ended = True
+        self._progress(conn, fresh=False)
 
     def _handshake(self, conn: TConn) -> bool:
         try:
@@ -377,19 +504,29 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
 
     def handle(self, conn: TConn) -> bool:
         """gthread's ``handle`` for a connection whose request is already buffered: the
-        reads and writes left (a body drained, the answer) time out."""
+        answer is written as far as the socket takes it now, and what is left goes to the
+        main loop (``conn.outbox``); the reads left (a body drained) time out."""
         req = None
         try:
             req = next(conn.parser)
             if not req:
                 return False
+            # The body is all here: a 100 Continue was sent on the main loop if the client
+            # waited for one, and gunicorn would send a second (gunicorn/http/wsgi.py).
+            req._expected_100_continue = False
+            conn.answer_deadline = time.monotonic() + ANSWER_SECONDS
             sock = conn.sock
-            conn.sock = _Coalescing(sock)
+            outbox = _Outbox(sock)
+            conn.sock = _Coalescing(outbox)
+            sock.settimeout(0.0)
             try:
                 keep = self.handle_request(req, conn)
                 conn.sock.flush()
             finally:
                 conn.sock = sock
+                sock.settimeout(IO_TIMEOUT_SECONDS)
+            if outbox.unsent:
+                conn.outbox = outbox
             return bool(self._keepalive_after(conn, keep))
         except (http.errors.NoMoreData, StopIteration, TimeoutError):
             return False
@@ -417,13 +554,78 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         except Exception:
             keep = False
         self._release_large(conn)
+        outbox, conn.outbox = conn.outbox, None
         try:
-            if keep:
-                self._keep(conn)
+            if outbox is not None:
+                self._write_later(conn, outbox, keep=keep)
             else:
-                self._linger(conn)
+                self._answered(conn, keep=keep)
+        except (OSError, ValueError):
+            self._abandon(conn)
+        except Exception:  # run from the method queue: raising here would end the worker
+            self.log.exception("dropped a connection after an error on it")
+            self._abandon(conn)
+
+    def _answered(self, conn: TConn, *, keep: bool) -> None:
+        if keep and not conn.ended:
+            self._keep(conn)
+        else:
+            self._linger(conn)
+
+    # --- writing the rest of an answer on the main loop --------------------------------
+
+    def _write_later(self, conn: TConn, outbox: _Outbox, *, keep: bool) -> None:
+        """The rest of an answer goes out as the client reads it, until its deadline;
+        the oldest of these answers are cut when together they would hold more than
+        ``MAX_UNSENT_BYTES``."""
+        conn.unsent_box = outbox
+        conn.sock.setblocking(False)
+        self._writing[conn] = (conn.answer_deadline, keep)
+        self._writing_bytes += outbox.unsent
+        conn.awaits = selectors.EVENT_READ if outbox.wants_read else selectors.EVENT_WRITE
+        self.poller.register(conn.sock, conn.awaits, partial(self._writable, conn))
+        while self._writing_bytes > MAX_UNSENT_BYTES and len(self._writing) > 1:
+            self._cut(next(iter(self._writing)))
+
+    def _writable(self, conn: TConn, _fileobj: Any = None) -> None:
+        outbox: _Outbox = conn.unsent_box
+        before = outbox.unsent
+        try:
+            done = outbox.send()
+        except (OSError, ValueError):
+            self._cut(conn)
+            return
+        finally:
+            self._writing_bytes -= before - outbox.unsent
+        if not done:
+            awaits = selectors.EVENT_READ if outbox.wants_read else selectors.EVENT_WRITE
+            if awaits != conn.awaits:  # else a writable socket would wake the loop forever
+                conn.awaits = awaits
+                self.poller.modify(conn.sock, awaits, partial(self._writable, conn))
+            return
+        _, keep = self._writing.pop(conn)
+        conn.unsent_box = None
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+        try:
+            self._answered(conn, keep=keep)
         except (OSError, ValueError):
             self._drop(conn)
+
+    def _cut(self, conn: TConn) -> None:
+        """An answer not read in time (or a client gone): the connection is reset, so
+        that the kernel drops what it still holds of the answer too (a plain close would
+        go on sending it, at the reader's pace)."""
+        if conn in self._writing:
+            del self._writing[conn]
+            self._writing_bytes -= conn.unsent_box.unsent
+            conn.unsent_box = None
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+        with contextlib.suppress(OSError, ValueError):
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        self._closed(conn)
+        conn.close()
 
     def _keep(self, conn: TConn) -> None:
         conn.sock.setblocking(False)
@@ -476,7 +678,18 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
     # --- deadlines ----------------------------------------------------------------------
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
-        super().wait_for_and_dispatch_events(min(timeout, SWEEP_SECONDS))
+        """gthread's, except that a connection's callback that raises costs that
+        connection only (see "Failures" in the module docstring)."""
+        for key, _ in self.poller.select(min(timeout, SWEEP_SECONDS)):
+            callback = key.data
+            try:
+                callback(key.fileobj)
+            except Exception:
+                conn = _connection_of(callback)
+                if conn is None:
+                    raise  # the listener's or the method queue's: gthread's own
+                self.log.exception("dropped a connection after an error on it")
+                self._abandon(conn)
         now = time.monotonic()
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_SECONDS
@@ -493,15 +706,39 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             self._drop(conn)
         for conn in [c for c, deadline in self._lingering.items() if deadline <= now]:
             self._end_linger(conn)
+        for conn in [c for c, (deadline, _) in self._writing.items() if deadline <= now]:
+            self._cut(conn)
         while self._parked and self._parked[0].parked_deadline <= now:
             expired = self._parked.popleft()
             self._closed(expired)
             expired.close()
 
+    def _abandon(self, conn: TConn) -> None:
+        """Forget ``conn`` wherever the main loop holds it, and close it."""
+        self._reading.pop(conn, None)
+        self._lingering.pop(conn, None)
+        if conn in self._parked:
+            self._parked.remove(conn)
+        if conn in self._writing:
+            self._cut(conn)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+        with contextlib.suppress(Exception):
+            self._release_large(conn)
+        self._closed(conn)
+        with contextlib.suppress(Exception):
+            conn.close()
+
     def run(self) -> None:
         super().run()
-        for conn in [*self._reading, *self._lingering, *self._parked]:
+        for conn in [*self._reading, *self._lingering, *self._parked, *self._writing]:
             conn.close()
+
+
+def _connection_of(callback: Any) -> TConn | None:
+    """The connection a poller callback serves (``partial(method, conn)``), if any."""
+    args = getattr(callback, "args", ())
+    return args[0] if args and isinstance(args[0], TConn) else None
 
 
 class BalancedThreadWorker(ReadingWorker):
