@@ -12,8 +12,10 @@ import time
 
 import pytest
 
+from webhook import jsonlog
+from webhook.jsonlog import JsonFormatter
 from webhook.serving import logs
-from webhook.serving.logs import REVIEW_LOGGER, JsonFormatter, ReviewLines
+from webhook.serving.logs import REVIEW_LOGGER, ReviewLines
 
 FIELDS = {"endpoint": "mutate", "uid": "u-1", "rules_fired": ["a"], "dry_run": False}
 
@@ -159,7 +161,7 @@ def test_lines_added_from_many_threads_are_all_written_whole():
 
 # --- every field clipped (issue 27) -------------------------------------------------------
 
-CUT = logs.MAX_FIELD_CHARS
+CUT = jsonlog.MAX_FIELD_CHARS
 
 
 @pytest.mark.parametrize(
@@ -171,7 +173,7 @@ CUT = logs.MAX_FIELD_CHARS
         ),
         pytest.param(
             ["r"] * 100,
-            ["r"] * logs.MAX_ITEMS + [f"...{100 - logs.MAX_ITEMS} more items cut"],
+            ["r"] * jsonlog.MAX_ITEMS + [f"...{100 - jsonlog.MAX_ITEMS} more items cut"],
             id="a-long-list",
         ),
         pytest.param(
@@ -200,7 +202,7 @@ def test_a_log_line_quoting_a_huge_uid_in_its_message_and_traceback_stays_short(
 
     line = json.loads(JsonFormatter().format(record))
 
-    assert len(json.dumps(line)) < logs.MAX_EXCEPTION_CHARS + 4 * CUT
+    assert len(json.dumps(line)) < jsonlog.MAX_EXCEPTION_CHARS + 4 * CUT
     full = len(message % ("Widget", uid))
     assert line["msg"].endswith(f"...[{full - CUT} more characters cut]")
     assert line["exception"].startswith("Traceback")

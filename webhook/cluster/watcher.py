@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from webhook import jsonlog
 from webhook.cluster import feedwire
 from webhook.cluster.apiclient import ApiEndpoint, ApiError, KubeconfigError
 from webhook.cluster.devicesource import PATHS, DeviceCache
@@ -38,7 +39,6 @@ from webhook.cluster.inventorysource import (
 from webhook.cluster.poolsource import PoolCache, wire
 from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.inventory import Node, node_from_json
-from webhook.serving import logs
 
 log = logging.getLogger("webhook.inventory.watcher")
 HEARTBEAT_SECONDS = 1.0
@@ -363,7 +363,7 @@ def _listen(path: str) -> socket.socket:
 
 def _configure_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logs.JsonFormatter())
+    handler.setFormatter(jsonlog.JsonFormatter())
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level.upper())

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from webhook import jsonlog
 from webhook.cluster.apiclient import (
     ApiClient,
     ApiEndpoint,
@@ -36,7 +37,6 @@ from webhook.cluster.watcherprocess import WatcherProcess
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.files.rulefiles import RuleStore
 from webhook.reports.policyreport import policy_reports
-from webhook.serving import logs
 
 log = logging.getLogger("webhook.audit")
 LEASE_NAME = "gpu-webhook-audit"
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     Exit codes avoid 3 and 4, which gunicorn reads as a worker's boot failure."""
     args = _arguments(argv)
     handler = logging.StreamHandler()
-    handler.setFormatter(logs.JsonFormatter())
+    handler.setFormatter(jsonlog.JsonFormatter())
     logging.getLogger().handlers = [handler]
     logging.getLogger().setLevel(args.log_level.upper())
     try:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornBaseLogger
 
+from webhook import jsonlog
 from webhook.admission.inventory import InventorySource, StaticInventorySource
 from webhook.admission.memo import DecisionMemo, memo_bytes_per_worker
 from webhook.admission.service import AdmissionService
@@ -221,7 +222,7 @@ def _logging_config(level: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": logs.JsonFormatter}},
+        "formatters": {"json": {"()": jsonlog.JsonFormatter}},
         "handlers": {
             "stderr": {
                 "class": "logging.StreamHandler",
