@@ -48,9 +48,11 @@ class GeneratedNode:
     allocatable: dict[str, str]
     taints: list[dict[str, str]] = field(default_factory=list)
     unschedulable: bool = False
-    # Ground truth the reference uses: the shared resource and the physical GPUs behind it.
+    # Ground truth the reference uses: the shared resource and the physical GPUs behind it,
+    # and the sharing strategy the node's device plugin runs ("time-slicing", "mps").
     shared: tuple[str, int] | None = None
     ready: bool = True
+    strategy: str = ""
 
     def as_json(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"taints": self.taints}
@@ -155,7 +157,8 @@ def gpu_node(draw: st.DrawFn, index: int, *, conditions: bool = False) -> Genera
         if condition != "not-ready":
             key = CONDITION_TAINTS[condition]
             taints.append({"key": key, "value": "", "effect": "NoSchedule"})
-    return GeneratedNode(name, labels, allocatable, taints, cordoned, shared, ready)
+    strategy = {"timesliced": "time-slicing", "renamed": "time-slicing", "mps": "mps"}.get(kind, "")
+    return GeneratedNode(name, labels, allocatable, taints, cordoned, shared, ready, strategy)
 
 
 @st.composite
@@ -261,14 +264,41 @@ def _doc(kind: str, name: str, spec: dict[str, Any]) -> RuleDocument:
     return RuleDocument(DocumentRef("differential", 1, kind, name), {**body, "spec": spec})
 
 
-def policy(*, tolerate: bool, memory: dict[str, Any] | None) -> Policy:
-    docs = [
-        _doc(
-            "GPUSettings",
-            "settings",
-            {"checks": {"sharedGPURequest": "audit", "multipleMIGDevices": "audit"}},
+@dataclass(frozen=True)
+class DevicePlugin:
+    """What the nodes' NVIDIA device plugin refuses (``failRequestsGreaterThanOne``), and
+    whether the webhook keeps multi-slot pods off such nodes."""
+
+    time_slicing: bool = False
+    mps: bool = True
+    keep_off: bool = True
+
+    def refuses(self, strategy: str) -> bool:
+        return (strategy == "mps" and self.mps) or (
+            strategy == "time-slicing" and self.time_slicing
         )
-    ]
+
+
+DEFAULT_PLUGIN = DevicePlugin()
+device_plugins = st.builds(
+    DevicePlugin,
+    time_slicing=st.sampled_from([False, False, True]),
+    mps=st.sampled_from([True, True, False]),
+    keep_off=st.sampled_from([True, True, False]),
+)
+
+
+def policy(
+    *, tolerate: bool, memory: dict[str, Any] | None, plugin: DevicePlugin = DEFAULT_PLUGIN
+) -> Policy:
+    settings: dict[str, Any] = {
+        "checks": {"sharedGPURequest": "audit", "multipleMIGDevices": "audit"},
+        "devicePlugin": {
+            "failRequestsGreaterThanOne": {"timeSlicing": plugin.time_slicing, "mps": plugin.mps},
+            "keepOffRefusingNodes": plugin.keep_off,
+        },
+    }
+    docs = [_doc("GPUSettings", "settings", settings)]
     mutate: dict[str, Any] = {}
     if tolerate:
         mutate["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]

@@ -157,6 +157,45 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
     yield Finding("builtin", "capacity", action, text, summary, scope.where)
 
 
+def fit_warnings(scope: Scope, settings: Settings) -> Iterator[Finding]:
+    """What an admitted pod may still meet: nodes it can land on whose device plugin fails
+    it (when the affinity that keeps it off them could not be added, or is turned off), and
+    a fit that only nodes in a transient state (cordoned, not ready) offer now."""
+    answer = scope.fit
+    if answer is None or not answer.fitting:
+        return
+    refused = answer.refused
+    if refused:
+        names = "; ".join(class_name(shape) for shape in refused[:3])
+        asked = ", ".join(f"{n} {r}" for r, n in answer.demand.per_container if n > 1)
+        message = (
+            f"a container asks for {asked}, and the pod can also land on {names}, whose NVIDIA "
+            "device plugin fails a container asking for more than one shared slot (the pod "
+            "is rejected there with UnexpectedAdmissionError and not retried). Keep it off "
+            "those nodes with required node affinity on nvidia.com/gpu.sharing-strategy, or "
+            "ask for 1 slot per container."
+        )
+        action = action_of(settings.actions.get("sharedGPURequest", "warn"))
+        summary = f"may land on nodes that refuse {asked} per container"
+        yield Finding("builtin", "sharedGPURequest", action, message, summary, scope.where)
+    waiting = answer.waiting()
+    if waiting:
+        states = "; ".join(f"{class_name(shape)} are {state}" for shape, state in waiting[:3])
+        message = (
+            f"the pod fits only nodes that cannot take it right now: {states}. It stays "
+            "Pending until one is ready and schedulable again (a cordon or a bad condition "
+            "passes, so this is no reason to deny it)."
+        )
+        yield Finding(
+            "builtin",
+            "capacity",
+            "warn",
+            message,
+            f"fits only nodes that are unavailable now ({states})",
+            scope.where,
+        )
+
+
 def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
     """One GPU resource alone is more than any usable node has: today's message."""
     for resource, need in scope.pod.effective.items():
@@ -182,10 +221,10 @@ def _amount_text(resource: str, amount: int) -> str:
 
 
 def _short_text(short: Shortfall) -> str:
-    if short.physical:
+    if short.refused:
         return (
-            f"{short.have} physical GPUs behind {short.resource}, for a container asking "
-            f"{short.need}"
+            f"a device plugin that refuses a container more than 1 {short.resource} slot, "
+            f"for a container asking {short.need}"
         )
     have, need = (
         quantity_text(short.resource, short.have),
@@ -209,10 +248,14 @@ def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
     ]
     kinds = {s.resource for _, short in relevant for s in short}
     fixes = []
-    if any(s.physical for _, short in relevant for s in short):
+    if any(s.refused for _, short in relevant for s in short):
+        # NVIDIA/k8s-device-plugin internal/rm/rm.go, ValidateRequest: the kubelet fails
+        # the pod with UnexpectedAdmissionError (gpufacts.SlotRefusal).
         fixes.append(
-            "on shared GPUs (time-slicing, MPS) a container gets no more GPUs than the node "
-            "has, however many slots it asks for: ask for one slot, or for whole GPUs"
+            "the NVIDIA device plugin fails a container asking for more than one shared slot "
+            'there ("maximum request size for shared resources is 1"): ask for 1 slot per '
+            "container, or for whole GPUs on nodes that do not share them "
+            "(nvidia.com/gpu.sharing-strategy: none)"
         )
     if len(demand.gpus) > 1 and kinds & gpu_names:
         fixes.append(
@@ -386,8 +429,10 @@ def device_findings(
             if units.mig and not resource.startswith(MIG_PREFIX):
                 shape = next(s for s, d in units.offering if d.kind == "mig")
                 where = f" on {class_name(shape)}, where {resource} is a MIG slice"
-            if count > 1 and (
-                units.shared is not None or settings.gpu_resources.is_shared(resource)
+            if (
+                count > 1
+                and (units.shared is not None or settings.gpu_resources.is_shared(resource))
+                and (scope.fit is None or scope.fit.fitting)  # else capacity says why
             ):
                 yield _shared_request(
                     scope, c, resource, count, shared=units.shared, settings=settings

@@ -20,8 +20,8 @@ from webhook.engine.kube.workloads import Path
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import GPUResources, MemoryLimit, Mutations, NodeLabel
 from webhook.engine.resources.fit import Demand, pod_requests
-from webhook.engine.resources.gpufacts import MIG_PREFIX
-from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.resources.gpufacts import MIG_PREFIX, SHARED_SUFFIX
+from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
 
 HIDE_GPUS = ((VISIBLE_DEVICES, "void"), ("CUDA_VISIBLE_DEVICES", ""))
 SHM_VOLUME = "gpu-webhook-dshm"
@@ -96,6 +96,29 @@ def add_preferred_affinity(
             continue
         item = {"weight": preference["weight"], "preference": {"matchExpressions": exprs}}
         editor.append((*node_affinity, _PREFERRED), item)
+
+
+def keep_off_refusing_nodes(editor: Editor, spec_path: Path, answer: FitAnswer) -> None:
+    """Required node affinity off the nodes whose device plugin refuses a container of this
+    pod (more than one MPS slot, or time-sliced slot where failRequestsGreaterThanOne is
+    set): kube-scheduler would place it there and the kubelet fail it. GPU feature
+    discovery labels each node's strategy per resource (``<resource>.sharing-strategy``,
+    NVIDIA/k8s-device-plugin ``internal/lm/resource.go``); a renamed ``X.shared`` is
+    labelled under ``X``. Merged into the pod's terms as rules' affinity is."""
+    strategies = list(answer.refusal.refusing_strategies())
+    resources = sorted(
+        {s.resource for _, short in answer.missing if all(s.refused for s in short) for s in short}
+    )
+    wanted = [
+        {
+            "key": f"{resource.removesuffix(SHARED_SUFFIX)}.sharing-strategy",
+            "operator": "NotIn",
+            "values": strategies,
+        }
+        for resource in resources
+    ]
+    if strategies and wanted:
+        add_required_affinity(editor, spec_path, wanted)
 
 
 def set_runtime_class(editor: Editor, spec_path: Path, name: str) -> str | None:

@@ -24,6 +24,7 @@ from webhook.engine.enforcement.checks import (
     Scope,
     capacity_findings,
     device_findings,
+    fit_warnings,
     quantity_findings,
     rule_findings,
     whole_gpus,
@@ -31,6 +32,7 @@ from webhook.engine.enforcement.checks import (
 from webhook.engine.enforcement.mutators import (
     apply_containers,
     apply_placement,
+    keep_off_refusing_nodes,
     repair_requests_only,
 )
 from webhook.engine.evaluation.claimobjects import evaluate_claim_object
@@ -43,7 +45,7 @@ from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.devices import is_dra_object
 from webhook.engine.resources.fit import demand_of
-from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
     PodClaims,
@@ -339,6 +341,17 @@ def _evaluate_template(
     )
     # Container mutations and hiding leave the placement as it is: read it once.
     placement = Placement.of(editor.get(spec_path))
+    fit = None
+    if snapshot is not None and pod.total:
+        placement, fit = _fit(
+            editor,
+            spec_path,
+            pod,
+            placement=placement,
+            snapshot=snapshot,
+            settings=settings,
+            mutated_by=mutated_by,
+        )
     reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
     if hides_on_gpu_nodes:
         before = len(editor.ops)
@@ -354,9 +367,7 @@ def _evaluate_template(
         pod=pod,
         placement=placement,
         settings=settings,
-        fit=snapshot.fit(placement, demand_of(spec, pod.vector, pod.per_container, pod.containers))
-        if snapshot is not None and pod.total
-        else None,
+        fit=fit,
         kind=context.kind,
     )
     findings.extend(_gpu_findings(scope, snapshot))
@@ -388,6 +399,30 @@ def _evaluate_template(
     return pod, claims
 
 
+def _fit(
+    editor: Editor,
+    spec_path: WorkloadPath,
+    pod: PodGPUs,
+    *,
+    placement: Placement,
+    snapshot: Inventory,
+    settings: Settings,
+    mutated_by: dict[str, None],
+) -> tuple[Placement, FitAnswer]:
+    """Where the pod's whole request fits; when some nodes it can land on would fail it at
+    the device plugin and others would not, it is first kept off the former (issue 21)."""
+    demand = demand_of(editor.get(spec_path), pod.vector, pod.per_container, pod.containers)
+    fit = snapshot.fit(placement, demand, settings.device_plugin)
+    if fit.fitting and fit.refused and settings.keep_off_refusing_nodes:
+        before = len(editor.ops)
+        keep_off_refusing_nodes(editor, spec_path, fit)
+        if len(editor.ops) > before:
+            mutated_by["builtin/keepOffRefusingNodes"] = None
+            placement = Placement.of(editor.get(spec_path))
+            fit = snapshot.fit(placement, demand, settings.device_plugin)
+    return placement, fit
+
+
 def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
     """The built-in checks of the pod's GPU quantities, capacity and units."""
     pod, settings = scope.pod, scope.settings
@@ -397,6 +432,8 @@ def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
     # A pod that fits some class has no unknown resource either: nothing to report.
     if snapshot is not None and scope.fit is not None and not scope.fit.fitting:
         found.extend(capacity_findings(scope, snapshot, settings))
+    elif scope.fit is not None:
+        found.extend(fit_warnings(scope, settings))
     if pod.crowded and not whole_gpus(scope):
         found.extend(device_findings(scope, snapshot, settings))
     return found

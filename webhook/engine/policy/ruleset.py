@@ -17,7 +17,7 @@ from typing import Any, Literal
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS, KindTable, TemplateLocation, WorkloadKind
-from webhook.engine.resources.gpufacts import MEMORY_LABEL
+from webhook.engine.resources.gpufacts import DEVICE_PLUGIN_DEFAULTS, MEMORY_LABEL, SlotRefusal
 from webhook.engine.resources.inventory import Node, Taint
 
 Action = Literal["deny", "warn", "audit"]
@@ -40,7 +40,9 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
     "capacity": "deny",
     "unknownResource": "deny",
     "clusterCapacity": "warn",
-    "sharedGPURequest": "deny",
+    # A warning: what a pod gets. A device plugin that refuses such a container makes the
+    # node no place for the pod: ``capacity`` judges that (``GPUSettings.devicePlugin``).
+    "sharedGPURequest": "warn",
     "multipleMIGDevices": "warn",
     "deviceClaims": "deny",
     "unknownDeviceClass": "deny",
@@ -292,6 +294,13 @@ class Settings:
         default_factory=lambda: glob_matcher(DEFAULT_GPU_DEVICE_CLASSES)
     )
     gpu_nodes: GPUNodes = field(default_factory=GPUNodes)
+    # --- issue 21: shared slots as the device plugin allocates them, unknown names ---
+    # Which shared slots the NVIDIA device plugin refuses more than one of per container.
+    device_plugin: SlotRefusal = DEVICE_PLUGIN_DEFAULTS
+    # Add required node affinity keeping a multi-slot container off nodes that refuse it.
+    keep_off_refusing_nodes: bool = True
+    # Extended resources the scheduler ignores (``ignoredResources``), never "unknown".
+    ignored_resources: Callable[[str], bool] = field(default_factory=lambda: glob_matcher(()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +385,21 @@ def _compile_settings(spec: Mapping[str, Any]) -> Settings:
         inventory_failure_mode=spec.get("inventoryFailureMode", "allow"),
         gpu_device_classes=glob_matcher(spec.get("gpuDeviceClasses", DEFAULT_GPU_DEVICE_CLASSES)),
         gpu_nodes=_compile_gpu_nodes(spec.get("gpuNodes") or {}),
+        **_compile_device_plugin(spec),
     )
+
+
+def _compile_device_plugin(spec: Mapping[str, Any]) -> dict[str, Any]:
+    plugin = spec.get("devicePlugin") or {}
+    fails = plugin.get("failRequestsGreaterThanOne") or {}
+    return {
+        "device_plugin": SlotRefusal(
+            time_slicing=bool(fails.get("timeSlicing", DEVICE_PLUGIN_DEFAULTS.time_slicing)),
+            mps=bool(fails.get("mps", DEVICE_PLUGIN_DEFAULTS.mps)),
+        ),
+        "keep_off_refusing_nodes": bool(plugin.get("keepOffRefusingNodes", True)),
+        "ignored_resources": glob_matcher(spec.get("ignoredResources") or ()),
+    }
 
 
 def _compile_gpu_nodes(spec: Mapping[str, Any]) -> GPUNodes:
