@@ -29,7 +29,8 @@ from webhook.engine.resources.gpufacts import (
     SlotRefusal,
     gpu_facts,
 )
-from webhook.engine.resources.inventory import Node, Placement, healed
+from webhook.engine.resources.inventory import Inventory, Node, Placement, healed
+from webhook.engine.resources.offers import lookalike, offered, offered_names
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.reports.audit import ObjectRef, finding_json
 from webhook.reports.inventory import NO_GPU, class_key, table
@@ -202,7 +203,7 @@ def explain(
                     plugin=policy.settings.device_plugin,
                 ),
                 other_nodes=sum(1 for n in nodes if class_key(n)[0] == NO_GPU),
-                unoffered=_unoffered(nodes, demand),
+                unoffered=_unoffered(inventory, policy, nodes, demand),
             )
         )
     return Explanation(
@@ -222,7 +223,11 @@ def explain(
 
 
 # How a transient state ends, for "fits when ...".
-_WHEN = {"cordoned": "when uncordoned", "not ready": "when the node is ready again"}
+_WHEN = {
+    "cordoned": "when uncordoned",
+    "not ready": "when the node is ready again",
+    "unreachable": "when the node is reachable again",
+}
 
 
 def _judged(
@@ -325,14 +330,20 @@ class _GroupFacts:
         return hit
 
 
-def _unoffered(nodes: Sequence[Node], demand: Mapping[str, int]) -> tuple[str, ...]:
-    offered = {r for n in nodes for r, v in n.allocatable.items() if v and "/" in r}
+def _unoffered(
+    view: InventoryView, policy: Policy, nodes: Sequence[Node], demand: Mapping[str, int]
+) -> tuple[str, ...]:
+    """Requested resources that nothing offers (``offers.offered``: nodes, declared node
+    pools, DRA device classes), each with what it may have meant."""
+    base = view.snapshot if view.snapshot is not None else Inventory(nodes)
+    snapshot = base.with_nodes(policy.node_pools)
+    devices = None if view.problem else view.devices
     notes = []
     for resource in demand:
-        if resource in offered:
+        if offered(resource, nodes=snapshot, devices=devices):
             continue
-        close = difflib.get_close_matches(resource, sorted(offered), n=1, cutoff=0.8)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        close = lookalike(resource, offered_names(nodes=snapshot, devices=devices))
+        hint = f"; did you mean {close}?" if close else ""
         notes.append(f"no node offers {resource}{hint}")
     return tuple(notes)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -11,7 +10,8 @@ from typing import Any
 from webhook.engine.demand.gpus import Container, PodGPUs, QuantityProblem
 from webhook.engine.kube.quantity import format_bytes, format_quantity
 from webhook.engine.policy.decision import Finding, action_of
-from webhook.engine.policy.ruleset import Rule, RuleCheck, Settings, glob_matcher
+from webhook.engine.policy.ruleset import Action, Rule, RuleCheck, Settings, glob_matcher
+from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.fit import Shortfall, quantity_text
 from webhook.engine.resources.gpufacts import (
     MEMORY_LABEL,
@@ -30,6 +30,7 @@ from webhook.engine.resources.inventory import (
     Taint,
     Units,
 )
+from webhook.engine.resources.offers import VENDOR_GPU_RESOURCES, lookalike, offered, offered_names
 
 
 @dataclass(slots=True)  # not frozen: built on every admission, and frozen init costs more
@@ -46,6 +47,8 @@ class Scope:
     # inventory to ask (``Inventory.fit``).
     fit: FitAnswer | None = None
     kind: str = ""  # the object's kind: a Pod, or the workload holding the template
+    # The DRA inventory (classes serve extended resources too), when there is one.
+    devices: DeviceInventory | None = None
 
     def at(self, container: Container) -> str:
         if container.index < 0:
@@ -145,7 +148,9 @@ _ANYWHERE = Placement(
 def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) -> Iterator[Finding]:
     # ``effective``, not ``resources``: GPUs a DRA device class serves are judged as claims.
     unknown = [
-        r for r, n in scope.pod.effective.items() if n > 0 and r not in inventory.resource_names
+        r
+        for r, n in scope.pod.effective.items()
+        if n > 0 and not offered(r, nodes=inventory, devices=scope.devices)
     ]
     for resource in unknown:
         yield _unknown_resource(scope, resource, inventory, settings)
@@ -362,8 +367,8 @@ def _unknown_resource(
             "those, or ask an admin to partition GPUs with this profile."
         )
     else:
-        close = difflib.get_close_matches(resource, alike, n=1, cutoff=0.8)
-        hint = f" Did you mean {close[0]}?" if close else " Check the resource name."
+        close = lookalike(resource, alike)
+        hint = f" Did you mean {close}?" if close else " Check the resource name."
         message = (
             f"the pod requests {resource}, which no node advertises; this cluster offers "
             f"{offered}.{hint}"
@@ -377,6 +382,73 @@ def _unknown_resource(
         summary,
         scope.where,
     )
+
+
+def extended_names(scope: Scope) -> dict[str, str]:
+    """Every extended resource a container of the pod asks for, GPU or not, with the first
+    container asking: the scheduler compares each with the node (``fitsRequest``)."""
+    names: dict[str, str] = {}
+    for c in scope.pod.containers:
+        resources = c.body.get("resources")
+        if not isinstance(resources, dict):
+            continue
+        for section in ("limits", "requests"):
+            asked = resources.get(section)
+            if isinstance(asked, dict):
+                for name in asked:
+                    if isinstance(name, str) and "/" in name and name not in names:
+                        names[name] = c.name
+    return names
+
+
+def _gpu_names(inventory: Inventory | None, scope: Scope, settings: Settings) -> list[str]:
+    """GPU resource names a misspelling is compared with: the known vendors', those the
+    policy names, and the GPU resources the cluster offers (nodes, pools, DRA classes)."""
+    exact = [
+        name for name, _ in settings.gpu_resources.entries if not any(c in name for c in "*?[")
+    ]
+    offered_here = offered_names(nodes=inventory, devices=scope.devices)
+    return [
+        *VENDOR_GPU_RESOURCES,
+        *exact,
+        *(n for n in offered_here if settings.gpu_resources.is_gpu(n)),
+    ]
+
+
+def misspelled_findings(
+    scope: Scope, inventory: Inventory | None, settings: Settings
+) -> Iterator[Finding]:
+    """A resource that is no GPU to the policy, that nothing offers, and that is a
+    misspelling of a GPU resource (``offers.lookalike``): the pod would stay Pending for
+    ever. Denied as ``unknownResource`` with an inventory; without one, nothing says the
+    name is offered nowhere, so a warning."""
+    for name, container in extended_names(scope).items():
+        if settings.gpu_resources.is_gpu(name) or settings.ignored_resources(name):
+            continue
+        if offered(name, nodes=inventory, devices=scope.devices):
+            continue
+        meant = lookalike(name, _gpu_names(inventory, scope, settings))
+        if meant is None:
+            continue
+        who = f'container "{container}"'
+        if inventory is None:
+            message = (
+                f"{who} asks for {name}, which looks like a misspelling of {meant} (resource "
+                "names are case-sensitive); if no node offers it, the pod stays Pending. "
+                f"Did you mean {meant}?"
+            )
+            action: Action = "warn"
+            summary = f"{name} looks like a misspelling of {meant}"
+        else:
+            message = (
+                f"{who} asks for {name}, which no node, node pool or DRA device class offers; "
+                f"the pod would stay Pending. Did you mean {meant}? (Resource names are "
+                "case-sensitive; list a resource the scheduler ignores in GPUSettings "
+                "ignoredResources.)"
+            )
+            action = action_of(settings.actions["unknownResource"])
+            summary = f"{name} is offered by nothing; did you mean {meant}?"
+        yield Finding("builtin", "unknownResource", action, message, summary, scope.where)
 
 
 def _units(scope: Scope, inventory: Inventory | None, resource: str) -> Units:

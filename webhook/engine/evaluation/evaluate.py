@@ -25,6 +25,7 @@ from webhook.engine.enforcement.checks import (
     capacity_findings,
     device_findings,
     fit_warnings,
+    misspelled_findings,
     quantity_findings,
     rule_findings,
     whole_gpus,
@@ -369,6 +370,7 @@ def _evaluate_template(
         settings=settings,
         fit=fit,
         kind=context.kind,
+        devices=None if view.problem else view.devices,
     )
     findings.extend(_gpu_findings(scope, snapshot))
     if claims.claims and view.devices is not None and not view.problem:
@@ -436,6 +438,7 @@ def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
         found.extend(fit_warnings(scope, settings))
     if pod.crowded and not whole_gpus(scope):
         found.extend(device_findings(scope, snapshot, settings))
+    found.extend(misspelled_findings(scope, snapshot, settings))
     return found
 
 

@@ -42,6 +42,7 @@ from webhook.engine.resources.gpufacts import (
 CONDITION_TAINT_PREFIX = "node.kubernetes.io/"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+_STATES = {NOT_READY_TAINT: "not ready", "node.kubernetes.io/unreachable": "unreachable"}
 ALWAYS_IDENTITY_LABELS = frozenset({"kubernetes.io/hostname"})
 _PLACEMENT_CACHE_SIZE = 2048
 
@@ -237,7 +238,7 @@ class Placement:
                     for t in self.tolerations
                 )
             ):
-                return "not ready" if taint.key == NOT_READY_TAINT else f"tainted {taint.key}"
+                return _STATES.get(taint.key, f"tainted {taint.key}")
         if not node.ready and not any(
             tolerates(t, key=NOT_READY_TAINT, value="", effect="NoSchedule")
             for t in self.tolerations
