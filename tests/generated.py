@@ -22,6 +22,11 @@ SHARED = "nvidia.com/gpu.shared"
 MIG_SMALL = "nvidia.com/mig-1g.10gb"
 MIG_LARGE = "nvidia.com/mig-3g.40gb"
 GPU_NAMES = [GPU, SHARED, MIG_SMALL, MIG_LARGE]
+# Misspelt GPU resources no node offers (the first cause of Pending GPU pods), and an
+# extended resource that is no GPU, which the scheduler is told to ignore (the policy's
+# ignoredResources says so): the reference ignores it as the scheduler does.
+MISSPELT = ["nvidia.com/gpus", "nvida.com/gpu", "nvidia.com/GPU"]
+IGNORED = "example.com/fpga"
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 # Taints the node lifecycle controller sets for a bad condition (TaintNodesByCondition).
 CONDITION_TAINTS = {
@@ -32,9 +37,10 @@ CAPACITY_CHECKS = {"capacity", "unknownResource"}
 
 
 def asks_for_gpu(spec: dict[str, Any]) -> bool:
-    """Whether some container names a GPU resource (generated amounts are never zero)."""
+    """Whether some container names a GPU resource, or a misspelling of one (generated
+    amounts are never zero)."""
     return any(
-        name in GPU_NAMES
+        name in GPU_NAMES or name in MISSPELT
         for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
         for section in ("requests", "limits")
         for name in ((c.get("resources") or {}).get(section) or {})
@@ -185,6 +191,8 @@ def container(draw: st.DrawFn, name: str, *, init: bool) -> dict[str, Any]:
     requests: dict[str, Any] = {}
     for gpu in draw(GPU_SETS if not init else st.sampled_from([[], [], [GPU]])):
         limits[gpu] = draw(st.sampled_from([1, 1, 2, 3, 4, 8]))
+    if not init and draw(st.integers(0, 9)) == 0:
+        limits[draw(st.sampled_from([*MISSPELT, IGNORED]))] = 1
     cpu = draw(st.sampled_from([None, None, None, "500m", "4", "16", "200"]))
     if cpu is not None:
         (requests if draw(st.booleans()) else limits)["cpu"] = cpu
@@ -293,6 +301,7 @@ def policy(
 ) -> Policy:
     settings: dict[str, Any] = {
         "checks": {"sharedGPURequest": "audit", "multipleMIGDevices": "audit"},
+        "ignoredResources": [IGNORED],
         "devicePlugin": {
             "failRequestsGreaterThanOne": {"timeSlicing": plugin.time_slicing, "mps": plugin.mps},
             "keepOffRefusingNodes": plugin.keep_off,

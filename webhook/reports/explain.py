@@ -188,10 +188,18 @@ def explain(
     answers = []
     for template in templates:
         pod = pod_gpus(template.spec, EXTENDED, template.singles)
-        demand = {r: n for r, n in pod.effective.items() if n > 0}
+        # Resources the scheduler is told to ignore (GPUSettings ignoredResources) it
+        # does not compare with nodes.
+        ignored = policy.settings.ignored_resources
+        demand = {r: n for r, n in pod.effective.items() if n > 0 and not ignored(r)}
         # The whole request vector, as the webhook's capacity check judges it: CPU and
         # memory (limits the webhook set included) beside every extended resource.
-        vector = demand_of(template.spec, pod.vector, pod.per_container, pod.containers)
+        vector = demand_of(
+            template.spec,
+            tuple((r, n) for r, n in pod.vector if not ignored(r)),
+            tuple((r, n) for r, n in pod.per_container if not ignored(r)),
+            pod.containers,
+        )
         answers.append(
             TemplateAnswer(
                 path=".".join(map(str, template.spec_path)) or "spec",

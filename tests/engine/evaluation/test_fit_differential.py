@@ -34,6 +34,11 @@ node's strategy from how it was generated; the webhook reads it from the node's 
 this also checks that reading. And an admitted pod never lands where it is refused: the
 webhook keeps it off those nodes by affinity, or says it may land there.
 
+Pods sometimes ask for a misspelt GPU resource (``nvidia.com/gpus``, ``nvida.com/gpu``,
+``nvidia.com/GPU``), which no node offers, so no node passes NodeResourcesFit; and for an
+extended resource that is no GPU (``example.com/fpga``), which the scheduler is told to
+ignore (the policy's ``ignoredResources``) and the reference ignores too.
+
 Transient node states (a cordon, ``node.kubernetes.io/not-ready`` and other condition taints,
 a Ready condition that is not True) are generated, and a denial never rests on them: the
 reference judges the nodes as they are once healed, since the scheduler only waits for them.
@@ -52,6 +57,7 @@ from hypothesis import strategies as st
 from tests.generated import (
     CAPACITY_CHECKS,
     GPU_NAMES,
+    MISSPELT,
     UNSCHEDULABLE,
     DevicePlugin,
     GeneratedNode,
@@ -205,7 +211,7 @@ def node_holds(node: GeneratedNode, spec: dict[str, Any]) -> bool:
         for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
         for section in ("requests", "limits")
         for n in ((c.get("resources") or {}).get(section) or {})
-        if n in GPU_NAMES
+        if n in GPU_NAMES or n in MISSPELT  # the ignored one is not compared
     }
     for name in names:
         need = pod_request(spec, name)
@@ -234,7 +240,7 @@ def test_a_gpu_pod_is_admitted_exactly_when_some_node_passes_the_schedulers_filt
     memory: dict[str, Any] | None,
     plugin: DevicePlugin,
 ) -> None:
-    assume(any(pod_request(pod["spec"], name) for name in GPU_NAMES))
+    assume(any(pod_request(pod["spec"], name) for name in [*GPU_NAMES, *MISSPELT]))
     inventory = Inventory([node_from_json(n.as_json()) for n in nodes])
 
     decision = evaluate(
