@@ -139,9 +139,10 @@ def class_name(shape: Shape) -> str:
     return f"{product} nodes ({shape.example.name}{more})"
 
 
-# Admits every node a pod could be allowed onto: a cordoned node is no alternative to offer.
+# Admits every node a pod could be allowed onto, cordoned ones too: a cordon passes
+# (inventory.py, transient node states), as the capacity check judges it.
 _ANYWHERE = Placement(
-    node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},), cordoned=False
+    node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},), cordoned=True
 )
 
 
@@ -203,8 +204,9 @@ def fit_warnings(scope: Scope, settings: Settings) -> Iterator[Finding]:
 
 def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
     """One GPU resource alone is more than any usable node has: today's message."""
+    placement = scope.placement.healed()  # as ``Inventory.fit`` judges it
     for resource, need in scope.pod.effective.items():
-        fit = inventory.largest(resource, scope.placement)
+        fit = inventory.largest(resource, placement)
         if need <= fit.amount:
             continue
         best = inventory.largest(resource, _ANYWHERE)
@@ -307,13 +309,16 @@ def _tainted_fit(
         node_selector=scope.placement.node_selector,
         required_terms=scope.placement.required_terms,
         tolerations=({"operator": "Exists"},),
-        cordoned=False,  # a cordoned node is no alternative to offer
+        cordoned=True,  # a cordon passes: as ``Inventory.fit`` judges it
     )
     fit = inventory.largest(resource, selected)
     if fit.node is None or fit.amount <= usable:
         return None
     tolerations = Placement(
-        node_selector={}, required_terms=None, tolerations=scope.placement.tolerations
+        node_selector={},
+        required_terms=None,
+        tolerations=scope.placement.tolerations,
+        cordoned=True,  # a cordon is no taint to tolerate: it passes
     )
     taints = [t for t in fit.node.taints if not tolerations.admits({}, "", (t,))]
     return (fit, taints) if taints else None
