@@ -20,7 +20,12 @@ from webhook.engine.kube.workloads import Path
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import GPUResources, MemoryLimit, Mutations, NodeLabel
 from webhook.engine.resources.fit import Demand, pod_requests
-from webhook.engine.resources.gpufacts import MIG_PREFIX, SHARED_SUFFIX
+from webhook.engine.resources.gpufacts import (
+    DEVICE_PLUGIN_DEFAULTS,
+    MIG_PREFIX,
+    SHARED_SUFFIX,
+    SlotRefusal,
+)
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
 
 HIDE_GPUS = ((VISIBLE_DEVICES, "void"), ("CUDA_VISIBLE_DEVICES", ""))
@@ -276,6 +281,7 @@ def set_memory_limits(
     inventory: Inventory | None,
     rule: str = "",
     gpus: GPUResources | None = None,
+    refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
 ) -> list[Finding]:
     gpus = gpus or GPUResources()
     placement = Placement.of(_map(editor.get(spec_path)))
@@ -305,7 +311,13 @@ def set_memory_limits(
     findings: list[Finding] = []
     if planned and inventory is not None and pod.total:
         planned, findings = _fit_memory(
-            editor.get(spec_path), pod, planned, limit, inventory=inventory, rule=rule
+            editor.get(spec_path),
+            pod,
+            planned,
+            limit,
+            inventory=inventory,
+            rule=rule,
+            refusal=refusal,
         )
     for plan in planned:
         editor.add((*plan.path, "limits", "memory"), format_bytes(plan.amount))
@@ -322,6 +334,7 @@ def _fit_memory(
     *,
     inventory: Inventory,
     rule: str,
+    refusal: SlotRefusal,
 ) -> tuple[list[_Planned], list[Finding]]:
     """Keep the injected limits within the nodes the pod can use (``whenTooLarge``)."""
     spec = _map(spec)
@@ -335,7 +348,7 @@ def _fit_memory(
     def fitting(plans: list[_Planned]) -> tuple[Any, ...]:
         cpu, mem = memory(plans)
         demand = Demand(pod.vector, cpu, mem, pod.per_container)
-        return inventory.fit(placement, demand).fitting
+        return inventory.fit(placement, demand, refusal).fitting
 
     if fitting(planned):
         return planned, []
@@ -424,6 +437,7 @@ def apply_containers(
     rule: str = "",
     gpus: GPUResources | None = None,
     claim_holders: frozenset[Path] = frozenset(),
+    refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
 ) -> list[Finding]:
     """Container mutations of one rule; findings where a memory limit had to give way."""
     findings: list[Finding] = []
@@ -441,6 +455,7 @@ def apply_containers(
             inventory=inventory,
             rule=rule,
             gpus=gpus,
+            refusal=refusal,
         )
     if mutations.shm_size is not None:
         mount_shm(editor, spec_path, pod, mutations.shm_size)

@@ -279,6 +279,7 @@ def _mutate_containers(
                 rule=rule.name,
                 gpus=settings.gpu_resources,
                 claim_holders=claims.holders,
+                refusal=settings.device_plugin,
             )
         )
         _credit(editor, before, mutated_by, (rule,))
