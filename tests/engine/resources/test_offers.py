@@ -61,6 +61,8 @@ def test_without_an_inventory_nothing_is_known_to_offer_anything() -> None:
         pytest.param("nvidia.com/gpumem", None, id="HAMi's GPU memory is no typo"),
         pytest.param("nvidia.com/gpucores", None, id="HAMi's GPU cores are no typo"),
         pytest.param("example.com/fpga", None, id="not a GPU at all"),
+        pytest.param("lambda.ai/gpu", None, id="another domain's gpu, not amd.com's"),
+        pytest.param("intel.com/i915", "gpu.intel.com/i915", id="the vendor's word kept"),
         pytest.param("nvidia.com/hostdev", None, id="the network operator's resource"),
         pytest.param("nvidia.com/mig-2g.20gb", None, id="a real MIG profile is no typo"),
     ],

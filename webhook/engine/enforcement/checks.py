@@ -545,7 +545,7 @@ def _shared_request(
         f"({base}.sharing-strategy: none)."
     )
     summary = f"{who}: {count} {resource}, shared slots add no compute; ask for 1"
-    action = action_of(settings.actions.get("sharedGPURequest", "deny"))
+    action = action_of(settings.actions.get("sharedGPURequest", "warn"))
     return Finding("builtin", "sharedGPURequest", action, message, summary, scope.at(c))
 
 

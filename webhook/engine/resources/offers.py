@@ -34,7 +34,13 @@ VENDOR_GPU_RESOURCES: tuple[str, ...] = (
     "gpu.intel.com/xe",
     "habana.ai/gaudi",
 )
-VENDOR_DOMAINS: tuple[str, ...] = ("nvidia.com", "amd.com", "gpu.intel.com", "habana.ai")
+# Each vendor's domain, and the word its misspellings keep (``nvidia.io``, ``intel.com``).
+VENDOR_DOMAINS: dict[str, str] = {
+    "nvidia.com": "nvidia",
+    "amd.com": "amd",
+    "gpu.intel.com": "intel",
+    "habana.ai": "habana",
+}
 
 
 def offered(resource: str, *, nodes: Inventory | None, devices: DeviceInventory | None) -> bool:
@@ -102,8 +108,8 @@ def lookalike(resource: str, candidates: Iterable[str]) -> str | None:
         c_domain, _, c_path = candidate.partition("/")
         score = _distance(resource.lower(), candidate.lower(), 2)
         if score > 2 and _plain(path) == _plain(c_path) and c_domain in VENDOR_DOMAINS:
-            vendor = c_domain.partition(".")[0]
-            if vendor in domain.lower() or _distance(domain.lower(), c_domain, 3) <= 3:
+            labels = domain.lower().split(".")
+            if VENDOR_DOMAINS[c_domain] in labels or _distance(domain.lower(), c_domain, 2) <= 2:
                 score = 2
         if score <= 2 and (best is None or score < best[0]):
             best = (score, candidate)
