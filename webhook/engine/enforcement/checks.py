@@ -390,19 +390,13 @@ def _unknown_resource(
 
 
 def extended_names(scope: Scope) -> dict[str, str]:
-    """Every extended resource a container of the pod asks for, GPU or not, with the first
-    container asking: the scheduler compares each with the node (``fitsRequest``)."""
+    """Every extended resource a container of the pod asks for that is no GPU to the
+    policy, with the first container asking: the scheduler compares each with the node
+    (``fitsRequest``)."""
     names: dict[str, str] = {}
     for c in scope.pod.containers:
-        resources = c.body.get("resources")
-        if not isinstance(resources, dict):
-            continue
-        for section in ("limits", "requests"):
-            asked = resources.get(section)
-            if isinstance(asked, dict):
-                for name in asked:
-                    if isinstance(name, str) and "/" in name and name not in names:
-                        names[name] = c.name
+        for name in c.others or ():
+            names.setdefault(name, c.name)
     return names
 
 

@@ -638,16 +638,29 @@ class FitAnswer:
     _whole: dict[tuple[tuple[str, int], ...], bool] = field(
         default_factory=dict, compare=False, repr=False
     )
+    _later: dict[str, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def refused(self) -> tuple[Shape, ...]:
         """Classes that hold the request but whose device plugin refuses a container of it:
-        the scheduler places the pod there, and the kubelet fails it."""
-        return tuple(shape for shape, short in self.missing if all(s.refused for s in short))
+        the scheduler places the pod there, and the kubelet fails it (memoised)."""
+        hit = self._later.get("refused")
+        if hit is None:
+            hit = self._later["refused"] = tuple(
+                shape for shape, short in self.missing if short and all(s.refused for s in short)
+            )
+        return hit
 
     def waiting(self) -> tuple[tuple[Shape, str], ...]:
         """When every fitting node is kept from the pod now by a transient state: each
-        fitting class with that state ("cordoned", "not ready", ...); else empty."""
+        fitting class with that state ("cordoned", "not ready", ...); else empty (memoised:
+        an answer lives as long as its snapshot)."""
+        hit = self._later.get("waiting")
+        if hit is None:
+            hit = self._later["waiting"] = self._waiting()
+        return hit
+
+    def _waiting(self) -> tuple[tuple[Shape, str], ...]:
         states: list[tuple[Shape, str]] = []
         for shape in self.fitting:
             state = ""
