@@ -22,6 +22,11 @@ SHARED = "nvidia.com/gpu.shared"
 MIG_SMALL = "nvidia.com/mig-1g.10gb"
 MIG_LARGE = "nvidia.com/mig-3g.40gb"
 GPU_NAMES = [GPU, SHARED, MIG_SMALL, MIG_LARGE]
+# Misspelt GPU resources no node offers (the first cause of Pending GPU pods), and an
+# extended resource that is no GPU, which the scheduler is told to ignore (the policy's
+# ignoredResources says so): the reference ignores it as the scheduler does.
+MISSPELT = ["nvidia.com/gpus", "nvida.com/gpu", "nvidia.com/GPU"]
+IGNORED = "example.com/fpga"
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 # Taints the node lifecycle controller sets for a bad condition (TaintNodesByCondition).
 CONDITION_TAINTS = {
@@ -32,9 +37,10 @@ CAPACITY_CHECKS = {"capacity", "unknownResource"}
 
 
 def asks_for_gpu(spec: dict[str, Any]) -> bool:
-    """Whether some container names a GPU resource (generated amounts are never zero)."""
+    """Whether some container names a GPU resource, or a misspelling of one (generated
+    amounts are never zero)."""
     return any(
-        name in GPU_NAMES
+        name in GPU_NAMES or name in MISSPELT
         for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
         for section in ("requests", "limits")
         for name in ((c.get("resources") or {}).get(section) or {})
@@ -48,9 +54,11 @@ class GeneratedNode:
     allocatable: dict[str, str]
     taints: list[dict[str, str]] = field(default_factory=list)
     unschedulable: bool = False
-    # Ground truth the reference uses: the shared resource and the physical GPUs behind it.
+    # Ground truth the reference uses: the shared resource and the physical GPUs behind it,
+    # and the sharing strategy the node's device plugin runs ("time-slicing", "mps").
     shared: tuple[str, int] | None = None
     ready: bool = True
+    strategy: str = ""
 
     def as_json(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"taints": self.taints}
@@ -155,7 +163,8 @@ def gpu_node(draw: st.DrawFn, index: int, *, conditions: bool = False) -> Genera
         if condition != "not-ready":
             key = CONDITION_TAINTS[condition]
             taints.append({"key": key, "value": "", "effect": "NoSchedule"})
-    return GeneratedNode(name, labels, allocatable, taints, cordoned, shared, ready)
+    strategy = {"timesliced": "time-slicing", "renamed": "time-slicing", "mps": "mps"}.get(kind, "")
+    return GeneratedNode(name, labels, allocatable, taints, cordoned, shared, ready, strategy)
 
 
 @st.composite
@@ -182,6 +191,8 @@ def container(draw: st.DrawFn, name: str, *, init: bool) -> dict[str, Any]:
     requests: dict[str, Any] = {}
     for gpu in draw(GPU_SETS if not init else st.sampled_from([[], [], [GPU]])):
         limits[gpu] = draw(st.sampled_from([1, 1, 2, 3, 4, 8]))
+    if not init and draw(st.integers(0, 9)) == 0:
+        limits[draw(st.sampled_from([*MISSPELT, IGNORED]))] = 1
     cpu = draw(st.sampled_from([None, None, None, "500m", "4", "16", "200"]))
     if cpu is not None:
         (requests if draw(st.booleans()) else limits)["cpu"] = cpu
@@ -261,14 +272,42 @@ def _doc(kind: str, name: str, spec: dict[str, Any]) -> RuleDocument:
     return RuleDocument(DocumentRef("differential", 1, kind, name), {**body, "spec": spec})
 
 
-def policy(*, tolerate: bool, memory: dict[str, Any] | None) -> Policy:
-    docs = [
-        _doc(
-            "GPUSettings",
-            "settings",
-            {"checks": {"sharedGPURequest": "audit", "multipleMIGDevices": "audit"}},
+@dataclass(frozen=True)
+class DevicePlugin:
+    """What the nodes' NVIDIA device plugin refuses (``failRequestsGreaterThanOne``), and
+    whether the webhook keeps multi-slot pods off such nodes."""
+
+    time_slicing: bool = False
+    mps: bool = True
+    keep_off: bool = True
+
+    def refuses(self, strategy: str) -> bool:
+        return (strategy == "mps" and self.mps) or (
+            strategy == "time-slicing" and self.time_slicing
         )
-    ]
+
+
+DEFAULT_PLUGIN = DevicePlugin()
+device_plugins = st.builds(
+    DevicePlugin,
+    time_slicing=st.sampled_from([False, False, True]),
+    mps=st.sampled_from([True, True, False]),
+    keep_off=st.sampled_from([True, True, False]),
+)
+
+
+def policy(
+    *, tolerate: bool, memory: dict[str, Any] | None, plugin: DevicePlugin = DEFAULT_PLUGIN
+) -> Policy:
+    settings: dict[str, Any] = {
+        "checks": {"sharedGPURequest": "audit", "multipleMIGDevices": "audit"},
+        "ignoredResources": [IGNORED],
+        "devicePlugin": {
+            "failRequestsGreaterThanOne": {"timeSlicing": plugin.time_slicing, "mps": plugin.mps},
+            "keepOffRefusingNodes": plugin.keep_off,
+        },
+    }
+    docs = [_doc("GPUSettings", "settings", settings)]
     mutate: dict[str, Any] = {}
     if tolerate:
         mutate["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]

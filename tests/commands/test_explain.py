@@ -132,6 +132,35 @@ def test_json_output_carries_the_classes_the_webhook_and_the_scheduler(
     assert {c["product"] for c in template["classes"]} >= {"NVIDIA-A100-SXM4-80GB", "Tesla-T4"}
 
 
+def test_a_bound_pod_is_explained_as_bound_to_its_node(
+    cluster: tuple[ReplayServer, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay, config = cluster
+    pod = _live_pod()
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 8
+    pod["spec"]["nodeName"] = "a100-0"
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+    }
+    replay.routes["/api/v1/namespaces/team-a/pods/big"] = deque([Body(json.dumps(pod).encode())])
+    replay.routes["/api/v1/namespaces/team-a/events"] = deque(
+        [Body(list_pages("EventList", "v1", [], page_size=500)[0])]
+    )
+
+    code = main(
+        ["explain", "pod", "big", "-n", "team-a", "--kubeconfig", config, "--rules", str(RULES)]
+    )
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.startswith(
+        "Pod team-a/big (Pending)\n  bound to node a100-0: the scheduler has placed it; below "
+        "is how a new copy of this pod would be judged\n"
+    )
+    assert "no FailedScheduling event" not in out  # it is not waiting for the scheduler
+
+
 def test_a_pod_that_does_not_exist_exits_2(
     cluster: tuple[ReplayServer, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

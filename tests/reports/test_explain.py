@@ -93,12 +93,16 @@ def _answers(name: str) -> dict[str, str]:
             id="count-above-class",
         ),
         pytest.param(
-            "cordoned", "Tesla-T4", "no: 1 node(s) were unschedulable (cordoned)", id="cordoned"
+            "cordoned",
+            "Tesla-T4",
+            "fits when uncordoned (now: 1 node(s) were unschedulable)",
+            id="cordoned",
         ),
         pytest.param(
             "not-ready",
             "NVIDIA-A10",
-            "no: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: } (not ready)",
+            "fits when the node is ready again "
+            "(now: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: })",
             id="not-ready",
         ),
         pytest.param(
@@ -221,6 +225,56 @@ def _pod(resources: dict[str, object]) -> dict[str, object]:
     }
 
 
+_REFUSING_PLUGIN = """apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUSettings
+metadata: {name: cluster}
+spec:
+  devicePlugin:
+    failRequestsGreaterThanOne: {timeSlicing: true}
+    keepOffRefusingNodes: KEEP
+"""
+_REFUSED = (
+    "no: 1 node(s) refuse more than one nvidia.com/gpu slot per container (kube-scheduler "
+    "places the pod; the NVIDIA device plugin fails it at allocation) (time-slicing x4 "
+    "(failRequestsGreaterThanOne): a container asks 2 nvidia.com/gpu; ask for 1 per container, "
+    "or for whole GPUs on nodes that do not share them (nvidia.com/gpu.sharing-strategy: none))"
+)
+
+
+@pytest.mark.parametrize(
+    ("keep_off", "t4_verdict"),
+    [
+        pytest.param("false", _REFUSED, id="named as the device plugin's refusal"),
+        pytest.param(
+            "true",
+            "no: 1 node(s) didn't match Pod's node affinity/selector (required node affinity "
+            "matches no term)",
+            id="kept off them by the webhook's affinity",
+        ),
+    ],
+)
+def test_slots_a_device_plugin_refuses_do_not_fit_though_the_scheduler_would_place_them(
+    tmp_path: Path, keep_off: str, t4_verdict: str
+) -> None:
+    settings = _REFUSING_PLUGIN.replace("KEEP", keep_off)
+    policy = _policy_with(tmp_path, "00-settings.yaml", settings)
+
+    explanation = explain(
+        _pod({"limits": {"nvidia.com/gpu": 2}}),
+        policy=policy,
+        inventory=InventoryView(_WHOLE_AND_SHARED),
+        nodes=_WHOLE_AND_SHARED.nodes,
+    )
+
+    (template,) = explanation.templates
+    assert {c.product: c.verdict for c in template.classes} == {
+        "NVIDIA-A100-SXM4-40GB": "fits",
+        "Tesla-T4-SHARED": t4_verdict,
+    }
+    assert explanation.allowed  # the A100 takes it
+    assert any("sharing-strategy" in line for line in explanation.diff) == (keep_off == "true")
+
+
 @pytest.mark.parametrize(
     ("resources", "memory_rule", "verdicts"),
     [
@@ -235,14 +289,10 @@ def _pod(resources: dict[str, object]) -> dict[str, object]:
             False,
             {
                 "NVIDIA-A100-SXM4-40GB": "fits",
-                "Tesla-T4-SHARED": "no: 1 node(s) share their GPUs: a container asks more "
-                "nvidia.com/gpu than there are physical GPUs (kube-scheduler places the pod; "
-                "the NVIDIA device plugin fails it at allocation) (time-slicing x4: 4 physical "
-                "GPUs behind nvidia.com/gpu, a container asks 8; ask for at most 4 "
-                "nvidia.com/gpu per container (1 is what sharing means), or for whole GPUs on "
-                "nodes that do not share them (nvidia.com/gpu.sharing-strategy: none))",
+                "Tesla-T4-SHARED": "fits (8 nvidia.com/gpu are 8 time-sliced slots (x4 per GPU), "
+                "possibly on one GPU, not whole GPUs)",
             },
-            id="eight slots on a node of four time-sliced GPUs do not fit, though the slots do",
+            id="eight slots on four time-sliced GPUs fit: the device plugin allocates them",
         ),
         pytest.param(
             {"limits": {"nvidia.com/gpu": 1}, "requests": {"memory": "2000Gi"}},

@@ -6,16 +6,12 @@ GPU pod, ``explain`` must report some GPU node class that fits exactly when the 
 not deny it for capacity (``capacity``, ``unknownResource``). Both judge the pod as the
 webhook leaves it: its tolerations, and memory limits Kubernetes copies into unset requests.
 
-One difference is allowed, and stated: a node whose condition is bad (not ready, with or
-without the ``node.kubernetes.io/not-ready`` taint; or another ``node.kubernetes.io/``
-condition taint such as ``memory-pressure``). kube-scheduler's TaintToleration filter
-rejects it *now* (``tainttoleration/taint_toleration.go``, and the not-ready taint the node
-lifecycle controller adds, TaintNodesByCondition), so ``explain``, which says why a pod is
-Pending, says "not ready". The webhook deliberately ignores condition taints
-(``CONDITION_TAINT_PREFIX`` in ``webhook/engine/resources/inventory.py``): they come and go and the
-scheduler waits for them, so a "cannot fit" denial on their account would be false. With
-those conditions healed, the two must agree exactly, and ``explain`` never finds a fit the
-webhook denies.
+Transient node states (a node not ready, with or without the ``node.kubernetes.io/not-ready``
+taint; another ``node.kubernetes.io/`` condition taint such as ``memory-pressure``; a cordon)
+count the same for both: a class that fits once they pass "fits" (``explain`` says it "fits
+when the node is ready again" and what the scheduler says now), and the webhook does not deny
+for capacity on their account. So the two agree exactly, on the nodes as they are and as
+they are once healed; the device plugin's refusal of several shared slots is generated too.
 """
 
 from __future__ import annotations
@@ -28,9 +24,9 @@ from hypothesis import strategies as st
 
 from tests.generated import (
     CAPACITY_CHECKS,
-    UNSCHEDULABLE,
     GeneratedNode,
     asks_for_gpu,
+    device_plugins,
     inventories,
     memory_rules,
     pods,
@@ -45,13 +41,9 @@ CONDITION_TAINT_PREFIX = "node.kubernetes.io/"
 
 
 def _healed(node: Node) -> Node:
-    """The node once its condition is good again: ready, no condition taints."""
-    taints = tuple(
-        t
-        for t in node.taints
-        if not t.key.startswith(CONDITION_TAINT_PREFIX) or t.key == UNSCHEDULABLE
-    )
-    return dataclasses.replace(node, ready=True, taints=taints)
+    """The node once its transient states pass: ready, uncordoned, no condition taints."""
+    taints = tuple(t for t in node.taints if not t.key.startswith(CONDITION_TAINT_PREFIX))
+    return dataclasses.replace(node, ready=True, unschedulable=False, taints=taints)
 
 
 def _explain(pod: dict[str, Any], rules: Policy, nodes: list[Node]) -> Explanation:
@@ -72,26 +64,24 @@ def _denied_for_capacity(explanation: Explanation) -> bool:
     pod=pods(),
     tolerate=st.booleans(),
     memory=memory_rules,
+    plugin=device_plugins,
 )
 def test_explain_finds_a_class_for_a_gpu_pod_exactly_when_the_webhook_does_not_deny_it_for_capacity(
     generated: list[GeneratedNode],
     pod: dict[str, Any],
     tolerate: bool,
     memory: dict[str, Any] | None,
+    plugin: Any,
 ) -> None:
     assume(asks_for_gpu(pod["spec"]))
-    rules = policy(tolerate=tolerate, memory=memory)
+    rules = policy(tolerate=tolerate, memory=memory, plugin=plugin)
     nodes = [node_from_json(n.as_json()) for n in generated]
 
     now = _explain(pod, rules, nodes)
     healed = _explain(pod, rules, [_healed(n) for n in nodes])
 
     denied = _denied_for_capacity(now)
-    assert denied == _denied_for_capacity(healed)  # the webhook ignores conditions
     answers = [(c.product, c.verdict) for t in now.templates for c in t.classes]
+    assert denied == _denied_for_capacity(healed)  # transient states never decide a denial
+    assert _some_class_fits(now) != denied, (answers, [f.message for f in now.findings])
     assert _some_class_fits(healed) != denied, (answers, [f.message for f in now.findings])
-    if _some_class_fits(now):
-        assert not denied, (answers, [f.message for f in now.findings])
-    elif not denied:
-        # The allowed difference: only nodes in a bad condition would take the pod.
-        assert any(not n.ready or n != _healed(n) for n in nodes), answers

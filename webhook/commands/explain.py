@@ -156,6 +156,8 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
             return _fail(f"cannot read the cluster: {exc}")
     status = pod.get("status")
     phase = str(status.get("phase") or "") if isinstance(status, Mapping) else ""
+    spec = pod.get("spec")
+    bound = spec.get("nodeName") if isinstance(spec, Mapping) else None
     explanation = explain(
         _as_created(pod),
         policy=policy,
@@ -164,6 +166,7 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
         namespace_labels=labels,
         phase=phase,
         event=_last(events),
+        bound_to=bound if isinstance(bound, str) else "",
     )
     _print(args.output, [explanation])
     return _code([explanation])

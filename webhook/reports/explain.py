@@ -22,8 +22,15 @@ from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import GPUResources, Policy
 from webhook.engine.resources.fit import Demand, demand_of
-from webhook.engine.resources.gpufacts import COUNT_LABEL, GPUFacts, gpu_facts
-from webhook.engine.resources.inventory import Node, Placement
+from webhook.engine.resources.gpufacts import (
+    COUNT_LABEL,
+    DEVICE_PLUGIN_DEFAULTS,
+    GPUFacts,
+    SlotRefusal,
+    gpu_facts,
+)
+from webhook.engine.resources.inventory import Inventory, Node, Placement, healed
+from webhook.engine.resources.offers import lookalike, offered, offered_names
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.reports.audit import ObjectRef, finding_json
 from webhook.reports.inventory import NO_GPU, class_key, table
@@ -46,6 +53,12 @@ class ClassAnswer:
     detail: str
     # A node pool declared in rule files: up to this many nodes the cluster may create.
     pool_nodes: int = 0
+    # Of ``fits``, the nodes a transient state keeps from the pod now, and what it says:
+    # a "cannot fit" is never judged on such a state (the cluster heals), but it is why a
+    # pod is Pending now.
+    waiting: int = 0
+    now: str = ""
+    when: str = ""
 
     @property
     def node_count(self) -> str:
@@ -58,9 +71,14 @@ class ClassAnswer:
         if self.fits and self.pool_nodes:
             detail = "; ".join(filter(None, ["on a node the pool adds", self.detail]))
             return f"fits ({detail})"
+        if self.fits and self.waiting == self.fits:
+            detail = "; ".join(filter(None, [f"now: {self.now}", self.detail]))
+            return f"fits {self.when} ({detail})"
         if self.fits:
             of = f" {self.fits} of {self.nodes} nodes" if self.nodes > 1 else ""
-            return f"fits{of}" + (f" ({self.detail})" if self.detail else "")
+            later = f"{self.waiting} of them {self.when}" if self.waiting else ""
+            detail = "; ".join(filter(None, [later, self.detail]))
+            return f"fits{of}" + (f" ({detail})" if detail else "")
         reasons = ", ".join(f"{n} {reason}" for reason, n in self.reasons)
         return f"no: {reasons}" + (f" ({self.detail})" if self.detail else "")
 
@@ -73,6 +91,8 @@ class ClassAnswer:
             "fits": self.fits,
             "reasons": [{"reason": r, "nodes": n} for r, n in self.reasons],
             "detail": self.detail,
+            "waiting": self.waiting,
+            "now": self.now,
             "verdict": self.verdict,
         }
 
@@ -120,11 +140,14 @@ class Explanation:
     templates: tuple[TemplateAnswer, ...]
     phase: str = ""
     event: SchedulerEvent | None = None
+    # The node a live pod is bound to (``spec.nodeName``): the scheduler has placed it.
+    bound_to: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.ref.to_json(),
             "phase": self.phase,
+            "boundTo": self.bound_to or None,
             "webhook": {
                 "allowed": self.allowed,
                 "findings": [finding_json(f) for f in self.findings],
@@ -152,9 +175,12 @@ def explain(
     namespace_labels: Mapping[str, str] | None = None,
     phase: str = "",
     event: SchedulerEvent | None = None,
+    bound_to: str = "",
 ) -> Explanation:
     """Judge ``obj`` as a CREATE, then ask every node class about each of its pod
-    templates as the webhook would leave them (its tolerations and affinity included)."""
+    templates as the webhook would leave them (its tolerations and affinity included).
+    ``bound_to`` is the node a live pod is bound to, said first: the rest is how a new copy
+    of the pod would be judged."""
     ref = ObjectRef.of(obj)
     decision = evaluate(
         Request(obj, namespace=ref.namespace, namespace_labels=namespace_labels),
@@ -167,17 +193,34 @@ def explain(
     answers = []
     for template in templates:
         pod = pod_gpus(template.spec, EXTENDED, template.singles)
-        demand = {r: n for r, n in pod.effective.items() if n > 0}
+        # Resources the scheduler is told to ignore (GPUSettings ignoredResources) it
+        # does not compare with nodes.
+        ignored = policy.settings.ignored_resources
+        demand = {r: n for r, n in pod.effective.items() if n > 0 and not ignored(r)}
         # The whole request vector, as the webhook's capacity check judges it: CPU and
         # memory (limits the webhook set included) beside every extended resource.
-        vector = demand_of(template.spec, pod.vector, pod.per_container, pod.containers)
+        vector = demand_of(
+            template.spec,
+            tuple((r, n) for r, n in pod.vector if not ignored(r)),
+            tuple((r, n) for r, n in pod.per_container if not ignored(r)),
+            pod.containers,
+        )
         answers.append(
             TemplateAnswer(
                 path=".".join(map(str, template.spec_path)) or "spec",
                 demand=demand,
-                classes=_classes((*nodes, *policy.node_pools), template.spec, vector),
+                classes=_classes(
+                    (*nodes, *policy.node_pools),
+                    template.spec,
+                    vector,
+                    plugin=policy.settings.device_plugin,
+                ),
                 other_nodes=sum(1 for n in nodes if class_key(n)[0] == NO_GPU),
-                unoffered=_unoffered((*nodes, *found.nodes), demand) if not found.unbounded else (),
+                unoffered=(
+                    _unoffered(inventory, policy, (*nodes, *found.nodes), demand)
+                    if not found.unbounded
+                    else ()
+                ),
                 pools=pool_answers(found, template.spec, vector),
             )
         )
@@ -193,11 +236,45 @@ def explain(
         templates=tuple(answers),
         phase=phase,
         event=event,
+        bound_to=bound_to,
     )
 
 
+# How a transient state ends, for "fits when ...".
+_WHEN = {
+    "cordoned": "when uncordoned",
+    "not ready": "when the node is ready again",
+    "unreachable": "when the node is reachable again",
+}
+
+
+def _judged(
+    node: Node,
+    spec: Mapping[str, Any],
+    demand: Demand,
+    *,
+    placement: Placement,
+    facts: GPUFacts,
+    sharing: SlotRefusal,
+) -> tuple[Refusal | None, Refusal | None, str]:
+    """The node's answer once transient states are gone (what a denial rests on), the
+    scheduler's answer now when only such a state differs, and that state."""
+    now = refusal(node, spec, demand, placement=placement, facts=facts, sharing=sharing)
+    if now is None:
+        return None, None, ""
+    state = placement.transient_state(node)
+    if not state:
+        return now, None, ""
+    later = refusal(healed(node), spec, demand, placement=placement, facts=facts, sharing=sharing)
+    return later, (now if later is None else None), state
+
+
 def _classes(
-    nodes: Sequence[Node], spec: Mapping[str, Any], demand: Demand
+    nodes: Sequence[Node],
+    spec: Mapping[str, Any],
+    demand: Demand,
+    *,
+    plugin: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
 ) -> tuple[ClassAnswer, ...]:
     placement = Placement.of(spec)  # one pod: read its tolerations and affinity once
     groups: dict[tuple[Any, ...], list[Node]] = {}
@@ -212,11 +289,16 @@ def _classes(
             product = f"{product} (node pool {pool})"
         replicas = int(replicas_label) if str(replicas_label).isdigit() else 1
         facts = _GroupFacts()
-        refusals: list[Refusal | None] = [
-            refusal(n, spec, demand, placement=placement, facts=facts.of(n)) for n in members
+        judged = [
+            _judged(n, spec, demand, placement=placement, facts=facts.of(n), sharing=plugin)
+            for n in members
         ]
+        refusals: list[Refusal | None] = [later for later, _, _ in judged]
         fitting = [n for n, r in zip(members, refusals, strict=True) if r is None]
         reasons = Counter(r.reason for r in refusals if r is not None)
+        waiting = [(now, state) for _, now, state in judged if now is not None]
+        now_reasons = Counter(now.reason for now, _ in waiting)
+        states = Counter(state for _, state in waiting)
         if fitting:
             detail = shared_slots(fitting[0], dict(demand.gpus), replicas)
         else:
@@ -234,6 +316,12 @@ def _classes(
                 reasons=tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
                 detail=detail,
                 pool_nodes=members[0].count if pool else 0,
+                waiting=len(waiting),
+                now=", ".join(f"{n} {reason}" for reason, n in now_reasons.most_common()),
+                when=" or ".join(
+                    _WHEN.get(state, f"when {state.removeprefix('tainted ')} is lifted")
+                    for state, _ in states.most_common()
+                ),
             )
         )
     answers.sort(key=lambda a: (not a.fits, a.product, a.resources))
@@ -260,14 +348,20 @@ class _GroupFacts:
         return hit
 
 
-def _unoffered(nodes: Sequence[Node], demand: Mapping[str, int]) -> tuple[str, ...]:
-    offered = {r for n in nodes for r, v in n.allocatable.items() if v and "/" in r}
+def _unoffered(
+    view: InventoryView, policy: Policy, nodes: Sequence[Node], demand: Mapping[str, int]
+) -> tuple[str, ...]:
+    """Requested resources that nothing offers (``offers.offered``: nodes, autoscaler and
+    declared node pools, DRA device classes), each with what it may have meant."""
+    # ``nodes`` holds the nodes of sized autoscaler pools beside the cluster's own.
+    snapshot = Inventory(nodes).with_nodes(policy.node_pools)
+    devices = None if view.problem else view.devices
     notes = []
     for resource in demand:
-        if resource in offered:
+        if offered(resource, nodes=snapshot, devices=devices):
             continue
-        close = difflib.get_close_matches(resource, sorted(offered), n=1, cutoff=0.8)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        close = lookalike(resource, offered_names(nodes=snapshot, devices=devices))
+        hint = f"; did you mean {close}?" if close else ""
         notes.append(f"no node offers {resource}{hint}")
     return tuple(notes)
 
@@ -283,6 +377,11 @@ def render_text(explanation: Explanation) -> str:
     e = explanation
     phase = f" ({e.phase})" if e.phase else ""
     lines = [f"{e.ref.kind} {e.ref.namespace}/{e.ref.name}{phase}"]
+    if e.bound_to:
+        lines.append(
+            f"  bound to node {e.bound_to}: the scheduler has placed it; below is how a new "
+            "copy of this pod would be judged"
+        )
     if not e.understood:
         lines.append("  holds no pod template the webhook understands: nothing to explain")
         return "\n".join(lines) + "\n"
@@ -310,7 +409,7 @@ def render_text(explanation: Explanation) -> str:
             f"Scheduler, last FailedScheduling ({e.event.time}{times}):",
             f'  "{e.event.message}"',
         ]
-    elif e.phase == "Pending":
+    elif e.phase == "Pending" and not e.bound_to:
         lines += ["", "Scheduler: no FailedScheduling event (yet, or expired after an hour)"]
     return "\n".join(lines) + "\n"
 

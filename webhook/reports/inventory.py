@@ -192,7 +192,10 @@ def render_text(report: InventoryReport) -> str:
             (c.product, str(c.nodes), str(c.ready), str(c.cordoned), resources, mig, sharing)
         )
     lines += table(rows)
-    lines += ["", "What one unit of each GPU resource is (capacity counts physical GPUs)"]
+    lines += [
+        "",
+        "What one unit of each GPU resource is (capacity counts units, as the scheduler does)",
+    ]
     unit_rows = [("PRODUCT", "RESOURCE", "PER NODE", "ONE UNIT IS", "PHYSICAL GPUS", "MEMORY")]
     for c in report.classes:
         for u in c.units:

@@ -25,15 +25,25 @@ shares no code with the engine:
   request is the limit, as ``SetDefaults_Pod`` makes it) must not exceed allocatable for
   CPU and memory when requested, and for every extended resource with a non-zero request.
 
-One rule is the webhook's own, documented in ``webhook/engine/resources/fit.py``: on nodes whose GPUs
-are shared (time-slicing or MPS), no container may ask for more slots than the node has
-physical GPUs. The reference knows each node's configuration from how it was generated; the
-webhook reads it from the node's labels, so this also checks that reading.
+One rule is the kubelet's, through the NVIDIA device plugin (NVIDIA/k8s-device-plugin
+``internal/rm/rm.go``, ``ValidateRequest``): on a node whose GPUs are shared, a container
+asking for more than one slot is refused at allocation where the plugin's config fails such
+requests (MPS by default; time-slicing when ``failRequestsGreaterThanOne`` is set). Such a
+node passes the scheduler's filters and still cannot run the pod. The reference knows each
+node's strategy from how it was generated; the webhook reads it from the node's labels, so
+this also checks that reading. And an admitted pod never lands where it is refused: the
+webhook keeps it off those nodes by affinity, or says it may land there.
 
-Condition taints (``node.kubernetes.io/not-ready`` and the like) are not generated: the
-webhook deliberately ignores them, since the scheduler only waits for them to go.
+Pods sometimes ask for a misspelt GPU resource (``nvidia.com/gpus``, ``nvida.com/gpu``,
+``nvidia.com/GPU``), which no node offers, so no node passes NodeResourcesFit; and for an
+extended resource that is no GPU (``example.com/fpga``), which the scheduler is told to
+ignore (the policy's ``ignoredResources``) and the reference ignores too.
+
+Transient node states (a cordon, ``node.kubernetes.io/not-ready`` and other condition taints,
+a Ready condition that is not True) are generated, and a denial never rests on them: the
+reference judges the nodes as they are once healed, since the scheduler only waits for them.
 The pod judged is the one the webhook lets through: after its mutations (tolerations,
-memory limits, which Kubernetes copies into unset requests).
+memory limits, which Kubernetes copies into unset requests; affinity off refusing nodes).
 """
 
 from __future__ import annotations
@@ -48,10 +58,14 @@ from hypothesis import strategies as st
 
 from tests.generated import (
     CAPACITY_CHECKS,
+    DEFAULT_PLUGIN,
     GPU,
     GPU_NAMES,
+    MISSPELT,
     UNSCHEDULABLE,
+    DevicePlugin,
     GeneratedNode,
+    device_plugins,
     inventories,
     memory_rules,
     pods,
@@ -167,18 +181,43 @@ def node_admits(node: GeneratedNode, spec: dict[str, Any]) -> bool:
     )
 
 
-def node_passes(node: GeneratedNode, spec: dict[str, Any]) -> bool:
-    return node_admits(node, spec) and node_holds(node, spec)
+def node_admits_healed(node: GeneratedNode, spec: dict[str, Any]) -> bool:
+    """``node_admits`` on the node once its transient states are gone: uncordoned, Ready, no
+    ``node.kubernetes.io/`` condition taints."""
+    tolerations = spec.get("tolerations") or []
+    return affinity_matches(spec, node.labels) and all(
+        taint["effect"] not in ("NoSchedule", "NoExecute")
+        or taint["key"].startswith("node.kubernetes.io/")
+        or any(tolerates(t, taint) for t in tolerations)
+        for taint in node.taints
+    )
+
+
+def refused(node: GeneratedNode, spec: dict[str, Any], plugin: DevicePlugin) -> bool:
+    """The device plugin fails a container asking for more than one shared slot."""
+    if node.shared is None or not plugin.refuses(node.strategy):
+        return False
+    resource, _ = node.shared
+    containers = (spec.get("containers") or []) + (spec.get("initContainers") or [])
+    return any(request_of(c, resource) > 1 for c in containers)
+
+
+def node_passes(node: GeneratedNode, spec: dict[str, Any], plugin: DevicePlugin) -> bool:
+    return (
+        node_admits_healed(node, spec)
+        and node_holds(node, spec)
+        and not refused(node, spec, plugin)
+    )
 
 
 def node_holds(node: GeneratedNode, spec: dict[str, Any]) -> bool:
-    """NodeResourcesFit on an empty node, and the webhook's physical-GPU rule."""
+    """NodeResourcesFit on an empty node: slots and MIG devices, as the scheduler counts."""
     names = {"cpu", "memory"} | {
         n
         for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
         for section in ("requests", "limits")
         for n in ((c.get("resources") or {}).get(section) or {})
-        if n in GPU_NAMES
+        if n in GPU_NAMES or n in MISSPELT  # the ignored one is not compared
     }
     for name in names:
         need = pod_request(spec, name)
@@ -189,37 +228,51 @@ def node_holds(node: GeneratedNode, spec: dict[str, Any]) -> bool:
             return False
         if need > quantity(have):
             return False
-    if node.shared is not None:
-        resource, physical = node.shared
-        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-            if request_of(c, resource) > physical:
-                return False
     return True
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(nodes=inventories(), pod=pods(), tolerate=st.booleans(), memory=memory_rules)
+@given(
+    nodes=inventories(conditions=True),
+    pod=pods(),
+    tolerate=st.booleans(),
+    memory=memory_rules,
+    plugin=device_plugins,
+)
 def test_a_gpu_pod_is_admitted_exactly_when_some_node_passes_the_schedulers_filters(
     nodes: list[GeneratedNode],
     pod: dict[str, Any],
     tolerate: bool,
     memory: dict[str, Any] | None,
+    plugin: DevicePlugin,
 ) -> None:
-    assume(any(pod_request(pod["spec"], name) for name in GPU_NAMES))
+    assume(any(pod_request(pod["spec"], name) for name in [*GPU_NAMES, *MISSPELT]))
     inventory = Inventory([node_from_json(n.as_json()) for n in nodes])
 
     decision = evaluate(
         Request(pod),
-        policy=policy(tolerate=tolerate, memory=memory),
+        policy=policy(tolerate=tolerate, memory=memory, plugin=plugin),
         inventory=InventoryView(inventory),
     )
 
     assert decision.mutated is not None
     spec = dict(decision.mutated)["spec"]
-    fits = [n.name for n in nodes if node_passes(n, spec)]
+    fits = [n.name for n in nodes if node_passes(n, spec, plugin)]
     denied = [f for f in decision.findings if f.check in CAPACITY_CHECKS and f.action == "deny"]
     assert not [f for f in decision.findings if f.check == "memoryLimit" and f.action == "deny"]
     assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])
+    if fits:
+        # Admitted: it lands only where the kubelet runs it, or it is told where it may not.
+        landing = [
+            n.name
+            for n in nodes
+            if node_admits_healed(n, spec) and node_holds(n, spec) and refused(n, spec, plugin)
+        ]
+        warned = any(
+            f.check == "sharedGPURequest" and "can also land on" in f.message
+            for f in decision.findings
+        )
+        assert not landing or (warned and not plugin.keep_off), (landing, decision.findings)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -410,7 +463,7 @@ def test_a_gpu_pod_is_denied_exactly_when_no_node_and_no_pool_can_hold_it(
     assert decision.mutated is not None
     spec = dict(decision.mutated)["spec"]
     candidates = [CPU_NODE, *(node for pool in pools for node in pool_candidates(pool))]
-    fits = [n.name for n in candidates if node_passes(n, spec)]
+    fits = [n.name for n in candidates if node_passes(n, spec, DEFAULT_PLUGIN)]
     denied = [f for f in decision.findings if f.check in CAPACITY_CHECKS and f.action == "deny"]
     assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])
 

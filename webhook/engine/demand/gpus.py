@@ -44,6 +44,9 @@ class Container:
     memory: int = 0
     # A memory limit this webhook sets where no request is: Kubernetes copies it there.
     memory_set: int | None = None
+    # Extended resources it asks for that are no GPU to the policy (read with the GPUs, so
+    # that a misspelt one costs no second pass): ``checks.misspelled_findings``.
+    others: list[str] | None = None
 
     @property
     def requests(self) -> tuple[int, int]:
@@ -155,10 +158,23 @@ def _container(
     for resource in requests:
         if is_gpu(resource):
             _read(container, resource, requests[resource], limits.get(resource))
+        elif "/" in resource:
+            _other(container, resource)
     for resource in limits:
-        if resource not in requests and is_gpu(resource):
-            _read(container, resource, None, limits[resource])
+        if resource not in requests:
+            if is_gpu(resource):
+                _read(container, resource, None, limits[resource])
+            elif "/" in resource:
+                _other(container, resource)
     return container
+
+
+def _other(container: Container, resource: object) -> None:
+    if isinstance(resource, str):
+        if container.others is None:
+            container.others = [resource]
+        else:
+            container.others.append(resource)
 
 
 def _read(container: Container, name: str, raw_request: object, raw_limit: object) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -11,7 +10,8 @@ from typing import Any
 from webhook.engine.demand.gpus import Container, PodGPUs, QuantityProblem
 from webhook.engine.kube.quantity import format_bytes, format_quantity
 from webhook.engine.policy.decision import Finding, action_of
-from webhook.engine.policy.ruleset import Rule, RuleCheck, Settings, glob_matcher
+from webhook.engine.policy.ruleset import Action, Rule, RuleCheck, Settings, glob_matcher
+from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.fit import Shortfall, quantity_text
 from webhook.engine.resources.gpufacts import (
     MEMORY_LABEL,
@@ -31,6 +31,7 @@ from webhook.engine.resources.inventory import (
     UnboundedPool,
     Units,
 )
+from webhook.engine.resources.offers import VENDOR_GPU_RESOURCES, lookalike, offered, offered_names
 
 
 @dataclass(slots=True)  # not frozen: built on every admission, and frozen init costs more
@@ -47,6 +48,8 @@ class Scope:
     # inventory to ask (``Inventory.fit``).
     fit: FitAnswer | None = None
     kind: str = ""  # the object's kind: a Pod, or the workload holding the template
+    # The DRA inventory (classes serve extended resources too), when there is one.
+    devices: DeviceInventory | None = None
 
     def at(self, container: Container) -> str:
         if container.index < 0:
@@ -168,16 +171,19 @@ def class_name(shape: Shape) -> str:
     return f"{product} nodes ({shape.example.name}{more})"
 
 
-# Admits every node a pod could be allowed onto: a cordoned node is no alternative to offer.
+# Admits every node a pod could be allowed onto, cordoned ones too: a cordon passes
+# (inventory.py, transient node states), as the capacity check judges it.
 _ANYWHERE = Placement(
-    node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},), cordoned=False
+    node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},), cordoned=True
 )
 
 
 def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) -> Iterator[Finding]:
     # ``effective``, not ``resources``: GPUs a DRA device class serves are judged as claims.
     unknown = [
-        r for r, n in scope.pod.effective.items() if n > 0 and r not in inventory.resource_names
+        r
+        for r, n in scope.pod.effective.items()
+        if n > 0 and not offered(r, nodes=inventory, devices=scope.devices)
     ]
     found = [_unknown_resource(scope, resource, inventory, settings) for resource in unknown]
     answer = scope.fit
@@ -205,10 +211,50 @@ def _cannot_know(finding: Finding, pools: Sequence[UnboundedPool]) -> Finding:
     return Finding(finding.rule, finding.check, action, message, summary, finding.path)
 
 
+def fit_warnings(scope: Scope, settings: Settings) -> Iterator[Finding]:
+    """What an admitted pod may still meet: nodes it can land on whose device plugin fails
+    it (when the affinity that keeps it off them could not be added, or is turned off), and
+    a fit that only nodes in a transient state (cordoned, not ready) offer now."""
+    answer = scope.fit
+    if answer is None or not answer.fitting:
+        return
+    refused = answer.refused
+    if refused:
+        names = "; ".join(class_name(shape) for shape in refused[:3])
+        asked = ", ".join(f"{n} {r}" for r, n in answer.demand.per_container if n > 1)
+        message = (
+            f"a container asks for {asked}, and the pod can also land on {names}, whose NVIDIA "
+            "device plugin fails a container asking for more than one shared slot (the pod "
+            "is rejected there with UnexpectedAdmissionError and not retried). Keep it off "
+            "those nodes with required node affinity on nvidia.com/gpu.sharing-strategy, or "
+            "ask for 1 slot per container."
+        )
+        action = action_of(settings.actions.get("sharedGPURequest", "warn"))
+        summary = f"may land on nodes that refuse {asked} per container"
+        yield Finding("builtin", "sharedGPURequest", action, message, summary, scope.where)
+    waiting = answer.waiting()
+    if waiting:
+        states = "; ".join(f"{class_name(shape)} are {state}" for shape, state in waiting[:3])
+        message = (
+            f"the pod fits only nodes that cannot take it right now: {states}. It stays "
+            "Pending until one is ready and schedulable again (a cordon or a bad condition "
+            "passes, so this is no reason to deny it)."
+        )
+        yield Finding(
+            "builtin",
+            "capacity",
+            "warn",
+            message,
+            f"fits only nodes that are unavailable now ({states})",
+            scope.where,
+        )
+
+
 def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
     """One GPU resource alone is more than any usable node has: today's message."""
+    placement = scope.placement.healed()  # as ``Inventory.fit`` judges it
     for resource, need in scope.pod.effective.items():
-        fit = inventory.largest(resource, scope.placement)
+        fit = inventory.largest(resource, placement)
         if need <= fit.amount:
             continue
         best = inventory.largest(resource, _ANYWHERE)
@@ -230,10 +276,10 @@ def _amount_text(resource: str, amount: int) -> str:
 
 
 def _short_text(short: Shortfall) -> str:
-    if short.physical:
+    if short.refused:
         return (
-            f"{short.have} physical GPUs behind {short.resource}, for a container asking "
-            f"{short.need}"
+            f"a device plugin that refuses a container more than 1 {short.resource} slot, "
+            f"for a container asking {short.need}"
         )
     have, need = (
         quantity_text(short.resource, short.have),
@@ -257,10 +303,14 @@ def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
     ]
     kinds = {s.resource for _, short in relevant for s in short}
     fixes = []
-    if any(s.physical for _, short in relevant for s in short):
+    if any(s.refused for _, short in relevant for s in short):
+        # NVIDIA/k8s-device-plugin internal/rm/rm.go, ValidateRequest: the kubelet fails
+        # the pod with UnexpectedAdmissionError (gpufacts.SlotRefusal).
         fixes.append(
-            "on shared GPUs (time-slicing, MPS) a container gets no more GPUs than the node "
-            "has, however many slots it asks for: ask for one slot, or for whole GPUs"
+            "the NVIDIA device plugin fails a container asking for more than one shared slot "
+            'there ("maximum request size for shared resources is 1"): ask for 1 slot per '
+            "container, or for whole GPUs on nodes that do not share them "
+            "(nvidia.com/gpu.sharing-strategy: none)"
         )
     if len(demand.gpus) > 1 and kinds & gpu_names:
         fixes.append(
@@ -307,13 +357,16 @@ def _tainted_fit(
         node_selector=scope.placement.node_selector,
         required_terms=scope.placement.required_terms,
         tolerations=({"operator": "Exists"},),
-        cordoned=False,  # a cordoned node is no alternative to offer
+        cordoned=True,  # a cordon passes: as ``Inventory.fit`` judges it
     )
     fit = inventory.largest(resource, selected)
     if fit.node is None or fit.amount <= usable:
         return None
     tolerations = Placement(
-        node_selector={}, required_terms=None, tolerations=scope.placement.tolerations
+        node_selector={},
+        required_terms=None,
+        tolerations=scope.placement.tolerations,
+        cordoned=True,  # a cordon is no taint to tolerate: it passes
     )
     taints = [t for t in fit.node.taints if not tolerations.admits({}, "", (t,))]
     return (fit, taints) if taints else None
@@ -367,8 +420,8 @@ def _unknown_resource(
             "those, or ask an admin to partition GPUs with this profile."
         )
     else:
-        close = difflib.get_close_matches(resource, alike, n=1, cutoff=0.8)
-        hint = f" Did you mean {close[0]}?" if close else " Check the resource name."
+        close = lookalike(resource, alike)
+        hint = f" Did you mean {close}?" if close else " Check the resource name."
         message = (
             f"the pod requests {resource}, which no node advertises; this cluster offers "
             f"{offered}.{hint}"
@@ -382,6 +435,70 @@ def _unknown_resource(
         summary,
         scope.where,
     )
+
+
+def extended_names(scope: Scope) -> dict[str, str]:
+    """Every extended resource a container of the pod asks for that is no GPU to the
+    policy, with the first container asking: the scheduler compares each with the node
+    (``fitsRequest``)."""
+    names: dict[str, str] = {}
+    for c in scope.pod.containers:
+        for name in c.others or ():
+            names.setdefault(name, c.name)
+    return names
+
+
+def _gpu_names(inventory: Inventory | None, scope: Scope, settings: Settings) -> list[str]:
+    """GPU resource names a misspelling is compared with: the known vendors', those the
+    policy names, and the GPU resources the cluster offers (nodes, pools, DRA classes)."""
+    exact = [
+        name for name, _ in settings.gpu_resources.entries if not any(c in name for c in "*?[")
+    ]
+    offered_here = offered_names(nodes=inventory, devices=scope.devices)
+    return [
+        *VENDOR_GPU_RESOURCES,
+        *exact,
+        *(n for n in offered_here if settings.gpu_resources.is_gpu(n)),
+    ]
+
+
+def misspelled_findings(
+    scope: Scope, inventory: Inventory | None, settings: Settings
+) -> Iterator[Finding]:
+    """A resource that is no GPU to the policy, that nothing offers, and that is a
+    misspelling of a GPU resource (``offers.lookalike``): the pod would stay Pending for
+    ever. Denied as ``unknownResource`` with an inventory; without one, nothing says the
+    name is offered nowhere, so a warning."""
+    for name, container in extended_names(scope).items():
+        if settings.gpu_resources.is_gpu(name) or settings.ignored_resources(name):
+            continue
+        if offered(name, nodes=inventory, devices=scope.devices):
+            continue
+        meant = lookalike(name, _gpu_names(inventory, scope, settings))
+        if meant is None:
+            continue
+        who = f'container "{container}"'
+        if inventory is None:
+            message = (
+                f"{who} asks for {name}, which looks like a misspelling of {meant} (resource "
+                "names are case-sensitive); if no node offers it, the pod stays Pending. "
+                f"Did you mean {meant}?"
+            )
+            action: Action = "warn"
+            summary = f"{name} looks like a misspelling of {meant}"
+        else:
+            message = (
+                f"{who} asks for {name}, which no node, node pool or DRA device class offers; "
+                f"the pod would stay Pending. Did you mean {meant}? (Resource names are "
+                "case-sensitive; list a resource the scheduler ignores in GPUSettings "
+                "ignoredResources.)"
+            )
+            action = action_of(settings.actions["unknownResource"])
+            summary = f"{name} is offered by nothing; did you mean {meant}?"
+        finding = Finding("builtin", "unknownResource", action, message, summary, scope.where)
+        # A pool of unknown size may bring a node that offers even this name.
+        unknowable = inventory.unbounded_for(scope.placement) if inventory is not None else ()
+        yield _cannot_know(finding, unknowable) if unknowable else finding
 
 
 def _units(scope: Scope, inventory: Inventory | None, resource: str) -> Units:
@@ -434,8 +551,10 @@ def device_findings(
             if units.mig and not resource.startswith(MIG_PREFIX):
                 shape = next(s for s, d in units.offering if d.kind == "mig")
                 where = f" on {class_name(shape)}, where {resource} is a MIG slice"
-            if count > 1 and (
-                units.shared is not None or settings.gpu_resources.is_shared(resource)
+            if (
+                count > 1
+                and (units.shared is not None or settings.gpu_resources.is_shared(resource))
+                and (scope.fit is None or scope.fit.fitting)  # else capacity says why
             ):
                 yield _shared_request(
                     scope, c, resource, count, shared=units.shared, settings=settings
@@ -471,7 +590,7 @@ def _shared_request(
         f"({base}.sharing-strategy: none)."
     )
     summary = f"{who}: {count} {resource}, shared slots add no compute; ask for 1"
-    action = action_of(settings.actions.get("sharedGPURequest", "deny"))
+    action = action_of(settings.actions.get("sharedGPURequest", "warn"))
     return Finding("builtin", "sharedGPURequest", action, message, summary, scope.at(c))
 
 

@@ -20,8 +20,13 @@ from webhook.engine.kube.workloads import Path
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import GPUResources, MemoryLimit, Mutations, NodeLabel
 from webhook.engine.resources.fit import Demand, pod_requests
-from webhook.engine.resources.gpufacts import MIG_PREFIX
-from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.resources.gpufacts import (
+    DEVICE_PLUGIN_DEFAULTS,
+    MIG_PREFIX,
+    SHARED_SUFFIX,
+    SlotRefusal,
+)
+from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
 
 HIDE_GPUS = ((VISIBLE_DEVICES, "void"), ("CUDA_VISIBLE_DEVICES", ""))
 SHM_VOLUME = "gpu-webhook-dshm"
@@ -96,6 +101,29 @@ def add_preferred_affinity(
             continue
         item = {"weight": preference["weight"], "preference": {"matchExpressions": exprs}}
         editor.append((*node_affinity, _PREFERRED), item)
+
+
+def keep_off_refusing_nodes(editor: Editor, spec_path: Path, answer: FitAnswer) -> None:
+    """Required node affinity off the nodes whose device plugin refuses a container of this
+    pod (more than one MPS slot, or time-sliced slot where failRequestsGreaterThanOne is
+    set): kube-scheduler would place it there and the kubelet fail it. GPU feature
+    discovery labels each node's strategy per resource (``<resource>.sharing-strategy``,
+    NVIDIA/k8s-device-plugin ``internal/lm/resource.go``); a renamed ``X.shared`` is
+    labelled under ``X``. Merged into the pod's terms as rules' affinity is."""
+    strategies = list(answer.refusal.refusing_strategies())
+    resources = sorted(
+        {s.resource for _, short in answer.missing if all(s.refused for s in short) for s in short}
+    )
+    wanted = [
+        {
+            "key": f"{resource.removesuffix(SHARED_SUFFIX)}.sharing-strategy",
+            "operator": "NotIn",
+            "values": strategies,
+        }
+        for resource in resources
+    ]
+    if strategies and wanted:
+        add_required_affinity(editor, spec_path, wanted)
 
 
 def set_runtime_class(editor: Editor, spec_path: Path, name: str) -> str | None:
@@ -253,6 +281,7 @@ def set_memory_limits(
     inventory: Inventory | None,
     rule: str = "",
     gpus: GPUResources | None = None,
+    refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
 ) -> list[Finding]:
     gpus = gpus or GPUResources()
     placement = Placement.of(_map(editor.get(spec_path)))
@@ -282,7 +311,13 @@ def set_memory_limits(
     findings: list[Finding] = []
     if planned and inventory is not None and pod.total:
         planned, findings = _fit_memory(
-            editor.get(spec_path), pod, planned, limit, inventory=inventory, rule=rule
+            editor.get(spec_path),
+            pod,
+            planned,
+            limit,
+            inventory=inventory,
+            rule=rule,
+            refusal=refusal,
         )
     for plan in planned:
         editor.add((*plan.path, "limits", "memory"), format_bytes(plan.amount))
@@ -299,6 +334,7 @@ def _fit_memory(
     *,
     inventory: Inventory,
     rule: str,
+    refusal: SlotRefusal,
 ) -> tuple[list[_Planned], list[Finding]]:
     """Keep the injected limits within the nodes the pod can use (``whenTooLarge``)."""
     spec = _map(spec)
@@ -312,7 +348,7 @@ def _fit_memory(
     def fitting(plans: list[_Planned]) -> tuple[Any, ...]:
         cpu, mem = memory(plans)
         demand = Demand(pod.vector, cpu, mem, pod.per_container)
-        return inventory.fit(placement, demand).fitting
+        return inventory.fit(placement, demand, refusal).fitting
 
     if fitting(planned):
         return planned, []
@@ -401,6 +437,7 @@ def apply_containers(
     rule: str = "",
     gpus: GPUResources | None = None,
     claim_holders: frozenset[Path] = frozenset(),
+    refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
 ) -> list[Finding]:
     """Container mutations of one rule; findings where a memory limit had to give way."""
     findings: list[Finding] = []
@@ -418,6 +455,7 @@ def apply_containers(
             inventory=inventory,
             rule=rule,
             gpus=gpus,
+            refusal=refusal,
         )
     if mutations.shm_size is not None:
         mount_shm(editor, spec_path, pod, mutations.shm_size)

@@ -25,6 +25,8 @@ from webhook.engine.enforcement.checks import (
     Scope,
     capacity_findings,
     device_findings,
+    fit_warnings,
+    misspelled_findings,
     quantity_findings,
     rule_findings,
     whole_gpus,
@@ -33,6 +35,7 @@ from webhook.engine.enforcement.mutators import (
     apply_containers,
     apply_placement,
     hide_gpus,
+    keep_off_refusing_nodes,
     repair_requests_only,
 )
 from webhook.engine.evaluation.claimobjects import evaluate_claim_object
@@ -51,7 +54,7 @@ from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.devices import is_dra_object
 from webhook.engine.resources.fit import demand_of
-from webhook.engine.resources.inventory import Inventory, Placement, UnboundedPool
+from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement, UnboundedPool
 from webhook.engine.resources.nodepools import PoolInventory, gke_auto_provisioning
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
@@ -470,6 +473,7 @@ def _mutate_containers(
                 rule=rule.name,
                 gpus=settings.gpu_resources,
                 claim_holders=claims.holders,
+                refusal=settings.device_plugin,
             )
         )
         _credit(editor, before, mutated_by, (rule,))
@@ -561,6 +565,18 @@ def _evaluate_template(
         )
     # Container mutations and hiding leave the placement as it is: read it once.
     placement = Placement.of(editor.get(spec_path))
+    fit = None
+    if snapshot is not None and pod.total:
+        placement, fit = _fit(
+            editor,
+            spec_path,
+            pod,
+            placement=placement,
+            snapshot=snapshot,
+            settings=settings,
+            mutated_by=mutated_by,
+            mutate=mutate,
+        )
     reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
     if hides_on_gpu_nodes and not mutate:
         findings.extend(
@@ -582,10 +598,9 @@ def _evaluate_template(
         pod=pod,
         placement=placement,
         settings=settings,
-        fit=snapshot.fit(placement, demand_of(spec, pod.vector, pod.per_container, pod.containers))
-        if snapshot is not None and pod.total
-        else None,
+        fit=fit,
         kind=context.kind,
+        devices=None if view.problem else view.devices,
     )
     findings.extend(_gpu_findings(scope, snapshot))
     if claims.claims and view.devices is not None and not view.problem:
@@ -616,6 +631,32 @@ def _evaluate_template(
     return pod, claims
 
 
+def _fit(
+    editor: Editor,
+    spec_path: WorkloadPath,
+    pod: PodGPUs,
+    *,
+    placement: Placement,
+    snapshot: Inventory,
+    settings: Settings,
+    mutated_by: dict[str, None],
+    mutate: bool,
+) -> tuple[Placement, FitAnswer]:
+    """Where the pod's whole request fits; when some nodes it can land on would fail it at
+    the device plugin and others would not, it is first kept off the former (issue 21), unless
+    the object may not be patched (a Pod UPDATE)."""
+    demand = demand_of(editor.get(spec_path), pod.vector, pod.per_container, pod.containers)
+    fit = snapshot.fit(placement, demand, settings.device_plugin)
+    if mutate and fit.fitting and fit.refused and settings.keep_off_refusing_nodes:
+        before = len(editor.ops)
+        keep_off_refusing_nodes(editor, spec_path, fit)
+        if len(editor.ops) > before:
+            mutated_by["builtin/keepOffRefusingNodes"] = None
+            placement = Placement.of(editor.get(spec_path))
+            fit = snapshot.fit(placement, demand, settings.device_plugin)
+    return placement, fit
+
+
 def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
     """The built-in checks of the pod's GPU quantities, capacity and units."""
     pod, settings = scope.pod, scope.settings
@@ -625,8 +666,11 @@ def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
     # A pod that fits some class has no unknown resource either: nothing to report.
     if snapshot is not None and scope.fit is not None and not scope.fit.fitting:
         found.extend(capacity_findings(scope, snapshot, settings))
+    elif scope.fit is not None:
+        found.extend(fit_warnings(scope, settings))
     if pod.crowded and not whole_gpus(scope):
         found.extend(device_findings(scope, snapshot, settings))
+    found.extend(misspelled_findings(scope, snapshot, settings))
     return found
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS, KindTable, TemplateLocation, WorkloadKind
-from webhook.engine.resources.gpufacts import MEMORY_LABEL
+from webhook.engine.resources.gpufacts import DEVICE_PLUGIN_DEFAULTS, MEMORY_LABEL, SlotRefusal
 from webhook.engine.resources.instancetypes import (
     Allowance,
     Catalogue,
@@ -47,7 +47,9 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
     "capacity": "deny",
     "unknownResource": "deny",
     "clusterCapacity": "warn",
-    "sharedGPURequest": "deny",
+    # A warning: what a pod gets. A device plugin that refuses such a container makes the
+    # node no place for the pod: ``capacity`` judges that (``GPUSettings.devicePlugin``).
+    "sharedGPURequest": "warn",
     "multipleMIGDevices": "warn",
     "deviceClaims": "deny",
     "unknownDeviceClass": "deny",
@@ -308,6 +310,13 @@ class Settings:
     autoscaling: Autoscaling = "detect"
     # What a new node keeps back from pods (system and kube reserved, eviction).
     allowance: Allowance = field(default_factory=Allowance)
+    # --- issue 21: shared slots as the device plugin allocates them, unknown names ---
+    # Which shared slots the NVIDIA device plugin refuses more than one of per container.
+    device_plugin: SlotRefusal = DEVICE_PLUGIN_DEFAULTS
+    # Add required node affinity keeping a multi-slot container off nodes that refuse it.
+    keep_off_refusing_nodes: bool = True
+    # Extended resources the scheduler ignores (``ignoredResources``), never "unknown".
+    ignored_resources: Callable[[str], bool] = field(default_factory=lambda: glob_matcher(()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,6 +426,7 @@ def _compile_settings(spec: Mapping[str, Any]) -> Settings:
         if spec.get("autoscaling") is False
         else spec.get("autoscaling", "detect"),
         allowance=_compile_allowance(spec.get("systemReserved") or {}),
+        **_compile_device_plugin(spec),
     )
 
 
@@ -436,6 +446,19 @@ def _compile_allowance(spec: Mapping[str, Any]) -> Allowance:
         cpu=amount("cpu", 1000),
         memory=amount("memory", 1),
     )
+
+
+def _compile_device_plugin(spec: Mapping[str, Any]) -> dict[str, Any]:
+    plugin = spec.get("devicePlugin") or {}
+    fails = plugin.get("failRequestsGreaterThanOne") or {}
+    return {
+        "device_plugin": SlotRefusal(
+            time_slicing=bool(fails.get("timeSlicing", DEVICE_PLUGIN_DEFAULTS.time_slicing)),
+            mps=bool(fails.get("mps", DEVICE_PLUGIN_DEFAULTS.mps)),
+        ),
+        "keep_off_refusing_nodes": bool(plugin.get("keepOffRefusingNodes", True)),
+        "ignored_resources": glob_matcher(spec.get("ignoredResources") or ()),
+    }
 
 
 def _compile_gpu_nodes(spec: Mapping[str, Any]) -> GPUNodes:

@@ -304,7 +304,7 @@ BUILTIN_CHECKS = {
     "fractionalQuantity": "a GPU quantity that is not a whole number",
     "negativeQuantity": "a negative GPU quantity",
     "capacity": "more GPUs than the largest node the pod can use",
-    "unknownResource": "a GPU resource that no node advertises",
+    "unknownResource": "a GPU resource, or a name close to one, that nothing offers",
     "clusterCapacity": "a workload needs more GPUs than the cluster has",
     "sharedGPURequest": "a container asks for more than one slot of a shared (time-sliced, MPS)"
     " GPU",
@@ -412,6 +412,39 @@ _SETTINGS = _obj(
             },
             description="What a node an autoscaler creates keeps back from pods.",
         ),
+        # --- issue 21: the device plugin's sharing rules, resources the scheduler ignores ---
+        "devicePlugin": _obj(
+            {
+                "failRequestsGreaterThanOne": _obj(
+                    {
+                        "timeSlicing": {
+                            "type": "boolean",
+                            "description": "The device plugin's time-slicing config sets "
+                            "failRequestsGreaterThanOne: true; default false, as the plugin.",
+                        },
+                        "mps": {
+                            "type": "boolean",
+                            "description": "The plugin refuses more than one MPS slot per "
+                            "container; default true (always so before v0.20.0).",
+                        },
+                    },
+                    description="Where the NVIDIA device plugin fails a container asking "
+                    "for more than one shared slot.",
+                ),
+                "keepOffRefusingNodes": {
+                    "type": "boolean",
+                    "description": "Add required node affinity keeping a multi-slot container "
+                    "off nodes whose device plugin refuses it; default true.",
+                },
+            },
+            description="How the NVIDIA device plugin allocates shared GPUs (its config is "
+            "not read from the cluster).",
+        ),
+        "ignoredResources": {
+            **_STR_LIST,
+            "description": "Extended resources (globs) the scheduler is told to ignore "
+            "(ignoredResources, ignoredResourceGroups): never called unknown.",
+        },
     }
 )
 _NODE_POOL = _obj(

@@ -6,10 +6,11 @@ CPU and memory when requested, and every extended resource whose request is not 
 pod asking for ``nvidia.com/gpu`` and ``nvidia.com/mig-1g.10gb`` therefore needs one node
 with both; comparing each resource with its own largest node admits pods that stay Pending.
 
-The webhook judges an empty node (what could ever fit, not what is free now) and adds one
-rule of its own, from the device plugin's documentation: on a node whose GPUs are shared
-(time-slicing or MPS), a container cannot get more GPUs than the node physically has, however
-many slots it asks for.
+The webhook judges an empty node (what could ever fit, not what is free now), in the units
+the scheduler and the device plugin allocate: slots on shared nodes, MIG devices on MIG
+nodes. It adds one rule that is not the scheduler's but the kubelet's: the NVIDIA device
+plugin refuses a container more than one shared slot where its config says so
+(``gpufacts.SlotRefusal``), and such a node takes the pod only to fail it.
 
 Which extended resources count: the GPU resources of the policy. Other extended resources
 are left out on purpose: schedulers are often configured to ignore some
@@ -29,7 +30,7 @@ from webhook.engine.kube.quantity import (
     format_quantity,
     parse_quantity,
 )
-from webhook.engine.resources.gpufacts import GPUFacts
+from webhook.engine.resources.gpufacts import DEVICE_PLUGIN_DEFAULTS, GPUFacts, SlotRefusal
 
 
 class Demand(NamedTuple):
@@ -40,7 +41,7 @@ class Demand(NamedTuple):
     gpus: tuple[tuple[str, int], ...]  # effective request per GPU resource, sorted, > 0
     cpu: int = 0  # millicores
     memory: int = 0  # bytes
-    # Per GPU resource, the most units one container asks for (the physical-GPU rule).
+    # Per GPU resource, the most units one container asks for (the device plugin's rule).
     per_container: tuple[tuple[str, int], ...] = ()
 
     def amount(self, resource: str) -> int:
@@ -58,12 +59,16 @@ class Shortfall:
     resource: str
     need: int
     have: int
-    # Set when the node has the slots but fewer physical GPUs than one container asks for.
-    physical: bool = False
+    # Set when the node has the slots but its device plugin refuses a container ``need``
+    # of them (``have`` is then 1, the most it gives one container).
+    refused: bool = False
 
 
 def shortfalls(
-    allocatable: Mapping[str, int], facts: GPUFacts, demand: Demand
+    allocatable: Mapping[str, int],
+    facts: GPUFacts,
+    demand: Demand,
+    refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
 ) -> tuple[Shortfall, ...]:
     """What keeps a pod off an empty node of this class; empty when it fits."""
     out: list[Shortfall] = []
@@ -73,10 +78,10 @@ def shortfalls(
             out.append(Shortfall(name, need, have))
             continue
         device = facts.devices.get(name)
-        if device is not None and device.kind == "shared" and device.physical is not None:
+        if device is not None and device.shared:
             biggest = dict(demand.per_container).get(name, 0)
-            if biggest > device.physical:
-                out.append(Shortfall(name, biggest, device.physical, physical=True))
+            if refusal.refuses(device, biggest):
+                out.append(Shortfall(name, biggest, 1, refused=True))
     # CPU and memory: only where the node (or a declared pool) says how much it has.
     for name, need in (("cpu", demand.cpu), ("memory", demand.memory)):
         limit = allocatable.get(name)

@@ -87,6 +87,52 @@ class GPUFacts:
         return known if known is not None else DeviceFacts(resource, units, physical=units)
 
 
+@dataclass(frozen=True, slots=True)
+class SlotRefusal:
+    """Which shared slots the NVIDIA device plugin refuses more than one of per container.
+
+    The plugin checks every container's request at ``Allocate`` (``ValidateRequest`` in
+    NVIDIA/k8s-device-plugin ``internal/rm/rm.go``): when the devices are replicas and
+    ``failRequestsGreaterThanOne`` is set, a request for more than one fails with
+    ``invalid allocation request for "nvidia.com/gpu": invalid request: maximum request size
+    for shared resources is 1; found 2``, and the kubelet rejects the pod
+    (``UnexpectedAdmissionError``; the pod is not retried). kube-scheduler counts slots and
+    places such a pod all the same.
+
+    - time-slicing: ``failRequestsGreaterThanOne`` is ``false`` unless the config sets it
+      (``api/config/v1/replicas.go`` reads a missing value as false; the README's
+      time-slicing examples set it to false);
+    - MPS: the plugin refuses more than one slot whatever the config says from v0.15.0
+      (``ValidateRequest``: "For MPS sharing, we explicitly ignore the
+      FailRequestsGreaterThanOne value"), and from v0.20.0 defaults it to ``true`` unless
+      the config sets it false (``api/config/v1/config.go``, "Preserve the historical MPS
+      behavior unless the config explicitly relaxes it").
+
+    GPU feature discovery labels the strategy (``nvidia.com/gpu.sharing-strategy``) but not
+    this flag, and the plugin's config lives in a ConfigMap the webhook does not read: the
+    admin states it in ``GPUSettings.devicePlugin``.
+    """
+
+    time_slicing: bool = False
+    mps: bool = True
+
+    def refuses(self, device: DeviceFacts, count: int) -> bool:
+        """Whether one container asking ``count`` units of ``device`` is refused."""
+        if count <= 1 or not device.shared:
+            return False
+        return self.mps if device.sharing == "mps" else self.time_slicing
+
+    def refusing_strategies(self) -> tuple[str, ...]:
+        """The ``<resource>.sharing-strategy`` values of nodes that refuse several slots."""
+        return tuple(
+            name for name, on in (("mps", self.mps), ("time-slicing", self.time_slicing)) if on
+        )
+
+
+DEVICE_PLUGIN_DEFAULTS = SlotRefusal()
+SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+
+
 def _int(value: str | None) -> int | None:
     if value is None:
         return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -19,12 +19,30 @@ import orjson
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.kube.selectors import Labels, clean_terms, dig, terms_match, tolerates
 from webhook.engine.resources.fit import Demand, Shortfall, shortfalls
-from webhook.engine.resources.gpufacts import DeviceFacts, GPUFacts, gpu_facts
+from webhook.engine.resources.gpufacts import (
+    DEVICE_PLUGIN_DEFAULTS,
+    DeviceFacts,
+    GPUFacts,
+    SlotRefusal,
+    gpu_facts,
+)
 
-# Taints that the node lifecycle controller sets while a node's condition is bad. They come
-# and go, and the scheduler simply waits; counting them would deny pods during a blip.
+# Transient node states, and the one rule for them (docs/rules.md, "Nodes that are not
+# ready, unreachable or cordoned"): a "cannot fit" denial never rests on one, since the
+# cluster heals and the scheduler simply waits; ``explain`` and the webhook's warnings say
+# what the state is now. They are:
+# - the taints the node lifecycle controller sets while a node's condition is bad
+#   (``node.kubernetes.io/not-ready``, ``unreachable``, ``memory-pressure``, ...:
+#   kubernetes ``pkg/controller/nodelifecycle``, TaintNodesByCondition; kube-scheduler's
+#   TaintToleration filter rejects them now, ``tainttoleration/taint_toleration.go``);
+# - a Ready condition that is not True (the controller adds the not-ready taint for it);
+# - a cordon (``spec.unschedulable``, the taint ``node.kubernetes.io/unschedulable``: the
+#   NodeUnschedulable filter), set by ``kubectl drain`` and by autoscalers that replace a
+#   node; a pod that waits for it gets the node back, or a new one like it.
 CONDITION_TAINT_PREFIX = "node.kubernetes.io/"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+_STATES = {NOT_READY_TAINT: "not ready", "node.kubernetes.io/unreachable": "unreachable"}
 ALWAYS_IDENTITY_LABELS = frozenset({"kubernetes.io/hostname"})
 _PLACEMENT_CACHE_SIZE = 2048
 
@@ -69,6 +87,19 @@ class UnboundedPool:
 
     def describe(self) -> str:
         return f"pool {self.name} ({self.kind}, size unknown: {self.reason})"
+
+
+def healed(node: Node) -> Node:
+    """The node once its transient states are gone: Ready, uncordoned, no condition taints
+    (what a "cannot fit" denial judges; see ``CONDITION_TAINT_PREFIX``)."""
+    if node.ready and not node.unschedulable and not _transient_taints(node.taints):
+        return node
+    taints = tuple(t for t in node.taints if not t.key.startswith(CONDITION_TAINT_PREFIX))
+    return replace(node, ready=True, unschedulable=False, taints=taints)
+
+
+def _transient_taints(taints: Sequence[Taint]) -> bool:
+    return any(t.key.startswith(CONDITION_TAINT_PREFIX) for t in taints)
 
 
 def _amount(name: str, raw: object) -> int | None:
@@ -202,6 +233,36 @@ class Placement:
     def key(self) -> bytes:
         return self._key
 
+    def healed(self) -> Placement:
+        """This placement on a cluster whose transient states are gone: cordoned nodes open
+        to it (condition taints are never counted, see ``_tolerated``)."""
+        if self.cordoned is True:
+            return self
+        return Placement(self.node_selector, self.required_terms, self.tolerations, cordoned=True)
+
+    def transient_state(self, node: Node, taints: Sequence[Taint] | None = None) -> str:
+        """What keeps the pod off ``node`` now, when only a transient state does: "cordoned",
+        "not ready", or the condition taint; empty when the node takes it now."""
+        if node.unschedulable and not self.may_use_cordoned:
+            return "cordoned"
+        for taint in node.taints if taints is None else taints:
+            if (
+                taint.key.startswith(CONDITION_TAINT_PREFIX)
+                and taint.key != UNSCHEDULABLE_TAINT
+                and taint.effect in ("NoSchedule", "NoExecute")
+                and not any(
+                    tolerates(t, key=taint.key, value=taint.value, effect=taint.effect)
+                    for t in self.tolerations
+                )
+            ):
+                return _STATES.get(taint.key, f"tainted {taint.key}")
+        if not node.ready and not any(
+            tolerates(t, key=NOT_READY_TAINT, value="", effect="NoSchedule")
+            for t in self.tolerations
+        ):
+            return "not ready"
+        return ""
+
     def names_nodes(self, identity: frozenset[str]) -> bool:
         if any(k in identity for k in self.node_selector):
             return True
@@ -226,7 +287,9 @@ class Placement:
     def _tolerated(self, taint: Taint) -> bool:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             return True
-        if taint.key.startswith(CONDITION_TAINT_PREFIX) and taint.key != UNSCHEDULABLE_TAINT:
+        if taint.key.startswith(CONDITION_TAINT_PREFIX) and (
+            taint.key != UNSCHEDULABLE_TAINT or self.cordoned is True  # healed: no cordon
+        ):
             return True
         return any(
             tolerates(t, key=taint.key, value=taint.value, effect=taint.effect)
@@ -382,7 +445,7 @@ class Inventory:
         # Memos, not state: safe to share between threads (plain dict get/set only).
         self._placements: dict[bytes, frozenset[int]] = {}
         self._answers: dict[tuple[bytes, str], _Answer] = {}
-        self._fits: dict[tuple[bytes, Demand], FitAnswer] = {}
+        self._fits: dict[tuple[bytes, Demand, SlotRefusal], FitAnswer] = {}
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -549,7 +612,7 @@ class Inventory:
         for answer in list(previous._answers.values()):
             self._answer(answer.resource, answer.placement)
         for fit in list(previous._fits.values()):
-            self.fit(fit.placement, fit.demand)
+            self.fit(fit.placement, fit.demand, fit.refusal)
 
     def placeable(self, placement: Placement) -> tuple[Shape, ...]:
         """The node classes a pod with this placement can land on, by the scheduler's
@@ -563,23 +626,30 @@ class Inventory:
         admitted = self._admitted_shapes(placement.key(), placement)
         return tuple(shape for i, shape in enumerate(self.shapes) if i in admitted)
 
-    def fit(self, placement: Placement, demand: Demand) -> FitAnswer:
+    def fit(
+        self,
+        placement: Placement,
+        demand: Demand,
+        refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
+    ) -> FitAnswer:
         """Which node classes the pod can land on *and* whose empty nodes hold its whole
-        request vector; memoised per placement and vector, so the cost of a request does
-        not grow with the number of nodes."""
-        key = (placement.key(), demand)
+        request vector (and whose device plugin would not refuse it); memoised per
+        placement and vector, so the cost of a request does not grow with the number of
+        nodes. Transient states do not count (``healed``): a node cordoned or not ready
+        now is a place the pod can run, and ``FitAnswer.waiting`` says so."""
+        key = (placement.key(), demand, refusal)
         hit = self._fits.get(key)
         if hit is not None:
             return hit
         fitting: list[Shape] = []
         missing: list[tuple[Shape, tuple[Shortfall, ...]]] = []
-        for shape in self.placeable(placement):
-            short = shortfalls(shape.allocatable, shape.gpu, demand)
+        for shape in self.placeable(placement.healed()):
+            short = shortfalls(shape.allocatable, shape.gpu, demand, refusal)
             if short:
                 missing.append((shape, short))
             else:
                 fitting.append(shape)
-        answer = FitAnswer(placement, demand, tuple(fitting), tuple(missing))
+        answer = FitAnswer(placement, demand, tuple(fitting), tuple(missing), refusal)
         if len(self._fits) >= _PLACEMENT_CACHE_SIZE:
             self._fits = {}
         self._fits[key] = answer
@@ -614,11 +684,44 @@ class FitAnswer:
     demand: Demand
     fitting: tuple[Shape, ...]
     missing: tuple[tuple[Shape, tuple[Shortfall, ...]], ...]
+    refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS
     # Memo of ``units``: checks ask it per container, answers live as long as the snapshot.
     _units: dict[str, Units] = field(default_factory=dict, compare=False, repr=False)
     _whole: dict[tuple[tuple[str, int], ...], bool] = field(
         default_factory=dict, compare=False, repr=False
     )
+    _later: dict[str, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def refused(self) -> tuple[Shape, ...]:
+        """Classes that hold the request but whose device plugin refuses a container of it:
+        the scheduler places the pod there, and the kubelet fails it (memoised)."""
+        hit = self._later.get("refused")
+        if hit is None:
+            hit = self._later["refused"] = tuple(
+                shape for shape, short in self.missing if short and all(s.refused for s in short)
+            )
+        return hit
+
+    def waiting(self) -> tuple[tuple[Shape, str], ...]:
+        """When every fitting node is kept from the pod now by a transient state: each
+        fitting class with that state ("cordoned", "not ready", ...); else empty (memoised:
+        an answer lives as long as its snapshot)."""
+        hit = self._later.get("waiting")
+        if hit is None:
+            hit = self._later["waiting"] = self._waiting()
+        return hit
+
+    def _waiting(self) -> tuple[tuple[Shape, str], ...]:
+        states: list[tuple[Shape, str]] = []
+        for shape in self.fitting:
+            state = ""
+            for node in shape.members:
+                state = self.placement.transient_state(node, shape.taints)
+                if not state:
+                    return ()
+            states.append((shape, state))
+        return tuple(states)
 
     def whole(self, vector: tuple[tuple[str, int], ...]) -> bool:
         """Whether every resource of ``vector`` is whole GPUs (no MIG slice, no shared slot)

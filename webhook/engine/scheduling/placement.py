@@ -23,7 +23,12 @@ from typing import Any
 
 from webhook.engine.kube.selectors import terms_match, tolerates
 from webhook.engine.resources.fit import Demand, Shortfall, quantity_text, shortfalls
-from webhook.engine.resources.gpufacts import GPUFacts, gpu_facts
+from webhook.engine.resources.gpufacts import (
+    DEVICE_PLUGIN_DEFAULTS,
+    GPUFacts,
+    SlotRefusal,
+    gpu_facts,
+)
 from webhook.engine.resources.inventory import Node, Placement, Taint
 
 # Reasons as kube-scheduler words them (pkg/scheduler/framework/plugins/*):
@@ -32,11 +37,11 @@ NODE_NAME = "node(s) didn't match the requested node name"  # nodename.ErrReason
 AFFINITY = "node(s) didn't match Pod's node affinity/selector"  # nodeaffinity.ErrReasonPod
 INSUFFICIENT = "Insufficient {}"  # noderesources: "Insufficient " + resource name
 # Not the scheduler's word: it places such a pod, and the NVIDIA device plugin refuses it on
-# the node (see ``_physical``).
+# the node (see ``_refused``).
 DEVICE_PLUGIN = "NVIDIA device plugin"
-PHYSICAL = (
-    "node(s) share their GPUs: a container asks more {} than there are physical GPUs "
-    "(kube-scheduler places the pod; the NVIDIA device plugin fails it at allocation)"
+REFUSED = (
+    "node(s) refuse more than one {} slot per container (kube-scheduler places the pod; "
+    "the NVIDIA device plugin fails it at allocation)"
 )
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -60,11 +65,13 @@ def refusal(
     *,
     placement: Placement | None = None,
     facts: GPUFacts | None = None,
+    sharing: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
 ) -> Refusal | None:
     """Why ``node`` cannot take a pod with ``spec`` asking ``demand``; ``None`` when it can.
 
     ``facts`` are the node's ``gpu_facts``, passed by a caller that asks many nodes alike
-    (computed here otherwise)."""
+    (computed here otherwise); ``sharing`` is where the device plugin refuses several
+    slots (``GPUSettings.devicePlugin``)."""
     where = placement if placement is not None else Placement.of(spec)
     tolerations = where.tolerations
     if node.unschedulable and not _tolerated(
@@ -95,12 +102,12 @@ def refusal(
         return Refusal("NodeAffinity", AFFINITY, "required node affinity matches no term")
     if facts is None:
         facts = gpu_facts(node.labels, node.allocatable)
-    short = shortfalls(node.allocatable, facts, demand)
+    short = shortfalls(node.allocatable, facts, demand, sharing)
     if not short:
         return None
     first = min(short, key=_scheduler_order)
-    if first.physical:
-        return _physical(first, facts)
+    if first.refused:
+        return _refused(first, facts)
     if first.resource in ("cpu", "memory"):
         have, need = (
             quantity_text(first.resource, first.have),
@@ -118,32 +125,31 @@ def _scheduler_order(short: Shortfall) -> int:
     """``fitsRequest`` (kubernetes ``pkg/scheduler/framework/plugins/noderesources/fit.go``)
     checks cpu, then memory (then ephemeral-storage), then each scalar resource, and keeps
     every reason; a ``FailedScheduling`` event counts each. One reason per node is shown
-    here: the first in that order. The physical-GPU rule is not the scheduler's: it comes
-    last, named only where the scheduler itself lets the pod through."""
-    if short.physical:
+    here: the first in that order. The device plugin's refusal is not the scheduler's: it
+    comes last, named only where the scheduler itself lets the pod through."""
+    if short.refused:
         return 3
     return {"cpu": 0, "memory": 1}.get(short.resource, 2)
 
 
-def _physical(short: Shortfall, facts: GPUFacts) -> Refusal:
-    """A shared node (time-slicing, MPS) has the slots, but fewer GPUs than one container
-    asks for. The scheduler counts slots and places the pod; the NVIDIA device plugin then
-    fails it at allocation where ``failRequestsGreaterThanOne`` is set ("request for
-    'nvidia.com/gpu: 2' too large: maximum request size for shared resources is 1",
-    NVIDIA/k8s-device-plugin README, "With CUDA Time-Slicing"), and otherwise hands out
-    slots that may all be on one GPU: more slots add no compute or memory. The webhook
-    denies such a pod (``fit.py``)."""
+def _refused(short: Shortfall, facts: GPUFacts) -> Refusal:
+    """A shared node (time-slicing, MPS) has the slots, but its device plugin refuses a
+    container more than one. The scheduler counts slots and places the pod; the NVIDIA
+    device plugin then fails it at allocation (``ValidateRequest`` in
+    NVIDIA/k8s-device-plugin ``internal/rm/rm.go``: "maximum request size for shared
+    resources is 1; found 2"), and the kubelet rejects the pod with
+    ``UnexpectedAdmissionError`` (``gpufacts.SlotRefusal``)."""
     device = facts.devices.get(short.resource)
     sharing = device.sharing if device is not None and device.sharing != "none" else "shared"
     replicas = f" x{device.replicas}" if device is not None and device.replicas > 1 else ""
     base = short.resource.removesuffix(SHARED_SUFFIX)
+    flag = "" if sharing == "mps" else " (failRequestsGreaterThanOne)"
     detail = (
-        f"{sharing}{replicas}: {short.have} physical GPUs behind {short.resource}, a container "
-        f"asks {short.need}; ask for at most {short.have} {short.resource} per container "
-        f"(1 is what sharing means), or for whole GPUs on nodes that do not share them "
+        f"{sharing}{replicas}{flag}: a container asks {short.need} {short.resource}; ask for 1 "
+        f"per container, or for whole GPUs on nodes that do not share them "
         f"({base}.sharing-strategy: none)"
     )
-    return Refusal(DEVICE_PLUGIN, PHYSICAL.format(short.resource), detail)
+    return Refusal(DEVICE_PLUGIN, REFUSED.format(short.resource), detail)
 
 
 def shared_slots(node: Node, demand: Mapping[str, int], replicas: int) -> str:
