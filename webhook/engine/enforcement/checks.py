@@ -152,6 +152,8 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
     answer = scope.fit
     if unknown or answer is None or answer.fitting:
         return
+    if not answer.demand.gpus and not answer.missing:
+        return  # no GPU resource asked and no node to fall short: the claims' check speaks
     text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
     action = action_of(settings.actions["capacity"])
     yield Finding("builtin", "capacity", action, text, summary, scope.where)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
@@ -41,7 +41,7 @@ from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.kube.workloads import PodTemplate
 from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
-from webhook.engine.resources.devices import is_dra_object
+from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
 from webhook.engine.resources.inventory import Inventory, Placement
 from webhook.engine.scheduling.dra import (
@@ -52,6 +52,7 @@ from webhook.engine.scheduling.dra import (
     pod_claims,
     with_claim_gpus,
 )
+from webhook.engine.scheduling.wholepod import needs_whole_pod, whole_pod_findings
 
 _with_pools: tuple[Inventory, Policy, Inventory] | None = None
 
@@ -135,7 +136,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         findings,
         patch=editor.ops,
         mutated=editor.doc,
-        notices=tuple(dict.fromkeys(notices)),
+        notices=tuple(dict.fromkeys([*notices, *context.notices])),
         extra_warnings=warnings,
         mutated_by=list(mutated_by),
     )
@@ -148,6 +149,7 @@ class _Context:
     kind: str
     daemon: bool
     runtime_classes: frozenset[str] | None
+    notices: list[str] = field(default_factory=list)
 
 
 def _repair_requests_only(
@@ -230,7 +232,6 @@ def _asks(
     *,
     settings: Settings,
     view: InventoryView,
-    snapshot: Inventory | None,
 ) -> tuple[PodGPUs, PodClaims]:
     """What the template asks of GPUs: resources per container, and DRA claims."""
     pod = pod_gpus(template.spec, settings.gpu_resources, template.singles)
@@ -244,7 +245,7 @@ def _asks(
         if template.spec.get("resourceClaims")
         else NO_CLAIMS
     )
-    pod, claims = extended_resource_claims(pod, claims, devices=view.devices, nodes=snapshot)
+    pod, claims = extended_resource_claims(pod, claims, devices=view.devices)
     return with_claim_gpus(pod, claims), claims
 
 
@@ -296,7 +297,7 @@ def _evaluate_template(
 ) -> tuple[PodGPUs, PodClaims]:
     settings = policy.settings
     spec_path = template.spec_path
-    pod, claims = _asks(request, template, settings=settings, view=view, snapshot=snapshot)
+    pod, claims = _asks(request, template, settings=settings, view=view)
     if not isinstance(editor.get(spec_path), dict):
         return pod, claims  # an ill-typed spec: the API server's schema check rejects it
     rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
@@ -360,15 +361,21 @@ def _evaluate_template(
         kind=context.kind,
     )
     findings.extend(_gpu_findings(scope, snapshot))
+    # A DaemonSet makes pods only for the nodes it selects (pkg/controller/daemon,
+    # NodeShouldRunDaemonPod): selecting none yet (a label the GPU operator sets on nodes
+    # later, as for its DCGM exporter's admin-access claim) leaves no pod Pending.
+    nowhere = bool(
+        claims.claims
+        and context.daemon
+        and snapshot is not None
+        and not snapshot.placeable(placement)
+    )
+    if nowhere:
+        context.notices.append("DaemonSet selects no node yet: its DRA claims were not checked")
     if claims.claims and view.devices is not None and not view.problem:
         findings.extend(
-            claim_findings(
-                claims,
-                placement=scope.placement,
-                nodes=snapshot,
-                devices=view.devices,
-                actions=settings.actions,
-                where=scope.where,
+            _device_findings(
+                claims, scope, snapshot=snapshot, devices=view.devices, judge=not nowhere
             )
         )
     for rule in rules:
@@ -386,6 +393,44 @@ def _evaluate_template(
             runtime_class_findings(editor, access, rules, settings=settings, known=known)
         )
     return pod, claims
+
+
+def _device_findings(
+    claims: PodClaims,
+    scope: Scope,
+    *,
+    snapshot: Inventory | None,
+    devices: DeviceInventory,
+    judge: bool,
+) -> list[Finding]:
+    """The pod's claims; with its GPU resources on one node where both must meet there."""
+    demand = scope.fit.demand if scope.fit is not None else None
+    whole = judge and snapshot is not None and demand is not None
+    whole = whole and needs_whole_pod(claims, demand)
+    found = list(
+        claim_findings(
+            claims,
+            placement=scope.placement,
+            nodes=snapshot,
+            devices=devices,
+            actions=scope.settings.actions,
+            where=scope.where,
+            judge_fit=judge and not whole,
+        )
+    )
+    if whole and snapshot is not None and demand is not None:
+        found.extend(
+            whole_pod_findings(
+                claims,
+                demand=demand,
+                placement=scope.placement,
+                nodes=snapshot,
+                devices=devices,
+                actions=scope.settings.actions,
+                where=scope.where,
+            )
+        )
+    return found
 
 
 def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:

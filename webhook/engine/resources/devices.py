@@ -20,7 +20,7 @@ import copy
 import itertools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -34,6 +34,9 @@ GROUP = "resource.k8s.io"
 # (KEP-5004, DRAExtendedResource).
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+# Read from files and, where the API server serves it (resource.k8s.io/v1beta2 in 1.36,
+# behind DRADeviceTaintRules), from the cluster: not one of the four every snapshot has.
+TAINT_RULE = "DeviceTaintRule"
 # resourceapi.AllocationResultsMaxSize: more devices than this in one claim never fit.
 ALLOCATION_RESULTS_MAX_SIZE = 32
 # Attribute names that name one device wherever they appear (NVIDIA's driver's uuid).
@@ -55,7 +58,68 @@ def _list(value: object) -> list[Any]:
 
 def is_dra_object(obj: Mapping[str, Any]) -> bool:
     api = str(obj.get("apiVersion", ""))
-    return api.partition("/")[0] == GROUP and obj.get("kind") in KINDS
+    return api.partition("/")[0] == GROUP and (
+        obj.get("kind") in KINDS or obj.get("kind") == TAINT_RULE
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TaintRule:
+    """A ``DeviceTaintRule``: a taint on every device its selector names.
+
+    The selector's ``driver``, ``pool`` and ``device`` are matched here
+    (``pkg/controller/devicetainteviction``, ``k8s.io/dynamic-resource-allocation``'s
+    taint lookup: every field that is set must match). A rule whose selector asks for more
+    (a class, CEL selectors of older versions) taints nothing here: a taint only ever
+    takes capacity away, so one applied where it may not belong could deny a pod that
+    will run."""
+
+    driver: str
+    pool: str
+    device: str
+    taint: tuple[str, str, str]
+    exact: bool = True
+
+    def applies(self, device: Device) -> bool:
+        return (
+            self.exact
+            and (not self.driver or self.driver == device.driver)
+            and (not self.pool or self.pool == device.pool)
+            and (not self.device or self.device == device.name)
+        )
+
+
+def taint_rule_from_json(raw: Mapping[str, Any]) -> TaintRule:
+    spec = _map(raw.get("spec"))
+    selector = _map(spec.get("deviceSelector"))
+    taint = _map(spec.get("taint"))
+    return TaintRule(
+        driver=str(selector.get("driver") or ""),
+        pool=str(selector.get("pool") or ""),
+        device=str(selector.get("device") or ""),
+        taint=(
+            str(taint.get("key", "")),
+            str(taint.get("value") or ""),
+            str(taint.get("effect", "")),
+        ),
+        exact=not selector.get("deviceClassName") and not selector.get("selectors"),
+    )
+
+
+def with_rule_taints(s: Slice, rules: Sequence[TaintRule]) -> Slice:
+    """The slice with the taints of the rules that name its devices added."""
+    if not any(r.driver in ("", s.driver) and r.pool in ("", s.pool) for r in rules):
+        return s
+
+    def tainted(device: Device) -> Device:
+        extra = tuple(r.taint for r in rules if r.applies(device) and r.taint not in device.taints)
+        return replace(device, taints=(*device.taints, *extra)) if extra else device
+
+    devices = tuple(map(tainted, s.devices))
+    per_device = tuple((tainted(d), node, every, terms) for d, node, every, terms in s.per_device)
+    if devices == s.devices and per_device == s.per_device:
+        return s
+    return replace(s, devices=devices, per_device=per_device, _signatures={})
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,8 +501,11 @@ class DeviceInventory:
     complete: bool = True
     resource_version: str = ""
     _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+    taint_rules: Sequence[TaintRule] = ()
 
     def __post_init__(self) -> None:
+        if self.taint_rules:
+            self.slices = [with_rule_taints(s, self.taint_rules) for s in self.slices]
         # Costs what the slices number, not their devices: a live cache builds one per change.
         self._local: dict[str, list[Slice]] = {}
         self._placed: dict[str, list[Device]] = {}  # perDeviceNodeSelection by node name
@@ -484,8 +551,11 @@ class DeviceInventory:
         slices: list[Slice] = []
         claims: dict[tuple[str, str], Claim] = {}
         templates: dict[tuple[str, str], Claim] = {}
+        rules: list[TaintRule] = []
         for obj in objects:
             kind = obj.get("kind")
+            if kind == TAINT_RULE:
+                rules.append(taint_rule_from_json(obj))
             if kind == "DeviceClass":
                 c = class_from_json(obj)
                 classes[c.name] = c
@@ -497,7 +567,7 @@ class DeviceInventory:
             elif kind == "ResourceClaimTemplate":
                 template = claim_from_json(obj)
                 templates[(template.namespace, template.name)] = template
-        return cls(classes, slices, claims, templates, complete=complete)
+        return cls(classes, slices, claims, templates, complete=complete, taint_rules=rules)
 
     def with_claims(self, objects: Iterable[Mapping[str, Any]]) -> DeviceInventory:
         """This snapshot plus claims and templates (``check`` adds those it is given)."""

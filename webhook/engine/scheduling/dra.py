@@ -81,6 +81,8 @@ class PodClaim:
 class PodClaims:
     claims: tuple[PodClaim, ...] = ()
     holders: frozenset[Path] = frozenset()  # containers that hold a GPU claim
+    # Extended resources of the pod that a device class serves: (resource, class).
+    served: tuple[tuple[str, str], ...] = ()
 
     @property
     def gpu_count(self) -> int:
@@ -598,6 +600,45 @@ def _counts(
     return best_class, best_all, blocking
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceCounts:
+    """Devices of one request's class on the best usable node: all of them, those the
+    request may take (selectors and taints), and why the others are kept from it."""
+
+    of_class: int
+    usable: int
+    tainted: int = 0  # on that node: matching but tainted, not tolerated
+    taint: str = ""  # "key=value:effect" of the first such taint
+    example: str = ""  # the node
+
+
+def device_counts(
+    sub: SubRequest, profiles: Sequence[Profile], inventory: DeviceInventory
+) -> DeviceCounts:
+    """Most devices one usable node gives ``sub``; taints count as the allocator's
+    ``taintPreventsAllocation`` does (NoSchedule and NoExecute, unless tolerated)."""
+    matcher = _Matcher(inventory)
+    device_class = inventory.classes.get(sub.device_class)
+    expressions = (*(device_class.selectors if device_class else ()), *sub.selectors)
+    best = DeviceCounts(0, 0)
+    for profile in profiles:
+        matching = [
+            d for d in profile.devices if all(matcher.matches(e, d) is True for e in expressions)
+        ]
+        usable = [d for d in matching if sub.tolerates(d)]
+        kept = [d for d in matching if not sub.tolerates(d)]
+        taint = ""
+        if kept:
+            key, value, effect = next(
+                t for t in kept[0].taints if t[2] in ("NoSchedule", "NoExecute")
+            )
+            taint = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
+        counts = DeviceCounts(len(matching), len(usable), len(kept), taint, profile.example)
+        if (counts.usable, counts.of_class) > (best.usable, best.of_class):
+            best = counts
+    return best
+
+
 def shortfall(
     claims: Sequence[PodClaim],
     found: Candidates,
@@ -644,6 +685,17 @@ def shortfall(
                     f"{where}: no device of class {sub.device_class} on a node {usable} "
                     f"matches the selector {blocking!r}. Fix or relax the selector.",
                     f"selector matches no {sub.device_class} device",
+                )
+            counts = device_counts(sub, found.profiles, inventory)
+            if counts.usable < need <= counts.of_class and len(request.alternatives) == 1:
+                return (
+                    f"{where} asks for {need} devices of class {sub.device_class}; the node "
+                    f"{usable} with the most such devices, {counts.example}, has "
+                    f"{counts.of_class}, but {counts.tainted} of them are tainted "
+                    f"{counts.taint} and the request does not tolerate that, which leaves "
+                    f"{counts.usable}. Add a toleration for the taint to the request, or ask "
+                    f"for at most {counts.usable}.",
+                    f"{need} {sub.device_class} asked, {counts.usable} untainted on a usable node",
                 )
             if matching < need and len(request.alternatives) == 1:
                 return (
@@ -694,8 +746,10 @@ def claim_findings(
     devices: DeviceInventory,
     actions: Mapping[str, str],
     where: str,
+    judge_fit: bool = True,
 ) -> Iterator[Finding]:
-    """Findings for the pod's claims: missing claims, unknown classes, no fit."""
+    """Findings for the pod's claims: missing claims, unknown classes, no fit (unless
+    ``judge_fit`` is false: ``wholepod`` judges claims and resources on one node)."""
     for missing in claims.missing:
         yield _finding(
             "missingClaim",
@@ -717,7 +771,7 @@ def claim_findings(
         ):
             unknown_classes = True
             yield finding
-    if unknown_classes or not any(c.gpu_count for c in known):
+    if unknown_classes or not any(c.gpu_count for c in known) or not judge_fit:
         return
     # Only GPU claims: other drivers' devices (a ComputeDomain's channels) may appear only
     # once their own controller has run, and judging them could deny a pod that will run.
@@ -792,14 +846,18 @@ def class_findings(
 
 
 def extended_resource_claims(
-    pod: PodGPUs, claims: PodClaims, *, devices: DeviceInventory | None, nodes: Inventory | None
+    pod: PodGPUs, claims: PodClaims, *, devices: DeviceInventory | None
 ) -> tuple[PodGPUs, PodClaims]:
-    """GPU resources that a device class serves (``extendedResourceName``), where no node
-    advertises them: the scheduler turns them into a claim for that class (KEP-5004), so
-    they are judged as one instead of as a resource no node has.
+    """GPU resources that a device class serves (``extendedResourceName``, or the implicit
+    ``deviceclass.resource.kubernetes.io/<class>``): taken out of the pod's request vector
+    and held as a claim for that class, as the scheduler's DynamicResources plugin does
+    (KEP-5004; ``extendeddynamicresources.go``, ``filterExtendedResources``).
 
-    Where some node does advertise the resource (a device plugin on some nodes, DRA on
-    others), neither check runs: which one the scheduler uses depends on the node."""
+    Which one a node uses is decided per node: where the node's allocatable has the
+    resource (a device plugin) NodeResourcesFit counts it, else the class's devices serve
+    it. ``webhook.engine.scheduling.wholepod`` judges the pod node by node; the claim made
+    here (``counted`` False: its GPUs are already counted as the resource) stands for the
+    DRA side only."""
     if devices is None or not devices.complete or not devices.extended:
         return pod, claims
     served = {r: devices.extended[r] for r in pod.effective if r in devices.extended}
@@ -807,9 +865,9 @@ def extended_resource_claims(
         return pod, claims
     extra = []
     for resource, device_class in sorted(served.items()):
-        if nodes is not None and resource in nodes.resource_names:
-            continue
         need = pod.effective[resource]
+        # One ExactCount request of the class, its selectors only (createRequestsAndMappings
+        # makes one per container; together they ask for what the pod's request counts).
         sub = SubRequest(name=resource, device_class=device_class, count=need)
         spec = ClaimSpec((DeviceRequest(name=resource, alternatives=(sub,)),))
         source = f"resource {resource}, served by device class {device_class}"
@@ -824,7 +882,7 @@ def extended_resource_claims(
         vector=tuple((r, n) for r, n in pod.vector if r not in served),
         per_container=tuple((r, n) for r, n in pod.per_container if r not in served),
     )
-    return kept, PodClaims((*claims.claims, *extra), claims.holders)
+    return kept, PodClaims((*claims.claims, *extra), claims.holders, served=tuple(served.items()))
 
 
 def with_claim_gpus(pod: PodGPUs, claims: PodClaims) -> PodGPUs:
