@@ -14,7 +14,9 @@ from typing import Any
 from urllib.parse import quote
 
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError, Expired
-from webhook.cluster.inventorysource import NODES_PATH
+from webhook.cluster.devicesource import read_devices
+from webhook.cluster.inventorysource import NODES_PATH, RUNTIME_CLASSES_PATH
+from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.kube.workloads import POD, KindTable, WorkloadKind
 from webhook.engine.resources.inventory import Inventory, node_from_json
 
@@ -172,6 +174,36 @@ class ClusterObjects:
     def inventory(self) -> Inventory:
         nodes, version = self._client.list(NODES_PATH, parse=node_from_json, limit=self.page_size)
         return Inventory(nodes, resource_version=version, source=self.endpoint.host)
+
+    def view(self, notices: list[str] | None = None) -> InventoryView:
+        """Every source the server reads, once: nodes, the DRA objects (device classes,
+        slices, claims, templates and DeviceTaintRules where served) and RuntimeClasses.
+        What cannot be read for want of RBAC (403) is left out, with a notice, and the
+        checks that need it are skipped; nodes are required."""
+        said = notices if notices is not None else []
+        devices, dra_notices = read_devices(self._client, page_size=self.page_size)
+        said.extend(dra_notices)
+        return InventoryView(
+            self.inventory(), devices=devices, runtime_classes=self.runtime_classes(said)
+        )
+
+    def runtime_classes(self, notices: list[str]) -> frozenset[str] | None:
+        """Names of the cluster's RuntimeClasses; None when they cannot be read."""
+        try:
+            names, _ = self._client.list(
+                RUNTIME_CLASSES_PATH,
+                parse=lambda o: str((o.get("metadata") or {}).get("name", "")),
+                limit=self.page_size,
+            )
+        except ApiError as exc:
+            if exc.code not in (403, 404):
+                raise
+            if exc.code == 403:
+                notices.append(
+                    f"cannot list runtimeclasses, so runtimeClassName is not checked: {exc}"
+                )
+            return None
+        return frozenset(names)
 
     def pod(self, namespace: str, name: str) -> Mapping[str, Any]:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"

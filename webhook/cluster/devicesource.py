@@ -20,6 +20,7 @@ from webhook.cluster.apiclient import ApiClient, ApiError
 from webhook.cluster.reflector import Backoff, Handler, Reflector
 from webhook.engine.resources.devices import (
     KINDS,
+    TAINT_RULE,
     DeviceInventory,
     claim_from_json,
     class_from_json,
@@ -34,8 +35,66 @@ PATHS = {
     "ResourceClaim": f"{GROUP_VERSION_PATH}/resourceclaims",
     "ResourceClaimTemplate": f"{GROUP_VERSION_PATH}/resourceclaimtemplates",
 }
+# DeviceTaintRule: resource.k8s.io/v1beta2 in 1.36 (DRADeviceTaintRules, off by default),
+# v1alpha3 before; read where one of them is served, newest first.
+TAINT_RULE_VERSIONS = ("/apis/resource.k8s.io/v1beta2", "/apis/resource.k8s.io/v1alpha3")
+TAINT_RULE_RESOURCE = "devicetaintrules"
 Key = tuple[str, str]
 Item = tuple[Key, Mapping[str, Any]]
+
+
+def taint_rule_path(client: ApiClient) -> str | None:
+    """Where the API server serves DeviceTaintRules, if anywhere (one discovery request
+    per version)."""
+    for version in TAINT_RULE_VERSIONS:
+        try:
+            body = client.get(version)
+        except ApiError as exc:
+            if exc.code in (403, 404):
+                continue
+            raise
+        names = {str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, Mapping)}
+        if TAINT_RULE_RESOURCE in names:
+            return f"{version}/{TAINT_RULE_RESOURCE}"
+    return None
+
+
+def _listed(client: ApiClient, path: str, kind: str, page_size: int) -> list[Mapping[str, Any]]:
+    def parse(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        return trim(kind, obj)
+
+    items, _ = client.list(path, parse=parse, limit=page_size)
+    return items
+
+
+def read_devices(
+    client: ApiClient, *, page_size: int = 500
+) -> tuple[DeviceInventory | None, list[str]]:
+    """One read of the DRA objects (``check``, ``explain`` and ``audit`` against a cluster):
+    the snapshot the server's watch would hold, or None when the cluster serves no
+    ``resource.k8s.io/v1``; and a notice per collection that could not be read (403): the
+    claims are then not checked, never judged against half the devices."""
+    if not client.serves(GROUP_VERSION_PATH):
+        return None, []
+    objects: list[Mapping[str, Any]] = []
+    for kind, path in PATHS.items():
+        try:
+            objects.extend(_listed(client, path, kind, page_size))
+        except ApiError as exc:
+            if exc.code != 403:
+                raise
+            name = path.rsplit("/", 1)[-1]
+            return None, [f"cannot list {name}, so DRA claims are not checked: {exc}"]
+    notices: list[str] = []
+    rules_path = taint_rule_path(client)
+    if rules_path is not None:
+        try:
+            objects.extend(_listed(client, rules_path, TAINT_RULE, page_size))
+        except ApiError as exc:
+            if exc.code != 403:
+                raise
+            notices.append(f"cannot list devicetaintrules, so their taints are not seen: {exc}")
+    return DeviceInventory.of(objects), notices
 
 
 def trim(kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:

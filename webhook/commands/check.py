@@ -160,9 +160,13 @@ def _own_namespace(obj: Mapping[str, Any]) -> str:
 def _cluster(
     kubeconfig: str, *, namespaces: bool
 ) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
-    """The cluster's nodes, and its namespaces' labels when rules may match on them."""
+    """What the server reads of the cluster (nodes, DRA objects, RuntimeClasses), and its
+    namespaces' labels when rules may match on them."""
     with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig)) as cluster:
-        inventory = InventoryView(cluster.inventory())
+        notices: list[str] = []
+        inventory = cluster.view(notices)
+        for notice in notices:
+            print(f"notice: {notice}", file=sys.stderr)
         return inventory, cluster.namespace_labels() if namespaces else {}
 
 

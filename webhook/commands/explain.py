@@ -146,19 +146,23 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
                 return _fail(f'pod "{name}" not found in namespace "{args.namespace}"')
             return _fail(f"cannot read pod {args.namespace}/{name}: {exc}")
         try:
-            inventory = cluster.inventory()
+            notices: list[str] = []
+            view = cluster.view(notices)
+            inventory = view.snapshot
             labels = _namespace_labels(cluster, args.namespace) if policy.rules else None
             uid = str((pod.get("metadata") or {}).get("uid") or "")
             events = cluster.scheduling_events(args.namespace, name, uid)
         except ApiError as exc:
             return _fail(f"cannot read the cluster: {exc}")
+    for notice in notices:
+        print(f"notice: {notice}", file=sys.stderr)
     status = pod.get("status")
     phase = str(status.get("phase") or "") if isinstance(status, Mapping) else ""
     explanation = explain(
         _as_created(pod),
         policy=policy,
-        inventory=InventoryView(inventory),
-        nodes=inventory.nodes,
+        inventory=view,
+        nodes=inventory.nodes if inventory is not None else (),
         namespace_labels=labels,
         phase=phase,
         event=_last(events),

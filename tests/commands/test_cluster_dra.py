@@ -1,0 +1,143 @@
+"""``check``, ``explain`` and ``audit`` against a cluster read what the server reads: nodes,
+the DRA objects (with DeviceTaintRules where served) and RuntimeClasses, not only nodes.
+
+The loopback server answers with the objects of ``tests/cases/_inventories/dra-mixed.yaml``
+(NVIDIA's DRA driver beside its device plugin, Kubernetes 1.36) as the API server lists them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.builders import pod
+from tests.cluster.replayserver import Body, ReplayServer, fixture
+from tests.running import kubeconfig
+from webhook.cli import main
+
+INVENTORY = Path(__file__).parents[1] / "cases" / "_inventories" / "dra-mixed.yaml"
+TAINT_RULES = "/apis/resource.k8s.io/v1beta2"
+RESOURCES = {
+    "DeviceClass": "deviceclasses",
+    "ResourceSlice": "resourceslices",
+    "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+}
+
+
+def _list(kind: str, items: list[Mapping[str, Any]]) -> Body:
+    # Items of a list carry no apiVersion and kind; the list does.
+    bare = [{k: v for k, v in i.items() if k not in ("apiVersion", "kind")} for i in items]
+    body = {"kind": f"{kind}List", "metadata": {"resourceVersion": "7"}, "items": bare}
+    return Body(json.dumps(body).encode())
+
+
+@pytest.fixture
+def cluster() -> Iterator[ReplayServer]:
+    items = yaml.safe_load(INVENTORY.read_text())["items"]
+    replay = ReplayServer()
+    replay.lists.append(_list("Node", [i for i in items if i["kind"] == "Node"]))
+    replay.namespace_lists.append(Body(fixture("namespace-list.json")))
+    replay.dra_served = True
+    for kind, resource in RESOURCES.items():
+        replay.dra_lists[resource] = _queue(_list(kind, [i for i in items if i["kind"] == kind]))
+    discovery = {"kind": "APIResourceList", "resources": [{"name": "devicetaintrules"}]}
+    replay.routes[TAINT_RULES] = _queue(Body(json.dumps(discovery).encode()))
+    rules = [i for i in items if i["kind"] == "DeviceTaintRule"]
+    replay.routes[f"{TAINT_RULES}/devicetaintrules"] = _queue(_list("DeviceTaintRule", rules))
+    replay.start()
+    yield replay
+    replay.stop()
+
+
+def _queue(body: Body) -> deque[Body]:
+    return deque([body])
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert out, err
+    return code, json.loads(out)
+
+
+def test_check_sees_gpus_that_a_device_class_serves_on_nodes_without_them(
+    tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "pod.yaml"
+    four = pod(gpus=4)
+    four["spec"]["nodeSelector"] = {"pool": "dra"}
+    manifest.write_text(yaml.safe_dump(four))
+    config = kubeconfig(tmp_path, cluster.url)
+
+    code, (result,) = _run(
+        ["check", "-f", str(manifest), "--kubeconfig", config, "-o", "json"], capsys
+    )
+
+    assert code == 0, result["messages"]
+    assert result["allowed"] is True
+    paths = {r.path for r in cluster.requests}
+    assert {
+        "/apis/resource.k8s.io/v1/resourceslices",
+        "/apis/node.k8s.io/v1/runtimeclasses",
+    } <= paths
+    assert f"{TAINT_RULES}/devicetaintrules" in paths
+
+
+def test_check_denies_what_neither_the_plugin_nor_the_class_can_hold_on_one_node(
+    tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(pod(gpus=10)))
+    config = kubeconfig(tmp_path, cluster.url)
+
+    code, (result,) = _run(
+        ["check", "-f", str(manifest), "--kubeconfig", config, "-o", "json"], capsys
+    )
+
+    assert code == 1
+    (message,) = result["messages"]
+    assert "8 allocatable on node gpu-plugin-0 (its device plugin)" in message
+    assert "4 via DeviceClass gpu.nvidia.com on node dra-h100-0" in message
+
+
+def test_check_sees_the_cluster_s_device_taint_rules(
+    tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "pod.yaml"
+    four = pod(gpus=4)
+    four["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "dra-h100-1"}
+    manifest.write_text(yaml.safe_dump(four))
+    config = kubeconfig(tmp_path, cluster.url)
+
+    code, (result,) = _run(
+        ["check", "-f", str(manifest), "--kubeconfig", config, "-o", "json"], capsys
+    )
+
+    assert code == 1
+    assert "tainted gpu.nvidia.com/xid=79:NoSchedule" in result["messages"][0]
+
+
+def test_audit_judges_workloads_with_the_cluster_s_dra_objects(
+    tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    four = pod(gpus=4, name="four")
+    four["spec"]["nodeSelector"] = {"pool": "dra"}
+    core = {"kind": "APIResourceList", "resources": [{"name": "pods"}]}
+    cluster.routes["/api/v1"] = _queue(Body(json.dumps(core).encode()))
+    cluster.routes["/api/v1/pods"] = _queue(_list("Pod", [four]))
+    config = kubeconfig(tmp_path, cluster.url)
+
+    code, report = _run(["audit", "--kubeconfig", config, "--kinds", "pods", "-o", "json"], capsys)
+
+    assert code == 0, report
+    assert report["summary"]["deny"] == 0
+    (entry,) = report["results"]
+    assert entry["allowed"] is True, entry["findings"]
+    assert any(r.path == "/apis/resource.k8s.io/v1/deviceclasses" for r in cluster.requests)
