@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from webhook.cluster.devicesource import PATHS
+from webhook.cluster.devicesource import PATHS, TAINT_RULE_RESOURCE
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS
 
@@ -247,6 +247,8 @@ NAMED_ONLY = {
 
 # Exactly the collections webhook.cluster.devicesource lists and watches.
 DRA_RESOURCES = tuple(path.rsplit("/", 1)[1] for path in PATHS.values())
+# And DeviceTaintRules, where the API server serves them.
+READ_DRA = (*DRA_RESOURCES, TAINT_RULE_RESOURCE)
 
 
 @each
@@ -259,7 +261,7 @@ def test_rbac_grants_reads_and_named_patches_only(name):
                 assert rule.get("resourceNames") == NAMED_ONLY[resource], (role, resource)
                 assert set(rule["verbs"]) <= {"get", "patch"}, (role, resource)
             else:
-                assert resource in ("nodes", "namespaces", "runtimeclasses", *DRA_RESOURCES), (
+                assert resource in ("nodes", "namespaces", "runtimeclasses", *READ_DRA), (
                     role,
                     resource,
                 )
@@ -295,6 +297,11 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_and_
         {
             "apiGroups": ["node.k8s.io"],
             "resources": ["runtimeclasses"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": [TAINT_RULE_RESOURCE],
             "verbs": ["get", "list", "watch"],
         },
     ]

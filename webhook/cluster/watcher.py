@@ -36,6 +36,7 @@ from webhook.cluster.inventorysource import (
     api_endpoint_from_kubeconfig,
 )
 from webhook.cluster.reflector import Backoff
+from webhook.engine.resources.devices import TAINT_RULE
 from webhook.engine.resources.inventory import Node, node_from_json
 from webhook.serving import logs
 
@@ -159,7 +160,7 @@ class DeviceFeed(DeviceCache):
         if self.served is None:
             return []
         out: list[feedwire.Message] = [{"t": "dra-served", "served": self.served}]
-        for kind in PATHS:
+        for kind in (*PATHS, TAINT_RULE):
             if self.synced(kind):
                 out.extend(
                     feedwire.dra_list(
