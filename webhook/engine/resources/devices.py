@@ -123,6 +123,66 @@ def with_rule_taints(s: Slice, rules: Sequence[TaintRule]) -> Slice:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """A capacity's ``requestPolicy`` (``DRAConsumableCapacity``, beta and on in 1.36):
+    ``structured/internal/incubating/consumable_capacity.go``."""
+
+    default: Fraction | None = None
+    minimum: Fraction | None = None
+    maximum: Fraction | None = None
+    step: Fraction | None = None
+    values: tuple[Fraction, ...] = ()
+
+    def round_up(self, want: Fraction) -> Fraction:
+        """``roundUpRange`` / ``roundUpValidValues``."""
+        if self.minimum is not None:
+            if want < self.minimum:
+                return self.minimum
+            if self.step:
+                steps = -((self.minimum - want) // self.step)  # ceiling
+                return self.minimum + self.step * steps
+            return want
+        if self.values:
+            return next((v for v in self.values if want <= v), want)
+        return want
+
+    def refuses(self, used: Fraction) -> bool:
+        """``violatesPolicy``: over the range's maximum, off its steps, or not a valid value."""
+        if self.default is not None and used == self.default:
+            return False
+        if self.minimum is not None or self.maximum is not None or self.step is not None:
+            if self.maximum is not None and used > self.maximum:
+                return True
+            base = self.minimum or Fraction(0)
+            return bool(self.step) and (used - base) % self.step != 0  # type: ignore[operator]
+        if self.values:
+            return used not in self.values
+        return False
+
+
+def _policy(raw: object) -> RequestPolicy | None:
+    policy = _map(raw)
+    if not policy:
+        return None
+
+    def amount(value: object) -> Fraction | None:
+        try:
+            return parse_quantity(value) if value is not None else None
+        except QuantityError:
+            return None
+
+    valid = _map(policy.get("validRange"))
+    values = tuple(v for v in map(amount, _list(policy.get("validValues"))) if v is not None)
+    return RequestPolicy(
+        default=amount(policy.get("default")),
+        minimum=amount(valid.get("min")),
+        maximum=amount(valid.get("max")),
+        step=amount(valid.get("step")),
+        values=tuple(sorted(values)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
     """One device of a slice, as selectors and the fit see it."""
 
@@ -139,6 +199,37 @@ class Device:
     # taints: (key, value, effect); NoSchedule and NoExecute keep requests that do not
     # tolerate them away (``taintPreventsAllocation``).
     taints: tuple[tuple[str, str, str], ...] = ()
+    # capacity[...].requestPolicy (consumable capacity), per capacity (domain, name).
+    policies: tuple[tuple[str, str, RequestPolicy], ...] = ()
+
+    def consumption(
+        self, requests: tuple[tuple[str, Fraction], ...]
+    ) -> dict[tuple[str, str], Fraction] | None:
+        """What one allocation takes of each capacity (``GetConsumedCapacityFromRequest``,
+        ``calculateConsumedCapacity``: the request rounded up by the capacity's
+        requestPolicy; unrequested, its default, else the whole capacity); None when the
+        request names a capacity the device lacks or the policy refuses the amount
+        (``requestsContainNonExistCapacity``, ``violatesPolicy``), or it exceeds the
+        capacity (``CmpRequestOverCapacity``)."""
+        asked = {_qualified(name, self.driver): amount for name, amount in requests}
+        values = {(d, n): v for d, n, v in self.capacity}
+        if any(key not in values for key in asked):
+            return None
+        policies = {(d, n): p for d, n, p in self.policies}
+        out: dict[tuple[str, str], Fraction] = {}
+        for key, value in values.items():
+            policy = policies.get(key)
+            want = asked.get(key)
+            if want is None:
+                used = (
+                    policy.default if policy is not None and policy.default is not None else value
+                )
+            else:
+                used = policy.round_up(want) if policy is not None else want
+            if (policy is not None and policy.refuses(used)) or used > value:
+                return None
+            out[key] = used
+        return out
 
     def view(self) -> DeviceView:
         attributes: dict[str, dict[str, Any]] = {}
@@ -162,6 +253,7 @@ class Device:
             self.shared,
             self.consumes,
             self.taints,
+            self.policies,
         )
 
 
@@ -189,12 +281,16 @@ def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Devic
         if parsed is not None:
             attributes.append((*_qualified(str(name), driver), parsed))
     capacity = []
+    policies = []
     for name, value in _map(raw.get("capacity")).items():
         try:
             amount = parse_quantity(_map(value).get("value"))
         except QuantityError:
             continue
         capacity.append((*_qualified(str(name), driver), amount))
+        policy = _policy(_map(value).get("requestPolicy"))
+        if policy is not None:
+            policies.append((*_qualified(str(name), driver), policy))
     return Device(
         driver=_intern(driver),
         pool=_intern(pool),
@@ -210,7 +306,20 @@ def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Devic
             (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
             for t in map(_map, _list(raw.get("taints")))
         ),
+        policies=tuple(sorted(policies, key=lambda p: (p[0], p[1]))),
     )
+
+
+def _amounts(raw: object) -> tuple[tuple[str, Fraction], ...]:
+    """``capacity.requests``: quantities by capacity name. One that does not parse is
+    dropped (the API server validates them; less asked never denies)."""
+    out = []
+    for name, value in _map(raw).items():
+        try:
+            out.append((str(name), parse_quantity(value)))
+        except QuantityError:
+            continue
+    return tuple(sorted(out))
 
 
 def _counters(raw: object) -> tuple[tuple[str, Fraction], ...]:
@@ -369,6 +478,8 @@ class SubRequest:
     admin: bool = False
     # Each toleration as its sorted items: a request is part of memo keys, so hashable.
     tolerations: tuple[tuple[tuple[str, Any], ...], ...] = ()
+    # capacity.requests (consumable capacity): (capacity name, amount), sorted.
+    capacity: tuple[tuple[str, Fraction], ...] = ()
 
     def tolerates(self, device: Device) -> bool:
         """No NoSchedule or NoExecute taint of the device that this request does not
@@ -423,6 +534,7 @@ def _sub_request(raw: Mapping[str, Any], name: str) -> SubRequest:
             tuple(sorted((str(k), v) for k, v in t.items() if isinstance(v, str | int)))
             for t in map(_map, _list(raw.get("tolerations")))
         ),
+        capacity=_amounts(dig(raw, "capacity", "requests")),
     )
 
 

@@ -1,8 +1,9 @@
 """DRA claims: which of a pod's claims ask for GPUs, and whether they can ever be met.
 
 The fit answers what ``k8s.io/dynamic-resource-allocation/structured`` answers for one
-node (``internal/stable/allocator_stable.go``, ``Allocator.Allocate``), against an empty
-cluster as the capacity checks do for nodes:
+node (``internal/incubating/allocator_incubating.go``, the allocator 1.36 runs with its
+beta features on; ``Allocator.Allocate``), against an empty cluster as the capacity checks
+do for nodes:
 
 - every request (or, with ``firstAvailable``, one of its sub-requests, tried in order:
   ``allocateOne``) needs ``count`` devices (``ExactCount``), or every matching device of
@@ -10,24 +11,31 @@ cluster as the capacity checks do for nodes:
   required for 'All' allocation mode");
 - a device matches when the class's selectors and the request's selectors are all true
   (``isSelectable``, ``selectorsMatch``); a CEL runtime error fails the node;
-- a device serves one request of all the pod's claims (``deviceInUse``), unless it allows
-  multiple allocations or the request has admin access;
+- a device serves one request of all the pod's claims (``deviceInUse``); a request with
+  ``adminAccess`` may take a device other claims hold, but not one its own claim holds,
+  and what it takes is held like any other allocation (``allocatingDevices``);
+- a device that allows multiple allocations (``allowMultipleAllocations``) serves several
+  requests while what they consume of its capacity fits (consumable capacity,
+  ``CmpRequestOverCapacity``: a capacity request rounded up by the capacity's
+  ``requestPolicy``, an unrequested capacity taken at its default or whole); a request
+  naming a capacity the device lacks, or an amount the policy refuses, does not match it;
 - a request naming an unknown class fails (``classLister.Get``), and a claim needs at most
   ``AllocationResultsMaxSize`` devices.
 
 - ``matchAttribute`` constraints: the devices of the named requests (all, when none are
   named) must have the attribute, with one value (``matchAttributeConstraint``);
 - partitionable devices: what devices consume of their pool's shared counters stays within
-  them (``checkAvailableCounters``): MIG partitions of one GPU, or the GPU itself;
+  them (``checkAvailableCounters``): MIG partitions of one GPU, or the GPU itself; a device
+  that allows multiple allocations consumes its counters once (``skipCounterCheck``);
 - a device tainted NoSchedule or NoExecute serves only requests that tolerate the taint
-  (``taintPreventsAllocation``).
+  (``taintPreventsAllocation``), whether the taint is in its slice or comes from a
+  ``DeviceTaintRule``.
 
 The allocator's search is exhaustive, so "some assignment exists" is its answer; here that
 is a bipartite matching per combination of ``firstAvailable`` choices, or, for claims with
-constraints and devices with counters, the allocator's own backtracking (``_Search``) with
-a step budget (past it the answer is unknown, never a denial). Left out, so that a denial
-stays true: consumable capacity (capacity requests); a device that allows multiple
-allocations is taken to serve any number of requests.
+constraints, admin access, and devices with counters or multiple allocations, the
+allocator's own backtracking (``_Search``) with a step budget (past it the answer is
+unknown, never a denial).
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from webhook.engine.resources.devices import (
     SubRequest,
 )
 from webhook.engine.resources.deviceselectors import Selector, SelectorError, compile_selector
+from webhook.engine.resources.fit import quantity_text
 from webhook.engine.resources.inventory import Inventory, Node, Placement
 
 _MAX_COMBINATIONS = 64
@@ -241,6 +250,10 @@ def _eligible(
             if not result:
                 ok = False
                 break
+        # CmpRequestOverCapacity, for every device: capacities the request names must
+        # exist, and what it takes must be within the policy and the capacity.
+        if ok and (sub.capacity or device.policies) and device.consumption(sub.capacity) is None:
+            ok = False
         if ok:
             found.append(index)
     return found, error, unknown
@@ -264,6 +277,11 @@ def _assign(slots: Sequence[Sequence[int]], taken: set[int], shared: Sequence[bo
         return False
 
     return all(place(slot, set()) for slot in range(len(slots)))
+
+
+# A device taken by one request: its index, whether it took counters, what it consumes of a
+# shared device's capacity (None: not shared).
+_Taken = tuple[int, bool, dict[tuple[str, str], Fraction] | None]
 
 
 class _OverBudget(Exception):
@@ -290,7 +308,12 @@ class _Search:
         self.devices = devices
         self.plan = plan
         self.budget = budget
-        self.in_use: dict[int, int] = {}
+        # Non-shared devices taken, by the claims holding them (admin access included, as
+        # the allocator's allocatingDevices records them).
+        self.in_use: dict[int, set[int]] = {}
+        # Devices that allow multiple allocations: what their allocations consume.
+        self.shares: dict[int, dict[tuple[str, str], Fraction]] = {}
+        self.share_count: dict[int, int] = {}
         self.per_claim = [0] * len(claims)
         # Per claim, per constraint: the value its devices share and how many hold it.
         self.agreed: list[list[list[Any]]] = [[[None, 0] for _ in c.constraints] for c in claims]
@@ -312,7 +335,7 @@ class _Search:
             if sub.all_devices:
                 if not eligible:
                     continue
-                added: list[int] = []
+                added: list[_Taken] = []
                 every = all(self._add(claim, request, sub, d, added) for d in eligible)
                 if every and self._allocate(slot + 1):
                     return True
@@ -324,24 +347,29 @@ class _Search:
     def _pick(
         self, slot: int, sub: SubRequest, eligible: list[int], *, left: int, start: int
     ) -> bool:
-        """``left`` more devices for ``sub`` from ``eligible[start:]`` (sets, not orders)."""
+        """``left`` more devices for ``sub`` from ``eligible[start:]`` (sets, not orders:
+        the allocator goes on from the next device, ``nextLocation``, even for a device that
+        allows multiple allocations)."""
         if left == 0:
             return self._allocate(slot + 1)
         claim, request, _ = self.plan[slot]
         for position in range(start, len(eligible)):
-            added: list[int] = []
-            # A device that allows multiple allocations may serve this request again.
-            again = position if self.devices[eligible[position]].shared else position + 1
+            added: list[_Taken] = []
             if self._add(claim, request, sub, eligible[position], added) and self._pick(
-                slot, sub, eligible, left=left - 1, start=again
+                slot, sub, eligible, left=left - 1, start=position + 1
             ):
                 return True
             self._undo(claim, request, sub, added)
         return False
 
-    def _add(self, claim: int, request: str, sub: SubRequest, index: int, added: list[int]) -> bool:
+    def _add(
+        self, claim: int, request: str, sub: SubRequest, index: int, added: list[_Taken]
+    ) -> bool:
+        """``allocateDevice``: in use, counters, constraints, consumable capacity."""
         device = self.devices[index]
-        if not sub.admin and not device.shared and self.in_use.get(index, 0):
+        holders = self.in_use.get(index)
+        # Admin access may take a device other claims hold, not one its own claim does.
+        if not device.shared and holders and (not sub.admin or claim in holders):
             return False
         if self.per_claim[claim] >= ALLOCATION_RESULTS_MAX_SIZE:
             return False
@@ -356,15 +384,36 @@ class _Search:
             if value is None or (state[1] and state[0] != value):
                 return False
             values.append(value)
-        if device.consumes and not self._consume(device, 1):
+        share: dict[tuple[str, str], Fraction] | None = None
+        if device.shared:
+            share = device.consumption(sub.capacity)
+            used = self.shares.get(index)
+            if share is None or (
+                used is not None
+                and any(used[k] + v > self._value(device, k) for k, v in share.items())
+            ):
+                return False
+        # ``skipCounterCheck``: a shared device already allocated consumed its counters.
+        counted = bool(device.consumes) and not (device.shared and index in self.shares)
+        if counted and not self._consume(device, 1):
             return False
         for value, state in zip(values, self.agreed[claim], strict=True):
             if value is not None:
                 state[0], state[1] = value, state[1] + 1
-        self.in_use[index] = self.in_use.get(index, 0) + (0 if sub.admin else 1)
+        if device.shared and share is not None:
+            used = self.shares.setdefault(index, dict.fromkeys(share, Fraction(0)))
+            for key, amount in share.items():
+                used[key] += amount
+            self.share_count[index] = self.share_count.get(index, 0) + 1
+        else:
+            self.in_use.setdefault(index, set()).add(claim)
         self.per_claim[claim] += 1
-        added.append(index)
+        added.append((index, counted, share))
         return True
+
+    @staticmethod
+    def _value(device: Device, key: tuple[str, str]) -> Fraction:
+        return next(v for d, n, v in device.capacity if (d, n) == key)
 
     def _consume(self, device: Device, sign: int) -> bool:
         """Take (or give back) the counters the device consumes; False, and nothing taken,
@@ -385,11 +434,20 @@ class _Search:
                 self.consumed[key] -= amount
         return fits
 
-    def _undo(self, claim: int, request: str, sub: SubRequest, added: list[int]) -> None:
-        for index in added:
-            if self.devices[index].consumes:
-                self._consume(self.devices[index], -1)
-            self.in_use[index] -= 0 if sub.admin else 1
+    def _undo(self, claim: int, request: str, sub: SubRequest, added: list[_Taken]) -> None:
+        for index, counted, share in reversed(added):
+            device = self.devices[index]
+            if counted:
+                self._consume(device, -1)
+            if share is not None:
+                used = self.shares[index]
+                for key, amount in share.items():
+                    used[key] -= amount
+                self.share_count[index] -= 1
+                if not self.share_count[index]:
+                    del self.shares[index], self.share_count[index]
+            else:
+                self.in_use[index].discard(claim)
             self.per_claim[claim] -= 1
             for constraint, state in zip(
                 self.claims[claim].constraints, self.agreed[claim], strict=True
@@ -436,7 +494,11 @@ def fit(
     claims: Sequence[ClaimSpec], devices: Sequence[Device], inventory: DeviceInventory
 ) -> FitAnswer:
     """Can all ``claims`` be allocated together from ``devices`` (one node's)?"""
-    if any(claim.constraints for claim in claims) or any(d.consumes for d in devices):
+    if (
+        any(claim.constraints for claim in claims)
+        or any(d.consumes or d.shared for d in devices)
+        or any(sub.admin for claim in claims for r in claim.requests for sub in r.alternatives)
+    ):
         return _fit_by_search(claims, devices, inventory)
     matcher = _Matcher(inventory)
     classes = inventory.classes
@@ -726,6 +788,25 @@ def shortfall(
             "would take share their GPU's counters (partitions of one GPU, or the GPU itself) "
             "and together need more than it has. Ask for partitions that fit one GPU.",
             "claims need more of a GPU's partitions than it has",
+        )
+    if any(d.shared for profile in found.profiles for d in profile.devices):
+        asked = sorted(
+            {
+                f"{quantity_text(name, int(amount))} of {name}"
+                for c in claims
+                if c.claim is not None
+                for r in c.claim.spec.requests
+                for sub in r.alternatives
+                for name, amount in sub.capacity
+            }
+        )
+        each = f" (each asks {', '.join(asked)})" if asked else ""
+        return (
+            f"the pod's claims cannot all be met on any one node {usable}: they share devices "
+            f"that allow multiple allocations{each}, and what they consume of one device's "
+            "capacity, rounded up by its requestPolicy, is more than it has. Ask for smaller "
+            "shares, or fewer claims per pod.",
+            "claims consume more of a shared device's capacity than it has",
         )
     return (
         "the pod's claims cannot all be met on any one node it can use: together they need "
