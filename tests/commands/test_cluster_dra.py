@@ -141,3 +141,39 @@ def test_audit_judges_workloads_with_the_cluster_s_dra_objects(
     (entry,) = report["results"]
     assert entry["allowed"] is True, entry["findings"]
     assert any(r.path == "/apis/resource.k8s.io/v1/deviceclasses" for r in cluster.requests)
+
+
+def test_inventory_replays_the_cluster_and_prints_dra_devices_per_node_class(
+    tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = kubeconfig(tmp_path, cluster.url)
+
+    code, report = _run(["inventory", "--kubeconfig", config, "-o", "json"], capsys)
+
+    assert code == 0
+    assert report["dra"] is True
+    by_node = {
+        c["example"]: [(d["device_class"], d["per_node"], d["tainted"]) for d in c["dra_devices"]]
+        for c in report["classes"]
+    }
+    assert by_node["dra-h100-0"] == [("gpu.nvidia.com", 4, 0)]
+    assert by_node["dra-h100-1"] == [("gpu.nvidia.com", 4, 1)], "the DeviceTaintRule's taint"
+    assert by_node["gpu-plugin-0"] == []
+    assert report["served"] == [
+        {
+            "resource": "nvidia.com/gpu",
+            "device_class": "gpu.nvidia.com",
+            "largest": 4,
+            "node": "dra-h100-0",
+        }
+    ]
+
+
+def test_inventory_text_names_the_class_and_the_resource_it_serves(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["inventory", "--inventory", str(INVENTORY)]) == 0
+    out = capsys.readouterr().out
+    section = out.split("DRA devices per node class", 1)[1]
+    assert "dra-h100-1    gpu.nvidia.com  4         1        nvidia.com/gpu" in section
+    assert "Extended resources served by DRA" in section

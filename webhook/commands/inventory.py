@@ -7,14 +7,14 @@ import json
 import sys
 from typing import Any
 
+from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.cluster.inventorysource import (
     ApiError,
     KubeconfigError,
     api_endpoint_from_kubeconfig,
-    list_inventory,
 )
 from webhook.commands import add_text_or_json_option, add_timeout_option, fail
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.reports.inventory import render_text, summarize
 
 
@@ -52,17 +52,22 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.inventory:
-            inventory = load_inventory(args.inventory)
+            view = load_inventory_file(args.inventory).view()
         else:
             endpoint = api_endpoint_from_kubeconfig(args.kubeconfig)
-            inventory = list_inventory(endpoint, request_timeout_seconds=args.timeout)
+            notices: list[str] = []
+            with ClusterObjects(endpoint, request_timeout_seconds=args.timeout) as cluster:
+                view = cluster.view(notices)
+            for notice in notices:
+                print(f"notice: {notice}", file=sys.stderr)
     except InventoryFileError as exc:
         return _fail(f"the inventory is not usable: {exc}")
     except KubeconfigError as exc:
         return _fail(f"no usable cluster configuration: {exc}")
     except ApiError as exc:
         return _fail(f"cannot list nodes: {exc}")
-    report = summarize(inventory)
+    assert view.snapshot is not None  # both readers give nodes, or fail
+    report = summarize(view.snapshot, view.devices)
     if args.output == "json":
         json.dump(report.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -708,6 +708,15 @@ class DeviceInventory:
         snapshot.resource_version = resource_version
         return snapshot
 
+    def extended_class(self, resource: str) -> str | None:
+        """The device class that serves ``resource`` as an extended resource, or None.
+
+        KEP-5004 (``extended/cache.go``, ``OnDeviceClassEvent``): a class's
+        ``extendedResourceName``, and always ``deviceclass.resource.kubernetes.io/<class>``.
+        Whether a node uses it depends on the node: one whose allocatable has the resource
+        uses its device plugin (``filterExtendedResources``)."""
+        return self.extended.get(resource)
+
     def content(self, device: Device) -> tuple[Any, ...]:
         known = self._contents.get(device)
         if known is None:

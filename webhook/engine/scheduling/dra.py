@@ -701,6 +701,17 @@ def device_counts(
     return best
 
 
+def class_devices(inventory: DeviceInventory, profile: Profile) -> tuple[tuple[str, int, int], ...]:
+    """Per device class: the devices of the profile its selectors match, and how many of
+    those are tainted NoSchedule or NoExecute (for ``gpu-webhook inventory``)."""
+    out = []
+    for name in sorted(inventory.classes):
+        counts = device_counts(SubRequest(name=name, device_class=name), (profile,), inventory)
+        if counts.of_class:
+            out.append((name, counts.of_class, counts.of_class - counts.usable))
+    return tuple(out)
+
+
 def shortfall(
     claims: Sequence[PodClaim],
     found: Candidates,

@@ -28,7 +28,7 @@ from typing import Any
 
 from webhook.engine.kube.selectors import terms_match
 from webhook.engine.policy.decision import Finding
-from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, Profile
+from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, Profile, SubRequest
 from webhook.engine.resources.fit import Demand, shortfalls
 from webhook.engine.resources.inventory import Inventory, Placement, Shape
 from webhook.engine.scheduling.dra import (
@@ -306,4 +306,42 @@ def whole_pod_findings(
     yield _finding("deviceClaims", actions.get("deviceClaims", "deny"), message, summary, where)
 
 
-__all__ = ["FitAnswer", "needs_whole_pod", "whole_pod_findings", "whole_pod_fit"]
+@dataclass(frozen=True, slots=True)
+class ServedCapacity:
+    """How much of an extended resource a device class gives one node (KEP-5004)."""
+
+    resource: str
+    device_class: str
+    most: int  # devices one usable node without the resource in allocatable gives it
+    node: str  # that node ("" when none has any)
+
+
+def served_capacity(
+    resource: str,
+    *,
+    devices: DeviceInventory,
+    nodes: Inventory,
+    placement: Placement = EVERYWHERE,
+) -> ServedCapacity | None:
+    """The DRA side of an extended resource: None when no device class maps ``resource``
+    (``extendedResourceName``, or ``deviceclass.resource.kubernetes.io/<class>``), else the
+    most devices that class offers for it on one node the placement admits and whose
+    allocatable lacks it (nodes that have it use their device plugin). Devices count as the
+    scheduler's claim for the resource takes them: the class's selectors, untainted."""
+    device_class = devices.extended_class(resource)
+    if device_class is None or not devices.complete:
+        return None
+    sub = SubRequest(name=resource, device_class=device_class)
+    found = _node_candidates(devices, nodes, placement, resource)
+    counts = device_counts(sub, found.profiles, devices)
+    return ServedCapacity(resource, device_class, counts.usable, counts.example)
+
+
+__all__ = [
+    "FitAnswer",
+    "ServedCapacity",
+    "needs_whole_pod",
+    "served_capacity",
+    "whole_pod_findings",
+    "whole_pod_fit",
+]
