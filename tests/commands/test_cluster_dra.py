@@ -177,3 +177,64 @@ def test_inventory_text_names_the_class_and_the_resource_it_serves(
     section = out.split("DRA devices per node class", 1)[1]
     assert "dra-h100-1    gpu.nvidia.com  4         1        nvidia.com/gpu" in section
     assert "Extended resources served by DRA" in section
+
+
+def test_explain_names_the_taint_that_keeps_a_node_s_devices_from_the_pod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(pod(gpus=4)))
+
+    code, (explained,) = _run(
+        ["explain", "-f", str(manifest), "--inventory", str(INVENTORY), "-o", "json"], capsys
+    )
+
+    assert code == 0
+    (template,) = explained["templates"]
+    assert template["unoffered"] == [], "a device class serves nvidia.com/gpu"
+    answers = {c["resources"]: c for c in template["classes"]}
+    h100 = answers["gpu.nvidia.com=4 (DRA)"]
+    assert (h100["product"], h100["nodes"], h100["fits"]) == ("NVIDIA H100 80GB HBM3", 1, 1)
+    tainted = answers["gpu.nvidia.com=4 (DRA, 1 tainted)"]
+    assert tainted["verdict"] == (
+        "no: 1 cannot allocate all claims (3 of 4 nvidia.com/gpu via DeviceClass "
+        "gpu.nvidia.com; 1 more tainted gpu.nvidia.com/xid=79:NoSchedule, not tolerated)"
+    )
+    assert answers["nvidia.com/gpu=8"]["verdict"] == "fits", "the device plugin's node"
+
+
+def test_explain_of_a_bound_pod_says_where_the_scheduler_put_it(
+    tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Bound by the scheduler through DRA; no kubelet has started it yet.
+    bound = pod(gpus=2, name="two")
+    bound["spec"]["nodeName"] = "dra-h100-0"
+    bound["status"] = {
+        "phase": "Pending",
+        "extendedResourceClaimStatus": {
+            "resourceClaimName": "two-extended-resources-x7k9m",
+            "requestMappings": [
+                {
+                    "containerName": "main",
+                    "resourceName": "nvidia.com/gpu",
+                    "requestName": "container-0-request-0",
+                }
+            ],
+        },
+    }
+    cluster.routes["/api/v1/namespaces/default/pods/two"] = _queue(Body(json.dumps(bound).encode()))
+    events = {"kind": "EventList", "metadata": {"resourceVersion": "9"}, "items": []}
+    cluster.routes["/api/v1/namespaces/default/events"] = _queue(Body(json.dumps(events).encode()))
+    cluster.routes["/api/v1/namespaces/default"] = _queue(
+        Body(json.dumps({"metadata": {"name": "default", "labels": {}}}).encode())
+    )
+    config = kubeconfig(tmp_path, cluster.url)
+
+    code = main(["explain", "pod", "two", "-n", "default", "--kubeconfig", config])
+
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.startswith("Pod default/two (Pending, bound to node dra-h100-0)\n")
+    assert "Scheduler: bound the pod to node dra-h100-0" in out
+    assert "no node offers nvidia.com/gpu" not in out
+    assert "Webhook on create: allowed" in out

@@ -18,9 +18,8 @@ from webhook.commands import (
     fail,
     rules_or_fail,
 )
-from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.policy.ruleset import Policy
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import load_manifests
 from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text
 
@@ -113,15 +112,17 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
     if not args.inventory:
         return _fail("-f needs --inventory FILE: the nodes to explain the pod against")
     try:
-        inventory = load_inventory(args.inventory)
+        # Nodes, DRA objects and RuntimeClasses: what the server would read.
+        view = load_inventory_file(args.inventory).view()
     except InventoryFileError as exc:
         return _fail(f"the inventory is not usable: {exc}")
+    inventory = view.snapshot
+    assert inventory is not None  # a file without nodes is refused
     documents, errors = load_manifests(args.files)
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     explanations = [
-        explain(doc.obj, policy=policy, inventory=InventoryView(inventory), nodes=inventory.nodes)
-        for doc in documents
+        explain(doc.obj, policy=policy, inventory=view, nodes=inventory.nodes) for doc in documents
     ]
     if not explanations and not errors:
         return _fail(f"no objects in {', '.join(args.files)}")
@@ -166,6 +167,7 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
         namespace_labels=labels,
         phase=phase,
         event=_last(events),
+        node=str((pod.get("spec") or {}).get("nodeName") or ""),
     )
     _print(args.output, [explanation])
     return _code([explanation])

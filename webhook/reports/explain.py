@@ -21,12 +21,17 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import GPUResources, Policy
+from webhook.engine.resources.devices import DeviceInventory, SubRequest
 from webhook.engine.resources.fit import Demand, demand_of
 from webhook.engine.resources.gpufacts import COUNT_LABEL, GPUFacts, gpu_facts
 from webhook.engine.resources.inventory import Node, Placement
+from webhook.engine.scheduling.dra import device_counts
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.reports.audit import ObjectRef, finding_json
-from webhook.reports.inventory import NO_GPU, class_key, table
+from webhook.reports.inventory import NO_GPU, class_key, dra_product, table
+
+# DynamicResources' Filter message when a node's devices cannot serve the pod.
+CANNOT_ALLOCATE = "cannot allocate all claims"
 
 # The scheduler compares every extended resource, GPU or not: a typo such as
 # nvidia.com/gpus is no GPU to the policy, and exactly why a pod stays Pending.
@@ -116,11 +121,14 @@ class Explanation:
     templates: tuple[TemplateAnswer, ...]
     phase: str = ""
     event: SchedulerEvent | None = None
+    # The node a live pod is bound to (spec.nodeName): scheduled, whatever its phase says.
+    node: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.ref.to_json(),
             "phase": self.phase,
+            "node": self.node,
             "webhook": {
                 "allowed": self.allowed,
                 "findings": [finding_json(f) for f in self.findings],
@@ -148,6 +156,7 @@ def explain(
     namespace_labels: Mapping[str, str] | None = None,
     phase: str = "",
     event: SchedulerEvent | None = None,
+    node: str = "",
 ) -> Explanation:
     """Judge ``obj`` as a CREATE, then ask every node class about each of its pod
     templates as the webhook would leave them (its tolerations and affinity included)."""
@@ -166,13 +175,21 @@ def explain(
         # The whole request vector, as the webhook's capacity check judges it: CPU and
         # memory (limits the webhook set included) beside every extended resource.
         vector = demand_of(template.spec, pod.vector, pod.per_container, pod.containers)
+        served = _served(inventory.devices, demand)
+        classes = _classes(
+            (*nodes, *policy.node_pools),
+            template.spec,
+            vector,
+            served=served,
+            devices=inventory.devices,
+        )
         answers.append(
             TemplateAnswer(
                 path=".".join(map(str, template.spec_path)) or "spec",
                 demand=demand,
-                classes=_classes((*nodes, *policy.node_pools), template.spec, vector),
-                other_nodes=sum(1 for n in nodes if class_key(n)[0] == NO_GPU),
-                unoffered=_unoffered(nodes, demand),
+                classes=classes,
+                other_nodes=sum(1 for n in nodes if _no_gpu(n, served, inventory.devices)),
+                unoffered=_unoffered(nodes, {r: n for r, n in demand.items() if r not in served}),
             )
         )
     return Explanation(
@@ -187,27 +204,108 @@ def explain(
         templates=tuple(answers),
         phase=phase,
         event=event,
+        node=node,
+    )
+
+
+def _served(devices: DeviceInventory | None, demand: Mapping[str, int]) -> dict[str, str]:
+    """Requested extended resources a device class serves (KEP-5004), to their class."""
+    if devices is None or not devices.complete:
+        return {}
+    return {r: c for r in demand if (c := devices.extended_class(r)) is not None}
+
+
+def _dra_devices(
+    node: Node, served: Mapping[str, str], devices: DeviceInventory | None
+) -> tuple[tuple[str, int, int], ...]:
+    """Per served class, the devices of the node's slices its selectors match and how many
+    of them are tainted (served only where the node's allocatable lacks the resource)."""
+    if devices is None or not served:
+        return ()
+    profile = devices.profile(node)
+    if not profile.devices:
+        return ()
+    out = []
+    for resource, device_class in sorted(served.items()):
+        if node.allocatable.get(resource, 0) > 0:
+            continue
+        sub = SubRequest(name=resource, device_class=device_class)
+        counts = device_counts(sub, (profile,), devices)
+        if counts.of_class:
+            out.append((device_class, counts.of_class, counts.tainted))
+    return tuple(out)
+
+
+def _no_gpu(node: Node, served: Mapping[str, str], devices: DeviceInventory | None) -> bool:
+    return class_key(node)[0] == NO_GPU and not _dra_devices(node, served, devices)
+
+
+def _dra_refusal(
+    node: Node, demand: Demand, served: Mapping[str, str], devices: DeviceInventory
+) -> Refusal | None:
+    """DynamicResources' Filter for the claim the scheduler makes for served resources:
+    enough devices of the class, untainted (the claim has no tolerations), on this node."""
+    profile = devices.profile(node)
+    for resource, need in demand.gpus:
+        device_class = served.get(resource)
+        if device_class is None or node.allocatable.get(resource, 0) > 0:
+            continue
+        sub = SubRequest(name=resource, device_class=device_class, count=need)
+        counts = device_counts(sub, (profile,), devices)
+        if counts.usable >= need:
+            continue
+        detail = f"{counts.usable} of {need} {resource} via DeviceClass {device_class}"
+        if counts.tainted:
+            detail += f"; {counts.tainted} more tainted {counts.taint}, not tolerated"
+        return Refusal("DynamicResources", CANNOT_ALLOCATE, detail)
+    return None
+
+
+def _node_demand(node: Node, demand: Demand, served: Mapping[str, str]) -> Demand:
+    """The vector NodeResourcesFit compares: without the served resources the node lacks
+    (DynamicResources serves those)."""
+    dropped = {r for r in served if node.allocatable.get(r, 0) == 0}
+    if not dropped:
+        return demand
+    return demand._replace(
+        gpus=tuple((r, n) for r, n in demand.gpus if r not in dropped),
+        per_container=tuple((r, n) for r, n in demand.per_container if r not in dropped),
     )
 
 
 def _classes(
-    nodes: Sequence[Node], spec: Mapping[str, Any], demand: Demand
+    nodes: Sequence[Node],
+    spec: Mapping[str, Any],
+    demand: Demand,
+    *,
+    served: Mapping[str, str] | None = None,
+    devices: DeviceInventory | None = None,
 ) -> tuple[ClassAnswer, ...]:
     placement = Placement.of(spec)  # one pod: read its tolerations and affinity once
+    served = served or {}
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in nodes:
-        key = (*class_key(node), node.pool)
-        if key[0] != NO_GPU:
+        dra = _dra_devices(node, served, devices)
+        key = (*class_key(node), node.pool, dra)
+        if key[0] != NO_GPU or dra:
             groups.setdefault(key, []).append(node)
     answers = []
     for key, members in groups.items():
-        product, gpus, _, sharing, replicas_label, _, pool = key
+        product, gpus, _, sharing, replicas_label, _, pool, dra = key
+        if product == NO_GPU and devices is not None:
+            product = dra_product(devices, members[0])
         if pool:  # declared in rule files: nodes the cluster may create for a waiting pod
             product = f"{product} (node pool {pool})"
         replicas = int(replicas_label) if str(replicas_label).isdigit() else 1
         facts = _GroupFacts()
         refusals: list[Refusal | None] = [
-            refusal(n, spec, demand, placement=placement, facts=facts.of(n)) for n in members
+            refusal(
+                n, spec, _node_demand(n, demand, served), placement=placement, facts=facts.of(n)
+            )
+            or (
+                _dra_refusal(n, demand, served, devices) if devices is not None and served else None
+            )
+            for n in members
         ]
         fitting = [n for n, r in zip(members, refusals, strict=True) if r is None]
         reasons = Counter(r.reason for r in refusals if r is not None)
@@ -216,7 +314,10 @@ def _classes(
         else:
             first = reasons.most_common(1)[0][0]
             detail = next(r.detail for r in refusals if r is not None and r.reason == first)
-        resources = " ".join(f"{k}={v}" for k, v in gpus)
+        resources = " ".join(
+            [f"{k}={v}" for k, v in gpus]
+            + [f"{c}={n} (DRA{f', {t} tainted' if t else ''})" for c, n, t in dra]
+        )
         if sharing not in ("", "none") or replicas > 1:
             resources += f" ({sharing or 'time-slicing'} x{replicas})"
         answers.append(
@@ -275,7 +376,8 @@ def object_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str
 
 def render_text(explanation: Explanation) -> str:
     e = explanation
-    phase = f" ({e.phase})" if e.phase else ""
+    state = ", ".join(filter(None, [e.phase, f"bound to node {e.node}" if e.node else ""]))
+    phase = f" ({state})" if state else ""
     lines = [f"{e.ref.kind} {e.ref.namespace}/{e.ref.name}{phase}"]
     if not e.understood:
         lines.append("  holds no pod template the webhook understands: nothing to explain")
@@ -301,6 +403,8 @@ def render_text(explanation: Explanation) -> str:
             f"Scheduler, last FailedScheduling ({e.event.time}{times}):",
             f'  "{e.event.message}"',
         ]
+    elif e.node:
+        lines += ["", f"Scheduler: bound the pod to node {e.node}"]
     elif e.phase == "Pending":
         lines += ["", "Scheduler: no FailedScheduling event (yet, or expired after an hour)"]
     return "\n".join(lines) + "\n"

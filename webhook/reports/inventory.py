@@ -133,7 +133,7 @@ def _dra(devices: DeviceInventory | None, node: Node) -> tuple[tuple[str, int, i
     return class_devices(devices, devices.profile(node))
 
 
-def _dra_product(devices: DeviceInventory, node: Node) -> str:
+def dra_product(devices: DeviceInventory, node: Node) -> str:
     """The product name NVIDIA's DRA driver publishes (``productName``), for nodes whose
     labels name none."""
     for device in devices.profile(node).devices:
@@ -164,7 +164,7 @@ def summarize(inventory: Inventory, devices: DeviceInventory | None = None) -> I
     for (label, gpus, mig, sharing, replicas, memory, dra), members in groups.items():
         product = label
         if label == NO_GPU and dra and devices is not None:
-            product = _dra_product(devices, members[0])
+            product = dra_product(devices, members[0])
         facts = gpu_facts(members[0].labels, dict(gpus))
         units = tuple(
             GPUUnit(
