@@ -236,13 +236,19 @@ def whole_pod_shortfall(
             everywhere = candidates(devices, nodes, EVERYWHERE)
             return shortfall(known, found, everywhere, devices)
     parts = [f"{n} {r}" for r, n in demand.gpus]
-    parts += [f"{c.gpu_count} {c.name} (from its device plugin or DRA)" for c in served]
+    parts += [
+        f"{c.gpu_count} {c.name} (from a node's device plugin, or where a node has none, from "
+        f"DeviceClass {c.gpu_classes[0] if c.gpu_classes else '?'})"
+        for c in served
+    ]
     parts += [f'claim "{c.name}" ({c.source})' for c in known]
+    if demand.cpu or demand.memory:
+        parts.append("its cpu and memory requests")
+    listed = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
     return (
-        "no node the pod can use has everything it asks for at once: "
-        f"{', '.join(parts)}, with its cpu and memory requests. The scheduler places a pod "
-        "on one node, so each part fitting somewhere is not enough. Ask for what one node "
-        "has, or put the parts in separate pods.",
+        f"no node the pod can use has everything it asks for at once: {listed}. The "
+        "scheduler places a pod on one node, so each part fitting on some node is not enough. "
+        "Ask for what one node has, or put the parts in separate pods.",
         "no usable node has the pod's resources and claims together",
     )
 
