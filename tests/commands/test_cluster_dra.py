@@ -238,3 +238,27 @@ def test_explain_of_a_bound_pod_says_where_the_scheduler_put_it(
     assert "Scheduler: bound the pod to node dra-h100-0" in out
     assert "no node offers nvidia.com/gpu" not in out
     assert "Webhook on create: allowed" in out
+
+
+def test_explain_names_the_selector_that_leaves_a_node_no_device_for_a_claim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    claimed = pod(gpus=None, name="a100s")
+    claimed["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "four-a100"}]
+    claimed["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(claimed))
+    dra = INVENTORY.with_name("dra.yaml")
+
+    code, (explained,) = _run(
+        ["explain", "-f", str(manifest), "--inventory", str(dra), "-o", "json"], capsys
+    )
+
+    assert code == 0
+    answers = {c["product"]: c for c in explained["templates"][0]["classes"]}
+    assert answers["NVIDIA A100-SXM4-80GB"]["verdict"] == "fits 2 of 2 nodes"
+    assert answers["NVIDIA H100 80GB HBM3"]["verdict"] == (
+        "no: 1 cannot allocate all claims (selector \"device.attributes['gpu.nvidia.com']"
+        ".productName == 'NVIDIA A100-SXM4-80GB'\" matches no gpu.nvidia.com device here "
+        "(8 of them))"
+    )

@@ -21,11 +21,11 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import GPUResources, Policy
-from webhook.engine.resources.devices import DeviceInventory, SubRequest
+from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, DeviceRequest, SubRequest
 from webhook.engine.resources.fit import Demand, demand_of
 from webhook.engine.resources.gpufacts import COUNT_LABEL, GPUFacts, gpu_facts
 from webhook.engine.resources.inventory import Node, Placement
-from webhook.engine.scheduling.dra import device_counts
+from webhook.engine.scheduling.dra import device_counts, fit, pod_claims, request_shortfall
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.reports.audit import ObjectRef, finding_json
 from webhook.reports.inventory import NO_GPU, class_key, dra_product, table
@@ -176,12 +176,14 @@ def explain(
         # memory (limits the webhook set included) beside every extended resource.
         vector = demand_of(template.spec, pod.vector, pod.per_container, pod.containers)
         served = _served(inventory.devices, demand)
+        pending = _pending(template.spec, ref.namespace, inventory.devices, policy)
         classes = _classes(
             (*nodes, *policy.node_pools),
             template.spec,
             vector,
             served=served,
             devices=inventory.devices,
+            pending=pending,
         )
         answers.append(
             TemplateAnswer(
@@ -208,11 +210,38 @@ def explain(
     )
 
 
+def _pending(
+    spec: Mapping[str, Any], namespace: str, devices: DeviceInventory | None, policy: Policy
+) -> tuple[ClaimSpec, ...]:
+    """The template's GPU claims still to be allocated, as the inventory knows them."""
+    if devices is None or not devices.complete or not spec.get("resourceClaims"):
+        return ()
+    claims = pod_claims(
+        spec,
+        namespace=namespace or "default",
+        devices=devices,
+        is_gpu_class=policy.settings.gpu_device_classes,
+    )
+    return tuple(
+        c.claim.spec
+        for c in claims.claims
+        if c.claim is not None and not c.claim.allocated and c.gpu_count
+    )
+
+
 def _served(devices: DeviceInventory | None, demand: Mapping[str, int]) -> dict[str, str]:
     """Requested extended resources a device class serves (KEP-5004), to their class."""
     if devices is None or not devices.complete:
         return {}
     return {r: c for r in demand if (c := devices.extended_class(r)) is not None}
+
+
+def _claim_classes(pending: Sequence[ClaimSpec]) -> dict[str, str]:
+    """The classes the pending claims name, keyed like served resources (by "")."""
+    names = sorted(
+        {a.device_class for spec in pending for r in spec.requests for a in r.alternatives}
+    )
+    return {f"claim:{name}": name for name in names}
 
 
 def _dra_devices(
@@ -226,9 +255,11 @@ def _dra_devices(
     if not profile.devices:
         return ()
     out = []
+    seen: set[str] = set()
     for resource, device_class in sorted(served.items()):
-        if node.allocatable.get(resource, 0) > 0:
+        if node.allocatable.get(resource, 0) > 0 or device_class in seen:
             continue
+        seen.add(device_class)
         sub = SubRequest(name=resource, device_class=device_class)
         counts = device_counts(sub, (profile,), devices)
         if counts.of_class:
@@ -241,24 +272,41 @@ def _no_gpu(node: Node, served: Mapping[str, str], devices: DeviceInventory | No
 
 
 def _dra_refusal(
-    node: Node, demand: Demand, served: Mapping[str, str], devices: DeviceInventory
+    node: Node,
+    demand: Demand,
+    served: Mapping[str, str],
+    devices: DeviceInventory,
+    pending: tuple[ClaimSpec, ...] = (),
 ) -> Refusal | None:
-    """DynamicResources' Filter for the claim the scheduler makes for served resources:
-    enough devices of the class, untainted (the claim has no tolerations), on this node."""
+    """DynamicResources' Filter: the pod's claims and the claim the scheduler makes for
+    served resources (one device per unit, the class's selectors, no tolerations), all
+    from this node's devices; the detail names the selector or taint that keeps them."""
     profile = devices.profile(node)
+    specs = list(pending)
     for resource, need in demand.gpus:
         device_class = served.get(resource)
         if device_class is None or node.allocatable.get(resource, 0) > 0:
             continue
         sub = SubRequest(name=resource, device_class=device_class, count=need)
         counts = device_counts(sub, (profile,), devices)
-        if counts.usable >= need:
-            continue
-        detail = f"{counts.usable} of {need} {resource} via DeviceClass {device_class}"
-        if counts.tainted:
-            detail += f"; {counts.tainted} more tainted {counts.taint}, not tolerated"
-        return Refusal("DynamicResources", CANNOT_ALLOCATE, detail)
-    return None
+        if counts.usable < need:
+            detail = f"{counts.usable} of {need} {resource} via DeviceClass {device_class}"
+            if counts.tainted:
+                detail += f"; {counts.tainted} more tainted {counts.taint}, not tolerated"
+            return Refusal("DynamicResources", CANNOT_ALLOCATE, detail)
+        specs.append(ClaimSpec((DeviceRequest(name=resource, alternatives=(sub,)),)))
+    if not pending or fit(tuple(specs), profile.devices, devices).fits is not False:
+        return None
+    for spec in pending:
+        for request in spec.requests:
+            if len(request.alternatives) != 1:
+                continue
+            detail = request_shortfall(request.alternatives[0], profile, devices)
+            if detail:
+                return Refusal("DynamicResources", CANNOT_ALLOCATE, detail)
+    return Refusal(
+        "DynamicResources", CANNOT_ALLOCATE, "the pod's claims need more devices together"
+    )
 
 
 def _node_demand(node: Node, demand: Demand, served: Mapping[str, str]) -> Demand:
@@ -280,12 +328,14 @@ def _classes(
     *,
     served: Mapping[str, str] | None = None,
     devices: DeviceInventory | None = None,
+    pending: tuple[ClaimSpec, ...] = (),
 ) -> tuple[ClassAnswer, ...]:
     placement = Placement.of(spec)  # one pod: read its tolerations and affinity once
     served = served or {}
+    shown = {**served, **_claim_classes(pending)}
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in nodes:
-        dra = _dra_devices(node, served, devices)
+        dra = _dra_devices(node, shown, devices)
         key = (*class_key(node), node.pool, dra)
         if key[0] != NO_GPU or dra:
             groups.setdefault(key, []).append(node)
@@ -303,7 +353,9 @@ def _classes(
                 n, spec, _node_demand(n, demand, served), placement=placement, facts=facts.of(n)
             )
             or (
-                _dra_refusal(n, demand, served, devices) if devices is not None and served else None
+                _dra_refusal(n, demand, served, devices, pending)
+                if devices is not None and (served or pending)
+                else None
             )
             for n in members
         ]

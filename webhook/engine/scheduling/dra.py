@@ -701,6 +701,28 @@ def device_counts(
     return best
 
 
+def request_shortfall(sub: SubRequest, profile: Profile, inventory: DeviceInventory) -> str:
+    """Why one node's devices cannot serve ``sub``, in a few words naming the selector or
+    the taint that keeps them away; "" when they can (for ``explain``'s per-node answer)."""
+    of_class, matching, blocking = _counts(sub, (profile,), inventory)
+    need = 1 if sub.all_devices else sub.count
+    if not of_class:
+        return f"no {sub.device_class} device"
+    if not matching and blocking:
+        return (
+            f"selector {blocking!r} matches no {sub.device_class} device here ({of_class} of them)"
+        )
+    counts = device_counts(sub, (profile,), inventory)
+    if counts.usable < need <= counts.of_class:
+        return (
+            f"{counts.usable} of {need} {sub.device_class} devices; {counts.tainted} more "
+            f"tainted {counts.taint}, not tolerated"
+        )
+    if matching < need:
+        return f"{matching} of {need} {sub.device_class} devices match"
+    return ""
+
+
 def class_devices(inventory: DeviceInventory, profile: Profile) -> tuple[tuple[str, int, int], ...]:
     """Per device class: the devices of the profile its selectors match, and how many of
     those are tainted NoSchedule or NoExecute (for ``gpu-webhook inventory``)."""
