@@ -262,3 +262,20 @@ def test_explain_names_the_selector_that_leaves_a_node_no_device_for_a_claim(
         ".productName == 'NVIDIA A100-SXM4-80GB'\" matches no gpu.nvidia.com device here "
         "(8 of them))"
     )
+
+
+def test_check_sees_a_device_class_in_the_files_it_checks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NVIDIA's MIG example defines its class (extendedResourceName nvidia.com/mig-1g.12gb)
+    beside the pod: once applied together, DRA serves the pod, not a device plugin."""
+    corpus = Path(__file__).parents[1] / "corpus" / "k8s-dra-driver-gpu" / "mig-1g-12gb.yaml"
+    dra = INVENTORY.with_name("dra.yaml")
+
+    code, results = _run(["check", "--inventory", str(dra), "-o", "json", str(corpus)], capsys)
+
+    assert code == 1
+    (pod_result,) = [r for r in results if r["kind"] == "Pod"]
+    (message,) = pod_result["messages"]
+    assert "served by DRA device class mig-1g-12gb.gpu.nvidia.com" in message
+    assert "offers no GPU resources" not in message

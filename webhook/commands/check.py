@@ -171,17 +171,18 @@ def _cluster(
 
 
 def with_checked_claims(view: InventoryView, objects: list[Mapping[str, Any]]) -> InventoryView:
-    """The claims and claim templates being checked are seen by the pods checked with them,
-    as they would be in the cluster once applied together."""
+    """The device classes, claims and claim templates being checked are seen by the pods
+    checked with them, as they would be in the cluster once applied together."""
     claims = [
         o
         for o in objects
         if is_dra_object(o) and o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate")
     ]
-    if not claims:
+    classes = [o for o in objects if is_dra_object(o) and o.get("kind") == "DeviceClass"]
+    if not claims and not classes:
         return view
     devices = view.devices or DeviceInventory({}, (), {}, {}, complete=False)
-    return dataclasses.replace(view, devices=devices.with_claims(claims))
+    return dataclasses.replace(view, devices=devices.with_classes(classes).with_claims(claims))
 
 
 def _evaluate(

@@ -692,6 +692,23 @@ class DeviceInventory:
             resource_version=self.resource_version,
         )
 
+    def with_classes(self, objects: Iterable[Mapping[str, Any]]) -> DeviceInventory:
+        """This snapshot plus DeviceClasses (``check`` adds those in the files it checks: a
+        class's ``extendedResourceName`` serves its pods once applied together). Without
+        slices the snapshot stays incomplete: devices are still unknown."""
+        classes = {c.name: c for c in (class_from_json(o) for o in objects)}
+        if not classes:
+            return self
+        return DeviceInventory(
+            {**self.classes, **classes},
+            self.slices,
+            self.claims,
+            self.templates,
+            complete=self.complete,
+            resource_version=self.resource_version,
+            taint_rules=self.taint_rules,
+        )
+
     def with_claim_objects(
         self,
         claims: Mapping[tuple[str, str], Claim],
