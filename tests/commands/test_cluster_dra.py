@@ -236,6 +236,10 @@ def test_explain_of_a_bound_pod_says_where_the_scheduler_put_it(
     assert code == 0, out
     assert out.startswith("Pod default/two (Pending, bound to node dra-h100-0)\n")
     assert "Scheduler: bound the pod to node dra-h100-0" in out
+    assert (
+        "  nvidia.com/gpu came from DRA: ResourceClaim two-extended-resources-x7k9m, made by "
+        "the scheduler (pod.status.extendedResourceClaimStatus)"
+    ) in out
     assert "no node offers nvidia.com/gpu" not in out
     assert "Webhook on create: allowed" in out
 

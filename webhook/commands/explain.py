@@ -168,6 +168,7 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
         phase=phase,
         event=_last(events),
         node=str((pod.get("spec") or {}).get("nodeName") or ""),
+        status=status if isinstance(status, Mapping) else None,
     )
     _print(args.output, [explanation])
     return _code([explanation])

@@ -123,12 +123,17 @@ class Explanation:
     event: SchedulerEvent | None = None
     # The node a live pod is bound to (spec.nodeName): scheduled, whatever its phase says.
     node: str = ""
+    # pod.status.extendedResourceClaimStatus: the claim the scheduler made for extended
+    # resources a device class serves (KEP-5004), and the resources it holds.
+    extended_claim: str = ""
+    extended_resources: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.ref.to_json(),
             "phase": self.phase,
             "node": self.node,
+            "extendedResourceClaim": self.extended_claim,
             "webhook": {
                 "allowed": self.allowed,
                 "findings": [finding_json(f) for f in self.findings],
@@ -157,6 +162,7 @@ def explain(
     phase: str = "",
     event: SchedulerEvent | None = None,
     node: str = "",
+    status: Mapping[str, Any] | None = None,
 ) -> Explanation:
     """Judge ``obj`` as a CREATE, then ask every node class about each of its pod
     templates as the webhook would leave them (its tolerations and affinity included)."""
@@ -207,7 +213,24 @@ def explain(
         phase=phase,
         event=event,
         node=node,
+        **_extended_claim(status),
     )
+
+
+def _extended_claim(status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What ``pod.status.extendedResourceClaimStatus`` says (set by the scheduler's
+    DynamicResources PreBind, ``patchPodExtendedResourceClaimStatus``)."""
+    held = (status or {}).get("extendedResourceClaimStatus")
+    if not isinstance(held, Mapping) or not held.get("resourceClaimName"):
+        return {}
+    mappings = held.get("requestMappings")
+    resources = sorted(
+        {str(m.get("resourceName")) for m in mappings or [] if isinstance(m, Mapping)}
+    )
+    return {
+        "extended_claim": str(held["resourceClaimName"]),
+        "extended_resources": tuple(r for r in resources if r != "None"),
+    }
 
 
 def _pending(
@@ -459,6 +482,12 @@ def render_text(explanation: Explanation) -> str:
         lines += ["", f"Scheduler: bound the pod to node {e.node}"]
     elif e.phase == "Pending":
         lines += ["", "Scheduler: no FailedScheduling event (yet, or expired after an hour)"]
+    if e.extended_claim:
+        held = ", ".join(e.extended_resources) or "its extended resources"
+        lines.append(
+            f"  {held} came from DRA: ResourceClaim {e.extended_claim}, made by the scheduler "
+            "(pod.status.extendedResourceClaimStatus)"
+        )
     return "\n".join(lines) + "\n"
 
 
