@@ -46,6 +46,7 @@ from hypothesis import strategies as st
 
 from tests.generated import (
     CAPACITY_CHECKS,
+    GPU,
     GPU_NAMES,
     UNSCHEDULABLE,
     GeneratedNode,
@@ -56,6 +57,7 @@ from tests.generated import (
 )
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Placement, node_from_json
 
 # --- reference: quantities and the pod's request, straight from the definitions ------------
@@ -229,3 +231,94 @@ def test_the_nodes_a_pod_can_land_on_are_the_ones_the_schedulers_filters_keep(
 
     placeable = {member.name for shape in shapes for member in shape.members}
     assert placeable == {n.name for n in nodes if node_admits(n, pod["spec"])}
+
+
+# --- nvidia.com/gpu served by a DeviceClass (KEP-5004) beside the device plugin -----------
+
+DRA_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
+        "extendedResourceName": GPU,
+    },
+}
+
+
+def dra_slice(node: str, devices: int, tainted: int) -> dict[str, Any]:
+    taint = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"uuid": {"string": f"GPU-{node}-{i}"}},
+                    **({"taints": taint} if i < tainted else {}),
+                }
+                for i in range(devices)
+            ],
+        },
+    }
+
+
+def served_node(node: GeneratedNode, untainted: int) -> GeneratedNode:
+    """The node as DynamicResources and NodeResourcesFit see it together when a class
+    serves nvidia.com/gpu and the node's allocatable lacks it (``filterExtendedResources``):
+    its untainted devices of the class, one per unit; no device plugin's shared slots."""
+    allocatable = {**node.allocatable, GPU: str(untainted)}
+    shared = node.shared if node.shared is not None and node.shared[0] != GPU else None
+    return GeneratedNode(
+        node.name, node.labels, allocatable, node.taints, node.unschedulable, shared, node.ready
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=inventories(),
+    pod=pods(),
+    tolerate=st.booleans(),
+    dra=st.lists(st.tuples(st.booleans(), st.integers(0, 6), st.integers(0, 2)), min_size=8),
+)
+def test_with_a_class_serving_nvidia_gpu_a_pod_is_admitted_exactly_when_some_node_holds_it(
+    nodes: list[GeneratedNode],
+    pod: dict[str, Any],
+    tolerate: bool,
+    dra: list[tuple[bool, int, int]],
+) -> None:
+    """A mixed cluster: some nodes keep the device plugin's nvidia.com/gpu, others lose it
+    from allocatable and get DRA devices (some tainted). The scheduler judges each node by
+    what serves the resource there; so must the webhook."""
+    assume(any(pod_request(pod["spec"], name) for name in GPU_NAMES))
+    slices = []
+    for node, (by_dra, devices, tainted) in zip(nodes, dra, strict=False):
+        if by_dra:
+            node.allocatable.pop(GPU, None)
+            if node.shared is not None and node.shared[0] == GPU:
+                node.shared = None
+            slices.append(dra_slice(node.name, devices, min(tainted, devices)))
+    inventory = Inventory([node_from_json(n.as_json()) for n in nodes])
+    untainted = {
+        s["spec"]["nodeName"]: sum(1 for d in s["spec"]["devices"] if "taints" not in d)
+        for s in slices
+    }
+
+    decision = evaluate(
+        Request(pod),
+        policy=policy(tolerate=tolerate, memory=None),
+        inventory=InventoryView(inventory, devices=DeviceInventory.of([DRA_CLASS, *slices])),
+    )
+
+    assert decision.mutated is not None
+    spec = dict(decision.mutated)["spec"]
+    judged = [served_node(n, untainted[n.name]) if n.name in untainted else n for n in nodes]
+    fits = [n.name for n in judged if node_passes(n, spec)]
+    checks = CAPACITY_CHECKS | {"deviceClaims"}
+    denied = [f for f in decision.findings if f.check in checks and f.action == "deny"]
+    assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])

@@ -92,6 +92,9 @@ class PodClaims:
     holders: frozenset[Path] = frozenset()  # containers that hold a GPU claim
     # Extended resources of the pod that a device class serves: (resource, class).
     served: tuple[tuple[str, str], ...] = ()
+    # Their most per container: where a device plugin serves them after all (a node with
+    # them in allocatable), the physical-GPU rule of shared GPUs reads it.
+    served_per_container: tuple[tuple[str, int], ...] = ()
 
     @property
     def gpu_count(self) -> int:
@@ -996,7 +999,12 @@ def extended_resource_claims(
         vector=tuple((r, n) for r, n in pod.vector if r not in served),
         per_container=tuple((r, n) for r, n in pod.per_container if r not in served),
     )
-    return kept, PodClaims((*claims.claims, *extra), claims.holders, served=tuple(served.items()))
+    return kept, PodClaims(
+        (*claims.claims, *extra),
+        claims.holders,
+        served=tuple(served.items()),
+        served_per_container=tuple((r, n) for r, n in pod.per_container if r in served),
+    )
 
 
 def with_claim_gpus(pod: PodGPUs, claims: PodClaims) -> PodGPUs:

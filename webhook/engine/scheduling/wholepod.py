@@ -61,11 +61,18 @@ class WholeAnswer:
     reason: str = ""
 
 
-def _vector(demand: Demand, extra: Sequence[tuple[str, int]]) -> Demand:
+def _vector(
+    demand: Demand, extra: Sequence[tuple[str, int]], per_container: Mapping[str, int]
+) -> Demand:
+    """The pod's vector with the served resources a node's device plugin serves."""
     if not extra:
         return demand
     gpus = tuple(sorted({**dict(demand.gpus), **dict(extra)}.items()))
-    return demand._replace(gpus=gpus)
+    most = {
+        **dict(demand.per_container),
+        **{r: per_container[r] for r, _ in extra if r in per_container},
+    }
+    return demand._replace(gpus=gpus, per_container=tuple(sorted(most.items())))
 
 
 def whole_pod_fit(
@@ -77,10 +84,12 @@ def whole_pod_fit(
     nodes: Inventory,
     devices: DeviceInventory,
     allowed: Sequence[tuple[Mapping[str, Any], ...] | None] = (),
+    per_container: Mapping[str, int] | None = None,
 ) -> WholeAnswer:
     """Whether one node the pod can land on takes its request vector and all its claims."""
     names = tuple(c.name for c in served)
-    key = ("whole", id(nodes), placement.key(), demand, pending, names, tuple(map(repr, allowed)))
+    most = tuple(sorted((per_container or {}).items()))
+    key = ("whole", id(nodes), placement.key(), demand, pending, names, most, repr(allowed))
     memo = devices._memo
     known = memo.get(key)
     if known is not None and known[0] is nodes:
@@ -93,6 +102,7 @@ def whole_pod_fit(
         nodes=nodes,
         devices=devices,
         allowed=allowed,
+        per_container=per_container or {},
     )
     if len(memo) >= _MEMO_SIZE:
         memo.clear()
@@ -109,6 +119,7 @@ def _whole_pod_fit(
     nodes: Inventory,
     devices: DeviceInventory,
     allowed: Sequence[tuple[Mapping[str, Any], ...] | None],
+    per_container: Mapping[str, int],
 ) -> WholeAnswer:
     unknown: WholeAnswer | None = None
     names_nodes = placement.names_nodes(nodes.identity_labels)
@@ -116,7 +127,7 @@ def _whole_pod_fit(
         # Per node: the device plugin where allocatable has the resource, else the class.
         plugin = [c for c in served if shape.allocatable.get(c.name, 0) > 0]
         by_class = [c for c in served if shape.allocatable.get(c.name, 0) == 0]
-        vector = _vector(demand, [(c.name, c.gpu_count) for c in plugin])
+        vector = _vector(demand, [(c.name, c.gpu_count) for c in plugin], per_container)
         if shortfalls(shape.allocatable, shape.gpu, vector):
             continue
         specs = (*pending, *(c.claim.spec for c in by_class if c.claim is not None))
@@ -292,6 +303,7 @@ def whole_pod_findings(
         nodes=nodes,
         devices=devices,
         allowed=allowed,
+        per_container=dict(claims.served_per_container),
     )
     if answer.fits:
         return
