@@ -68,7 +68,9 @@ from webhook.engine.resources.inventory import Inventory, Node, Placement
 _MAX_COMBINATIONS = 64
 _MEMO_SIZE = 4096
 # Admits every node a pod could be allowed onto (a cordoned node is never one).
-EVERYWHERE = Placement(node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},))
+EVERYWHERE = Placement(
+    node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},), cordoned=False
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -567,8 +569,9 @@ def candidates(
     placement: Placement,
     allowed: Sequence[tuple[Mapping[str, Any], ...] | None] = (),
 ) -> Candidates:
-    """Distinct device profiles of the nodes ``placement`` admits (not cordoned), and that
-    the node selectors of already allocated claims in ``allowed`` admit."""
+    """Distinct device profiles of the nodes ``placement`` admits (cordoned ones only for
+    a pod that tolerates the cordon), and that the node selectors of already allocated
+    claims in ``allowed`` admit."""
     key = ("nodes", id(nodes), placement.key(), tuple(map(repr, allowed)))
     memo = inventory._memo
     known = memo.get(key)
@@ -581,7 +584,8 @@ def candidates(
     else:
         names_nodes = placement.names_nodes(nodes.identity_labels)
         for shape in nodes.shapes:
-            if shape.unschedulable:
+            # NodeUnschedulable: a pod that tolerates the unschedulable taint may use it.
+            if shape.unschedulable and not placement.may_use_cordoned:
                 continue
             group = shape.members if names_nodes or allowed else shape.members[:1]
             admitted = [n for n in group if placement.admits(n.labels, n.name, shape.taints)]
