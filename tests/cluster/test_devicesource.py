@@ -22,7 +22,7 @@ import yaml
 from tests.cluster.feeding import live_source, running_watcher
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually
 from webhook.admission.inventory import InventorySource
-from webhook.cluster.devicesource import PATHS
+from webhook.cluster.devicesource import PATHS, TAINT_RULE_VERSIONS
 from webhook.cluster.feedsource import FeedInventorySource
 from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.devices import DeviceInventory
@@ -207,7 +207,9 @@ def test_dra_objects_are_listed_then_watched_and_readiness_waits_for_them(
     finally:
         live.stop()
     lists = [r.path for r in server.dra_requests() if not r.query.get("watch")]
-    assert sorted(lists) == sorted(["/apis/resource.k8s.io/v1", *PATHS.values()])
+    # Discovery of resource.k8s.io/v1, then of the versions that may serve DeviceTaintRules.
+    discovery = ["/apis/resource.k8s.io/v1", *TAINT_RULE_VERSIONS]
+    assert sorted(lists) == sorted([*discovery, *PATHS.values()])
 
 
 def test_a_cluster_without_dra_costs_one_discovery_request(server: ReplayServer) -> None:
@@ -244,3 +246,37 @@ def test_a_worker_sees_the_dra_objects_the_watcher_lists_and_watches(tmp_path: P
                 worker.stop()
     finally:
         replay.stop()
+
+
+def test_device_taint_rules_are_listed_where_served_and_taint_the_devices(
+    server: ReplayServer,
+) -> None:
+    script(server)
+    rule = {
+        "metadata": {"name": "dra-a100-0-gpu-1-xid-79"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "dra-a100-0", "device": "gpu-1"},
+            "taint": {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"},
+        },
+    }
+    discovery = {"kind": "APIResourceList", "resources": [{"name": "devicetaintrules"}]}
+    rules = {"kind": "DeviceTaintRuleList", "metadata": {"resourceVersion": "9"}, "items": [rule]}
+    server.routes["/apis/resource.k8s.io/v1beta2"] = deque([Body(json.dumps(discovery).encode())])
+    path = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
+    server.routes[path] = deque([Body(json.dumps(rules).encode())])
+    live = live_source(server)
+    live.start()
+
+    def taints() -> list[tuple[str, tuple[Any, ...]]] | None:
+        devices = live.devices()
+        if devices is None:
+            return None
+        node = [d for d in devices.devices_for(Node(name="dra-a100-0")) if d.taints]
+        return [(d.name, d.taints) for d in node] or None
+
+    try:
+        eventually(lambda: taints() is not None, timeout=10)
+        assert taints() == [("gpu-1", (("gpu.nvidia.com/xid", "79", "NoSchedule"),))]
+    finally:
+        live.stop()
+    assert any(r.path == path for r in server.requests)

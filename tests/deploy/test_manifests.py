@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from webhook.cluster.devicesource import PATHS
+from webhook.cluster.devicesource import PATHS, TAINT_RULE_RESOURCE
 from webhook.cluster.poolsource import KINDS as POOL_KINDS
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS
@@ -269,6 +269,8 @@ POOL_RULES = [
     }
     for kind in POOL_KINDS
 ]
+# And DeviceTaintRules, where the API server serves them.
+READ_DRA = (*DRA_RESOURCES, TAINT_RULE_RESOURCE)
 
 
 @each
@@ -286,7 +288,7 @@ def test_rbac_grants_reads_and_named_patches_only(name):
                     "nodes",
                     "namespaces",
                     "runtimeclasses",
-                    *DRA_RESOURCES,
+                    *READ_DRA,
                     *pools,
                 ), (
                     role,
@@ -334,6 +336,11 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_dra_
             "resources": ["configmaps"],
             "resourceNames": ["cluster-autoscaler-status"],
             "verbs": ["get"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": [TAINT_RULE_RESOURCE],
+            "verbs": ["get", "list", "watch"],
         },
     ]
 

@@ -246,8 +246,10 @@ class ApiClient:
             self._open.clear()
         for response in open_now:
             # Its reader may have released it to the pool meanwhile: nothing left to end
-            # (urllib3 then raises RuntimeError, or ValueError before the socket is known).
-            with contextlib.suppress(RuntimeError, ValueError):
+            # (urllib3 then raises RuntimeError, or ValueError before the socket is known),
+            # or closed its socket (OSError EBADF: the pool discards a connection it has no
+            # room for).
+            with contextlib.suppress(RuntimeError, ValueError, OSError):
                 response.shutdown()
             response.release_conn()
         self._pool.clear()
@@ -324,7 +326,10 @@ class ApiClient:
         if response.status not in (200, 201, 202):
             try:
                 raw = response.data
-            except (urllib3.exceptions.HTTPError, OSError):
+            # The body of an error answer is best effort: a ``close`` from another thread
+            # breaks the read in more ways than urllib3 wraps (IncompleteRead, and an
+            # AttributeError inside urllib3 once the connection is gone).
+            except Exception:
                 raw = b""
             finally:
                 self._forget(response)

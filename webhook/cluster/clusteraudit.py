@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 
 from webhook.cluster.apiclient import ApiError
 from webhook.cluster.clusterobjects import ClusterObjects, Progress
-from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
+from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.engine.kube.workloads import WorkloadKind
 from webhook.engine.policy.ruleset import Policy
 from webhook.reports.audit import Audit
@@ -35,13 +35,11 @@ def audit_cluster(
     notices: list[str] = []
     inventory = NO_INVENTORY
     try:
-        inventory = InventoryView(cluster.inventory())
+        inventory = cluster.view(notices)
     except ApiError as exc:
         if exc.code != 403:
             raise
         notices.append(f"cannot list nodes, so capacity checks are skipped: {exc}")
-    else:
-        inventory = InventoryView(inventory.snapshot, pools=cluster.pools())
     labels: dict[str, Mapping[str, str]] = {}
     if policy.rules:
         try:

@@ -14,8 +14,10 @@ from typing import Any
 from urllib.parse import quote
 
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError, Expired
-from webhook.cluster.inventorysource import NODES_PATH
+from webhook.cluster.devicesource import read_devices
+from webhook.cluster.inventorysource import NODES_PATH, RUNTIME_CLASSES_PATH
 from webhook.cluster.poolsource import list_pools
+from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.kube.workloads import POD, KindTable, WorkloadKind
 from webhook.engine.resources.inventory import Inventory, node_from_json
 from webhook.engine.resources.nodepools import PoolInventory
@@ -179,6 +181,40 @@ class ClusterObjects:
         """The cluster's autoscaler objects (Karpenter NodePools, node classes, the
         cluster-autoscaler status, GKE ComputeClasses): nodes that could exist."""
         return list_pools(self._client)
+
+    def view(self, notices: list[str] | None = None) -> InventoryView:
+        """Every source the server reads, once: nodes, the DRA objects (device classes,
+        slices, claims, templates and DeviceTaintRules where served), RuntimeClasses and
+        the autoscalers' objects (nodes that could exist).
+        What cannot be read for want of RBAC (403) is left out, with a notice, and the
+        checks that need it are skipped; nodes are required."""
+        said = notices if notices is not None else []
+        devices, dra_notices = read_devices(self._client, page_size=self.page_size)
+        said.extend(dra_notices)
+        return InventoryView(
+            self.inventory(),
+            devices=devices,
+            runtime_classes=self.runtime_classes(said),
+            pools=self.pools(),
+        )
+
+    def runtime_classes(self, notices: list[str]) -> frozenset[str] | None:
+        """Names of the cluster's RuntimeClasses; None when they cannot be read."""
+        try:
+            names, _ = self._client.list(
+                RUNTIME_CLASSES_PATH,
+                parse=lambda o: str((o.get("metadata") or {}).get("name", "")),
+                limit=self.page_size,
+            )
+        except ApiError as exc:
+            if exc.code not in (403, 404):
+                raise
+            if exc.code == 403:
+                notices.append(
+                    f"cannot list runtimeclasses, so runtimeClassName is not checked: {exc}"
+                )
+            return None
+        return frozenset(names)
 
     def pod(self, namespace: str, name: str) -> Mapping[str, Any]:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"

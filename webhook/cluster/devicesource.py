@@ -20,10 +20,12 @@ from webhook.cluster.apiclient import ApiClient, ApiError
 from webhook.cluster.reflector import Backoff, Handler, Reflector
 from webhook.engine.resources.devices import (
     KINDS,
+    TAINT_RULE,
     DeviceInventory,
     claim_from_json,
     class_from_json,
     slice_from_json,
+    taint_rule_from_json,
 )
 
 log = logging.getLogger("webhook.inventory")
@@ -34,8 +36,67 @@ PATHS = {
     "ResourceClaim": f"{GROUP_VERSION_PATH}/resourceclaims",
     "ResourceClaimTemplate": f"{GROUP_VERSION_PATH}/resourceclaimtemplates",
 }
+# DeviceTaintRule: resource.k8s.io/v1beta2 in 1.36 (DRADeviceTaintRules, off by default),
+# v1alpha3 before; read where one of them is served, newest first.
+TAINT_RULE_VERSIONS = ("/apis/resource.k8s.io/v1beta2", "/apis/resource.k8s.io/v1alpha3")
+TAINT_RULE_RESOURCE = "devicetaintrules"
 Key = tuple[str, str]
 Item = tuple[Key, Mapping[str, Any]]
+CACHED = (*KINDS, TAINT_RULE)
+
+
+def taint_rule_path(client: ApiClient) -> str | None:
+    """Where the API server serves DeviceTaintRules, if anywhere (one discovery request
+    per version)."""
+    for version in TAINT_RULE_VERSIONS:
+        try:
+            body = client.get(version)
+        except ApiError as exc:
+            if exc.code in (403, 404):
+                continue
+            raise
+        names = {str(r.get("name")) for r in body.get("resources") or [] if isinstance(r, Mapping)}
+        if TAINT_RULE_RESOURCE in names:
+            return f"{version}/{TAINT_RULE_RESOURCE}"
+    return None
+
+
+def _listed(client: ApiClient, path: str, kind: str, page_size: int) -> list[Mapping[str, Any]]:
+    def parse(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        return trim(kind, obj)
+
+    items, _ = client.list(path, parse=parse, limit=page_size)
+    return items
+
+
+def read_devices(
+    client: ApiClient, *, page_size: int = 500
+) -> tuple[DeviceInventory | None, list[str]]:
+    """One read of the DRA objects (``check``, ``explain`` and ``audit`` against a cluster):
+    the snapshot the server's watch would hold, or None when the cluster serves no
+    ``resource.k8s.io/v1``; and a notice per collection that could not be read (403): the
+    claims are then not checked, never judged against half the devices."""
+    if not client.serves(GROUP_VERSION_PATH):
+        return None, []
+    objects: list[Mapping[str, Any]] = []
+    for kind, path in PATHS.items():
+        try:
+            objects.extend(_listed(client, path, kind, page_size))
+        except ApiError as exc:
+            if exc.code != 403:
+                raise
+            name = path.rsplit("/", 1)[-1]
+            return None, [f"cannot list {name}, so DRA claims are not checked: {exc}"]
+    notices: list[str] = []
+    rules_path = taint_rule_path(client)
+    if rules_path is not None:
+        try:
+            objects.extend(_listed(client, rules_path, TAINT_RULE, page_size))
+        except ApiError as exc:
+            if exc.code != 403:
+                raise
+            notices.append(f"cannot list devicetaintrules, so their taints are not seen: {exc}")
+    return DeviceInventory.of(objects), notices
 
 
 def trim(kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -59,6 +120,7 @@ def key_of(obj: Mapping[str, Any]) -> Key:
 
 
 PARSERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    TAINT_RULE: taint_rule_from_json,
     "DeviceClass": class_from_json,
     "ResourceSlice": slice_from_json,
     "ResourceClaim": claim_from_json,
@@ -75,8 +137,9 @@ class DeviceCache:
     def __init__(self, *, parse: bool = True) -> None:
         self._parse = parse
         self._lock = threading.Lock()
-        self._objects: dict[str, dict[Key, Mapping[str, Any]]] = {k: {} for k in KINDS}
-        self._parsed: dict[str, dict[Key, Any]] = {k: {} for k in KINDS}
+        # DeviceTaintRules beside the four kinds: optional, where the cluster serves them.
+        self._objects: dict[str, dict[Key, Mapping[str, Any]]] = {k: {} for k in CACHED}
+        self._parsed: dict[str, dict[Key, Any]] = {k: {} for k in CACHED}
         self._synced: set[str] = set()
         self._snapshot: DeviceInventory | None = None
         self._dirty = True
@@ -124,7 +187,7 @@ class DeviceCache:
 
     def _changed(self, kind: str, resource_version: str) -> None:
         self._dirty = True
-        if kind in ("DeviceClass", "ResourceSlice"):
+        if kind in ("DeviceClass", "ResourceSlice", TAINT_RULE):
             self._devices_dirty = True
         self.resource_version = resource_version or self.resource_version
         self.last_error = ""
@@ -132,7 +195,7 @@ class DeviceCache:
     def snapshot(self) -> DeviceInventory | None:
         """The DRA objects as one snapshot; None until all four kinds were listed, or when
         the cluster serves no DRA API."""
-        if not self.served or len(self._synced) < len(KINDS):
+        if not self.served or not set(KINDS) <= self._synced:
             return None
         if not self._dirty and self._snapshot is not None:
             return self._snapshot
@@ -157,6 +220,9 @@ class DeviceCache:
                         claims,
                         templates,
                         resource_version=self.resource_version,
+                        # Not listed yet, or not served: fewer taints only means more
+                        # capacity, never a denial.
+                        taint_rules=list(parsed[TAINT_RULE].values()),
                     )
                 self._snapshot = snapshot
                 self._dirty = self._devices_dirty = False
@@ -203,6 +269,9 @@ class DeviceWatch:
         self._client = client
         self._on_served = on_served
         self._backoff = backoff
+        self._handlers = handlers
+        self._page_size = page_size
+        self._watch_timeout_seconds = watch_timeout_seconds
         self._reflectors = {
             kind: Reflector(
                 client=client,
@@ -237,11 +306,34 @@ class DeviceWatch:
         if not served:
             log.info("the API server serves no resource.k8s.io/v1: DRA claims are not checked")
             return
+        reflectors = dict(self._reflectors)
+        rules = self._taint_rules()
+        if rules is not None:
+            reflectors[TAINT_RULE] = rules
         threads = [
             threading.Thread(target=r.run, args=(stop,), name=f"inventory-{kind}", daemon=True)
-            for kind, r in self._reflectors.items()
+            for kind, r in reflectors.items()
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+
+    def _taint_rules(self) -> Reflector[Item] | None:
+        """A reflector for DeviceTaintRules where the API server serves them; none when it
+        does not, or discovery fails (devices are then judged without rule taints)."""
+        try:
+            path = taint_rule_path(self._client)
+        except ApiError as exc:
+            log.warning("DeviceTaintRule discovery failed; their taints are not seen: %s", exc)
+            return None
+        if path is None:
+            return None
+        return Reflector(
+            client=self._client,
+            path=path,
+            handler=self._handlers(TAINT_RULE),
+            backoff=self._backoff(),
+            page_size=self._page_size,
+            watch_timeout_seconds=self._watch_timeout_seconds,
+        )

@@ -38,6 +38,7 @@ from webhook.cluster.inventorysource import (
 )
 from webhook.cluster.poolsource import PoolCache, wire
 from webhook.cluster.reflector import Backoff
+from webhook.engine.resources.devices import TAINT_RULE
 from webhook.engine.resources.inventory import Node, node_from_json
 
 log = logging.getLogger("webhook.inventory.watcher")
@@ -167,7 +168,7 @@ class DeviceFeed(DeviceCache):
         if self.served is None:
             return []
         out: list[feedwire.Message] = [{"t": "dra-served", "served": self.served}]
-        for kind in PATHS:
+        for kind in (*PATHS, TAINT_RULE):
             if self.synced(kind):
                 out.extend(
                     feedwire.dra_list(

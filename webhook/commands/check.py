@@ -160,24 +160,29 @@ def _own_namespace(obj: Mapping[str, Any]) -> str:
 def _cluster(
     kubeconfig: str, *, namespaces: bool
 ) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
-    """The cluster's nodes, and its namespaces' labels when rules may match on them."""
+    """What the server reads of the cluster (nodes, DRA objects, RuntimeClasses), and its
+    namespaces' labels when rules may match on them."""
     with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig)) as cluster:
-        inventory = InventoryView(cluster.inventory(), pools=cluster.pools())
+        notices: list[str] = []
+        inventory = cluster.view(notices)
+        for notice in notices:
+            print(f"notice: {notice}", file=sys.stderr)
         return inventory, cluster.namespace_labels() if namespaces else {}
 
 
 def with_checked_claims(view: InventoryView, objects: list[Mapping[str, Any]]) -> InventoryView:
-    """The claims and claim templates being checked are seen by the pods checked with them,
-    as they would be in the cluster once applied together."""
+    """The device classes, claims and claim templates being checked are seen by the pods
+    checked with them, as they would be in the cluster once applied together."""
     claims = [
         o
         for o in objects
         if is_dra_object(o) and o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate")
     ]
-    if not claims:
+    classes = [o for o in objects if is_dra_object(o) and o.get("kind") == "DeviceClass"]
+    if not claims and not classes:
         return view
     devices = view.devices or DeviceInventory({}, (), {}, {}, complete=False)
-    return dataclasses.replace(view, devices=devices.with_claims(claims))
+    return dataclasses.replace(view, devices=devices.with_classes(classes).with_claims(claims))
 
 
 def _evaluate(

@@ -18,7 +18,6 @@ from webhook.commands import (
     fail,
     rules_or_fail,
 )
-from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import load_manifests
@@ -113,11 +112,12 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
     if not args.inventory:
         return _fail("-f needs --inventory FILE: the nodes to explain the pod against")
     try:
+        # Nodes, DRA objects and RuntimeClasses: what the server would read.
         view = load_inventory_file(args.inventory).view()
     except InventoryFileError as exc:
         return _fail(f"the inventory is not usable: {exc}")
     inventory = view.snapshot
-    assert inventory is not None  # a file's view always holds its nodes
+    assert inventory is not None  # a file without nodes is refused
     documents, errors = load_manifests(args.files)
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
@@ -147,13 +147,16 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
                 return _fail(f'pod "{name}" not found in namespace "{args.namespace}"')
             return _fail(f"cannot read pod {args.namespace}/{name}: {exc}")
         try:
-            inventory = cluster.inventory()
-            pools = cluster.pools()
+            notices: list[str] = []
+            view = cluster.view(notices)
+            inventory = view.snapshot
             labels = _namespace_labels(cluster, args.namespace) if policy.rules else None
             uid = str((pod.get("metadata") or {}).get("uid") or "")
             events = cluster.scheduling_events(args.namespace, name, uid)
         except ApiError as exc:
             return _fail(f"cannot read the cluster: {exc}")
+    for notice in notices:
+        print(f"notice: {notice}", file=sys.stderr)
     status = pod.get("status")
     phase = str(status.get("phase") or "") if isinstance(status, Mapping) else ""
     spec = pod.get("spec")
@@ -161,12 +164,13 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
     explanation = explain(
         _as_created(pod),
         policy=policy,
-        inventory=InventoryView(inventory, pools=pools),
-        nodes=inventory.nodes,
+        inventory=view,
+        nodes=inventory.nodes if inventory is not None else (),
         namespace_labels=labels,
         phase=phase,
         event=_last(events),
         bound_to=bound if isinstance(bound, str) else "",
+        status=status if isinstance(status, Mapping) else None,
     )
     _print(args.output, [explanation])
     return _code([explanation])

@@ -7,17 +7,14 @@ import json
 import sys
 from typing import Any
 
-from webhook.cluster.apiclient import ApiClient
+from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.cluster.inventorysource import (
     ApiError,
     KubeconfigError,
     api_endpoint_from_kubeconfig,
-    list_inventory,
 )
-from webhook.cluster.poolsource import list_pools
 from webhook.commands import add_text_or_json_option, add_timeout_option, fail
 from webhook.engine.policy.ruleset import compile_policy
-from webhook.engine.resources.nodepools import PoolInventory
 from webhook.files.catalogue import shipped_catalogue
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.reports.inventory import render_text, summarize
@@ -56,30 +53,27 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    pools: PoolInventory | None
     try:
         if args.inventory:
-            found = load_inventory_file(args.inventory)
-            inventory, pools = found.nodes, found.pools
+            view = load_inventory_file(args.inventory).view()
         else:
             endpoint = api_endpoint_from_kubeconfig(args.kubeconfig)
-            inventory = list_inventory(endpoint, request_timeout_seconds=args.timeout)
-            client = ApiClient(endpoint, request_timeout_seconds=args.timeout)
-            try:
-                pools = list_pools(client)
-            finally:
-                client.close()
+            notices: list[str] = []
+            with ClusterObjects(endpoint, request_timeout_seconds=args.timeout) as cluster:
+                view = cluster.view(notices)
+            for notice in notices:
+                print(f"notice: {notice}", file=sys.stderr)
     except InventoryFileError as exc:
         return _fail(f"the inventory is not usable: {exc}")
     except KubeconfigError as exc:
         return _fail(f"no usable cluster configuration: {exc}")
     except ApiError as exc:
         return _fail(f"cannot list nodes: {exc}")
+    assert view.snapshot is not None  # both readers give nodes, or fail
     # Pools are sized with the shipped catalogue and default settings (no rules here).
     policy = compile_policy([], catalogue=shipped_catalogue())
-    report = summarize(
-        inventory, pools=pool_lines(sizing(pools, policy=policy, inventory=inventory))
-    )
+    found = sizing(view.pools, policy=policy, inventory=view.snapshot)
+    report = summarize(view.snapshot, view.devices, pools=pool_lines(found))
     if args.output == "json":
         json.dump(report.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -21,6 +21,7 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import GPUResources, Policy
+from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, DeviceRequest, SubRequest
 from webhook.engine.resources.fit import Demand, demand_of
 from webhook.engine.resources.gpufacts import (
     COUNT_LABEL,
@@ -31,10 +32,14 @@ from webhook.engine.resources.gpufacts import (
 )
 from webhook.engine.resources.inventory import Inventory, Node, Placement, healed
 from webhook.engine.resources.offers import lookalike, offered, offered_names
+from webhook.engine.scheduling.dra import device_counts, fit, pod_claims, request_shortfall
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.reports.audit import ObjectRef, finding_json
-from webhook.reports.inventory import NO_GPU, class_key, table
+from webhook.reports.inventory import NO_GPU, class_key, dra_product, table
 from webhook.reports.pools import PoolAnswer, pool_answers, sizing
+
+# DynamicResources' Filter message when a node's devices cannot serve the pod.
+CANNOT_ALLOCATE = "cannot allocate all claims"
 
 # The scheduler compares every extended resource, GPU or not: a typo such as
 # nvidia.com/gpus is no GPU to the policy, and exactly why a pod stays Pending.
@@ -142,12 +147,17 @@ class Explanation:
     event: SchedulerEvent | None = None
     # The node a live pod is bound to (``spec.nodeName``): the scheduler has placed it.
     bound_to: str = ""
+    # pod.status.extendedResourceClaimStatus: the claim the scheduler made for extended
+    # resources a device class serves (KEP-5004), and the resources it holds.
+    extended_claim: str = ""
+    extended_resources: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.ref.to_json(),
             "phase": self.phase,
             "boundTo": self.bound_to or None,
+            "extendedResourceClaim": self.extended_claim,
             "webhook": {
                 "allowed": self.allowed,
                 "findings": [finding_json(f) for f in self.findings],
@@ -176,6 +186,7 @@ def explain(
     phase: str = "",
     event: SchedulerEvent | None = None,
     bound_to: str = "",
+    status: Mapping[str, Any] | None = None,
 ) -> Explanation:
     """Judge ``obj`` as a CREATE, then ask every node class about each of its pod
     templates as the webhook would leave them (its tolerations and affinity included).
@@ -205,19 +216,30 @@ def explain(
             tuple((r, n) for r, n in pod.per_container if not ignored(r)),
             pod.containers,
         )
+        served = _served(inventory.devices, demand)
+        pending = _pending(template.spec, ref.namespace, inventory.devices, policy)
+        classes = _classes(
+            (*nodes, *policy.node_pools),
+            template.spec,
+            vector,
+            plugin=policy.settings.device_plugin,
+            served=served,
+            devices=inventory.devices,
+            pending=pending,
+        )
         answers.append(
             TemplateAnswer(
                 path=".".join(map(str, template.spec_path)) or "spec",
                 demand=demand,
-                classes=_classes(
-                    (*nodes, *policy.node_pools),
-                    template.spec,
-                    vector,
-                    plugin=policy.settings.device_plugin,
-                ),
-                other_nodes=sum(1 for n in nodes if class_key(n)[0] == NO_GPU),
+                classes=classes,
+                other_nodes=sum(1 for n in nodes if _no_gpu(n, served, inventory.devices)),
                 unoffered=(
-                    _unoffered(inventory, policy, (*nodes, *found.nodes), demand)
+                    _unoffered(
+                        inventory,
+                        policy,
+                        (*nodes, *found.nodes),
+                        {r: n for r, n in demand.items() if r not in served},
+                    )
                     if not found.unbounded
                     else ()
                 ),
@@ -237,6 +259,134 @@ def explain(
         phase=phase,
         event=event,
         bound_to=bound_to,
+        **_extended_claim(status),
+    )
+
+
+def _extended_claim(status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What ``pod.status.extendedResourceClaimStatus`` says (set by the scheduler's
+    DynamicResources PreBind, ``patchPodExtendedResourceClaimStatus``)."""
+    held = (status or {}).get("extendedResourceClaimStatus")
+    if not isinstance(held, Mapping) or not held.get("resourceClaimName"):
+        return {}
+    mappings = held.get("requestMappings")
+    resources = sorted(
+        {str(m.get("resourceName")) for m in mappings or [] if isinstance(m, Mapping)}
+    )
+    return {
+        "extended_claim": str(held["resourceClaimName"]),
+        "extended_resources": tuple(r for r in resources if r != "None"),
+    }
+
+
+def _pending(
+    spec: Mapping[str, Any], namespace: str, devices: DeviceInventory | None, policy: Policy
+) -> tuple[ClaimSpec, ...]:
+    """The template's GPU claims still to be allocated, as the inventory knows them."""
+    if devices is None or not devices.complete or not spec.get("resourceClaims"):
+        return ()
+    claims = pod_claims(
+        spec,
+        namespace=namespace or "default",
+        devices=devices,
+        is_gpu_class=policy.settings.gpu_device_classes,
+    )
+    return tuple(
+        c.claim.spec
+        for c in claims.claims
+        if c.claim is not None and not c.claim.allocated and c.gpu_count
+    )
+
+
+def _served(devices: DeviceInventory | None, demand: Mapping[str, int]) -> dict[str, str]:
+    """Requested extended resources a device class serves (KEP-5004), to their class."""
+    if devices is None or not devices.complete:
+        return {}
+    return {r: c for r in demand if (c := devices.extended_class(r)) is not None}
+
+
+def _claim_classes(pending: Sequence[ClaimSpec]) -> dict[str, str]:
+    """The classes the pending claims name, keyed like served resources (by "")."""
+    names = sorted(
+        {a.device_class for spec in pending for r in spec.requests for a in r.alternatives}
+    )
+    return {f"claim:{name}": name for name in names}
+
+
+def _dra_devices(
+    node: Node, served: Mapping[str, str], devices: DeviceInventory | None
+) -> tuple[tuple[str, int, int], ...]:
+    """Per served class, the devices of the node's slices its selectors match and how many
+    of them are tainted (served only where the node's allocatable lacks the resource)."""
+    if devices is None or not served:
+        return ()
+    profile = devices.profile(node)
+    if not profile.devices:
+        return ()
+    out = []
+    seen: set[str] = set()
+    for resource, device_class in sorted(served.items()):
+        if node.allocatable.get(resource, 0) > 0 or device_class in seen:
+            continue
+        seen.add(device_class)
+        sub = SubRequest(name=resource, device_class=device_class)
+        counts = device_counts(sub, (profile,), devices)
+        if counts.of_class:
+            out.append((device_class, counts.of_class, counts.tainted))
+    return tuple(out)
+
+
+def _no_gpu(node: Node, served: Mapping[str, str], devices: DeviceInventory | None) -> bool:
+    return class_key(node)[0] == NO_GPU and not _dra_devices(node, served, devices)
+
+
+def _dra_refusal(
+    node: Node,
+    demand: Demand,
+    served: Mapping[str, str],
+    devices: DeviceInventory,
+    pending: tuple[ClaimSpec, ...] = (),
+) -> Refusal | None:
+    """DynamicResources' Filter: the pod's claims and the claim the scheduler makes for
+    served resources (one device per unit, the class's selectors, no tolerations), all
+    from this node's devices; the detail names the selector or taint that keeps them."""
+    profile = devices.profile(node)
+    specs = list(pending)
+    for resource, need in demand.gpus:
+        device_class = served.get(resource)
+        if device_class is None or node.allocatable.get(resource, 0) > 0:
+            continue
+        sub = SubRequest(name=resource, device_class=device_class, count=need)
+        counts = device_counts(sub, (profile,), devices)
+        if counts.usable < need:
+            detail = f"{counts.usable} of {need} {resource} via DeviceClass {device_class}"
+            if counts.tainted:
+                detail += f"; {counts.tainted} more tainted {counts.taint}, not tolerated"
+            return Refusal("DynamicResources", CANNOT_ALLOCATE, detail)
+        specs.append(ClaimSpec((DeviceRequest(name=resource, alternatives=(sub,)),)))
+    if not pending or fit(tuple(specs), profile.devices, devices).fits is not False:
+        return None
+    for spec in pending:
+        for request in spec.requests:
+            if len(request.alternatives) != 1:
+                continue
+            detail = request_shortfall(request.alternatives[0], profile, devices)
+            if detail:
+                return Refusal("DynamicResources", CANNOT_ALLOCATE, detail)
+    return Refusal(
+        "DynamicResources", CANNOT_ALLOCATE, "the pod's claims need more devices together"
+    )
+
+
+def _node_demand(node: Node, demand: Demand, served: Mapping[str, str]) -> Demand:
+    """The vector NodeResourcesFit compares: without the served resources the node lacks
+    (DynamicResources serves those)."""
+    dropped = {r for r in served if node.allocatable.get(r, 0) == 0}
+    if not dropped:
+        return demand
+    return demand._replace(
+        gpus=tuple((r, n) for r, n in demand.gpus if r not in dropped),
+        per_container=tuple((r, n) for r, n in demand.per_container if r not in dropped),
     )
 
 
@@ -269,28 +419,68 @@ def _judged(
     return later, (now if later is None else None), state
 
 
+def _with_devices(
+    judged: tuple[Refusal | None, Refusal | None, str],
+    *,
+    node: Node,
+    demand: Demand,
+    served: Mapping[str, str],
+    devices: DeviceInventory | None,
+    pending: tuple[ClaimSpec, ...],
+) -> tuple[Refusal | None, Refusal | None, str]:
+    """``_judged``'s answer, with DynamicResources' when every other filter lets the node
+    take the pod: a node's devices do not heal with its conditions."""
+    later, _, _ = judged
+    if later is not None or devices is None or not (served or pending):
+        return judged
+    refused = _dra_refusal(node, demand, served, devices, pending)
+    return judged if refused is None else (refused, None, "")
+
+
 def _classes(
     nodes: Sequence[Node],
     spec: Mapping[str, Any],
     demand: Demand,
     *,
     plugin: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
+    served: Mapping[str, str] | None = None,
+    devices: DeviceInventory | None = None,
+    pending: tuple[ClaimSpec, ...] = (),
 ) -> tuple[ClassAnswer, ...]:
     placement = Placement.of(spec)  # one pod: read its tolerations and affinity once
+    served = served or {}
+    shown = {**served, **_claim_classes(pending)}
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in nodes:
-        key = (*class_key(node), node.pool)
-        if key[0] != NO_GPU:
+        dra = _dra_devices(node, shown, devices)
+        key = (*class_key(node), node.pool, dra)
+        if key[0] != NO_GPU or dra:
             groups.setdefault(key, []).append(node)
     answers = []
     for key, members in groups.items():
-        product, gpus, _, sharing, replicas_label, _, pool = key
+        product, gpus, _, sharing, replicas_label, _, pool, dra = key
+        if product == NO_GPU and devices is not None:
+            product = dra_product(devices, members[0])
         if pool:  # declared in rule files: nodes the cluster may create for a waiting pod
             product = f"{product} (node pool {pool})"
         replicas = int(replicas_label) if str(replicas_label).isdigit() else 1
         facts = _GroupFacts()
         judged = [
-            _judged(n, spec, demand, placement=placement, facts=facts.of(n), sharing=plugin)
+            _with_devices(
+                _judged(
+                    n,
+                    spec,
+                    _node_demand(n, demand, served),
+                    placement=placement,
+                    facts=facts.of(n),
+                    sharing=plugin,
+                ),
+                node=n,
+                demand=demand,
+                served=served,
+                devices=devices,
+                pending=pending,
+            )
             for n in members
         ]
         refusals: list[Refusal | None] = [later for later, _, _ in judged]
@@ -304,7 +494,10 @@ def _classes(
         else:
             first = reasons.most_common(1)[0][0]
             detail = next(r.detail for r in refusals if r is not None and r.reason == first)
-        resources = " ".join(f"{k}={v}" for k, v in gpus)
+        resources = " ".join(
+            [f"{k}={v}" for k, v in gpus]
+            + [f"{c}={n} (DRA{f', {t} tainted' if t else ''})" for c, n, t in dra]
+        )
         if sharing not in ("", "none") or replicas > 1:
             resources += f" ({sharing or 'time-slicing'} x{replicas})"
         answers.append(
@@ -411,6 +604,12 @@ def render_text(explanation: Explanation) -> str:
         ]
     elif e.phase == "Pending" and not e.bound_to:
         lines += ["", "Scheduler: no FailedScheduling event (yet, or expired after an hour)"]
+    if e.extended_claim:
+        held = ", ".join(e.extended_resources) or "its extended resources"
+        lines.append(
+            f"  {held} came from DRA: ResourceClaim {e.extended_claim}, made by the scheduler "
+            "(pod.status.extendedResourceClaimStatus)"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -11,8 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.gpufacts import gpu_facts
 from webhook.engine.resources.inventory import Inventory, Node
+from webhook.engine.scheduling.dra import class_devices
+from webhook.engine.scheduling.wholepod import served_capacity
 from webhook.reports.pools import PoolLine, render_pools
 from webhook.reports.wording import counted
 
@@ -47,6 +50,29 @@ class NodeClass:
     # Physical GPUs per node where the labels say (None: not labelled, or MIG single).
     physical_gpus: int | None = None
     units: tuple[GPUUnit, ...] = ()
+    # DRA devices per node, by the device classes whose selectors match them.
+    dra_devices: tuple[DRADevices, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DRADevices:
+    """Devices of one DeviceClass on each node of a class, from its ResourceSlices."""
+
+    device_class: str
+    per_node: int
+    tainted: int  # of those, tainted NoSchedule or NoExecute (no capacity for a request
+    # that does not tolerate the taint)
+    extended_resource: str  # the class's extendedResourceName ("" if none)
+
+
+@dataclass(frozen=True, slots=True)
+class ServedResource:
+    """An extended resource a device class serves on nodes without it in allocatable."""
+
+    resource: str
+    device_class: str
+    largest: int
+    node: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +109,9 @@ class InventoryReport:
     extra: Mapping[str, Any] = field(default_factory=dict)
     # Nodes that could exist (Karpenter NodePools, autoscalers): one line each.
     pools: tuple[PoolLine, ...] = ()
+    served: tuple[ServedResource, ...] = ()
+    # False when no DRA objects were read (a file of nodes, a cluster without DRA).
+    dra: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -103,12 +132,49 @@ def class_key(node: Node) -> tuple[Any, ...]:
     )
 
 
-def summarize(inventory: Inventory, *, pools: Sequence[PoolLine] = ()) -> InventoryReport:
+def _dra(devices: DeviceInventory | None, node: Node) -> tuple[tuple[str, int, int], ...]:
+    if devices is None or not devices.complete:
+        return ()
+    return class_devices(devices, devices.profile(node))
+
+
+def dra_product(devices: DeviceInventory, node: Node) -> str:
+    """The product name NVIDIA's DRA driver publishes (``productName``), for nodes whose
+    labels name none."""
+    for device in devices.profile(node).devices:
+        for _, name, value in device.attributes:
+            if name == "productName" and isinstance(value, str):
+                return value
+    return "(DRA devices)"
+
+
+def _served(inventory: Inventory, devices: DeviceInventory) -> tuple[ServedResource, ...]:
+    """Resources a class names as its extendedResourceName (the implicit
+    ``deviceclass.resource.kubernetes.io/<class>`` every class has is left out)."""
+    out = []
+    for device_class in sorted(devices.classes.values(), key=lambda c: c.name):
+        resource = device_class.extended_resource
+        answer = served_capacity(resource, devices=devices, nodes=inventory) if resource else None
+        if answer is not None and answer.most:
+            out.append(ServedResource(resource, answer.device_class, answer.most, answer.node))
+    return tuple(out)
+
+
+def summarize(
+    inventory: Inventory,
+    devices: DeviceInventory | None = None,
+    *,
+    pools: Sequence[PoolLine] = (),
+) -> InventoryReport:
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in inventory.nodes:
-        groups.setdefault(class_key(node), []).append(node)
+        groups.setdefault((*class_key(node), _dra(devices, node)), []).append(node)
+    extended = {c.name: c.extended_resource for c in devices.classes.values()} if devices else {}
     classes = []
-    for (product, gpus, mig, sharing, replicas, memory), members in groups.items():
+    for (label, gpus, mig, sharing, replicas, memory, dra), members in groups.items():
+        product = label
+        if label == NO_GPU and dra and devices is not None:
+            product = dra_product(devices, members[0])
         facts = gpu_facts(members[0].labels, dict(gpus))
         units = tuple(
             GPUUnit(
@@ -141,6 +207,10 @@ def summarize(inventory: Inventory, *, pools: Sequence[PoolLine] = ()) -> Invent
                 example=members[0].name,
                 physical_gpus=facts.physical,
                 units=units,
+                dra_devices=tuple(
+                    DRADevices(name, count, tainted, extended.get(name, ""))
+                    for name, count, tainted in dra
+                ),
             )
         )
     classes.sort(key=lambda c: (c.product == NO_GPU, c.product, -c.nodes))
@@ -158,7 +228,10 @@ def summarize(inventory: Inventory, *, pools: Sequence[PoolLine] = ()) -> Invent
                 nodes=sum(1 for n in inventory.nodes if n.allocatable.get(resource, 0) > 0),
             )
         )
+    served = _served(inventory, devices) if devices is not None else ()
     return InventoryReport(
+        served=served,
+        dra=devices is not None and devices.complete,
         source=inventory.source,
         resource_version=inventory.resource_version,
         nodes=len(inventory),
@@ -214,9 +287,38 @@ def render_text(report: InventoryReport) -> str:
         )
     else:
         lines.append("  none: no node advertises a GPU resource")
+    lines += _dra_lines(report)
     lines += render_pools(report.pools)
     lines += ["", f"Cordoned: {_names(report.cordoned)}", f"Not ready: {_names(report.not_ready)}"]
     return "\n".join(lines) + "\n"
+
+
+def _dra_lines(report: InventoryReport) -> list[str]:
+    if not report.dra:
+        return []
+    lines = ["", "DRA devices per node class (ResourceSlices, by DeviceClass)"]
+    rows = [("PRODUCT", "NODES", "EXAMPLE", "DEVICE CLASS", "PER NODE", "TAINTED", "SERVES")]
+    for c in report.classes:
+        for d in c.dra_devices:
+            rows.append(
+                (
+                    c.product,
+                    str(c.nodes),
+                    c.example,
+                    d.device_class,
+                    str(d.per_node),
+                    str(d.tainted) if d.tainted else "-",
+                    d.extended_resource or "-",
+                )
+            )
+    lines += table(rows) if len(rows) > 1 else ["  none: no node has DRA devices"]
+    if report.served:
+        lines += ["", "Extended resources served by DRA (on nodes without them in allocatable)"]
+        lines += table(
+            [("RESOURCE", "DEVICE CLASS", "LARGEST", "NODE")]
+            + [(s.resource, s.device_class, str(s.largest), s.node) for s in report.served]
+        )
+    return lines
 
 
 def table(rows: Sequence[Sequence[str]]) -> list[str]:

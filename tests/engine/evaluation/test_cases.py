@@ -310,3 +310,17 @@ def test_an_unrelated_label_edit_of_any_stored_object_is_allowed_unpatched(case:
     assert decision.allowed, decision.message
     assert [f for f in decision.findings if f.action == "deny"] == []
     assert list(decision.patch) == []
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in case_dirs()])
+def test_a_pod_applied_with_its_own_patch_gets_the_same_decision(case: Path) -> None:
+    """The object the API server stores after our patch is judged as the one we patched:
+    a decision that flips on a second look would deny on retry what it allowed."""
+    policy, request, decision = run_case(case)
+    patched = jsonpatch.apply_patch(copy.deepcopy(request.object), list(decision.patch))
+
+    again = evaluate(_with_object(request, patched), policy=policy, inventory=inventory_view(case))
+
+    assert again.allowed is decision.allowed
+    assert [(f.id, f.action) for f in again.denials] == [(f.id, f.action) for f in decision.denials]
+    assert list(again.patch) == []

@@ -73,6 +73,7 @@ from tests.generated import (
 )
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Placement, node_from_json
 from webhook.files.catalogue import shipped_catalogue
 from webhook.files.poolobjects import pool_inventory
@@ -441,6 +442,93 @@ CPU_NODE = GeneratedNode(
     labels={"kubernetes.io/hostname": "cpu-0", "kubernetes.io/arch": "amd64"},
     allocatable={"cpu": "7910m", "memory": "29317Mi"},
 )
+# --- nvidia.com/gpu served by a DeviceClass (KEP-5004) beside the device plugin -----------
+
+DRA_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
+        "extendedResourceName": GPU,
+    },
+}
+
+
+def dra_slice(node: str, devices: int, tainted: int) -> dict[str, Any]:
+    taint = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"uuid": {"string": f"GPU-{node}-{i}"}},
+                    **({"taints": taint} if i < tainted else {}),
+                }
+                for i in range(devices)
+            ],
+        },
+    }
+
+
+def served_node(node: GeneratedNode, untainted: int) -> GeneratedNode:
+    """The node as DynamicResources and NodeResourcesFit see it together when a class
+    serves nvidia.com/gpu and the node's allocatable lacks it (``filterExtendedResources``):
+    its untainted devices of the class, one per unit; no device plugin's shared slots."""
+    allocatable = {**node.allocatable, GPU: str(untainted)}
+    shared = node.shared if node.shared is not None and node.shared[0] != GPU else None
+    return GeneratedNode(
+        node.name, node.labels, allocatable, node.taints, node.unschedulable, shared, node.ready
+    )
+
+
+def claim_template(alternatives: list[int]) -> dict[str, Any]:
+    """A template asking for GPUs of the class: ``firstAvailable`` when more than one count."""
+    if len(alternatives) == 1:
+        request: dict[str, Any] = {
+            "name": "gpus",
+            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": alternatives[0]},
+        }
+    else:
+        request = {
+            "name": "gpus",
+            "firstAvailable": [
+                {"name": f"n{i}", "deviceClassName": "gpu.nvidia.com", "count": n}
+                for i, n in enumerate(alternatives)
+            ],
+        }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpus", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    }
+
+
+def with_claim(pod: dict[str, Any]) -> dict[str, Any]:
+    spec = pod["spec"]
+    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "gpus"}]
+    resources = spec["containers"][0].setdefault("resources", {})
+    resources["claims"] = [{"name": "gpus"}]
+    return pod
+
+
+def devices_hold(
+    node: GeneratedNode, spec: dict[str, Any], untainted: int, alternatives: list[int]
+) -> bool:
+    """DynamicResources on the node: the claim (one of its alternatives) and, where the
+    node's allocatable lacks nvidia.com/gpu, the scheduler's claim for it, from the node's
+    untainted devices (neither claim tolerates the taint)."""
+    served = pod_request(spec, GPU) if GPU not in node.allocatable else Fraction(0)
+    if not alternatives:
+        return served <= untainted
+    return any(served + n <= untainted for n in alternatives)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -476,3 +564,66 @@ POOL_POLICY = type(POOL_POLICY)(
     kinds=POOL_POLICY.kinds,
     catalogue=shipped_catalogue(),
 )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=inventories(),
+    pod=pods(),
+    tolerate=st.booleans(),
+    dra=st.lists(st.tuples(st.booleans(), st.integers(0, 6), st.integers(0, 2)), min_size=8),
+    alternatives=st.sampled_from([[], [], [1], [3], [4, 2], [6, 3]]),
+)
+def test_with_a_class_serving_nvidia_gpu_a_pod_is_admitted_exactly_when_some_node_holds_it(
+    nodes: list[GeneratedNode],
+    pod: dict[str, Any],
+    tolerate: bool,
+    dra: list[tuple[bool, int, int]],
+    alternatives: list[int],
+) -> None:
+    """A mixed cluster: some nodes keep the device plugin's nvidia.com/gpu (some with DRA
+    devices too), others lose it from allocatable and get DRA devices (some tainted); the
+    pod may hold a GPU claim (``firstAvailable`` with two counts) beside its resources. The
+    scheduler judges each node by what serves the resource there, with all of the pod's
+    claims on that node's devices; so must the webhook."""
+    assume(any(pod_request(pod["spec"], name) for name in GPU_NAMES) or alternatives)
+    if alternatives:
+        pod = with_claim(pod)
+    slices = []
+    for node, (by_dra, devices, tainted) in zip(nodes, dra, strict=False):
+        if by_dra:
+            node.allocatable.pop(GPU, None)
+            if node.shared is not None and node.shared[0] == GPU:
+                node.shared = None
+        if by_dra or devices % 2:  # a plugin node with DRA devices as well, now and then
+            slices.append(dra_slice(node.name, devices, min(tainted, devices)))
+    inventory = Inventory([node_from_json(n.as_json()) for n in nodes])
+    untainted = {
+        s["spec"]["nodeName"]: sum(1 for d in s["spec"]["devices"] if "taints" not in d)
+        for s in slices
+    }
+    objects = [DRA_CLASS, *slices, *([claim_template(alternatives)] if alternatives else [])]
+
+    decision = evaluate(
+        Request(pod),
+        policy=policy(tolerate=tolerate, memory=None),
+        inventory=InventoryView(inventory, devices=DeviceInventory.of(objects)),
+    )
+
+    assert decision.mutated is not None
+    spec = dict(decision.mutated)["spec"]
+    fits = [
+        n.name
+        for n in nodes
+        # A denial never rests on a transient state (a cordon, not ready): docs/rules.md.
+        if node_admits_healed(n, spec)
+        and node_holds(
+            served_node(n, untainted.get(n.name, 0)) if GPU not in n.allocatable else n, spec
+        )
+        and devices_hold(n, spec, untainted.get(n.name, 0), alternatives)
+        # Where the device plugin still serves the GPUs, it refuses more than one MPS slot.
+        and not refused(n, spec, DEFAULT_PLUGIN)
+    ]
+    checks = CAPACITY_CHECKS | {"deviceClaims"}
+    denied = [f for f in decision.findings if f.check in checks and f.action == "deny"]
+    assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])

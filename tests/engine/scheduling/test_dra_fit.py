@@ -1,18 +1,26 @@
 """The DRA fit against the Kubernetes allocator's semantics, on random claims and devices.
 
-The reference below is a plain transcription of the structured allocator's search
-(``k8s.io/dynamic-resource-allocation/structured/internal/stable/allocator_stable.go``:
-``Allocate``, ``validateDeviceRequest``, ``allocateOne``, ``isSelectable``,
-``allocateDevice``): claims one after the other, requests in order, ``firstAvailable``
-sub-requests tried in order, devices tried one by one with backtracking, a device in use
-by any of the pod's claims skipped (unless it allows multiple allocations), ``All`` taking
-every selectable device of the node and needing at least one, ``matchAttribute``
-constraints checked as each device is added (``matchAttributeConstraint.add``), shared
-counters of partitionable devices (``checkAvailableCounters``) and device taints that the
-request does not tolerate (``taintPreventsAllocation``). Its selectors are Python
-predicates; the engine gets the same selectors as CEL text, so the CEL evaluation is
-under test too. The engine answers the same question with a matching per combination of
-choices; the two must agree on every generated case.
+The reference below is a plain transcription of the structured allocator's search as 1.36
+runs it (``k8s.io/dynamic-resource-allocation/structured/internal/incubating/
+allocator_incubating.go``: ``Allocate``, ``validateDeviceRequest``, ``allocateOne``,
+``isSelectable``, ``allocateDevice``; ``consumable_capacity.go``): claims one after the
+other, requests in order, ``firstAvailable`` sub-requests tried in order, devices tried one
+by one with backtracking and each request going on from the device after the last one it
+took (``nextLocation``); a device held by any of the pod's claims skipped, except by an
+``adminAccess`` request of another claim (``allocatingDeviceForClaim``); a device that
+allows multiple allocations shared while what its allocations consume of its memory fits
+(``CmpRequestOverCapacity``, with ``requestPolicy`` rounding and refusals, an unrequested
+capacity taken at its default or whole), and its counters consumed once
+(``skipCounterCheck``); ``All`` taking every selectable device of the node and needing at
+least one; ``matchAttribute`` constraints checked as each device is added
+(``matchAttributeConstraint.add``); shared counters of partitionable devices
+(``checkAvailableCounters``) and device taints that the request does not tolerate
+(``taintPreventsAllocation``). Requests without selectors of their own stand for the claim
+the scheduler makes for an extended resource that a class maps (KEP-5004,
+``createRequestsAndMappings``: the class's selectors, ``ExactCount``, no tolerations). Its
+selectors are Python predicates; the engine gets the same selectors as CEL text, so the
+CEL evaluation is under test too. The engine answers the same question with a matching per
+combination of choices or its own search; the two must agree on every generated case.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from webhook.engine.resources.devices import (
     DeviceClass,
     DeviceInventory,
     DeviceRequest,
+    RequestPolicy,
     Slice,
     SubRequest,
 )
@@ -84,6 +93,14 @@ CLASS_TESTS: dict[str, Callable[[Device], bool]] = {
 }
 
 
+# Capacity request policies a device's memory may carry (consumable capacity).
+POLICIES = (
+    None,
+    RequestPolicy(default=Fraction(10 * GI), minimum=Fraction(10 * GI), step=Fraction(10 * GI)),
+    RequestPolicy(values=(Fraction(20 * GI), Fraction(40 * GI))),
+)
+
+
 @st.composite
 def devices(draw: st.DrawFn) -> list[Device]:
     out = []
@@ -96,6 +113,8 @@ def devices(draw: st.DrawFn) -> list[Device]:
         attributes.append((DRIVER, "pcieRoot", draw(st.sampled_from(("pci0", "pci1")))))
         memory = Fraction(draw(st.sampled_from((16, 40, 80))) * GI)
         slices = draw(st.sampled_from((0, 1, 2))) if partitionable else 0
+        shared = draw(st.integers(0, 4)) == 0
+        policy = draw(st.sampled_from(POLICIES)) if shared else None
         out.append(
             Device(
                 driver=DRIVER,
@@ -103,9 +122,10 @@ def devices(draw: st.DrawFn) -> list[Device]:
                 name=f"gpu-{i}",
                 attributes=tuple(sorted(attributes, key=lambda a: a[1])),
                 capacity=((DRIVER, "memory", memory),),
-                shared=draw(st.integers(0, 9)) == 0,
+                shared=shared,
                 consumes=(("gpu", (("slices", Fraction(slices)),)),) if slices else (),
                 taints=(("maintenance", "", "NoSchedule"),) if draw(st.integers(0, 4)) == 0 else (),
+                policies=((DRIVER, "memory", policy),) if policy is not None else (),
             )
         )
     return out
@@ -122,17 +142,45 @@ def _slices(device: Device) -> Fraction:
     return sum((a for _, counters in device.consumes for _, a in counters), Fraction(0))
 
 
+def _consumed(sub: SubRequest, device: Device) -> Fraction | None:
+    """Memory one allocation takes (``calculateConsumedCapacity``), or None: refused."""
+    policy = device.policies[0][2] if device.policies else None
+    asked = dict(sub.capacity).get("memory")
+    if asked is None:
+        used = policy.default if policy and policy.default is not None else _memory(device)
+    elif policy is None:
+        used = asked
+    elif policy.minimum is not None:
+        step = policy.step or Fraction(1)
+        used = policy.minimum
+        while used < asked:
+            used += step
+    else:
+        used = next((v for v in policy.values if asked <= v), asked)
+    if policy is not None and used != policy.default:
+        if policy.values and used not in policy.values:
+            return None
+        if policy.step and (used - (policy.minimum or 0)) % policy.step:
+            return None
+    return used if used <= _memory(device) else None
+
+
 @st.composite
 def sub_request(draw: st.DrawFn, name: str) -> tuple[SubRequest, list[Sel]]:
     chosen = draw(st.lists(st.sampled_from(SELECTORS), max_size=1))
     all_devices = draw(st.integers(0, 5)) == 0
+    memory = draw(st.sampled_from((None, None, 10, 20, 30, 90)))
     sub = SubRequest(
         name=name,
+        # "served": the claim the scheduler makes for an extended resource that the class
+        # maps (its selectors only: extendeddynamicresources.go, createRequestsAndMappings).
         device_class=draw(st.sampled_from(sorted(CLASSES))),
         selectors=tuple(s.cel for s in chosen),
         all_devices=all_devices,
         count=1 if all_devices else draw(st.integers(1, 2)),
+        admin=draw(st.integers(0, 5)) == 0,
         tolerations=(MAINTENANCE,) if draw(st.integers(0, 2)) == 0 else (),
+        capacity=(("memory", Fraction(memory * GI)),) if memory else (),
     )
     return sub, chosen
 
@@ -173,96 +221,104 @@ def reference(
             CLASS_TESTS[sub.device_class](device)
             and all(s.test(device) for s in tests[sub.name])
             and _tolerated(sub, device)
+            and _consumed(sub, device) is not None
         )
 
     consumed = [Fraction(0)]
-
-    def counters_allow(devices: list[int]) -> bool:
-        return consumed[0] + sum((_slices(node[d]) for d in devices), Fraction(0)) <= slices
-
     slots = [(ci, r) for ci, spec in enumerate(specs) for r in spec.requests]
-    in_use: set[int] = set()
+    holders: dict[int, set[int]] = {}  # allocatingDevices: non-shared device -> claims
+    shares: dict[int, list[Fraction]] = {}  # shared device -> memory of each allocation
     # Per claim and constraint: the devices added so far that it applies to.
     members: list[list[list[int]]] = [[[] for _ in spec.constraints] for spec in specs]
+    per_claim = [0] * len(specs)
 
-    def agrees(ci: int, request: str, sub: str, device: int) -> bool:
-        for constraint, held in zip(specs[ci].constraints, members[ci], strict=True):
-            if constraint.requests and not constraint.requests & {request, sub}:
-                continue
-            value = _attr(node[device], constraint.attribute[1])
-            if value is None or any(_attr(node[h], constraint.attribute[1]) != value for h in held):
-                return False
-        return True
+    def applies(constraint: Constraint, request: str, sub: str) -> bool:
+        return not constraint.requests or bool(constraint.requests & {request, sub})
 
-    def join(ci: int, request: str, sub: str, device: int, sign: int) -> None:
-        for constraint, held in zip(specs[ci].constraints, members[ci], strict=True):
-            if constraint.requests and not constraint.requests & {request, sub}:
+    def add(ci: int, request: str, sub: SubRequest, i: int) -> Callable[[], None] | None:
+        """``allocateDevice``: the undo on success, None when the device cannot be taken."""
+        device = node[i]
+        held = holders.get(i, set())
+        if not device.shared and held and (not sub.admin or ci in held):
+            return None
+        if per_claim[ci] >= 32:
+            return None
+        for constraint, have in zip(specs[ci].constraints, members[ci], strict=True):
+            if not applies(constraint, request, sub.name):
                 continue
-            if sign > 0:
-                held.append(device)
+            value = _attr(device, constraint.attribute[1])
+            if value is None or any(_attr(node[h], constraint.attribute[1]) != value for h in have):
+                return None
+        memory = _consumed(sub, device)
+        assert memory is not None
+        if device.shared and sum(shares.get(i, []), memory) > _memory(device):
+            return None
+        counted = not (device.shared and shares.get(i))
+        if counted and consumed[0] + _slices(device) > slices:
+            return None
+        if counted:
+            consumed[0] += _slices(device)
+        for constraint, have in zip(specs[ci].constraints, members[ci], strict=True):
+            if applies(constraint, request, sub.name):
+                have.append(i)
+        if device.shared:
+            shares.setdefault(i, []).append(memory)
+        else:
+            holders.setdefault(i, set()).add(ci)
+        per_claim[ci] += 1
+
+        def undo() -> None:
+            per_claim[ci] -= 1
+            if device.shared:
+                shares[i].pop()
             else:
-                held.remove(device)
+                holders[i].discard(ci)
+            for constraint, have in zip(specs[ci].constraints, members[ci], strict=True):
+                if applies(constraint, request, sub.name):
+                    have.remove(i)
+            if counted:
+                consumed[0] -= _slices(device)
 
-    def take(devices: list[int]) -> list[int]:
-        taken = [d for d in devices if not node[d].shared]
-        in_use.update(taken)
-        consumed[0] += sum((_slices(node[d]) for d in devices), Fraction(0))
-        return taken
+        return undo
 
-    def give_back(taken: list[int], devices: list[int]) -> None:
-        in_use.difference_update(taken)
-        consumed[0] -= sum((_slices(node[d]) for d in devices), Fraction(0))
-
-    def allocate(slot: int, per_claim: list[int]) -> bool:
+    def allocate(slot: int) -> bool:
         if slot == len(slots):
             return True
-        claim_index, request = slots[slot]
+        ci, request = slots[slot]
         for sub in request.alternatives:  # firstAvailable: in order, first that works
             matching = [i for i, d in enumerate(node) if selectable(sub, d)]
             if sub.all_devices:
-                if not matching or any(i in in_use for i in matching):
+                if not matching:
                     continue
-                joined = []
+                undos = []
                 for i in matching:
-                    if not agrees(claim_index, request.name, sub.name, i):
+                    undo = add(ci, request.name, sub, i)
+                    if undo is None:
                         break
-                    join(claim_index, request.name, sub.name, i, +1)
-                    joined.append(i)
-                if len(joined) == len(matching) and counters_allow(matching):
-                    taken = take(matching)
-                    per_claim[claim_index] += len(matching)
-                    if per_claim[claim_index] <= 32 and allocate(slot + 1, per_claim):
-                        return True
-                    per_claim[claim_index] -= len(matching)
-                    give_back(taken, matching)
-                for i in joined:
-                    join(claim_index, request.name, sub.name, i, -1)
+                    undos.append(undo)
+                if len(undos) == len(matching) and allocate(slot + 1):
+                    return True
+                for undo in reversed(undos):
+                    undo()
                 continue
-            if pick(sub, matching, left=sub.count, slot=slot, per_claim=per_claim, ci=claim_index):
+            if pick(sub, matching, left=sub.count, start=0, slot=slot):
                 return True
         return False
 
-    def pick(
-        sub: SubRequest, matching: list[int], *, left: int, slot: int, per_claim: list[int], ci: int
-    ) -> bool:
+    def pick(sub: SubRequest, matching: list[int], *, left: int, start: int, slot: int) -> bool:
         if left == 0:
-            per_claim[ci] += sub.count
-            done = per_claim[ci] <= 32 and allocate(slot + 1, per_claim)
-            per_claim[ci] -= sub.count
-            return done
-        request = slots[slot][1].name
-        for i in matching:
-            if i in in_use or not agrees(ci, request, sub.name, i) or not counters_allow([i]):
+            return allocate(slot + 1)
+        ci, request = slots[slot]
+        for position in range(start, len(matching)):  # on from the next device
+            undo = add(ci, request.name, sub, matching[position])
+            if undo is None:
                 continue
-            taken = take([i])
-            join(ci, request, sub.name, i, +1)
-            if pick(sub, matching, left=left - 1, slot=slot, per_claim=per_claim, ci=ci):
+            if pick(sub, matching, left=left - 1, start=position + 1, slot=slot):
                 return True
-            join(ci, request, sub.name, i, -1)
-            give_back(taken, [i])
+            undo()
         return False
 
-    return allocate(0, [0] * len(specs))
+    return allocate(0)
 
 
 @settings(max_examples=150, deadline=None)

@@ -187,7 +187,14 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
     ]
     found = [_unknown_resource(scope, resource, inventory, settings) for resource in unknown]
     answer = scope.fit
-    if not unknown and answer is not None and not answer.fitting:
+    # No GPU resource asked and no node to fall short (GPUs a DRA class serves): the claims'
+    # check speaks.
+    if (
+        not unknown
+        and answer is not None
+        and not answer.fitting
+        and (answer.demand.gpus or answer.missing)
+    ):
         text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
         action = action_of(settings.actions["capacity"])
         found.append(Finding("builtin", "capacity", action, text, summary, scope.where))

@@ -8,11 +8,13 @@ any schedulable node, and a GPU count above a matching rule's ``maxGPUsPerPod``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.kube.selectors import dig
 from webhook.engine.policy.decision import Decision, Finding, decide
 from webhook.engine.policy.ruleset import Policy
-from webhook.engine.resources.devices import claim_from_json
+from webhook.engine.resources.devices import ClaimSpec, claim_from_json
 from webhook.engine.resources.inventory import Inventory
 from webhook.engine.scheduling.dra import (
     EVERYWHERE,
@@ -24,6 +26,38 @@ from webhook.engine.scheduling.dra import (
     looks_like_gpu_class,
     shortfall,
 )
+
+# resource.DRAAdminNamespaceLabelKey (k8s.io/kubernetes pkg/apis/resource/types.go).
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+
+
+def admin_access_findings(
+    request: Request, spec: ClaimSpec, kind: str, where: str
+) -> Iterator[Finding]:
+    """A request with ``adminAccess`` in a namespace without the admin-access label: the
+    API server refuses the object itself (``pkg/registry/resource/utils.go``,
+    ``AuthorizedForAdmin``: "admin access to devices requires the
+    `resource.kubernetes.io/admin-access: true` label on the containing namespace"), so
+    saying so here is no false denial. When the namespace's labels are not known (``check``
+    without a cluster) nothing is said: the namespace may well carry the label."""
+    labels = request.namespace_labels
+    if labels is None or labels.get(ADMIN_ACCESS_LABEL) == "true":
+        return
+    admin = [sub.name for r in spec.requests for sub in r.alternatives if sub.admin]
+    if not admin:
+        return
+    namespace = request.effective_namespace
+    yield Finding(
+        "builtin",
+        "adminAccess",
+        "deny",
+        f'this {kind} asks for admin access to devices (request "{admin[0]}"), which the API '
+        f'server allows only in namespaces labelled {ADMIN_ACCESS_LABEL}: "true", and '
+        f"namespace {namespace} is not. Label the namespace, or create the {kind} in one "
+        "that is.",
+        f"adminAccess needs the {ADMIN_ACCESS_LABEL} namespace label",
+        where,
+    )
 
 
 def evaluate_claim_object(
@@ -43,11 +77,11 @@ def evaluate_claim_object(
         and devices.complete
         and looks_like_gpu_class(claim.spec, devices, settings.gpu_device_classes)
     )
-    if not count and not typo:
-        return Decision(allowed=True, mutated=obj)
     where = "spec.spec" if kind == "ResourceClaimTemplate" else "spec"
+    findings: list[Finding] = list(admin_access_findings(request, claim.spec, kind, where))
+    if not count and not typo:
+        return decide(findings, patch=(), mutated=obj)
     labels = dig(obj, "metadata", "labels")
-    findings: list[Finding] = []
     for rule in policy.rules:
         if not rule.match.matches(
             namespace=request.effective_namespace,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
@@ -52,7 +52,7 @@ from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.kube.workloads import PodTemplate
 from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
-from webhook.engine.resources.devices import is_dra_object
+from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement, UnboundedPool
 from webhook.engine.resources.nodepools import PoolInventory, gke_auto_provisioning
@@ -66,6 +66,7 @@ from webhook.engine.scheduling.dra import (
 )
 from webhook.engine.scheduling.gpunodes import bound_node_reach
 from webhook.engine.scheduling.karpenter import PoolSizing, autoscaler_admits, size_pools
+from webhook.engine.scheduling.wholepod import needs_whole_pod, whole_pod_findings
 
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
 _sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
@@ -161,15 +162,13 @@ def _evaluate_object(
     workload = bool(templates[0].path)  # a Pod's one template is the object itself
     # On a workload UPDATE: what the old object asked for in all, and every template's ask
     # now (unchanged ones too), for the totals that replicas and parallelism change.
-    floor = _old_totals(request, policy, inventory, snapshot) if workload else None
+    floor = _old_totals(request, policy, inventory) if workload else None
     counted: list[tuple[PodTemplate, PodGPUs]] = []
     counted_classes: list[tuple[str, ...]] = []
     for template in templates:
         if _unchanged(request, template):
             if floor is not None:
-                pod, claims = _asks(
-                    request, template, settings=policy.settings, view=inventory, snapshot=snapshot
-                )
+                pod, claims = _asks(request, template, settings=policy.settings, view=inventory)
                 counted.append((template, pod))
                 counted_classes.append(claims.gpu_classes)
             continue
@@ -214,7 +213,7 @@ def _evaluate_object(
         findings,
         patch=editor.ops,
         mutated=editor.doc,
-        notices=tuple(dict.fromkeys(notices)),
+        notices=tuple(dict.fromkeys([*notices, *context.notices])),
         extra_warnings=warnings,
         mutated_by=list(mutated_by),
     )
@@ -227,6 +226,7 @@ class _Context:
     kind: str
     daemon: bool
     runtime_classes: frozenset[str] | None
+    notices: list[str] = field(default_factory=list)
 
 
 def _repair_requests_only(
@@ -347,7 +347,7 @@ def _ephemeral_update(
         return Decision(allowed=True, mutated=obj)
     settings = policy.settings
     snapshot = _inventory(inventory, policy)
-    pod, claims = _asks(request, template, settings=settings, view=inventory, snapshot=snapshot)
+    pod, claims = _asks(request, template, settings=settings, view=inventory)
     rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
     ephemeral = PodGPUs.of(
         [
@@ -427,7 +427,6 @@ def _asks(
     *,
     settings: Settings,
     view: InventoryView,
-    snapshot: Inventory | None,
 ) -> tuple[PodGPUs, PodClaims]:
     """What the template asks of GPUs: resources per container, and DRA claims."""
     pod = pod_gpus(template.spec, settings.gpu_resources, template.singles)
@@ -441,7 +440,7 @@ def _asks(
         if template.spec.get("resourceClaims")
         else NO_CLAIMS
     )
-    pod, claims = extended_resource_claims(pod, claims, devices=view.devices, nodes=snapshot)
+    pod, claims = extended_resource_claims(pod, claims, devices=view.devices)
     return with_claim_gpus(pod, claims), claims
 
 
@@ -527,7 +526,7 @@ def _evaluate_template(
 ) -> tuple[PodGPUs, PodClaims]:
     settings = policy.settings
     spec_path = template.spec_path
-    pod, claims = _asks(request, template, settings=settings, view=view, snapshot=snapshot)
+    pod, claims = _asks(request, template, settings=settings, view=view)
     if not isinstance(editor.get(spec_path), dict):
         return pod, claims  # an ill-typed spec: the API server's schema check rejects it
     rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
@@ -603,15 +602,21 @@ def _evaluate_template(
         devices=None if view.problem else view.devices,
     )
     findings.extend(_gpu_findings(scope, snapshot))
+    # A DaemonSet makes pods only for the nodes it selects (pkg/controller/daemon,
+    # NodeShouldRunDaemonPod): selecting none yet (a label the GPU operator sets on nodes
+    # later, as for its DCGM exporter's admin-access claim) leaves no pod Pending.
+    nowhere = bool(
+        claims.claims
+        and context.daemon
+        and snapshot is not None
+        and not snapshot.placeable(placement)
+    )
+    if nowhere:
+        context.notices.append("DaemonSet selects no node yet: its DRA claims were not checked")
     if claims.claims and view.devices is not None and not view.problem:
         findings.extend(
-            claim_findings(
-                claims,
-                placement=scope.placement,
-                nodes=snapshot,
-                devices=view.devices,
-                actions=settings.actions,
-                where=scope.where,
+            _device_findings(
+                claims, scope, snapshot=snapshot, devices=view.devices, judge=not nowhere
             )
         )
     for rule in rules:
@@ -655,6 +660,79 @@ def _fit(
             placement = Placement.of(editor.get(spec_path))
             fit = snapshot.fit(placement, demand, settings.device_plugin)
     return placement, fit
+
+
+def _device_findings(
+    claims: PodClaims,
+    scope: Scope,
+    *,
+    snapshot: Inventory | None,
+    devices: DeviceInventory,
+    judge: bool,
+) -> list[Finding]:
+    """The pod's claims; with its GPU resources on one node where both must meet there.
+    Judged on the nodes as they will be once healed (uncordoned, ready), as every capacity
+    check is: a denial never rests on a transient state (docs/rules.md). When only such a
+    state keeps the claims from every node now, a warning says so."""
+    healed = scope.placement.healed()
+    found = _claims_on(healed, claims, scope, snapshot=snapshot, devices=devices, judge=judge)
+    if healed is scope.placement or any(f.action == "deny" for f in found):
+        return found
+    now = _claims_on(
+        scope.placement, claims, scope, snapshot=snapshot, devices=devices, judge=judge
+    )
+    if any(f.action == "deny" for f in now):
+        found.append(
+            Finding(
+                "builtin",
+                "deviceClaims",
+                "warn",
+                "the pod's DRA claims fit only nodes that cannot take it right now (cordoned, "
+                "or not ready). It stays Pending until one is schedulable again (a cordon or a "
+                "bad condition passes, so this is no reason to deny it).",
+                "claims fit only nodes that are unavailable now",
+                scope.where,
+            )
+        )
+    return found
+
+
+def _claims_on(
+    placement: Placement,
+    claims: PodClaims,
+    scope: Scope,
+    *,
+    snapshot: Inventory | None,
+    devices: DeviceInventory,
+    judge: bool,
+) -> list[Finding]:
+    demand = scope.fit.demand if scope.fit is not None else None
+    whole = judge and snapshot is not None and demand is not None
+    whole = whole and needs_whole_pod(claims, demand)
+    found = list(
+        claim_findings(
+            claims,
+            placement=placement,
+            nodes=snapshot,
+            devices=devices,
+            actions=scope.settings.actions,
+            where=scope.where,
+            judge_fit=judge and not whole,
+        )
+    )
+    if whole and snapshot is not None and demand is not None:
+        found.extend(
+            whole_pod_findings(
+                claims,
+                demand=demand,
+                placement=placement,
+                nodes=snapshot,
+                devices=devices,
+                actions=scope.settings.actions,
+                where=scope.where,
+            )
+        )
+    return found
 
 
 def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
@@ -712,19 +790,14 @@ def _totals(per_pod: Iterable[tuple[PodTemplate, PodGPUs]]) -> _Totals:
     return _Totals(needed, total)
 
 
-def _old_totals(
-    request: Request, policy: Policy, view: InventoryView, snapshot: Inventory | None
-) -> _Totals | None:
+def _old_totals(request: Request, policy: Policy, view: InventoryView) -> _Totals | None:
     """On a workload UPDATE, the old object's totals; ``None`` on CREATE."""
     old = request.old_object
     if request.operation != "UPDATE" or not isinstance(old, dict):
         return None
     templates = policy.kinds.templates(old) or []
     asked = _as_created(request, old)
-    return _totals(
-        (t, _asks(asked, t, settings=policy.settings, view=view, snapshot=snapshot)[0])
-        for t in templates
-    )
+    return _totals((t, _asks(asked, t, settings=policy.settings, view=view)[0]) for t in templates)
 
 
 def _workload_findings(

@@ -20,7 +20,7 @@ import copy
 import itertools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -34,6 +34,9 @@ GROUP = "resource.k8s.io"
 # (KEP-5004, DRAExtendedResource).
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+# Read from files and, where the API server serves it (resource.k8s.io/v1beta2 in 1.36,
+# behind DRADeviceTaintRules), from the cluster: not one of the four every snapshot has.
+TAINT_RULE = "DeviceTaintRule"
 # resourceapi.AllocationResultsMaxSize: more devices than this in one claim never fit.
 ALLOCATION_RESULTS_MAX_SIZE = 32
 # Attribute names that name one device wherever they appear (NVIDIA's driver's uuid).
@@ -55,7 +58,128 @@ def _list(value: object) -> list[Any]:
 
 def is_dra_object(obj: Mapping[str, Any]) -> bool:
     api = str(obj.get("apiVersion", ""))
-    return api.partition("/")[0] == GROUP and obj.get("kind") in KINDS
+    return api.partition("/")[0] == GROUP and (
+        obj.get("kind") in KINDS or obj.get("kind") == TAINT_RULE
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TaintRule:
+    """A ``DeviceTaintRule``: a taint on every device its selector names.
+
+    The selector's ``driver``, ``pool`` and ``device`` are matched here
+    (``pkg/controller/devicetainteviction``, ``k8s.io/dynamic-resource-allocation``'s
+    taint lookup: every field that is set must match). A rule whose selector asks for more
+    (a class, CEL selectors of older versions) taints nothing here: a taint only ever
+    takes capacity away, so one applied where it may not belong could deny a pod that
+    will run."""
+
+    driver: str
+    pool: str
+    device: str
+    taint: tuple[str, str, str]
+    exact: bool = True
+
+    def applies(self, device: Device) -> bool:
+        return (
+            self.exact
+            and (not self.driver or self.driver == device.driver)
+            and (not self.pool or self.pool == device.pool)
+            and (not self.device or self.device == device.name)
+        )
+
+
+def taint_rule_from_json(raw: Mapping[str, Any]) -> TaintRule:
+    spec = _map(raw.get("spec"))
+    selector = _map(spec.get("deviceSelector"))
+    taint = _map(spec.get("taint"))
+    return TaintRule(
+        driver=str(selector.get("driver") or ""),
+        pool=str(selector.get("pool") or ""),
+        device=str(selector.get("device") or ""),
+        taint=(
+            str(taint.get("key", "")),
+            str(taint.get("value") or ""),
+            str(taint.get("effect", "")),
+        ),
+        exact=not selector.get("deviceClassName") and not selector.get("selectors"),
+    )
+
+
+def with_rule_taints(s: Slice, rules: Sequence[TaintRule]) -> Slice:
+    """The slice with the taints of the rules that name its devices added."""
+    if not any(r.driver in ("", s.driver) and r.pool in ("", s.pool) for r in rules):
+        return s
+
+    def tainted(device: Device) -> Device:
+        extra = tuple(r.taint for r in rules if r.applies(device) and r.taint not in device.taints)
+        return replace(device, taints=(*device.taints, *extra)) if extra else device
+
+    devices = tuple(map(tainted, s.devices))
+    per_device = tuple((tainted(d), node, every, terms) for d, node, every, terms in s.per_device)
+    if devices == s.devices and per_device == s.per_device:
+        return s
+    return replace(s, devices=devices, per_device=per_device, _signatures={})
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """A capacity's ``requestPolicy`` (``DRAConsumableCapacity``, beta and on in 1.36):
+    ``structured/internal/incubating/consumable_capacity.go``."""
+
+    default: Fraction | None = None
+    minimum: Fraction | None = None
+    maximum: Fraction | None = None
+    step: Fraction | None = None
+    values: tuple[Fraction, ...] = ()
+
+    def round_up(self, want: Fraction) -> Fraction:
+        """``roundUpRange`` / ``roundUpValidValues``."""
+        if self.minimum is not None:
+            if want < self.minimum:
+                return self.minimum
+            if self.step:
+                steps = -((self.minimum - want) // self.step)  # ceiling
+                return self.minimum + self.step * steps
+            return want
+        if self.values:
+            return next((v for v in self.values if want <= v), want)
+        return want
+
+    def refuses(self, used: Fraction) -> bool:
+        """``violatesPolicy``: over the range's maximum, off its steps, or not a valid value."""
+        if self.default is not None and used == self.default:
+            return False
+        if self.minimum is not None or self.maximum is not None or self.step is not None:
+            if self.maximum is not None and used > self.maximum:
+                return True
+            base = self.minimum or Fraction(0)
+            return bool(self.step) and (used - base) % self.step != 0  # type: ignore[operator]
+        if self.values:
+            return used not in self.values
+        return False
+
+
+def _policy(raw: object) -> RequestPolicy | None:
+    policy = _map(raw)
+    if not policy:
+        return None
+
+    def amount(value: object) -> Fraction | None:
+        try:
+            return parse_quantity(value) if value is not None else None
+        except QuantityError:
+            return None
+
+    valid = _map(policy.get("validRange"))
+    values = tuple(v for v in map(amount, _list(policy.get("validValues"))) if v is not None)
+    return RequestPolicy(
+        default=amount(policy.get("default")),
+        minimum=amount(valid.get("min")),
+        maximum=amount(valid.get("max")),
+        step=amount(valid.get("step")),
+        values=tuple(sorted(values)),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +199,37 @@ class Device:
     # taints: (key, value, effect); NoSchedule and NoExecute keep requests that do not
     # tolerate them away (``taintPreventsAllocation``).
     taints: tuple[tuple[str, str, str], ...] = ()
+    # capacity[...].requestPolicy (consumable capacity), per capacity (domain, name).
+    policies: tuple[tuple[str, str, RequestPolicy], ...] = ()
+
+    def consumption(
+        self, requests: tuple[tuple[str, Fraction], ...]
+    ) -> dict[tuple[str, str], Fraction] | None:
+        """What one allocation takes of each capacity (``GetConsumedCapacityFromRequest``,
+        ``calculateConsumedCapacity``: the request rounded up by the capacity's
+        requestPolicy; unrequested, its default, else the whole capacity); None when the
+        request names a capacity the device lacks or the policy refuses the amount
+        (``requestsContainNonExistCapacity``, ``violatesPolicy``), or it exceeds the
+        capacity (``CmpRequestOverCapacity``)."""
+        asked = {_qualified(name, self.driver): amount for name, amount in requests}
+        values = {(d, n): v for d, n, v in self.capacity}
+        if any(key not in values for key in asked):
+            return None
+        policies = {(d, n): p for d, n, p in self.policies}
+        out: dict[tuple[str, str], Fraction] = {}
+        for key, value in values.items():
+            policy = policies.get(key)
+            want = asked.get(key)
+            if want is None:
+                used = (
+                    policy.default if policy is not None and policy.default is not None else value
+                )
+            else:
+                used = policy.round_up(want) if policy is not None else want
+            if (policy is not None and policy.refuses(used)) or used > value:
+                return None
+            out[key] = used
+        return out
 
     def view(self) -> DeviceView:
         attributes: dict[str, dict[str, Any]] = {}
@@ -98,6 +253,7 @@ class Device:
             self.shared,
             self.consumes,
             self.taints,
+            self.policies,
         )
 
 
@@ -125,12 +281,16 @@ def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Devic
         if parsed is not None:
             attributes.append((*_qualified(str(name), driver), parsed))
     capacity = []
+    policies = []
     for name, value in _map(raw.get("capacity")).items():
         try:
             amount = parse_quantity(_map(value).get("value"))
         except QuantityError:
             continue
         capacity.append((*_qualified(str(name), driver), amount))
+        policy = _policy(_map(value).get("requestPolicy"))
+        if policy is not None:
+            policies.append((*_qualified(str(name), driver), policy))
     return Device(
         driver=_intern(driver),
         pool=_intern(pool),
@@ -146,7 +306,20 @@ def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Devic
             (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
             for t in map(_map, _list(raw.get("taints")))
         ),
+        policies=tuple(sorted(policies, key=lambda p: (p[0], p[1]))),
     )
+
+
+def _amounts(raw: object) -> tuple[tuple[str, Fraction], ...]:
+    """``capacity.requests``: quantities by capacity name. One that does not parse is
+    dropped (the API server validates them; less asked never denies)."""
+    out = []
+    for name, value in _map(raw).items():
+        try:
+            out.append((str(name), parse_quantity(value)))
+        except QuantityError:
+            continue
+    return tuple(sorted(out))
 
 
 def _counters(raw: object) -> tuple[tuple[str, Fraction], ...]:
@@ -305,6 +478,8 @@ class SubRequest:
     admin: bool = False
     # Each toleration as its sorted items: a request is part of memo keys, so hashable.
     tolerations: tuple[tuple[tuple[str, Any], ...], ...] = ()
+    # capacity.requests (consumable capacity): (capacity name, amount), sorted.
+    capacity: tuple[tuple[str, Fraction], ...] = ()
 
     def tolerates(self, device: Device) -> bool:
         """No NoSchedule or NoExecute taint of the device that this request does not
@@ -359,6 +534,7 @@ def _sub_request(raw: Mapping[str, Any], name: str) -> SubRequest:
             tuple(sorted((str(k), v) for k, v in t.items() if isinstance(v, str | int)))
             for t in map(_map, _list(raw.get("tolerations")))
         ),
+        capacity=_amounts(dig(raw, "capacity", "requests")),
     )
 
 
@@ -437,8 +613,11 @@ class DeviceInventory:
     complete: bool = True
     resource_version: str = ""
     _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+    taint_rules: Sequence[TaintRule] = ()
 
     def __post_init__(self) -> None:
+        if self.taint_rules:
+            self.slices = [with_rule_taints(s, self.taint_rules) for s in self.slices]
         # Costs what the slices number, not their devices: a live cache builds one per change.
         self._local: dict[str, list[Slice]] = {}
         self._placed: dict[str, list[Device]] = {}  # perDeviceNodeSelection by node name
@@ -484,8 +663,11 @@ class DeviceInventory:
         slices: list[Slice] = []
         claims: dict[tuple[str, str], Claim] = {}
         templates: dict[tuple[str, str], Claim] = {}
+        rules: list[TaintRule] = []
         for obj in objects:
             kind = obj.get("kind")
+            if kind == TAINT_RULE:
+                rules.append(taint_rule_from_json(obj))
             if kind == "DeviceClass":
                 c = class_from_json(obj)
                 classes[c.name] = c
@@ -497,7 +679,7 @@ class DeviceInventory:
             elif kind == "ResourceClaimTemplate":
                 template = claim_from_json(obj)
                 templates[(template.namespace, template.name)] = template
-        return cls(classes, slices, claims, templates, complete=complete)
+        return cls(classes, slices, claims, templates, complete=complete, taint_rules=rules)
 
     def with_claims(self, objects: Iterable[Mapping[str, Any]]) -> DeviceInventory:
         """This snapshot plus claims and templates (``check`` adds those it is given)."""
@@ -508,6 +690,23 @@ class DeviceInventory:
             {**self.claims, **extra.claims},
             {**self.templates, **extra.templates},
             resource_version=self.resource_version,
+        )
+
+    def with_classes(self, objects: Iterable[Mapping[str, Any]]) -> DeviceInventory:
+        """This snapshot plus DeviceClasses (``check`` adds those in the files it checks: a
+        class's ``extendedResourceName`` serves its pods once applied together). Without
+        slices the snapshot stays incomplete: devices are still unknown."""
+        classes = {c.name: c for c in (class_from_json(o) for o in objects)}
+        if not classes:
+            return self
+        return DeviceInventory(
+            {**self.classes, **classes},
+            self.slices,
+            self.claims,
+            self.templates,
+            complete=self.complete,
+            resource_version=self.resource_version,
+            taint_rules=self.taint_rules,
         )
 
     def with_claim_objects(
@@ -525,6 +724,15 @@ class DeviceInventory:
         snapshot.templates = templates
         snapshot.resource_version = resource_version
         return snapshot
+
+    def extended_class(self, resource: str) -> str | None:
+        """The device class that serves ``resource`` as an extended resource, or None.
+
+        KEP-5004 (``extended/cache.go``, ``OnDeviceClassEvent``): a class's
+        ``extendedResourceName``, and always ``deviceclass.resource.kubernetes.io/<class>``.
+        Whether a node uses it depends on the node: one whose allocatable has the resource
+        uses its device plugin (``filterExtendedResources``)."""
+        return self.extended.get(resource)
 
     def content(self, device: Device) -> tuple[Any, ...]:
         known = self._contents.get(device)

@@ -1,8 +1,9 @@
 """DRA claims: which of a pod's claims ask for GPUs, and whether they can ever be met.
 
 The fit answers what ``k8s.io/dynamic-resource-allocation/structured`` answers for one
-node (``internal/stable/allocator_stable.go``, ``Allocator.Allocate``), against an empty
-cluster as the capacity checks do for nodes:
+node (``internal/incubating/allocator_incubating.go``, the allocator 1.36 runs with its
+beta features on; ``Allocator.Allocate``), against an empty cluster as the capacity checks
+do for nodes:
 
 - every request (or, with ``firstAvailable``, one of its sub-requests, tried in order:
   ``allocateOne``) needs ``count`` devices (``ExactCount``), or every matching device of
@@ -10,24 +11,31 @@ cluster as the capacity checks do for nodes:
   required for 'All' allocation mode");
 - a device matches when the class's selectors and the request's selectors are all true
   (``isSelectable``, ``selectorsMatch``); a CEL runtime error fails the node;
-- a device serves one request of all the pod's claims (``deviceInUse``), unless it allows
-  multiple allocations or the request has admin access;
+- a device serves one request of all the pod's claims (``deviceInUse``); a request with
+  ``adminAccess`` may take a device other claims hold, but not one its own claim holds,
+  and what it takes is held like any other allocation (``allocatingDevices``);
+- a device that allows multiple allocations (``allowMultipleAllocations``) serves several
+  requests while what they consume of its capacity fits (consumable capacity,
+  ``CmpRequestOverCapacity``: a capacity request rounded up by the capacity's
+  ``requestPolicy``, an unrequested capacity taken at its default or whole); a request
+  naming a capacity the device lacks, or an amount the policy refuses, does not match it;
 - a request naming an unknown class fails (``classLister.Get``), and a claim needs at most
   ``AllocationResultsMaxSize`` devices.
 
 - ``matchAttribute`` constraints: the devices of the named requests (all, when none are
   named) must have the attribute, with one value (``matchAttributeConstraint``);
 - partitionable devices: what devices consume of their pool's shared counters stays within
-  them (``checkAvailableCounters``): MIG partitions of one GPU, or the GPU itself;
+  them (``checkAvailableCounters``): MIG partitions of one GPU, or the GPU itself; a device
+  that allows multiple allocations consumes its counters once (``skipCounterCheck``);
 - a device tainted NoSchedule or NoExecute serves only requests that tolerate the taint
-  (``taintPreventsAllocation``).
+  (``taintPreventsAllocation``), whether the taint is in its slice or comes from a
+  ``DeviceTaintRule``.
 
 The allocator's search is exhaustive, so "some assignment exists" is its answer; here that
 is a bipartite matching per combination of ``firstAvailable`` choices, or, for claims with
-constraints and devices with counters, the allocator's own backtracking (``_Search``) with
-a step budget (past it the answer is unknown, never a denial). Left out, so that a denial
-stays true: consumable capacity (capacity requests); a device that allows multiple
-allocations is taken to serve any number of requests.
+constraints, admin access, and devices with counters or multiple allocations, the
+allocator's own backtracking (``_Search``) with a step budget (past it the answer is
+unknown, never a denial).
 """
 
 from __future__ import annotations
@@ -54,12 +62,15 @@ from webhook.engine.resources.devices import (
     SubRequest,
 )
 from webhook.engine.resources.deviceselectors import Selector, SelectorError, compile_selector
+from webhook.engine.resources.fit import quantity_text
 from webhook.engine.resources.inventory import Inventory, Node, Placement
 
 _MAX_COMBINATIONS = 64
 _MEMO_SIZE = 4096
 # Admits every node a pod could be allowed onto (a cordoned node is never one).
-EVERYWHERE = Placement(node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},))
+EVERYWHERE = Placement(
+    node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},), cordoned=False
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +92,11 @@ class PodClaim:
 class PodClaims:
     claims: tuple[PodClaim, ...] = ()
     holders: frozenset[Path] = frozenset()  # containers that hold a GPU claim
+    # Extended resources of the pod that a device class serves: (resource, class).
+    served: tuple[tuple[str, str], ...] = ()
+    # Their most per container: where a device plugin serves them after all (a node with
+    # them in allocatable), the physical-GPU rule of shared GPUs reads it.
+    served_per_container: tuple[tuple[str, int], ...] = ()
 
     @property
     def gpu_count(self) -> int:
@@ -239,6 +255,10 @@ def _eligible(
             if not result:
                 ok = False
                 break
+        # CmpRequestOverCapacity, for every device: capacities the request names must
+        # exist, and what it takes must be within the policy and the capacity.
+        if ok and (sub.capacity or device.policies) and device.consumption(sub.capacity) is None:
+            ok = False
         if ok:
             found.append(index)
     return found, error, unknown
@@ -262,6 +282,11 @@ def _assign(slots: Sequence[Sequence[int]], taken: set[int], shared: Sequence[bo
         return False
 
     return all(place(slot, set()) for slot in range(len(slots)))
+
+
+# A device taken by one request: its index, whether it took counters, what it consumes of a
+# shared device's capacity (None: not shared).
+_Taken = tuple[int, bool, dict[tuple[str, str], Fraction] | None]
 
 
 class _OverBudget(Exception):
@@ -288,7 +313,12 @@ class _Search:
         self.devices = devices
         self.plan = plan
         self.budget = budget
-        self.in_use: dict[int, int] = {}
+        # Non-shared devices taken, by the claims holding them (admin access included, as
+        # the allocator's allocatingDevices records them).
+        self.in_use: dict[int, set[int]] = {}
+        # Devices that allow multiple allocations: what their allocations consume.
+        self.shares: dict[int, dict[tuple[str, str], Fraction]] = {}
+        self.share_count: dict[int, int] = {}
         self.per_claim = [0] * len(claims)
         # Per claim, per constraint: the value its devices share and how many hold it.
         self.agreed: list[list[list[Any]]] = [[[None, 0] for _ in c.constraints] for c in claims]
@@ -310,7 +340,7 @@ class _Search:
             if sub.all_devices:
                 if not eligible:
                     continue
-                added: list[int] = []
+                added: list[_Taken] = []
                 every = all(self._add(claim, request, sub, d, added) for d in eligible)
                 if every and self._allocate(slot + 1):
                     return True
@@ -322,24 +352,29 @@ class _Search:
     def _pick(
         self, slot: int, sub: SubRequest, eligible: list[int], *, left: int, start: int
     ) -> bool:
-        """``left`` more devices for ``sub`` from ``eligible[start:]`` (sets, not orders)."""
+        """``left`` more devices for ``sub`` from ``eligible[start:]`` (sets, not orders:
+        the allocator goes on from the next device, ``nextLocation``, even for a device that
+        allows multiple allocations)."""
         if left == 0:
             return self._allocate(slot + 1)
         claim, request, _ = self.plan[slot]
         for position in range(start, len(eligible)):
-            added: list[int] = []
-            # A device that allows multiple allocations may serve this request again.
-            again = position if self.devices[eligible[position]].shared else position + 1
+            added: list[_Taken] = []
             if self._add(claim, request, sub, eligible[position], added) and self._pick(
-                slot, sub, eligible, left=left - 1, start=again
+                slot, sub, eligible, left=left - 1, start=position + 1
             ):
                 return True
             self._undo(claim, request, sub, added)
         return False
 
-    def _add(self, claim: int, request: str, sub: SubRequest, index: int, added: list[int]) -> bool:
+    def _add(
+        self, claim: int, request: str, sub: SubRequest, index: int, added: list[_Taken]
+    ) -> bool:
+        """``allocateDevice``: in use, counters, constraints, consumable capacity."""
         device = self.devices[index]
-        if not sub.admin and not device.shared and self.in_use.get(index, 0):
+        holders = self.in_use.get(index)
+        # Admin access may take a device other claims hold, not one its own claim does.
+        if not device.shared and holders and (not sub.admin or claim in holders):
             return False
         if self.per_claim[claim] >= ALLOCATION_RESULTS_MAX_SIZE:
             return False
@@ -354,15 +389,36 @@ class _Search:
             if value is None or (state[1] and state[0] != value):
                 return False
             values.append(value)
-        if device.consumes and not self._consume(device, 1):
+        share: dict[tuple[str, str], Fraction] | None = None
+        if device.shared:
+            share = device.consumption(sub.capacity)
+            used = self.shares.get(index)
+            if share is None or (
+                used is not None
+                and any(used[k] + v > self._value(device, k) for k, v in share.items())
+            ):
+                return False
+        # ``skipCounterCheck``: a shared device already allocated consumed its counters.
+        counted = bool(device.consumes) and not (device.shared and index in self.shares)
+        if counted and not self._consume(device, 1):
             return False
         for value, state in zip(values, self.agreed[claim], strict=True):
             if value is not None:
                 state[0], state[1] = value, state[1] + 1
-        self.in_use[index] = self.in_use.get(index, 0) + (0 if sub.admin else 1)
+        if device.shared and share is not None:
+            used = self.shares.setdefault(index, dict.fromkeys(share, Fraction(0)))
+            for key, amount in share.items():
+                used[key] += amount
+            self.share_count[index] = self.share_count.get(index, 0) + 1
+        else:
+            self.in_use.setdefault(index, set()).add(claim)
         self.per_claim[claim] += 1
-        added.append(index)
+        added.append((index, counted, share))
         return True
+
+    @staticmethod
+    def _value(device: Device, key: tuple[str, str]) -> Fraction:
+        return next(v for d, n, v in device.capacity if (d, n) == key)
 
     def _consume(self, device: Device, sign: int) -> bool:
         """Take (or give back) the counters the device consumes; False, and nothing taken,
@@ -383,11 +439,20 @@ class _Search:
                 self.consumed[key] -= amount
         return fits
 
-    def _undo(self, claim: int, request: str, sub: SubRequest, added: list[int]) -> None:
-        for index in added:
-            if self.devices[index].consumes:
-                self._consume(self.devices[index], -1)
-            self.in_use[index] -= 0 if sub.admin else 1
+    def _undo(self, claim: int, request: str, sub: SubRequest, added: list[_Taken]) -> None:
+        for index, counted, share in reversed(added):
+            device = self.devices[index]
+            if counted:
+                self._consume(device, -1)
+            if share is not None:
+                used = self.shares[index]
+                for key, amount in share.items():
+                    used[key] -= amount
+                self.share_count[index] -= 1
+                if not self.share_count[index]:
+                    del self.shares[index], self.share_count[index]
+            else:
+                self.in_use[index].discard(claim)
             self.per_claim[claim] -= 1
             for constraint, state in zip(
                 self.claims[claim].constraints, self.agreed[claim], strict=True
@@ -434,7 +499,11 @@ def fit(
     claims: Sequence[ClaimSpec], devices: Sequence[Device], inventory: DeviceInventory
 ) -> FitAnswer:
     """Can all ``claims`` be allocated together from ``devices`` (one node's)?"""
-    if any(claim.constraints for claim in claims) or any(d.consumes for d in devices):
+    if (
+        any(claim.constraints for claim in claims)
+        or any(d.consumes or d.shared for d in devices)
+        or any(sub.admin for claim in claims for r in claim.requests for sub in r.alternatives)
+    ):
         return _fit_by_search(claims, devices, inventory)
     matcher = _Matcher(inventory)
     classes = inventory.classes
@@ -500,8 +569,9 @@ def candidates(
     placement: Placement,
     allowed: Sequence[tuple[Mapping[str, Any], ...] | None] = (),
 ) -> Candidates:
-    """Distinct device profiles of the nodes ``placement`` admits (not cordoned), and that
-    the node selectors of already allocated claims in ``allowed`` admit."""
+    """Distinct device profiles of the nodes ``placement`` admits (cordoned ones only for
+    a pod that tolerates the cordon), and that the node selectors of already allocated
+    claims in ``allowed`` admit."""
     key = ("nodes", id(nodes), placement.key(), tuple(map(repr, allowed)))
     memo = inventory._memo
     known = memo.get(key)
@@ -514,7 +584,8 @@ def candidates(
     else:
         names_nodes = placement.names_nodes(nodes.identity_labels)
         for shape in nodes.shapes:
-            if shape.unschedulable:
+            # NodeUnschedulable: a pod that tolerates the unschedulable taint may use it.
+            if shape.unschedulable and not placement.may_use_cordoned:
                 continue
             if shape.pool and shape.example.admits is not None:
                 # A node Karpenter may create (issue 23): its rules, not labels, decide.
@@ -604,6 +675,78 @@ def _counts(
     return best_class, best_all, blocking
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceCounts:
+    """Devices of one request's class on the best usable node: all of them, those the
+    request may take (selectors and taints), and why the others are kept from it."""
+
+    of_class: int
+    usable: int
+    tainted: int = 0  # on that node: matching but tainted, not tolerated
+    taint: str = ""  # "key=value:effect" of the first such taint
+    example: str = ""  # the node
+
+
+def device_counts(
+    sub: SubRequest, profiles: Sequence[Profile], inventory: DeviceInventory
+) -> DeviceCounts:
+    """Most devices one usable node gives ``sub``; taints count as the allocator's
+    ``taintPreventsAllocation`` does (NoSchedule and NoExecute, unless tolerated)."""
+    matcher = _Matcher(inventory)
+    device_class = inventory.classes.get(sub.device_class)
+    expressions = (*(device_class.selectors if device_class else ()), *sub.selectors)
+    best = DeviceCounts(0, 0)
+    for profile in profiles:
+        matching = [
+            d for d in profile.devices if all(matcher.matches(e, d) is True for e in expressions)
+        ]
+        usable = [d for d in matching if sub.tolerates(d)]
+        kept = [d for d in matching if not sub.tolerates(d)]
+        taint = ""
+        if kept:
+            key, value, effect = next(
+                t for t in kept[0].taints if t[2] in ("NoSchedule", "NoExecute")
+            )
+            taint = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
+        counts = DeviceCounts(len(matching), len(usable), len(kept), taint, profile.example)
+        if (counts.usable, counts.of_class) > (best.usable, best.of_class):
+            best = counts
+    return best
+
+
+def request_shortfall(sub: SubRequest, profile: Profile, inventory: DeviceInventory) -> str:
+    """Why one node's devices cannot serve ``sub``, in a few words naming the selector or
+    the taint that keeps them away; "" when they can (for ``explain``'s per-node answer)."""
+    of_class, matching, blocking = _counts(sub, (profile,), inventory)
+    need = 1 if sub.all_devices else sub.count
+    if not of_class:
+        return f"no {sub.device_class} device"
+    if not matching and blocking:
+        return (
+            f"selector {blocking!r} matches no {sub.device_class} device here ({of_class} of them)"
+        )
+    counts = device_counts(sub, (profile,), inventory)
+    if counts.usable < need <= counts.of_class:
+        return (
+            f"{counts.usable} of {need} {sub.device_class} devices; {counts.tainted} more "
+            f"tainted {counts.taint}, not tolerated"
+        )
+    if matching < need:
+        return f"{matching} of {need} {sub.device_class} devices match"
+    return ""
+
+
+def class_devices(inventory: DeviceInventory, profile: Profile) -> tuple[tuple[str, int, int], ...]:
+    """Per device class: the devices of the profile its selectors match, and how many of
+    those are tainted NoSchedule or NoExecute (for ``gpu-webhook inventory``)."""
+    out = []
+    for name in sorted(inventory.classes):
+        counts = device_counts(SubRequest(name=name, device_class=name), (profile,), inventory)
+        if counts.of_class:
+            out.append((name, counts.of_class, counts.of_class - counts.usable))
+    return tuple(out)
+
+
 def shortfall(
     claims: Sequence[PodClaim],
     found: Candidates,
@@ -651,6 +794,17 @@ def shortfall(
                     f"matches the selector {blocking!r}. Fix or relax the selector.",
                     f"selector matches no {sub.device_class} device",
                 )
+            counts = device_counts(sub, found.profiles, inventory)
+            if counts.usable < need <= counts.of_class and len(request.alternatives) == 1:
+                return (
+                    f"{where} asks for {need} devices of class {sub.device_class}; the node "
+                    f"{usable} with the most such devices, {counts.example}, has "
+                    f"{counts.of_class}, but {counts.tainted} of them are tainted "
+                    f"{counts.taint} and the request does not tolerate that, which leaves "
+                    f"{counts.usable}. Add a toleration for the taint to the request, or ask "
+                    f"for at most {counts.usable}.",
+                    f"{need} {sub.device_class} asked, {counts.usable} untainted on a usable node",
+                )
             if matching < need and len(request.alternatives) == 1:
                 return (
                     f"{where} asks for {need} devices of class {sub.device_class}, but the node "
@@ -681,6 +835,25 @@ def shortfall(
             "and together need more than it has. Ask for partitions that fit one GPU.",
             "claims need more of a GPU's partitions than it has",
         )
+    if any(d.shared for profile in found.profiles for d in profile.devices):
+        asked = sorted(
+            {
+                f"{quantity_text(name, int(amount))} of {name}"
+                for c in claims
+                if c.claim is not None
+                for r in c.claim.spec.requests
+                for sub in r.alternatives
+                for name, amount in sub.capacity
+            }
+        )
+        each = f" (each asks {', '.join(asked)})" if asked else ""
+        return (
+            f"the pod's claims cannot all be met on any one node {usable}: they share devices "
+            f"that allow multiple allocations{each}, and what they consume of one device's "
+            "capacity, rounded up by its requestPolicy, is more than it has. Ask for smaller "
+            "shares, or fewer claims per pod.",
+            "claims consume more of a shared device's capacity than it has",
+        )
     return (
         "the pod's claims cannot all be met on any one node it can use: together they need "
         "more matching devices than a single node has. Ask for fewer devices per pod.",
@@ -700,8 +873,10 @@ def claim_findings(
     devices: DeviceInventory,
     actions: Mapping[str, str],
     where: str,
+    judge_fit: bool = True,
 ) -> Iterator[Finding]:
-    """Findings for the pod's claims: missing claims, unknown classes, no fit."""
+    """Findings for the pod's claims: missing claims, unknown classes, no fit (unless
+    ``judge_fit`` is false: ``wholepod`` judges claims and resources on one node)."""
     for missing in claims.missing:
         yield _finding(
             "missingClaim",
@@ -723,7 +898,7 @@ def claim_findings(
         ):
             unknown_classes = True
             yield finding
-    if unknown_classes or not any(c.gpu_count for c in known):
+    if unknown_classes or not any(c.gpu_count for c in known) or not judge_fit:
         return
     # Only GPU claims: other drivers' devices (a ComputeDomain's channels) may appear only
     # once their own controller has run, and judging them could deny a pod that will run.
@@ -798,14 +973,18 @@ def class_findings(
 
 
 def extended_resource_claims(
-    pod: PodGPUs, claims: PodClaims, *, devices: DeviceInventory | None, nodes: Inventory | None
+    pod: PodGPUs, claims: PodClaims, *, devices: DeviceInventory | None
 ) -> tuple[PodGPUs, PodClaims]:
-    """GPU resources that a device class serves (``extendedResourceName``), where no node
-    advertises them: the scheduler turns them into a claim for that class (KEP-5004), so
-    they are judged as one instead of as a resource no node has.
+    """GPU resources that a device class serves (``extendedResourceName``, or the implicit
+    ``deviceclass.resource.kubernetes.io/<class>``): taken out of the pod's request vector
+    and held as a claim for that class, as the scheduler's DynamicResources plugin does
+    (KEP-5004; ``extendeddynamicresources.go``, ``filterExtendedResources``).
 
-    Where some node does advertise the resource (a device plugin on some nodes, DRA on
-    others), neither check runs: which one the scheduler uses depends on the node."""
+    Which one a node uses is decided per node: where the node's allocatable has the
+    resource (a device plugin) NodeResourcesFit counts it, else the class's devices serve
+    it. ``webhook.engine.scheduling.wholepod`` judges the pod node by node; the claim made
+    here (``counted`` False: its GPUs are already counted as the resource) stands for the
+    DRA side only."""
     if devices is None or not devices.complete or not devices.extended:
         return pod, claims
     served = {r: devices.extended[r] for r in pod.effective if r in devices.extended}
@@ -813,9 +992,9 @@ def extended_resource_claims(
         return pod, claims
     extra = []
     for resource, device_class in sorted(served.items()):
-        if nodes is not None and resource in nodes.resource_names:
-            continue
         need = pod.effective[resource]
+        # One ExactCount request of the class, its selectors only (createRequestsAndMappings
+        # makes one per container; together they ask for what the pod's request counts).
         sub = SubRequest(name=resource, device_class=device_class, count=need)
         spec = ClaimSpec((DeviceRequest(name=resource, alternatives=(sub,)),))
         source = f"resource {resource}, served by device class {device_class}"
@@ -830,7 +1009,12 @@ def extended_resource_claims(
         vector=tuple((r, n) for r, n in pod.vector if r not in served),
         per_container=tuple((r, n) for r, n in pod.per_container if r not in served),
     )
-    return kept, PodClaims((*claims.claims, *extra), claims.holders)
+    return kept, PodClaims(
+        (*claims.claims, *extra),
+        claims.holders,
+        served=tuple(served.items()),
+        served_per_container=tuple((r, n) for r, n in pod.per_container if r in served),
+    )
 
 
 def with_claim_gpus(pod: PodGPUs, claims: PodClaims) -> PodGPUs:

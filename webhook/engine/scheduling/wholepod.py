@@ -1,0 +1,365 @@
+"""One node for the whole pod: its extended resources, its DRA claims and its cpu and memory.
+
+kube-scheduler runs its filters per node, and a node passes only when every filter passes:
+NodeResourcesFit for the request vector, DynamicResources for the pod's claims and for the
+claim it makes itself for extended resources that a device class serves (KEP-5004,
+``pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go``,
+``filterExtendedResources``). For each extended resource that a class maps, per node:
+
+- the node's allocatable has the resource (non-zero): the device plugin serves it there, and
+  NodeResourcesFit counts it like any other resource;
+- the node has none of it: the class's devices on that node serve it, one device per unit
+  (``createRequestsAndMappings``: an ``ExactCount`` request of the class, its selectors
+  only, no tolerations), allocated together with the pod's own claims
+  (``Allocator.Allocate`` over all the pod's claims on the node).
+
+So a pod fits when one node the pod can land on passes both; judging capacity and claims
+each over the whole cluster admits pods no node can hold (the plain GPUs on one node, the
+claim's devices on another). Node classes group nodes with equal allocatable, labels and
+taints; within a class, nodes are grouped by their DRA devices (``Profile``), so the cost
+follows the number of distinct nodes, memoised per snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.kube.selectors import terms_match
+from webhook.engine.policy.decision import Finding
+from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, Profile, SubRequest
+from webhook.engine.resources.fit import Demand, shortfalls
+from webhook.engine.resources.inventory import Inventory, Placement, Shape
+from webhook.engine.scheduling.dra import (
+    EVERYWHERE,
+    Candidates,
+    FitAnswer,
+    PodClaim,
+    PodClaims,
+    _finding,
+    candidates,
+    device_counts,
+    fits_somewhere,
+    shortfall,
+)
+
+_MEMO_SIZE = 4096
+
+
+def needs_whole_pod(claims: PodClaims, demand: Demand | None) -> bool:
+    """Whether the pod's devices and its request vector must be judged on one node: it has
+    an extended resource that a class serves, or GPU claims beside GPU resources."""
+    if claims.served:
+        return True
+    return bool(demand is not None and demand.gpus and claims.gpu_count)
+
+
+@dataclass(frozen=True, slots=True)
+class WholeAnswer:
+    fits: bool | None
+    reason: str = ""
+
+
+def _vector(
+    demand: Demand, extra: Sequence[tuple[str, int]], per_container: Mapping[str, int]
+) -> Demand:
+    """The pod's vector with the served resources a node's device plugin serves."""
+    if not extra:
+        return demand
+    gpus = tuple(sorted({**dict(demand.gpus), **dict(extra)}.items()))
+    most = {
+        **dict(demand.per_container),
+        **{r: per_container[r] for r, _ in extra if r in per_container},
+    }
+    return demand._replace(gpus=gpus, per_container=tuple(sorted(most.items())))
+
+
+def whole_pod_fit(
+    *,
+    pending: tuple[ClaimSpec, ...],
+    served: Sequence[PodClaim],
+    demand: Demand,
+    placement: Placement,
+    nodes: Inventory,
+    devices: DeviceInventory,
+    allowed: Sequence[tuple[Mapping[str, Any], ...] | None] = (),
+    per_container: Mapping[str, int] | None = None,
+) -> WholeAnswer:
+    """Whether one node the pod can land on takes its request vector and all its claims."""
+    names = tuple(c.name for c in served)
+    most = tuple(sorted((per_container or {}).items()))
+    key = ("whole", id(nodes), placement.key(), demand, pending, names, most, repr(allowed))
+    memo = devices._memo
+    known = memo.get(key)
+    if known is not None and known[0] is nodes:
+        return known[1]  # type: ignore[no-any-return]
+    answer = _whole_pod_fit(
+        pending=pending,
+        served=served,
+        demand=demand,
+        placement=placement,
+        nodes=nodes,
+        devices=devices,
+        allowed=allowed,
+        per_container=per_container or {},
+    )
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    memo[key] = (nodes, answer)
+    return answer
+
+
+def _whole_pod_fit(
+    *,
+    pending: tuple[ClaimSpec, ...],
+    served: Sequence[PodClaim],
+    demand: Demand,
+    placement: Placement,
+    nodes: Inventory,
+    devices: DeviceInventory,
+    allowed: Sequence[tuple[Mapping[str, Any], ...] | None],
+    per_container: Mapping[str, int],
+) -> WholeAnswer:
+    unknown: WholeAnswer | None = None
+    names_nodes = placement.names_nodes(nodes.identity_labels)
+    for shape in nodes.placeable(placement):
+        # Per node: the device plugin where allocatable has the resource, else the class.
+        plugin = [c for c in served if shape.allocatable.get(c.name, 0) > 0]
+        by_class = [c for c in served if shape.allocatable.get(c.name, 0) == 0]
+        vector = _vector(demand, [(c.name, c.gpu_count) for c in plugin], per_container)
+        if shortfalls(shape.allocatable, shape.gpu, vector):
+            continue
+        specs = (*pending, *(c.claim.spec for c in by_class if c.claim is not None))
+        if not specs:
+            return WholeAnswer(True)
+        if shape.pool:
+            unknown = WholeAnswer(None, "a node pool may add nodes whose devices are not known yet")
+            continue
+        found = _profiles(shape, placement, devices, allowed, names_nodes=names_nodes)
+        answer = fits_somewhere(specs, found, devices)
+        if answer.fits:
+            return WholeAnswer(True)
+        if answer.fits is None:
+            unknown = WholeAnswer(None, answer.reason)
+    return unknown or WholeAnswer(False)
+
+
+def _profiles(
+    shape: Shape,
+    placement: Placement,
+    devices: DeviceInventory,
+    allowed: Sequence[tuple[Mapping[str, Any], ...] | None],
+    *,
+    names_nodes: bool,
+) -> Candidates:
+    profiles: dict[Any, Profile] = {}
+    for node in shape.members:
+        if names_nodes and not placement.admits(node.labels, node.name, shape.taints):
+            continue
+        if any(t is not None and not terms_match(t, node.labels, node.name) for t in allowed):
+            continue
+        profile = devices.profile(node)
+        if profile.devices:
+            profiles.setdefault(profile.key, profile)
+    return Candidates(tuple(profiles.values()))
+
+
+def _node_candidates(
+    devices: DeviceInventory, nodes: Inventory, placement: Placement, resource: str
+) -> Candidates:
+    """Device profiles of usable nodes whose allocatable lacks ``resource`` (the class's)."""
+    profiles: dict[Any, Profile] = {}
+    names_nodes = placement.names_nodes(nodes.identity_labels)
+    for shape in nodes.placeable(placement):
+        if shape.allocatable.get(resource, 0) > 0 or shape.pool:
+            continue
+        for profile in _profiles(shape, placement, devices, (), names_nodes=names_nodes).profiles:
+            profiles.setdefault(profile.key, profile)
+    return Candidates(tuple(profiles.values()))
+
+
+def _plugin_text(resource: str, nodes: Inventory, placement: Placement) -> tuple[int, str]:
+    fit = nodes.largest(resource, placement)
+    if fit.node is None:
+        return 0, ""
+    return fit.amount, f"{fit.amount} allocatable on node {fit.node.name} (its device plugin)"
+
+
+def _served_text(
+    pod_claim: PodClaim, devices: DeviceInventory, nodes: Inventory, placement: Placement
+) -> tuple[int, str]:
+    assert pod_claim.claim is not None
+    sub = pod_claim.claim.spec.requests[0].alternatives[0]
+    found = _node_candidates(devices, nodes, placement, pod_claim.name)
+    counts = device_counts(sub, found.profiles, devices)
+    if not counts.of_class:
+        return 0, ""
+    text = (
+        f"{counts.usable} via DeviceClass {sub.device_class} on node {counts.example}"
+        if counts.usable
+        else f"none via DeviceClass {sub.device_class}"
+    )
+    if counts.tainted:
+        text += (
+            f" ({counts.tainted} more there tainted {counts.taint}, which the scheduler's "
+            "claim for the resource does not tolerate)"
+        )
+    return counts.usable, text
+
+
+def whole_pod_shortfall(
+    claims: PodClaims,
+    *,
+    demand: Demand,
+    placement: Placement,
+    nodes: Inventory,
+    devices: DeviceInventory,
+) -> tuple[str, str]:
+    """Why no one node takes the whole pod, worded for the user."""
+    served = [c for c in claims.claims if not c.counted and c.claim is not None]
+    for pod_claim in served:
+        need = pod_claim.gpu_count
+        resource = pod_claim.name
+        plugin, plugin_text = _plugin_text(resource, nodes, placement)
+        by_class, class_text = _served_text(pod_claim, devices, nodes, placement)
+        if need <= max(plugin, by_class):
+            continue
+        offers = [t for t in (plugin_text, class_text) if t]
+        if not offers:
+            device_class = pod_claim.gpu_classes[0] if pod_claim.gpu_classes else ""
+            found = candidates(devices, nodes, placement)
+            everywhere = candidates(devices, nodes, EVERYWHERE)
+            return shortfall((pod_claim,), found, everywhere, devices)[0], (
+                f"{need} {resource} asked, no usable node offers it ({device_class})"
+            )
+        most = max(plugin, by_class)
+        return (
+            f"the pod requests {need} {resource}, but no node it can use has that many: they "
+            f"offer at most {', and at most '.join(offers)}. Ask for at most {most}, or spread "
+            "the work over more pods.",
+            f"{need} {resource} asked, a usable node has at most {most}",
+        )
+    known = [c for c in claims.claims if c.claim is not None and c.counted and c.gpu_count]
+    if known and not served:
+        found = candidates(devices, nodes, placement)
+        if not fits_somewhere(tuple(c.claim.spec for c in known if c.claim), found, devices).fits:
+            everywhere = candidates(devices, nodes, EVERYWHERE)
+            return shortfall(known, found, everywhere, devices)
+    parts = [f"{n} {r}" for r, n in demand.gpus]
+    parts += [
+        f"{c.gpu_count} {c.name} (from a node's device plugin, or where a node has none, from "
+        f"DeviceClass {c.gpu_classes[0] if c.gpu_classes else '?'})"
+        for c in served
+    ]
+    parts += [f'claim "{c.name}" ({c.source})' for c in known]
+    if demand.cpu or demand.memory:
+        parts.append("its cpu and memory requests")
+    listed = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
+    return (
+        f"no node the pod can use has everything it asks for at once: {listed}. The "
+        "scheduler places a pod on one node, so each part fitting on some node is not enough. "
+        "Ask for what one node has, or put the parts in separate pods.",
+        "no usable node has the pod's resources and claims together",
+    )
+
+
+def whole_pod_findings(
+    claims: PodClaims,
+    *,
+    demand: Demand,
+    placement: Placement,
+    nodes: Inventory,
+    devices: DeviceInventory,
+    actions: Mapping[str, str],
+    where: str,
+) -> Iterator[Finding]:
+    """The ``deviceClaims`` finding for a pod whose devices and resources share a node."""
+    known = [c for c in claims.claims if c.claim is not None]
+    if not devices.complete or not known:
+        return
+    if any(
+        sub.device_class not in devices.classes
+        for c in known
+        if c.claim is not None
+        for request in c.claim.spec.requests
+        for sub in request.alternatives
+    ):
+        return  # reported as an unknown class
+    pending = tuple(
+        c.claim.spec
+        for c in known
+        if c.claim is not None and not c.claim.allocated and c.gpu_count and c.counted
+    )
+    allowed = tuple(
+        c.claim.allocation_terms for c in known if c.claim is not None and c.claim.allocated
+    )
+    served = [c for c in known if not c.counted]
+    answer = whole_pod_fit(
+        pending=pending,
+        served=served,
+        demand=demand,
+        placement=placement,
+        nodes=nodes,
+        devices=devices,
+        allowed=allowed,
+        per_container=dict(claims.served_per_container),
+    )
+    if answer.fits:
+        return
+    if answer.fits is None:
+        if "selector" in answer.reason:
+            yield _finding(
+                "deviceSelector",
+                actions.get("deviceSelector", "warn"),
+                f"the webhook could not evaluate a device selector ({answer.reason}); "
+                "whether the pod's claims fit was not checked.",
+                "device selector not evaluated; claims not checked",
+                where,
+            )
+        return
+    message, summary = whole_pod_shortfall(
+        claims, demand=demand, placement=placement, nodes=nodes, devices=devices
+    )
+    yield _finding("deviceClaims", actions.get("deviceClaims", "deny"), message, summary, where)
+
+
+@dataclass(frozen=True, slots=True)
+class ServedCapacity:
+    """How much of an extended resource a device class gives one node (KEP-5004)."""
+
+    resource: str
+    device_class: str
+    most: int  # devices one usable node without the resource in allocatable gives it
+    node: str  # that node ("" when none has any)
+
+
+def served_capacity(
+    resource: str,
+    *,
+    devices: DeviceInventory,
+    nodes: Inventory,
+    placement: Placement = EVERYWHERE,
+) -> ServedCapacity | None:
+    """The DRA side of an extended resource: None when no device class maps ``resource``
+    (``extendedResourceName``, or ``deviceclass.resource.kubernetes.io/<class>``), else the
+    most devices that class offers for it on one node the placement admits and whose
+    allocatable lacks it (nodes that have it use their device plugin). Devices count as the
+    scheduler's claim for the resource takes them: the class's selectors, untainted."""
+    device_class = devices.extended_class(resource)
+    if device_class is None or not devices.complete:
+        return None
+    sub = SubRequest(name=resource, device_class=device_class)
+    found = _node_candidates(devices, nodes, placement, resource)
+    counts = device_counts(sub, found.profiles, devices)
+    return ServedCapacity(resource, device_class, counts.usable, counts.example)
+
+
+__all__ = [
+    "FitAnswer",
+    "ServedCapacity",
+    "needs_whole_pod",
+    "served_capacity",
+    "whole_pod_findings",
+    "whole_pod_fit",
+]
