@@ -49,6 +49,14 @@ def add_text_or_json_option(parser: Any) -> None:
     )
 
 
+def add_context_option(parser: Any) -> None:
+    parser.add_argument(
+        "--context",
+        metavar="NAME",
+        help="kubeconfig context to use, as with kubectl (default: its current-context)",
+    )
+
+
 def add_timeout_option(parser: Any) -> None:
     parser.add_argument(
         "--timeout",

@@ -14,7 +14,13 @@ import yaml
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
-from webhook.commands import add_rules_option, add_timeout_option, fail, rules_or_fail
+from webhook.commands import (
+    add_context_option,
+    add_rules_option,
+    add_timeout_option,
+    fail,
+    rules_or_fail,
+)
 from webhook.engine.evaluate import NO_INVENTORY
 from webhook.engine.policy import Policy
 from webhook.engine.workloads import WorkloadKind
@@ -84,6 +90,7 @@ def register(sub: Any) -> None:
         default="table",
         help="table for people, json for tools, policyreport for kubectl apply (default: table)",
     )
+    add_context_option(parser)
     add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
@@ -166,7 +173,7 @@ def _cluster(
     args: argparse.Namespace, policy: Policy, wanted: Callable[[WorkloadKind], bool]
 ) -> int:
     try:
-        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig)
+        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
         cluster = ClusterObjects(endpoint, request_timeout_seconds=args.timeout)
     except KubeconfigError as exc:
         return _fail(f"no usable cluster configuration: {exc}")

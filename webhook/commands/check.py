@@ -14,7 +14,7 @@ import yaml
 
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects
-from webhook.commands import add_rules_option, fail, rules_or_fail
+from webhook.commands import add_context_option, add_rules_option, fail, rules_or_fail
 from webhook.engine.decision import Decision
 from webhook.engine.devices import DeviceInventory, is_dra_object
 from webhook.engine.evaluate import (
@@ -74,8 +74,10 @@ def register(sub: Any) -> None:
         help="use this cluster's live nodes and namespace labels (read once) instead of a file "
         "(default: none)",
     )
+    add_context_option(parser)
     parser.add_argument(
         "--namespace",
+        "-n",
         metavar="NS",
         help="namespace for objects that name none (default: default); an object's own "
         "metadata.namespace always wins",
@@ -118,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"the inventory is not usable: {exc}")
     elif args.kubeconfig:
         try:
-            inventory, labels = _cluster(args.kubeconfig, namespaces=bool(policy.rules))
+            inventory, labels = _cluster(
+                args.kubeconfig, context=args.context, namespaces=bool(policy.rules)
+            )
         except KubeconfigError as exc:
             return _fail(f"no usable cluster configuration: {exc}")
         except ApiError as exc:
@@ -158,10 +162,10 @@ def _own_namespace(obj: Mapping[str, Any]) -> str:
 
 
 def _cluster(
-    kubeconfig: str, *, namespaces: bool
+    kubeconfig: str, *, context: str | None, namespaces: bool
 ) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
     """The cluster's nodes, and its namespaces' labels when rules may match on them."""
-    with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig)) as cluster:
+    with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig, context=context)) as cluster:
         inventory = InventoryView(cluster.inventory())
         return inventory, cluster.namespace_labels() if namespaces else {}
 

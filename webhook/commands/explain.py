@@ -12,6 +12,7 @@ from urllib.parse import quote
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects, event_time
 from webhook.commands import (
+    add_context_option,
     add_rules_option,
     add_text_or_json_option,
     add_timeout_option,
@@ -75,6 +76,7 @@ def register(sub: Any) -> None:
     )
     add_rules_option(parser)
     add_text_or_json_option(parser)
+    add_context_option(parser)
     add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
@@ -134,7 +136,8 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
 def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
     try:
         cluster = ClusterObjects(
-            api_endpoint_from_kubeconfig(args.kubeconfig), request_timeout_seconds=args.timeout
+            api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context),
+            request_timeout_seconds=args.timeout,
         )
     except KubeconfigError as exc:
         return _fail(f"no usable cluster configuration: {exc}")

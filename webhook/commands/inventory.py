@@ -13,7 +13,12 @@ from webhook.cluster.inventorysource import (
     api_endpoint_from_kubeconfig,
     list_inventory,
 )
-from webhook.commands import add_text_or_json_option, add_timeout_option, fail
+from webhook.commands import (
+    add_context_option,
+    add_text_or_json_option,
+    add_timeout_option,
+    fail,
+)
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.reports.inventory import render_text, summarize
 
@@ -41,6 +46,7 @@ def register(sub: Any) -> None:
         "$KUBECONFIG or ~/.kube/config)",
     )
     add_text_or_json_option(parser)
+    add_context_option(parser)
     add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
@@ -54,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         if args.inventory:
             inventory = load_inventory(args.inventory)
         else:
-            endpoint = api_endpoint_from_kubeconfig(args.kubeconfig)
+            endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
             inventory = list_inventory(endpoint, request_timeout_seconds=args.timeout)
     except InventoryFileError as exc:
         return _fail(f"the inventory is not usable: {exc}")
