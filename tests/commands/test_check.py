@@ -110,7 +110,9 @@ def test_the_skipped_capacity_notice_is_said_once_and_a_summary_ends_the_output(
     both = done.stdout + done.stderr
     assert both.count("capacity checks") == 1, both
     assert done.stderr.strip() == "notice: no --inventory given: capacity checks are skipped"
-    assert done.stdout.splitlines()[-1] == "6 objects: 5 allowed, 1 denied, 0 with warnings"
+    assert done.stdout.splitlines()[-1] == (
+        "6 objects: 5 allowed, 1 denied, 0 unusable, 0 with warnings"
+    )
     assert "\033[" not in done.stdout
 
     done = gpu_webhook("check", path, "--rules", RULES, "-o", "json")

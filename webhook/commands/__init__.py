@@ -57,6 +57,26 @@ def add_context_option(parser: Any) -> None:
     )
 
 
+def add_ci_options(parser: Any) -> None:
+    """``--warn-exit-code`` and ``--no-color``: what a pipeline needs beside a format."""
+    parser.add_argument(
+        "--warn-exit-code",
+        type=int,
+        metavar="N",
+        help="exit N when nothing is denied or unusable but something warns; warnings are "
+        "then failures in -o junit and errors in -o github (default: warnings exit 0)",
+    )
+    add_no_color_option(parser)
+
+
+def add_no_color_option(parser: Any) -> None:
+    parser.add_argument(
+        "--no-color",
+        action="store_true",
+        help="no colour even on a terminal, as NO_COLOR=1 does (default: colour on a terminal)",
+    )
+
+
 def add_timeout_option(parser: Any) -> None:
     parser.add_argument(
         "--timeout",
