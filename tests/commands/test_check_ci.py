@@ -277,3 +277,41 @@ def test_yaml_output_marks_denied_objects_in_a_comment_and_stays_loadable(
     assert f"# Pod team-b/fine ({files['objects']}:11): allowed" in out.splitlines()
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(out)]
     assert names == ["notebook", "fine", "wide"]
+
+
+HELM = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {{ .Release.Name }}-train
+{{- if .Values.gpu }}
+spec: {}
+{{- end }}
+"""
+FILE_COMMANDS = [
+    pytest.param(["check"], id="check"),
+    pytest.param(["audit", "-f"], id="audit"),
+    pytest.param(["explain", "-f"], id="explain"),
+]
+
+
+@pytest.mark.parametrize("command", FILE_COMMANDS)
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        pytest.param("", "no objects: the input is empty (or only comments)", id="empty"),
+        pytest.param("# todo\n---\n", "no objects: the input is empty", id="only-comments"),
+        pytest.param(HELM, ":4: looks like an unrendered Helm template", id="helm-template"),
+    ],
+)
+def test_empty_input_and_helm_templates_are_said_alike_by_every_command(
+    tmp_path: Path, command: list[str], text: str, said: str
+) -> None:
+    path = tmp_path / "input.yaml"
+    path.write_text(text)
+    done = gpu_webhook(*command, path, "--rules", RULES, "--inventory", INVENTORY)
+    assert done.returncode == 2, done.stdout
+    assert f"{path}{said}" in done.stderr or f"{path}: {said}" in done.stderr
+    if "Helm" in said:
+        assert "render it with helm template first" in done.stderr
+    assert "Traceback" not in done.stderr

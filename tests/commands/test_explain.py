@@ -162,7 +162,7 @@ def test_a_file_is_explained_against_an_inventory_file(capsys: pytest.CaptureFix
         ),
         pytest.param(
             ["-f", "/dev/null", "--inventory", str(INVENTORY)],
-            "no objects in /dev/null",
+            "/dev/null: no objects: the input is empty",
             id="empty-file",
         ),
     ],

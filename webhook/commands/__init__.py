@@ -13,6 +13,8 @@ from webhook.files.rulefiles import load_policy
 USAGE_ERROR = 2
 DEFAULT_RULES = "rules"
 RULES_ENV = "GPU_WEBHOOK_RULES"
+# What check, audit -f and explain -f say of input without a single object, alike.
+NO_OBJECTS = "no objects: the input is empty (or only comments)"
 
 
 def fail(command: str, message: str) -> int:

@@ -16,6 +16,7 @@ from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_fr
 from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import (
+    NO_OBJECTS,
     add_ci_options,
     add_context_option,
     add_rules_option,
@@ -159,7 +160,7 @@ def _offline(
     ]
     if not documents and not errors:
         unusable.append(
-            Outcome(file=", ".join(args.files), line=0, status="unusable", problem=EMPTY)
+            Outcome(file=", ".join(args.files), line=0, status="unusable", problem=NO_OBJECTS)
         )
     for outcome in unusable:
         print(f"error: {outcome.where}: {outcome.problem}", file=sys.stderr)
@@ -172,9 +173,6 @@ def _offline(
     chosen.sort(key=lambda d: d.obj.get("kind") == "Pod")
     audit.add_all((d.obj, d.where) for d in chosen)
     return _report(args, audit, policy, unusable=unusable)
-
-
-EMPTY = "no objects: the input is empty (or only comments)"
 
 
 def _in_scope(

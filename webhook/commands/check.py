@@ -15,6 +15,7 @@ import yaml
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import (
+    NO_OBJECTS,
     add_ci_options,
     add_context_option,
     add_rules_option,
@@ -149,7 +150,9 @@ def run(args: argparse.Namespace) -> int:
         for e in errors
     ]
     if not documents and not errors:
-        unusable.append(Outcome(file=", ".join(paths), line=0, status="unusable", problem=EMPTY))
+        unusable.append(
+            Outcome(file=", ".join(paths), line=0, status="unusable", problem=NO_OBJECTS)
+        )
     results: list[Checked] = []
     for doc in documents:
         refused = shape_problems(doc.obj, policy.kinds)
@@ -165,9 +168,6 @@ def run(args: argparse.Namespace) -> int:
     outcomes = [*map(outcome_of, results), *unusable]
     _print(args, results, unusable, outcomes)
     return exit_code(outcomes, warn_exit_code=args.warn_exit_code)
-
-
-EMPTY = "no objects: the input is empty (or only comments)"
 
 
 def _problem(outcome: Outcome) -> str:

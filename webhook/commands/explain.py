@@ -12,6 +12,7 @@ from urllib.parse import quote
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects, event_time
 from webhook.commands import (
+    NO_OBJECTS,
     add_context_option,
     add_rules_option,
     add_text_or_json_option,
@@ -126,7 +127,7 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
         for doc in documents
     ]
     if not explanations and not errors:
-        return _fail(f"no objects in {', '.join(args.files)}")
+        return _fail(f"{', '.join(args.files)}: {NO_OBJECTS}")
     _print(args.output, explanations)
     if errors:
         return 2

@@ -7,6 +7,7 @@ the rest still load.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -109,6 +110,17 @@ def parse_text(text: str, source: str) -> tuple[list[Document], list[ManifestErr
     return _parse_yaml(text, source)
 
 
+_TEMPLATE_ACTION = re.compile(r"\{\{-?\s.*?\}\}|\{\{[.$]")
+
+
+def _template_line(text: str) -> int:
+    """The first line with a Go template action (``{{ .Values.x }}``, ``{{- if }}``), or 0."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if _TEMPLATE_ACTION.search(line):
+            return number
+    return 0
+
+
 def _looks_like_yaml(text: str) -> bool:
     return "\n" in text.strip() and ":" in text.splitlines()[-1]
 
@@ -142,6 +154,14 @@ def _parse_yaml(text: str, source: str) -> tuple[list[Document], list[ManifestEr
         problem = getattr(exc, "problem", None) or str(exc)
         context = getattr(exc, "context", None)
         message = f"not valid YAML: {problem}" + (f" ({context})" if context else "")
+        template = _template_line(text)
+        if template:
+            # Helm's {{ ... }} actions are not YAML until rendered.
+            message = (
+                f"looks like an unrendered Helm template ({{{{ ... }}}} on line {template}): "
+                "render it with helm template first"
+            )
+            return [], [ManifestError(source, message, template)]
         return [], [ManifestError(source, message, mark.line + 1 if mark else None)]
     except RecursionError:
         return [], [ManifestError(source, "not usable: nested too deeply")]
