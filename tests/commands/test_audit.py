@@ -147,6 +147,16 @@ def test_kinds_and_namespace_narrow_what_is_audited(
     [
         pytest.param(["--kinds", "Widget"], "no kind the webhook understands", id="unknown-kind"),
         pytest.param(
+            ["--kinds", "Pod,Deploymnt"],
+            "'Deploymnt' is no kind the webhook understands (did you mean Deployment.apps?)",
+            id="a-typo-among-good-kinds-with-did-you-mean",
+        ),
+        pytest.param(
+            ["--kinds", "pytorchjob.kubeflow"],
+            "did you mean PyTorchJob.kubeflow.org",
+            id="a-short-group",
+        ),
+        pytest.param(
             ["--inventory", "/nonexistent.yaml"], "the inventory is not usable", id="bad-inventory"
         ),
         pytest.param(["--kubeconfig", "k"], "not both", id="files-and-cluster"),

@@ -315,3 +315,12 @@ def test_empty_input_and_helm_templates_are_said_alike_by_every_command(
     if "Helm" in said:
         assert "render it with helm template first" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_audit_of_one_object_says_one_object(files: dict[str, Path]) -> None:
+    done = gpu_webhook(
+        "audit", "-f", files["warns"], "--rules", RULES, "--inventory", INVENTORY, "--no-color"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("1 object audited, 0 folded")
+    assert done.stdout.splitlines()[0].split()[-1] == "SOURCE"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TextIO
 
 import yaml
@@ -127,14 +128,41 @@ def kind_filter(spec: str | None) -> Callable[[WorkloadKind], bool]:
     return wanted
 
 
+def unknown_kinds(spec: str, kinds: Iterable[WorkloadKind]) -> str:
+    """What is wrong with ``--kinds``, or an empty string: each name that matches no kind
+    the webhook understands, with the closest ones in kubectl's ``kind.group`` spelling
+    (as ``kubectl get`` answers "the server doesn't have a resource type")."""
+    known = {k.kind for k in kinds}
+    forms: dict[str, str] = {}  # a lower-case spelling -> Kind.group as shown
+    shown = []
+    for kind in sorted(kinds, key=lambda k: (k.kind, k.group)):
+        label = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
+        shown.append(f"{kind.kind} ({kind.group or 'core'})")
+        for form in (kind.kind, kind.resource):
+            forms.setdefault(form.lower(), label)
+            if kind.group:
+                forms.setdefault(f"{form}.{kind.group}".lower(), label)
+    problems = []
+    for name in (n.strip() for n in spec.split(",") if n.strip()):
+        if name.lower() in forms or name in known:
+            continue
+        close = difflib.get_close_matches(name.lower(), list(forms), n=3, cutoff=0.6)
+        guesses = list(dict.fromkeys(forms[c] for c in close))
+        hint = f" (did you mean {' or '.join(guesses)}?)" if guesses else ""
+        problems.append(f"{name!r} is no kind the webhook understands{hint}")
+    if not problems:
+        return ""
+    return f"{'; '.join(problems)} (known: {', '.join(dict.fromkeys(shown))})"
+
+
 def run(args: argparse.Namespace) -> int:
     policy = rules_or_fail(COMMAND, args.rules)
     if isinstance(policy, int):
         return policy
     wanted = kind_filter(args.kinds)
-    if args.kinds and not any(wanted(k) for k in policy.kinds):
-        known = ", ".join(sorted(k.kind for k in policy.kinds))
-        return _fail(f"--kinds {args.kinds}: no kind the webhook understands (known: {known})")
+    unknown = unknown_kinds(args.kinds, policy.kinds) if args.kinds else ""
+    if unknown:
+        return _fail(f"--kinds {args.kinds}: {unknown}")
     if args.files:
         if args.kubeconfig:
             return _fail("give either -f (files) or --kubeconfig (a cluster), not both")
