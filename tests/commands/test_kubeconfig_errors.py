@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import ssl
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.builders import RULES
-from tests.running import free_port, gpu_webhook, kubeconfig
+from tests.running import command_environment, command_line, free_port, gpu_webhook, kubeconfig
 from webhook.files.certs import DEV_HOSTS, generate, write
 
 pytestmark = pytest.mark.slow
@@ -194,3 +196,57 @@ current-context: gone
     )
     code, lines = run(tmp_path, command, "--kubeconfig", str(config), "--context", "live")
     assert_one_line(code, lines, command, "403")
+
+
+def test_serve_refuses_a_context_its_kubeconfig_lacks_in_one_line(tmp_path: Path) -> None:
+    write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS), tmp_path / "c")
+    config = kubeconfig(tmp_path, f"https://127.0.0.1:{free_port()}")
+    command = ["serve", "--host", "127.0.0.1", "--cert-dir", str(tmp_path / "c")]
+    code, lines = run(
+        tmp_path, command, "--rules", RULES, "--kubeconfig", config, "--context", "prod"
+    )
+    assert_one_line(code, lines, command, "no context 'prod'", "contexts: test")
+
+
+def test_serve_watches_the_cluster_of_its_context(tmp_path: Path, forbidding: str) -> None:
+    """The inventory watcher (a process of its own) is started with the context too: it
+    says which API server it watches."""
+    write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS), tmp_path / "c")
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters:
+- {{name: gone, cluster: {{server: "https://127.0.0.1:{free_port()}"}}}}
+- {{name: live, cluster: {{server: "{forbidding}"}}}}
+users: [{{name: viewer, user: {{token: not-a-secret}}}}]
+contexts:
+- {{name: gone, context: {{cluster: gone, user: viewer}}}}
+- {{name: live, context: {{cluster: live, user: viewer}}}}
+current-context: gone
+"""
+    )
+    process = subprocess.Popen(
+        command_line(
+            "serve", "--host", "127.0.0.1", "--port", str(free_port()),
+            "--health-port", str(free_port()), "--cert-dir", tmp_path / "c", "--rules", RULES,
+            "--kubeconfig", config, "--context", "live", "--workers", "1",
+        ),
+        cwd=tmp_path, env=command_environment({}), stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stderr is not None
+        deadline = time.monotonic() + 60
+        watched = ""
+        while time.monotonic() < deadline and not watched:
+            line = process.stderr.readline()
+            if not line:
+                break
+            if "inventory watcher listening" in line:
+                watched = json.loads(line)["api"]
+        assert watched == forbidding
+    finally:
+        process.terminate()
+        process.wait(30)
+        if process.stderr is not None:
+            process.stderr.close()
