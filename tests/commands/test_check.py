@@ -148,17 +148,18 @@ def _on_a_terminal(*args: str | Path, env: dict[str, str]) -> str:
 
 
 @pytest.mark.parametrize(
-    ("env", "coloured"),
+    ("env", "flags", "coloured"),
     [
-        pytest.param({"TERM": "xterm"}, True, id="terminal"),
-        pytest.param({"TERM": "xterm", "NO_COLOR": "1"}, False, id="NO_COLOR"),
+        pytest.param({"TERM": "xterm"}, [], True, id="terminal"),
+        pytest.param({"TERM": "xterm", "NO_COLOR": "1"}, [], False, id="NO_COLOR"),
+        pytest.param({"TERM": "xterm"}, ["--no-color"], False, id="no-color-flag"),
     ],
 )
 def test_text_output_is_coloured_only_on_a_terminal_without_no_color(
-    tmp_path: Path, env: dict[str, str], coloured: bool
+    tmp_path: Path, env: dict[str, str], flags: list[str], coloured: bool
 ) -> None:
     path = write(tmp_path, "pods.yaml", gpu_pod("ok"), gpu_pod("bad", gpu=0.5))
-    shown = _on_a_terminal("check", path, "--rules", RULES, env=env)
+    shown = _on_a_terminal("check", path, "--rules", RULES, *flags, env=env)
     assert ("\033[31mDENIED\033[0m" in shown) is coloured, shown
     assert ("\033[" in shown) is coloured
     assert "DENIED" in shown
