@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from webhook.engine.policy import Policy, PolicyError
+from webhook.files.manifests import ManifestError
 from webhook.files.rulefiles import load_policy
+from webhook.reports.results import Outcome
 
 USAGE_ERROR = 2
 DEFAULT_RULES = "rules"
@@ -103,3 +105,17 @@ def rules_or_fail(command: str, given: str | None) -> Policy | int:
         return load_policy(directory)
     except PolicyError as exc:
         return fail(command, f"the rules in {directory} ({origin}) are not usable:\n{exc}")
+
+
+def unreadable(errors: list[ManifestError], *, paths: list[str], read: bool) -> list[Outcome]:
+    """The files that gave no object to judge, as results of their own (``check`` and
+    ``audit -f`` alike): each error at its line, or the whole input when it was empty."""
+    unusable = [
+        Outcome(file=e.source, line=e.line or 0, status="unusable", problem=e.message)
+        for e in errors
+    ]
+    if not read and not errors:
+        unusable.append(
+            Outcome(file=", ".join(paths), line=0, status="unusable", problem=NO_OBJECTS)
+        )
+    return unusable

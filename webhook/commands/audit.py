@@ -17,13 +17,13 @@ from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_fr
 from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import (
-    NO_OBJECTS,
     add_ci_options,
     add_context_option,
     add_rules_option,
     add_timeout_option,
     fail,
     rules_or_fail,
+    unreadable,
 )
 from webhook.engine.evaluate import NO_INVENTORY
 from webhook.engine.policy import Policy
@@ -182,14 +182,7 @@ def _offline(
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
     documents, errors = load_manifests(args.files)
-    unusable = [
-        Outcome(file=e.source, line=e.line or 0, status="unusable", problem=e.message)
-        for e in errors
-    ]
-    if not documents and not errors:
-        unusable.append(
-            Outcome(file=", ".join(args.files), line=0, status="unusable", problem=NO_OBJECTS)
-        )
+    unusable = unreadable(errors, paths=args.files, read=bool(documents))
     for outcome in unusable:
         print(f"error: {outcome.where}: {outcome.problem}", file=sys.stderr)
     if not args.inventory and args.output in ("text", "table"):

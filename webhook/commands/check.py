@@ -15,12 +15,12 @@ import yaml
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import (
-    NO_OBJECTS,
     add_ci_options,
     add_context_option,
     add_rules_option,
     fail,
     rules_or_fail,
+    unreadable,
 )
 from webhook.engine.decision import Decision
 from webhook.engine.devices import DeviceInventory, is_dra_object
@@ -145,14 +145,7 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"cannot read the cluster's nodes and namespaces: {exc}")
     documents, errors = load_manifests(paths)
     inventory = with_checked_claims(inventory, [d.obj for d in documents])
-    unusable = [
-        Outcome(file=e.source, line=e.line or 0, status="unusable", problem=e.message)
-        for e in errors
-    ]
-    if not documents and not errors:
-        unusable.append(
-            Outcome(file=", ".join(paths), line=0, status="unusable", problem=NO_OBJECTS)
-        )
+    unusable = unreadable(errors, paths=paths, read=bool(documents))
     results: list[Checked] = []
     for doc in documents:
         refused = shape_problems(doc.obj, policy.kinds)
