@@ -49,7 +49,7 @@ class Outcome:
     @property
     def label(self) -> str:
         if not self.kind:
-            return self.where
+            return self.where or "input"
         ident = f"{self.namespace}/{self.name}" if self.namespace else self.name
         return f"{self.kind} {ident or '(no name)'}"
 
@@ -126,7 +126,7 @@ def sarif(outcomes: Sequence[Outcome], *, command: str) -> dict[str, Any]:
     rules: dict[str, dict[str, Any]] = {}
     results: list[dict[str, Any]] = []
     for outcome in outcomes:
-        location = _location(outcome)
+        locations = _locations(outcome)
         if outcome.status == "unusable":
             rules.setdefault(UNUSABLE_RULE, _rule(UNUSABLE_RULE, "unusable input", ""))
             results.append(
@@ -134,7 +134,7 @@ def sarif(outcomes: Sequence[Outcome], *, command: str) -> dict[str, Any]:
                     "ruleId": UNUSABLE_RULE,
                     "level": "error",
                     "message": {"text": f"{outcome.label}: {outcome.problem}"},
-                    "locations": [location],
+                    "locations": locations,
                 }
             )
             continue
@@ -145,7 +145,7 @@ def sarif(outcomes: Sequence[Outcome], *, command: str) -> dict[str, Any]:
                     "ruleId": finding.id,
                     "level": _LEVELS.get(finding.action, "note"),
                     "message": {"text": f"{outcome.label}: {finding.message}"},
-                    "locations": [location],
+                    "locations": locations,
                     "properties": {"action": finding.action, "path": finding.path},
                 }
             )
@@ -184,11 +184,14 @@ def _rule(rule_id: str, summary: str, fix: str) -> dict[str, Any]:
     return rule
 
 
-def _location(outcome: Outcome) -> dict[str, Any]:
+def _locations(outcome: Outcome) -> list[dict[str, Any]]:
+    """Where to look; none for what no file holds (a kind the cluster would not list)."""
+    if not outcome.file:
+        return []
     physical: dict[str, Any] = {"artifactLocation": {"uri": artifact_uri(outcome.file)}}
     if outcome.line:
         physical["region"] = {"startLine": outcome.line}
-    return {"physicalLocation": physical}
+    return [{"physicalLocation": physical}]
 
 
 def artifact_uri(file: str) -> str:
@@ -231,8 +234,8 @@ def github(outcomes: Sequence[Outcome], *, warnings_fail: bool) -> str:
 
 
 def _annotation(level: str, outcome: Outcome, title: str, message: str) -> str:
-    props = [f"file={_property(outcome.file)}"]
-    if outcome.line:
+    props = [f"file={_property(outcome.file)}"] if outcome.file else []
+    if outcome.file and outcome.line:
         props.append(f"line={outcome.line}")
     props.append(f"title={_property(f'{title}: {outcome.label}')}")
     return f"::{level} {','.join(props)}::{_data(message)}"
