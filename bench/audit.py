@@ -334,7 +334,7 @@ def run_audit(config: str, results: Any) -> None:
 def run_listing(config: str, results: Any) -> None:
     from webhook.cluster.apiclient import api_endpoint_from_kubeconfig
     from webhook.cluster.clusterobjects import ClusterObjects
-    from webhook.engine.workloads import KindTable
+    from webhook.engine.kube.workloads import KindTable
 
     _imported()
     started = time.perf_counter()

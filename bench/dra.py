@@ -25,9 +25,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from engine import median_seconds  # noqa: E402
 
-from webhook.engine.devices import DeviceInventory, slice_from_json  # noqa: E402
-from webhook.engine.evaluate import InventoryView, Request, evaluate  # noqa: E402
-from webhook.engine.inventory import Inventory, Node, Taint  # noqa: E402
+from webhook.engine.evaluation.evaluate import evaluate  # noqa: E402
+from webhook.engine.evaluation.request import InventoryView, Request  # noqa: E402
+from webhook.engine.resources.devices import DeviceInventory, slice_from_json  # noqa: E402
+from webhook.engine.resources.inventory import Inventory, Node, Taint  # noqa: E402
 from webhook.files.rulefiles import load_policy  # noqa: E402
 
 PRODUCTS = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]

@@ -21,9 +21,10 @@ import jsonpatch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from webhook.engine.evaluate import InventoryView, Request, evaluate  # noqa: E402
-from webhook.engine.inventory import Inventory, Node, Taint  # noqa: E402
-from webhook.engine.policy import DocumentRef, Policy, RuleDocument, compile_policy  # noqa: E402
+from webhook.engine.evaluation.evaluate import evaluate  # noqa: E402
+from webhook.engine.evaluation.request import InventoryView, Request  # noqa: E402
+from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy  # noqa: E402
+from webhook.engine.resources.inventory import Inventory, Node, Taint  # noqa: E402
 from webhook.files.rulefiles import load_policy  # noqa: E402
 
 # The target as a share of the naive pipeline's cost, so that it holds on any machine.

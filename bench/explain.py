@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import fakenodes  # noqa: E402
 
-from webhook.engine.evaluate import InventoryView  # noqa: E402
-from webhook.engine.gpufacts import GPUFacts, gpu_facts  # noqa: E402
-from webhook.engine.inventory import Inventory, Node, node_from_json  # noqa: E402
+from webhook.engine.evaluation.evaluate import InventoryView  # noqa: E402
+from webhook.engine.resources.gpufacts import GPUFacts, gpu_facts  # noqa: E402
+from webhook.engine.resources.inventory import Inventory, Node, node_from_json  # noqa: E402
 from webhook.files.rulefiles import load_policy  # noqa: E402
 from webhook.reports import explain as explain_module  # noqa: E402
 

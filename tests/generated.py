@@ -1,4 +1,4 @@
-"""Random GPU clusters and pods for the differential tests (tests/engine/test_fit_differential.py
+"""Random GPU clusters and pods for the differential tests (tests/engine/evaluation/test_fit_differential.py
 judges the capacity model with them, tests/reports/test_explain_differential.py ``explain``).
 
 Nodes carry the label sets GPU feature discovery writes, and the ground truth a reference
@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from webhook.engine.policy import DocumentRef, Policy, RuleDocument, compile_policy
+from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"

@@ -18,7 +18,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.cluster.replayserver import Body, ReplayServer, fixture
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError, api_endpoint_from_kubeconfig
-from webhook.engine.inventory import node_from_json
+from webhook.engine.resources.inventory import node_from_json
 
 
 def _cert(

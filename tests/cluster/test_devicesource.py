@@ -25,8 +25,8 @@ from webhook.admission.inventory import InventorySource
 from webhook.cluster.devicesource import PATHS
 from webhook.cluster.feedsource import FeedInventorySource
 from webhook.cluster.reflector import Backoff
-from webhook.engine.devices import DeviceInventory
-from webhook.engine.inventory import Node
+from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.inventory import Node
 
 DRA_FILE = Path(__file__).resolve().parents[1] / "cases" / "_inventories" / "dra.yaml"
 RESOURCES = {kind: path.rsplit("/", 1)[1] for kind, path in PATHS.items()}

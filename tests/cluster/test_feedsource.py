@@ -27,7 +27,7 @@ from webhook.admission.inventory import InventorySource, view_of
 from webhook.cluster.feedsource import STARTUP_GRACE_SECONDS, FeedInventorySource
 from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.cluster.reflector import Backoff
-from webhook.engine.inventory import Node
+from webhook.engine.resources.inventory import Node
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from webhook.cluster import feedwire
-from webhook.engine.inventory import Node, Taint
+from webhook.engine.resources.inventory import Node, Taint
 
 A100 = Node(
     name="gpu-a100-0",

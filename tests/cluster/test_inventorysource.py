@@ -32,7 +32,7 @@ from webhook.cluster.inventorysource import (
     api_endpoint_from_kubeconfig,
 )
 from webhook.cluster.reflector import Backoff
-from webhook.engine.inventory import Inventory, Placement
+from webhook.engine.resources.inventory import Inventory, Placement
 
 GPU = "nvidia.com/gpu"
 TOLERATES_GPU = {"tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]}

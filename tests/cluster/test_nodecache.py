@@ -7,7 +7,7 @@ import time
 import pytest
 
 from webhook.cluster.inventorysource import NodeCache
-from webhook.engine.inventory import PAUSE_EVERY, Inventory, Node
+from webhook.engine.resources.inventory import PAUSE_EVERY, Inventory, Node
 
 
 def gpu_node(name: str, gpus: int, *, cordoned: bool = False) -> Node:

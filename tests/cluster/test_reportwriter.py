@@ -15,7 +15,7 @@ from tests.cluster.conftest import FakeApiServer, Request
 from tests.reports.reportschema import assert_valid_report
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint
 from webhook.cluster.reportwriter import BASE, CRD_MISSING, CrdMissing, ReportWriter
-from webhook.engine.evaluate import NO_INVENTORY
+from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.files.rulefiles import load_policy
 from webhook.reports.audit import Audit
 from webhook.reports.policyreport import policy_reports

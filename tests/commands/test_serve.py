@@ -25,7 +25,8 @@ from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.review import MAX_BODY_BYTES, parse_review
 from webhook.admission.service import AdmissionService
 from webhook.cli import main
-from webhook.engine.evaluate import InventoryView, Request, evaluate
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.files.manifests import load_manifests
 from webhook.files.rulefiles import RuleStore

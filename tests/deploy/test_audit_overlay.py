@@ -5,7 +5,7 @@ one named Lease. The base grants none of it."""
 from __future__ import annotations
 
 from tests.deploy.test_manifests import NAMESPACE, one, render
-from webhook.engine.workloads import BUILTIN_KINDS
+from webhook.engine.kube.workloads import BUILTIN_KINDS
 
 AUDIT = {"app.kubernetes.io/component": "audit"}
 

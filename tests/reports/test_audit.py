@@ -10,7 +10,7 @@ import pytest
 
 from tests.builders import INVENTORY, RULES, deployment, pod
 from tests.reports.reportschema import assert_valid_report
-from webhook.engine.evaluate import NO_INVENTORY, InventoryView
+from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.files.inventoryfile import load_inventory
 from webhook.files.rulefiles import load_policy
 from webhook.reports.audit import Audit, render_text

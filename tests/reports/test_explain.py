@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from tests.builders import RULES
-from webhook.engine.evaluate import InventoryView
-from webhook.engine.inventory import Inventory
-from webhook.engine.policy import Policy
+from webhook.engine.evaluation.request import InventoryView
+from webhook.engine.policy.ruleset import Policy
+from webhook.engine.resources.inventory import Inventory
 from webhook.files.inventoryfile import load_inventory
 from webhook.files.rulefiles import load_policy
 from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text

@@ -1,7 +1,7 @@
 """``explain`` against the webhook's capacity check, on random pods and inventories.
 
 Both answer "can this GPU pod run here": ``explain`` node by node in kube-scheduler's filter
-order (``webhook.engine.placement``), the webhook per node class (``Inventory.fit``). For a
+order (``webhook.engine.scheduling.placement``), the webhook per node class (``Inventory.fit``). For a
 GPU pod, ``explain`` must report some GPU node class that fits exactly when the webhook does
 not deny it for capacity (``capacity``, ``unknownResource``). Both judge the pod as the
 webhook leaves it: its tolerations, and memory limits Kubernetes copies into unset requests.
@@ -12,7 +12,7 @@ condition taint such as ``memory-pressure``). kube-scheduler's TaintToleration f
 rejects it *now* (``tainttoleration/taint_toleration.go``, and the not-ready taint the node
 lifecycle controller adds, TaintNodesByCondition), so ``explain``, which says why a pod is
 Pending, says "not ready". The webhook deliberately ignores condition taints
-(``CONDITION_TAINT_PREFIX`` in ``webhook/engine/inventory.py``): they come and go and the
+(``CONDITION_TAINT_PREFIX`` in ``webhook/engine/resources/inventory.py``): they come and go and the
 scheduler waits for them, so a "cannot fit" denial on their account would be false. With
 those conditions healed, the two must agree exactly, and ``explain`` never finds a fit the
 webhook denies.
@@ -36,9 +36,9 @@ from tests.generated import (
     pods,
     policy,
 )
-from webhook.engine.evaluate import InventoryView
-from webhook.engine.inventory import Inventory, Node, node_from_json
-from webhook.engine.policy import Policy
+from webhook.engine.evaluation.request import InventoryView
+from webhook.engine.policy.ruleset import Policy
+from webhook.engine.resources.inventory import Inventory, Node, node_from_json
 from webhook.reports.explain import Explanation, explain
 
 CONDITION_TAINT_PREFIX = "node.kubernetes.io/"

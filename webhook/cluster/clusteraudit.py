@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 
 from webhook.cluster.apiclient import ApiError
 from webhook.cluster.clusterobjects import ClusterObjects, Progress
-from webhook.engine.evaluate import NO_INVENTORY, InventoryView
-from webhook.engine.policy import Policy
-from webhook.engine.workloads import WorkloadKind
+from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
+from webhook.engine.kube.workloads import WorkloadKind
+from webhook.engine.policy.ruleset import Policy
 from webhook.reports.audit import Audit
 
 

@@ -15,8 +15,8 @@ from urllib.parse import quote
 
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError, Expired
 from webhook.cluster.inventorysource import NODES_PATH
-from webhook.engine.inventory import Inventory, node_from_json
-from webhook.engine.workloads import POD, KindTable, WorkloadKind
+from webhook.engine.kube.workloads import POD, KindTable, WorkloadKind
+from webhook.engine.resources.inventory import Inventory, node_from_json
 
 PAGE_SIZE = 500
 LIST_ATTEMPTS = 3

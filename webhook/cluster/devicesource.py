@@ -18,7 +18,7 @@ from typing import Any
 
 from webhook.cluster.apiclient import ApiClient, ApiError
 from webhook.cluster.reflector import Backoff, Handler, Reflector
-from webhook.engine.devices import (
+from webhook.engine.resources.devices import (
     KINDS,
     DeviceInventory,
     claim_from_json,
@@ -39,7 +39,7 @@ Item = tuple[Key, Mapping[str, Any]]
 
 
 def trim(kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """What ``webhook.engine.devices`` reads of an object (list items carry no kind)."""
+    """What ``webhook.engine.resources.devices`` reads of an object (list items carry no kind)."""
     meta = obj.get("metadata") or {}
     kept: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",

@@ -25,8 +25,8 @@ from webhook.cluster.devicesource import DeviceCache
 from webhook.cluster.feedwire import WatcherStatus
 from webhook.cluster.inventorysource import NodeCache, devices_settled
 from webhook.cluster.reflector import Backoff, let_requests_run
-from webhook.engine.devices import DeviceInventory
-from webhook.engine.inventory import Inventory, Node
+from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.inventory import Inventory, Node
 
 log = logging.getLogger("webhook.inventory")
 # A worker starts beside the watcher process, which needs a moment (its first list of the

@@ -21,7 +21,7 @@ then only what changed, in the order the watcher saw it:
 
 A list comes in small lines because decoding one line holds a worker's interpreter lock:
 10,000 nodes in one 27 MB line would stop its admissions for a third of a second.
-A node record holds only what ``webhook.engine.inventory.Node`` keeps, so a heartbeat
+A node record holds only what ``webhook.engine.resources.inventory.Node`` keeps, so a heartbeat
 that changes nothing policy reads never reaches a worker. orjson never writes a raw
 newline, so a line is a message.
 """
@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from webhook.engine.inventory import Node, Taint
+from webhook.engine.resources.inventory import Node, Taint
 
 Message = dict[str, Any]
 # About 50 KB of JSON for realistic GPU nodes: well under a millisecond to decode.

@@ -26,8 +26,8 @@ from webhook.cluster.apiclient import (
 )
 from webhook.cluster.devicesource import DeviceCache, DeviceWatch
 from webhook.cluster.reflector import Backoff, Handler, Reflector, T, let_requests_run
-from webhook.engine.devices import DeviceInventory
-from webhook.engine.inventory import Inventory, Node, node_from_json
+from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.inventory import Inventory, Node, node_from_json
 
 __all__ = [
     "ApiEndpoint",

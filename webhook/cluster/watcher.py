@@ -36,7 +36,7 @@ from webhook.cluster.inventorysource import (
     api_endpoint_from_kubeconfig,
 )
 from webhook.cluster.reflector import Backoff
-from webhook.engine.inventory import Node, node_from_json
+from webhook.engine.resources.inventory import Node, node_from_json
 from webhook.serving import logs
 
 log = logging.getLogger("webhook.inventory.watcher")

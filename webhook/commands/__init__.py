@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook.engine.policy import Policy, PolicyError
+from webhook.engine.policy.ruleset import Policy, PolicyError
 from webhook.files.manifests import ManifestError
 from webhook.files.rulefiles import load_policy
 from webhook.reports.results import Outcome

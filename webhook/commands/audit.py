@@ -25,9 +25,9 @@ from webhook.commands import (
     rules_or_fail,
     unreadable,
 )
-from webhook.engine.evaluate import NO_INVENTORY
-from webhook.engine.policy import Policy
-from webhook.engine.workloads import WorkloadKind
+from webhook.engine.evaluation.request import NO_INVENTORY
+from webhook.engine.kube.workloads import WorkloadKind
+from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import load_manifests
 from webhook.reports.audit import Audit, AuditEntry, render_text

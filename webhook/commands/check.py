@@ -22,17 +22,17 @@ from webhook.commands import (
     rules_or_fail,
     unreadable,
 )
-from webhook.engine.decision import Decision
-from webhook.engine.devices import DeviceInventory, is_dra_object
-from webhook.engine.evaluate import (
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import (
     NO_INVENTORY,
     NO_INVENTORY_NOTICE,
     InventoryView,
     Request,
-    evaluate,
 )
-from webhook.engine.policy import Policy
-from webhook.engine.shape import shape_problems
+from webhook.engine.kube.shape import shape_problems
+from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.ruleset import Policy
+from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import Document, load_manifests
 from webhook.reports.audit import finding_json

@@ -20,8 +20,8 @@ from webhook.commands import (
     fail,
     rules_or_fail,
 )
-from webhook.engine.evaluate import InventoryView
-from webhook.engine.policy import Policy
+from webhook.engine.evaluation.request import InventoryView
+from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.manifests import load_manifests
 from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from webhook.commands import DEFAULT_RULES, RULES_ENV, fail, rules_directory
-from webhook.engine.inventory import Node
-from webhook.engine.policy import PolicyError
-from webhook.engine.schedulability import memory_warnings
-from webhook.engine.schema import rules_schema
+from webhook.engine.policy.ruleset import PolicyError
+from webhook.engine.policy.schema import rules_schema
+from webhook.engine.resources.inventory import Node
+from webhook.engine.scheduling.schedulability import memory_warnings
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.rulefiles import RULE_SUFFIXES, load_policy
 from webhook.reports.wording import counted

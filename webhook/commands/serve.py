@@ -211,7 +211,7 @@ def preflight(settings: Settings, *, dev: bool = False) -> str:
     """The first reason this configuration cannot serve, or an empty string. With ``dev``,
     the throwaway certificates are made once the rules are found (not in any directory
     ``serve --dev`` happens to be run from)."""
-    from webhook.engine.policy import PolicyError
+    from webhook.engine.policy.ruleset import PolicyError
     from webhook.files.inventoryfile import InventoryFileError, load_inventory
     from webhook.files.rulefiles import load_policy
 

@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.engine.decision import Decision, Finding
-from webhook.engine.evaluate import InventoryView, Request, evaluate
-from webhook.engine.gpus import pod_gpus
-from webhook.engine.policy import Policy
+from webhook.engine.demand.gpus import pod_gpus
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.policy.decision import Decision, Finding
+from webhook.engine.policy.ruleset import Policy
 from webhook.reports.inventory import table
 
 Verdict = Literal["deny", "warn", "audit", "pass"]

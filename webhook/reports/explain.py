@@ -1,9 +1,9 @@
 """Why a pod can or cannot run on this cluster's GPUs: ``gpu-webhook explain``.
 
 Three readings side by side: each GPU node class's answer (the classes ``gpu-webhook
-inventory`` shows), in kube-scheduler's words and filter order (``webhook.engine.placement``);
-what the webhook would change and whether it would deny; and, for a live pod, the
-scheduler's own last ``FailedScheduling`` message.
+inventory`` shows), in kube-scheduler's words and filter order
+(``webhook.engine.scheduling.placement``); what the webhook would change and whether it
+would deny; and, for a live pod, the scheduler's own last ``FailedScheduling`` message.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from typing import Any
 
 import yaml
 
-from webhook.engine.decision import Finding
-from webhook.engine.evaluate import InventoryView, Request, evaluate
-from webhook.engine.fit import Demand, demand_of
-from webhook.engine.gpufacts import COUNT_LABEL, GPUFacts, gpu_facts
-from webhook.engine.gpus import pod_gpus
-from webhook.engine.inventory import Node, Placement
-from webhook.engine.placement import Refusal, refusal, shared_slots
-from webhook.engine.policy import GPUResources, Policy
+from webhook.engine.demand.gpus import pod_gpus
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.policy.decision import Finding
+from webhook.engine.policy.ruleset import GPUResources, Policy
+from webhook.engine.resources.fit import Demand, demand_of
+from webhook.engine.resources.gpufacts import COUNT_LABEL, GPUFacts, gpu_facts
+from webhook.engine.resources.inventory import Node, Placement
+from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.reports.audit import ObjectRef, finding_json
 from webhook.reports.inventory import NO_GPU, class_key, table
 

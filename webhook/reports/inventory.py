@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from webhook.engine.gpufacts import gpu_facts
-from webhook.engine.inventory import Inventory, Node
+from webhook.engine.resources.gpufacts import gpu_facts
+from webhook.engine.resources.inventory import Inventory, Node
 from webhook.reports.wording import counted
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"

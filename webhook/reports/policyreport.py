@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from webhook.engine.decision import Finding
-from webhook.engine.policy import Policy
+from webhook.engine.policy.decision import Finding
+from webhook.engine.policy.ruleset import Policy
 from webhook.reports.audit import AuditEntry
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"

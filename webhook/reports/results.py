@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from webhook import __version__
-from webhook.engine.decision import Finding
+from webhook.engine.policy.decision import Finding
 
 Status = Literal["allowed", "denied", "unusable"]
 CI_FORMATS = ("junit", "sarif", "github")

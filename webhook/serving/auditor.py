@@ -33,7 +33,7 @@ from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.cluster.lease import Lease
 from webhook.cluster.reportwriter import CrdMissing, ReportWriter
 from webhook.cluster.watcherprocess import WatcherProcess
-from webhook.engine.policy import PolicyError
+from webhook.engine.policy.ruleset import PolicyError
 from webhook.files.rulefiles import RuleStore
 from webhook.reports.policyreport import policy_reports
 from webhook.serving import logs

@@ -1,0 +1,182 @@
+"""How a container asks for a GPU, and how it reaches GPUs without asking: as the NVIDIA
+container runtime and the kubelet read the pod spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from webhook.engine.demand.gpuaccess import (
+    adds_capabilities,
+    asks_for_gpu,
+    env_access,
+    environment,
+    exposes_devices,
+    mount_access,
+    resolved,
+)
+from webhook.engine.demand.gpus import pod_gpus
+from webhook.engine.policy.ruleset import GPUResources
+
+
+@pytest.mark.parametrize(
+    ("value", "exposes"),
+    [
+        pytest.param("all", True, id="all"),
+        pytest.param("0", True, id="an index"),
+        pytest.param("GPU-5d9c1f2a-0b6e-4c1e-9f3a-1b2c3d4e5f60", True, id="a UUID"),
+        pytest.param(" 0 , 1 ", True, id="indexes with spaces"),
+        pytest.param("nvidia.com/gpu=all", True, id="a CDI device name"),
+        pytest.param("void", False, id="void"),
+        pytest.param("none", False, id="none: driver only, no device"),
+        pytest.param("", False, id="empty"),
+        pytest.param(" , ", False, id="only separators"),
+        pytest.param("0,void", False, id="any void entry hides all"),
+        pytest.param("none,all", False, id="none before all"),
+        pytest.param("all,none", True, id="all before none"),
+    ],
+)
+def test_nvidia_visible_devices_exposes_gpus_as_the_toolkit_reads_it(
+    value: str, exposes: bool
+) -> None:
+    assert exposes_devices(value) is exposes
+
+
+@pytest.mark.parametrize(
+    ("value", "adds"),
+    [
+        pytest.param("all", True, id="all"),
+        pytest.param("compute,utility", True, id="compute"),
+        pytest.param("", False, id="empty"),
+        pytest.param("none", False, id="none"),
+        pytest.param("void, none", False, id="void and none"),
+    ],
+)
+def test_driver_capabilities_add_to_the_images_devices_unless_empty_none_or_void(
+    value: str, adds: bool
+) -> None:
+    assert adds_capabilities(value) is adds
+
+
+def _env(*entries: dict[str, Any], env_from: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": "c", "env": list(entries)}
+    if env_from:
+        body["envFrom"] = [{"configMapRef": {"name": "settings"}}]
+    return body
+
+
+def test_the_last_of_duplicate_variables_wins_as_in_the_kubelet() -> None:
+    body = _env(
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+    )
+    assert env_access(body, {}) == []
+
+
+@pytest.mark.parametrize(
+    ("entries", "env_from", "value"),
+    [
+        pytest.param([{"name": "A", "value": "0"}], False, "0", id="an earlier variable"),
+        pytest.param([], False, "$(A)", id="an unknown name stays as written"),
+        pytest.param([], True, None, id="an unknown name may come from envFrom"),
+        pytest.param([{"name": "A", "value": "0"}], True, "0", id="env wins over envFrom"),
+    ],
+)
+def test_references_expand_from_earlier_variables(
+    entries: list[dict[str, Any]], env_from: bool, value: str | None
+) -> None:
+    body = _env(*entries, {"name": "X", "value": "$(A)"}, env_from=env_from)
+    assert environment(body, {})["X"].value == value
+
+
+def test_a_double_dollar_is_a_literal_dollar() -> None:
+    body = _env({"name": "A", "value": "0"}, {"name": "X", "value": "$$(A)"})
+    assert environment(body, {})["X"].value == "$(A)"
+
+
+@pytest.mark.parametrize(
+    ("ref", "value"),
+    [
+        pytest.param({"fieldRef": {"fieldPath": "metadata.labels['gpus']"}}, "all", id="label"),
+        pytest.param({"fieldRef": {"fieldPath": "metadata.annotations['x']"}}, "", id="missing"),
+        pytest.param({"fieldRef": {"fieldPath": "spec.nodeName"}}, None, id="node name"),
+        pytest.param({"configMapKeyRef": {"name": "c", "key": "k"}}, None, id="configmap"),
+        pytest.param({"secretKeyRef": {"name": "s", "key": "k"}}, None, id="secret"),
+    ],
+)
+def test_field_references_to_the_pods_own_metadata_are_read(
+    ref: dict[str, Any], value: str | None
+) -> None:
+    body = _env({"name": "X", "valueFrom": ref})
+    assert environment(body, {"labels": {"gpus": "all"}})["X"].value == value
+
+
+@pytest.mark.parametrize(
+    ("path", "kernel"),
+    [
+        pytest.param("//dev/nvidia0", "/dev/nvidia0", id="a leading double slash is one"),
+        pytest.param("///dev", "/dev", id="three slashes"),
+        pytest.param("/dev//nvidia0/", "/dev/nvidia0", id="inner and trailing slashes"),
+        pytest.param("/dev/../dev/./nvidia0", "/dev/nvidia0", id="dots and backsteps"),
+        pytest.param("/../..", "/", id="backsteps stop at the root"),
+        pytest.param("//", "/", id="the root written twice"),
+    ],
+)
+def test_paths_resolve_as_the_linux_kernel_resolves_them(path: str, kernel: str) -> None:
+    assert resolved(path) == kernel
+
+
+@pytest.mark.parametrize(
+    ("path", "sub", "kind", "found"),
+    [
+        pytest.param("/dev/nvidia0", None, None, True, id="a GPU device node"),
+        pytest.param("/dev/nvidia-caps", None, None, True, id="MIG capabilities"),
+        pytest.param("/dev/dri", None, None, True, id="DRI"),
+        pytest.param("/dev//", None, None, True, id="/dev itself, unnormalised"),
+        pytest.param("/", "dev/nvidiactl", None, True, id="through a subPath"),
+        pytest.param("/opt/ctl", None, "CharDevice", True, id="any CharDevice"),
+        pytest.param("/dev/shm", None, None, False, id="shared memory"),
+        pytest.param("/", None, None, True, id="the host root, which holds /dev"),
+        pytest.param("//dev/nvidia0", None, None, True, id="a leading double slash"),
+        pytest.param("//dev", None, None, True, id="/dev behind a double slash"),
+        pytest.param("///dev/", None, None, True, id="/dev behind three slashes"),
+        pytest.param("/dev/../dev/nvidia0", None, None, True, id="a backstep"),
+        pytest.param("/dev/./nvidia0", None, None, True, id="a dot"),
+        pytest.param("/dev/", None, None, True, id="/dev with a trailing slash"),
+        pytest.param("/", "./dev", None, True, id="a subPath with a dot"),
+        pytest.param("//", "dev//nvidia0", None, True, id="slashes in both halves"),
+        pytest.param("/", "etc", None, False, id="the host root narrowed to /etc"),
+        pytest.param("//var/log", None, None, False, id="logs behind a double slash"),
+        pytest.param("/device", None, None, False, id="a lookalike"),
+        pytest.param("/dev/shm/../shm", None, None, False, id="shared memory, unnormalised"),
+    ],
+)
+def test_host_paths_of_gpu_device_nodes_are_access(
+    path: str, sub: str | None, kind: str | None, found: bool
+) -> None:
+    host: dict[str, Any] = {"path": path}
+    if kind:
+        host["type"] = kind
+    mount: dict[str, Any] = {"name": "v", "mountPath": "/mnt"}
+    if sub:
+        mount["subPath"] = sub
+    spec = {"volumes": [{"name": "v", "hostPath": host}]}
+    assert bool(mount_access({"name": "c", "volumeMounts": [mount]}, spec)) is found
+
+
+@pytest.mark.parametrize(
+    ("resources", "asks"),
+    [
+        pytest.param({"limits": {"nvidia.com/gpu": 1}}, True, id="a GPU limit"),
+        pytest.param({"limits": {"nvidia.com/gpu": 0}}, False, id="zero GPUs"),
+        pytest.param({"requests": {"nvidia.com/gpu": "0.5"}}, True, id="a wrong GPU ask"),
+        pytest.param({"claims": [{"name": "gpu"}]}, True, id="a DRA claim"),
+        pytest.param({"limits": {"nvidia.com/gpumem": 3000}}, False, id="not a GPU count"),
+        pytest.param({}, False, id="nothing"),
+    ],
+)
+def test_what_counts_as_asking_for_a_gpu(resources: dict[str, Any], asks: bool) -> None:
+    spec = {"containers": [{"name": "c", "resources": resources}]}
+    (container,) = pod_gpus(spec, GPUResources()).containers
+    assert asks_for_gpu(container) is asks

@@ -1,0 +1,318 @@
+"""GPU access: whether a container asks for a GPU, and how it can reach GPUs without asking.
+
+A GPU that a container uses without asking for it is invisible to the scheduler, to quotas
+and to capacity checks. With the NVIDIA container runtime as a node's default runtime, a
+container reaches GPUs without a request through:
+
+- ``NVIDIA_VISIBLE_DEVICES`` (every ``nvidia/cuda`` image sets ``all``), or
+  ``NVIDIA_DRIVER_CAPABILITIES`` completing the image's ``NVIDIA_VISIBLE_DEVICES``;
+- a ``hostPath`` of the device nodes (``/dev/nvidia*``, ``/dev/dri``, ``/dev`` or ``/``,
+  which hold them, a ``CharDevice``);
+- ``privileged: true``, which gives a container every device of its node.
+
+Only what the pod spec shows can be judged here: variables an image sets, and keys of the
+ConfigMaps and Secrets behind ``envFrom``, are not visible (``hideGPUsFromNonGPUContainers:
+gpuNodes`` covers them: ``env`` overrides both).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.demand.gpus import Container, PodGPUs
+
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+_REFERENCE = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
+_FIELD = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
+
+
+def asks_for_gpu(container: Container) -> bool:
+    """Whether a container asks for a GPU: the one definition every GPU access rule uses.
+
+    A GPU resource counts, and so does one written wrongly (its quantity problems are other
+    checks' findings). A DRA claim in ``resources.claims`` counts too: its device class is
+    not known here, and judging a claimed GPU as unrequested would be a false denial.
+    """
+    if container.gpus or container.problems:  # gpus holds only counts above zero
+        return True
+    resources = container.body.get("resources")
+    claims = resources.get("claims") if isinstance(resources, dict) else None
+    return isinstance(claims, list) and bool(claims)
+
+
+def pod_asks_for_gpu(pod: PodGPUs) -> bool:
+    return bool(pod.total or pod.problems) or any(asks_for_gpu(c) for c in pod.containers)
+
+
+# --- what the NVIDIA container runtime does with the variables ---------------------------
+
+
+def _entries(value: str) -> list[str]:
+    return [e.strip() for e in value.split(",") if e.strip()]
+
+
+def exposes_devices(value: str) -> bool:
+    """Whether ``NVIDIA_VISIBLE_DEVICES=value`` gives a container GPUs.
+
+    As nvidia-container-toolkit reads it (internal/config/image/cuda_image.go
+    ``devicesFromEnvvars``, devices.go ``NewVisibleDevices``): comma-separated, trimmed;
+    empty or any ``void`` entry exposes nothing; otherwise the first of ``all`` and
+    ``none`` decides; device indexes or UUIDs alone expose those devices.
+    """
+    entries = _entries(value)
+    if not entries or "void" in entries:
+        return False
+    for entry in entries:
+        if entry == "all":
+            return True
+        if entry == "none":
+            return False
+    return True
+
+
+def adds_capabilities(value: str) -> bool:
+    """``NVIDIA_DRIVER_CAPABILITIES`` other than empty, ``none`` or ``void``: the driver
+    libraries for the image's own ``NVIDIA_VISIBLE_DEVICES`` (``all`` in CUDA images)."""
+    return bool(set(_entries(value)) - {"none", "void"})
+
+
+# --- reading a container's environment as the kubelet builds it --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EnvValue:
+    """A variable's value as far as the spec shows it; ``value`` ``None``: not visible."""
+
+    value: str | None
+    source: str  # "value", "a ConfigMap", "a Secret", "a field", ...
+
+
+def _field_value(field_path: object, metadata: Mapping[str, Any]) -> str | None:
+    match = _FIELD.match(str(field_path))
+    if match is None:
+        return None
+    values = metadata.get(match.group(1))
+    value = values.get(match.group(2)) if isinstance(values, dict) else None
+    return str(value) if value is not None else ""
+
+
+def _from_source(ref: Mapping[str, Any], metadata: Mapping[str, Any]) -> EnvValue:
+    if "configMapKeyRef" in ref:
+        return EnvValue(None, "a ConfigMap")
+    if "secretKeyRef" in ref:
+        return EnvValue(None, "a Secret")
+    if "fieldRef" in ref:
+        field_ref = ref.get("fieldRef")
+        path = field_ref.get("fieldPath") if isinstance(field_ref, dict) else None
+        return EnvValue(_field_value(path, metadata), f"the field {path}")
+    return EnvValue(None, "a resource field")
+
+
+def _expand(text: str, known: Mapping[str, EnvValue], opaque: bool) -> str | None:
+    """``$(NAME)`` as the kubelet expands it (from variables defined earlier; ``$$`` is a
+    literal ``$``; an unknown name stays as written). ``None`` when it depends on a value
+    the spec does not show, or on ``envFrom`` keys (``opaque``)."""
+    unseen = False
+
+    def replace(match: re.Match[str]) -> str:
+        nonlocal unseen
+        name = match.group(1)
+        if name is None:
+            return "$"
+        found = known.get(name)
+        if found is None:
+            unseen = unseen or opaque
+            return match.group(0)
+        if found.value is None:
+            unseen = True
+            return ""
+        return found.value
+
+    expanded = _REFERENCE.sub(replace, text)
+    return None if unseen else expanded
+
+
+def environment(body: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[str, EnvValue]:
+    """A container's variables from ``env`` (``envFrom`` keys are not visible). Later
+    entries win, as in the kubelet's ``makeEnvironmentVariables``
+    (pkg/kubelet/kubelet_pods.go)."""
+    env = body.get("env")
+    opaque = bool(body.get("envFrom"))
+    known: dict[str, EnvValue] = {}
+    for entry in env if isinstance(env, list) else ():
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            continue
+        ref = entry.get("valueFrom")
+        if isinstance(ref, dict):
+            known[entry["name"]] = _from_source(ref, metadata)
+        else:
+            raw = entry.get("value")
+            text = "" if raw is None else str(raw)
+            known[entry["name"]] = EnvValue(_expand(text, known, opaque), "value")
+    return known
+
+
+# --- the ways to a GPU ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One way a container reaches GPUs: what it does, what to change, and in a few words."""
+
+    what: str
+    fix: str
+    short: str
+
+
+def _shown(name: str, value: EnvValue) -> str:
+    if value.value is None:
+        return f"sets {name} from {value.source}, whose value the webhook cannot see"
+    return f"sets {name}={value.value}"
+
+
+def _short(name: str, value: EnvValue) -> str:
+    return f"{name} from {value.source}" if value.value is None else f"{name}={value.value}"
+
+
+def _last_literals(env: object) -> dict[str, str] | None:
+    """The last ``value`` of each of the two variables, when the spec shows it plainly (no
+    ``valueFrom``, no ``$(...)``), without building the whole environment; ``None`` when a
+    value needs the environment to be read."""
+    found: dict[str, str] = {}
+    for entry in env if isinstance(env, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        name = entry.get("name")
+        if name not in (VISIBLE_DEVICES, DRIVER_CAPABILITIES):
+            continue
+        raw = entry.get("value")
+        text = "" if raw is None else str(raw)
+        if "valueFrom" in entry or "$(" in text:
+            return None
+        found[name] = text
+    return found
+
+
+def env_access(body: Mapping[str, Any], metadata: Mapping[str, Any]) -> list[Access]:
+    """A value the spec shows that exposes GPUs, or one it hides behind a ConfigMap, Secret
+    or field: a container that asks for no GPU has no use for either."""
+    literals = _last_literals(body.get("env"))
+    if literals == {}:
+        return []  # most containers name neither variable
+    env = (
+        {name: EnvValue(value, "value") for name, value in literals.items()}
+        if literals is not None
+        else environment(body, metadata)
+    )
+    visible, capabilities = env.get(VISIBLE_DEVICES), env.get(DRIVER_CAPABILITIES)
+    if visible is not None:
+        if visible.value is None or exposes_devices(visible.value):
+            fix = f"remove {VISIBLE_DEVICES} or set it to void"
+            return [Access(_shown(VISIBLE_DEVICES, visible), fix, _short(VISIBLE_DEVICES, visible))]
+        return []  # hidden explicitly: capabilities without devices expose nothing
+    if capabilities is not None and (
+        capabilities.value is None or adds_capabilities(capabilities.value)
+    ):
+        return [
+            Access(
+                _shown(DRIVER_CAPABILITIES, capabilities)
+                + " (with the image's NVIDIA_VISIBLE_DEVICES, all in CUDA images)",
+                f"remove {DRIVER_CAPABILITIES} or set {VISIBLE_DEVICES}=void",
+                _short(DRIVER_CAPABILITIES, capabilities),
+            )
+        ]
+    return []
+
+
+def resolved(path: str) -> str:
+    """A path as the kernel resolves it, symlinks aside (the host's are not visible here):
+    repeated slashes are one, ``.`` is dropped, ``..`` goes up (and stays at ``/``), a
+    trailing slash is dropped. ``posixpath.normpath`` keeps a leading ``//``, which POSIX
+    leaves to the implementation: Linux reads it as ``/`` (fs/namei.c skips every slash)."""
+    normal = posixpath.normpath(path)
+    return "/" + normal.lstrip("/") if normal.startswith("//") else normal
+
+
+def _device_path(path: str) -> bool:
+    """GPU device nodes, or a directory that holds ``/dev`` (``/`` or ``/dev`` itself):
+    the mount brings every device node of the host with it."""
+    if path in ("/", "/dev") or path.startswith("/dev/nvidia"):
+        return True
+    return path == "/dev/dri" or path.startswith("/dev/dri/")
+
+
+def _host_paths(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    volumes = spec.get("volumes")
+    out: dict[str, Mapping[str, Any]] = {}
+    for volume in volumes if isinstance(volumes, list) else ():
+        if isinstance(volume, dict) and isinstance(volume.get("hostPath"), dict):
+            out[str(volume.get("name"))] = volume["hostPath"]
+    return out
+
+
+def host_paths(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The pod's ``hostPath`` volumes by name: read once per pod, asked per container."""
+    return _host_paths(spec)
+
+
+def mount_access(
+    body: Mapping[str, Any], spec: Mapping[str, Any], paths: Mapping[str, Any] | None = None
+) -> list[Access]:
+    """A mounted ``hostPath`` of GPU device nodes: ``/dev/nvidia*``, ``/dev/dri``, ``/dev``
+    itself or ``/`` (a ``subPath`` counts), or any ``CharDevice``; paths as the kernel
+    resolves them (``//dev``, ``/dev/../dev/nvidia0``)."""
+    host_paths = _host_paths(spec) if paths is None else paths
+    if not host_paths:
+        return []
+    mounts = body.get("volumeMounts")
+    found = []
+    for mount in mounts if isinstance(mounts, list) else ():
+        if not isinstance(mount, dict):
+            continue
+        host = host_paths.get(str(mount.get("name")))
+        if host is None:
+            continue
+        base = str(host.get("path") or "")
+        # A subPathExpr's value is not visible: the mount is judged by its base path.
+        sub = mount.get("subPath")
+        path = resolved(posixpath.join(base, str(sub)) if sub else base or "/")
+        if host.get("type") == "CharDevice" or _device_path(path):
+            shown = f"{base} with subPath {sub}" if sub else base
+            found.append(
+                Access(
+                    f'mounts the host path {shown} (volume "{mount.get("name")}")',
+                    f'remove the mount of volume "{mount.get("name")}"',
+                    f"hostPath {path}",
+                )
+            )
+    return found
+
+
+def may_reach(body: Mapping[str, Any]) -> bool:
+    """Whether a container as written could reach GPUs at all: it names one of the
+    variables, mounts a volume or asks for privilege. Mutations add none of these (hiding
+    adds NVIDIA_VISIBLE_DEVICES=void, which reaches nothing), so this cheap look at the
+    original spares the rest for most containers."""
+    env = body.get("env")
+    if isinstance(env, list) and any(
+        isinstance(e, dict) and e.get("name") in (VISIBLE_DEVICES, DRIVER_CAPABILITIES) for e in env
+    ):
+        return True
+    return bool(body.get("volumeMounts")) or privileged(body)
+
+
+def privileged(body: Mapping[str, Any]) -> bool:
+    context = body.get("securityContext")
+    return isinstance(context, dict) and context.get("privileged") is True
+
+
+PRIVILEGED = Access(
+    "is privileged (every device of its node) in a pod that can land on a GPU node",
+    "drop privileged",
+    "privileged",
+)

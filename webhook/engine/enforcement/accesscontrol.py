@@ -1,0 +1,384 @@
+"""GPU access control: containers that reach GPUs without asking for one, pods that take a
+GPU node's room without using its GPUs, runtime classes, and the mutations against them.
+
+Everything here is decided per pod template, on the spec after our placement mutations:
+what a pod asks for comes from ``gpuaccess``, where it can land from ``gpunodes``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.demand.gpuaccess import (
+    PRIVILEGED,
+    VISIBLE_DEVICES,
+    Access,
+    asks_for_gpu,
+    env_access,
+    host_paths,
+    may_reach,
+    mount_access,
+    privileged,
+)
+from webhook.engine.demand.gpus import Container, PodGPUs
+from webhook.engine.enforcement.mutators import avoid_label, hide_gpus, set_runtime_class
+from webhook.engine.kube.patch import Editor
+from webhook.engine.kube.workloads import Path, PodTemplate
+from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.policy.ruleset import Mutations, Rule, Settings
+from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.scheduling.gpunodes import GPUNodeReach, Reach, gpu_node_reach, pinned_to_a_node
+
+GPU_ACCESS = "gpuAccessWithoutRequest"
+GPU_NODE = "nonGPUPodOnGPUNode"
+UNKNOWN_RUNTIME_CLASS = "unknownRuntimeClass"
+
+
+@dataclass(slots=True)
+class Template:
+    """One pod template as access control sees it."""
+
+    spec_path: Path
+    template: PodTemplate
+    pod: PodGPUs
+    # Built-in checks and mutations the matching rules exempt this pod from.
+    exempt: frozenset[str]
+    # A DaemonSet's template: its pods must run on every node they are meant for.
+    daemon: bool
+    # Whether any container asks for a GPU (``gpuaccess.pod_asks_for_gpu``), read often.
+    asks: bool
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The pod's metadata as its containers' field references read it."""
+        if self.template.pod_spec:
+            return {}
+        meta = self.template.template.get("metadata")
+        return meta if isinstance(meta, dict) else {}
+
+    @property
+    def where(self) -> str:
+        return ".".join(map(str, self.spec_path))
+
+    def at(self, container: Container) -> str:
+        return f"{self.where}.{container.section}[{container.index}]"
+
+
+NO_EXEMPTIONS: frozenset[str] = frozenset()
+
+
+def exemptions(rules: Sequence[Rule]) -> frozenset[str]:
+    exempt = [rule.exempt for rule in rules if rule.exempt]
+    return NO_EXEMPTIONS.union(*exempt) if exempt else NO_EXEMPTIONS
+
+
+def without_exempt(mutations: Mutations, exempt: Collection[str]) -> Mutations:
+    """A rule's mutations minus those the pod is exempt from."""
+    if "hideGPUs" in exempt and mutations.hide_gpus != "none":
+        mutations = dataclasses.replace(mutations, hide_gpus="none")
+    if "avoidGPUNodes" in exempt and mutations.avoid_gpu_nodes is not None:
+        mutations = dataclasses.replace(mutations, avoid_gpu_nodes=None)
+    return mutations
+
+
+def reach_of(
+    spec: Mapping[str, Any],
+    settings: Settings,
+    inventory: Inventory | None,
+    placement: Placement | None = None,
+) -> GPUNodeReach:
+    return gpu_node_reach(
+        spec,
+        placement or Placement.of(spec),
+        nodes=settings.gpu_nodes,
+        resources=settings.gpu_resources,
+        inventory=inventory,
+    )
+
+
+class PodReach:
+    """Where one pod can land, worked out on first use: most GPU pods never need it."""
+
+    __slots__ = ("_answer", "_inventory", "_placement", "_settings", "_spec")
+
+    def __init__(
+        self,
+        spec: Mapping[str, Any],
+        placement: Placement,
+        *,
+        settings: Settings,
+        inventory: Inventory | None,
+    ) -> None:
+        self._spec, self._placement = spec, placement
+        self._settings, self._inventory = settings, inventory
+        self._answer: GPUNodeReach | None = None
+
+    @classmethod
+    def known(
+        cls, answer: GPUNodeReach, spec: Mapping[str, Any], *, settings: Settings
+    ) -> PodReach:
+        """A reach already known (a bound pod's node, ``gpunodes.bound_node_reach``)."""
+        reach = cls(spec, Placement.of(spec), settings=settings, inventory=None)
+        reach._answer = answer
+        return reach
+
+    @property
+    def value(self) -> GPUNodeReach:
+        if self._answer is None:
+            self._answer = reach_of(self._spec, self._settings, self._inventory, self._placement)
+        return self._answer
+
+
+def node_bound(template: Template, spec: Mapping[str, Any], settings: Settings) -> bool:
+    """Pods that must run where they are put: a DaemonSet's, or one pinned to a node."""
+    if not settings.gpu_nodes.exempt_daemonsets:
+        return False
+    return template.daemon or pinned_to_a_node(spec, Placement.of(spec))
+
+
+def _spec(editor: Editor, template: Template) -> Mapping[str, Any]:
+    spec = editor.get(template.spec_path)
+    return spec if isinstance(spec, dict) else {}
+
+
+# --- mutations ----------------------------------------------------------------------------
+
+
+def place(
+    editor: Editor,
+    template: Template,
+    rules: Sequence[Rule],
+    *,
+    settings: Settings,
+    inventory: Inventory | None,
+) -> list[Finding]:
+    """Runtime class and keeping pods off GPU nodes: placement, before container mutations.
+
+    Returns a warning for each rule whose runtime class the pod overrides."""
+    findings = []
+    for rule in rules:
+        wanted = rule.mutations.runtime_class
+        if wanted is None:
+            continue
+        current = set_runtime_class(editor, template.spec_path, wanted)
+        if current is not None and current != wanted:
+            findings.append(
+                Finding(
+                    rule.name,
+                    "runtimeClassName",
+                    "warn",
+                    f'the pod uses runtimeClassName "{current}", where GPU pods here use '
+                    f'"{wanted}"; with another runtime its containers may not reach their '
+                    f'GPUs. Use "{wanted}", or remove runtimeClassName.',
+                    f'runtimeClassName "{current}" kept; GPU pods here use "{wanted}"',
+                    template.where,
+                )
+            )
+    avoiding = [
+        r.mutations.avoid_gpu_nodes
+        for r in rules
+        if r.mutations.avoid_gpu_nodes is not None and "avoidGPUNodes" not in template.exempt
+    ]
+    if not avoiding or template.asks:
+        return findings
+    spec = _spec(editor, template)
+    # A pod that can only use GPU nodes wants them: keeping it off would strand it (the
+    # nonGPUPodOnGPUNode check says so instead).
+    if node_bound(template, spec, settings) or reach_of(spec, settings, inventory).reach is (
+        Reach.ONLY
+    ):
+        return findings
+    for label in avoiding:
+        avoid_label(editor, template.spec_path, label)
+    return findings
+
+
+def hide_on_gpu_nodes(editor: Editor, template: Template, *, reach: PodReach) -> None:
+    """``hideGPUsFromNonGPUContainers: gpuNodes`` (a matching rule asks for it): every
+    container that asks for no GPU, in any pod that can land on a GPU node (a GPU pod lands
+    on one or nowhere)."""
+    if "hideGPUs" in template.exempt:
+        return
+    if template.asks or reach.value.can_land:
+        hide_gpus(editor, template.spec_path, template.pod)
+
+
+def unhidden_findings(
+    editor: Editor,
+    template: Template,
+    rules: Sequence[Rule],
+    *,
+    settings: Settings,
+    reach: PodReach,
+    claim_holders: frozenset[Path] = frozenset(),
+) -> Iterator[Finding]:
+    """On a pod UPDATE, where ``hide_on_gpu_nodes`` cannot act: a container's env is
+    immutable (kubernetes ``ValidatePodUpdate``), so a container this policy hides at
+    creation but that carries no ``NVIDIA_VISIBLE_DEVICES`` sees every GPU of the node
+    with a CUDA image, once an added toleration (or a gated pod's node selection) lets the
+    pod land there. The old pod is judged the same way and only new findings count."""
+    if "hideGPUs" in template.exempt or GPU_ACCESS in template.exempt:
+        return
+    if not (template.asks or reach.value.can_land):
+        return
+    hiding = [r.name for r in rules if r.mutations.hide_gpus == "gpuNodes"]
+    action = action_of(settings.actions.get(GPU_ACCESS, "deny"))
+    for container in template.pod.containers:
+        if asks_for_gpu(container) or container.path in claim_holders:
+            continue
+        body = _body(editor, template, container)
+        if privileged(body):
+            continue  # every device of its node, hidden or not: judged by access_findings
+        env = body.get("env")
+        names = {e.get("name") for e in env if isinstance(e, dict)} if isinstance(env, list) else ()
+        if VISIBLE_DEVICES in names:
+            continue  # set by the container itself: judged by access_findings
+        name = f'container "{container.name}"'
+        yield Finding(
+            "builtin",
+            GPU_ACCESS,
+            action,
+            f"{name} asks for no GPU and does not hide GPUs, in a pod that this update lets "
+            f"land on a GPU node: rule {hiding[0]} sets {VISIBLE_DEVICES}=void on such "
+            "containers when a pod is created, and an update cannot change a container's "
+            "env, so with a CUDA image it would see every GPU of its node. Create the pod "
+            "again with these tolerations or node selection, or leave them out.",
+            f"{name} would see GPUs: not hidden at creation, env cannot change",
+            template.at(container),
+        )
+
+
+# --- checks -------------------------------------------------------------------------------
+
+
+def _body(editor: Editor, template: Template, container: Container) -> Mapping[str, Any]:
+    body = editor.get((*template.spec_path, *container.path))
+    return body if isinstance(body, dict) else {}
+
+
+def _accesses(
+    body: Mapping[str, Any],
+    template: Template,
+    spec: Mapping[str, Any],
+    paths: Mapping[str, Any],
+    reach: PodReach,
+) -> list[Access]:
+    found = env_access(body, template.metadata)
+    if paths:
+        found += mount_access(body, spec, paths)
+    if privileged(body) and reach.value.can_land:
+        found.append(PRIVILEGED)
+    return found
+
+
+def access_findings(
+    editor: Editor, template: Template, *, settings: Settings, reach: PodReach
+) -> list[Finding]:
+    """``gpuAccessWithoutRequest``: one finding per container that asks for no GPU but can
+    reach GPUs, naming every way it does and what to change."""
+    candidates = [c for c in template.pod.containers if not asks_for_gpu(c) and may_reach(c.body)]
+    if not candidates or GPU_ACCESS in template.exempt:
+        return []
+    return list(_access_findings(editor, template, candidates, settings=settings, reach=reach))
+
+
+def _access_findings(
+    editor: Editor,
+    template: Template,
+    candidates: Sequence[Container],
+    *,
+    settings: Settings,
+    reach: PodReach,
+) -> Iterator[Finding]:
+    spec = _spec(editor, template)
+    paths = host_paths(spec)
+    action = action_of(settings.actions.get(GPU_ACCESS, "deny"))
+    for container in candidates:
+        found = _accesses(_body(editor, template, container), template, spec, paths, reach)
+        if not found:
+            continue
+        name = f'container "{container.name}"'
+        ways = "; ".join(a.what for a in found)
+        fixes = ", ".join(dict.fromkeys(a.fix for a in found))
+        yield Finding(
+            "builtin",
+            GPU_ACCESS,
+            action,
+            f"{name} asks for no GPU but {ways}: it can use GPUs that the scheduler and quotas "
+            f"do not count. Request a GPU in its resources.limits, or {fixes}.",
+            f"{name} reaches GPUs without a GPU request: {found[0].short}",
+            template.at(container),
+        )
+
+
+def node_findings(
+    editor: Editor, template: Template, *, settings: Settings, pod_reach: PodReach, live: bool
+) -> Iterator[Finding]:
+    """``nonGPUPodOnGPUNode``: a pod that asks for no GPU but can only use GPU nodes, or
+    that tolerates a GPU taint with nothing keeping it off GPU nodes."""
+    if GPU_NODE in template.exempt or template.asks:
+        return
+    if node_bound(template, _spec(editor, template), settings):
+        return
+    reach = pod_reach.value
+    action = action_of(settings.actions.get(GPU_NODE, "warn"))
+    if reach.reach is Reach.ONLY:
+        yield Finding(
+            "builtin",
+            GPU_NODE,
+            action,
+            "the pod asks for no GPU but can only land on GPU nodes (its nodeSelector or "
+            "node affinity selects them), where it takes CPU and memory that GPU pods need. "
+            "Request a GPU if it needs one, or select nodes without GPUs.",
+            "pod asks for no GPU but can only land on GPU nodes",
+            template.where,
+        )
+        return
+    floating = reach.can_land and bool(reach.tolerated) and (live or not reach.selects)
+    if floating:
+        taints = ", ".join(reach.tolerated)
+        yield Finding(
+            "builtin",
+            GPU_NODE,
+            action,
+            f"the pod asks for no GPU but tolerates the GPU node taint {taints} and nothing "
+            "keeps it off GPU nodes, where it takes CPU and memory that GPU pods need. "
+            "Remove the toleration, or keep the pod off GPU nodes with a nodeSelector or "
+            "required node affinity (for example nvidia.com/gpu.present NotIn [true]).",
+            f"pod asks for no GPU but tolerates GPU taint {taints}",
+            template.where,
+        )
+
+
+def runtime_class_findings(
+    editor: Editor,
+    template: Template,
+    rules: Sequence[Rule],
+    *,
+    settings: Settings,
+    known: frozenset[str] | None,
+) -> Iterator[Finding]:
+    """``unknownRuntimeClass``: the API server rejects a Pod whose RuntimeClass does not
+    exist ("pod rejected: RuntimeClass ... not found", plugin/pkg/admission/runtimeclass),
+    and a controller's pods fail the same way later. Only with a live list of classes."""
+    if known is None:
+        return
+    name = _spec(editor, template).get("runtimeClassName")
+    if not isinstance(name, str) or name in known:
+        return
+    setters = [r.name for r in rules if r.mutations.runtime_class == name]
+    by = f" (set by rule {setters[0]})" if setters else ""
+    have = ", ".join(sorted(known)) or "none"
+    yield Finding(
+        "builtin",
+        UNKNOWN_RUNTIME_CLASS,
+        action_of(settings.actions.get(UNKNOWN_RUNTIME_CLASS, "deny")),
+        f'the pod uses runtimeClassName "{name}"{by}, but the cluster has no RuntimeClass '
+        f"of that name (it has: {have}), so its pods cannot be created. Use one of those, "
+        "or create the RuntimeClass (the GPU operator creates nvidia).",
+        f'RuntimeClass "{name}" does not exist (have: {have})',
+        template.where,
+    )

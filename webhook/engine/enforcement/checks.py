@@ -1,0 +1,762 @@
+"""Checks: each returns findings, worded as what is wrong and what to change."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from webhook.engine.demand.gpus import Container, PodGPUs, QuantityProblem
+from webhook.engine.kube.quantity import format_bytes, format_quantity
+from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.policy.ruleset import Rule, RuleCheck, Settings, glob_matcher
+from webhook.engine.resources.fit import Shortfall, quantity_text
+from webhook.engine.resources.gpufacts import (
+    MEMORY_LABEL,
+    MIG_PREFIX,
+    PRODUCT_LABEL,
+    UNLABELLED,
+    DeviceFacts,
+    mig_profile_gpus,
+)
+from webhook.engine.resources.inventory import (
+    Fit,
+    FitAnswer,
+    Inventory,
+    Placement,
+    Shape,
+    Taint,
+    Units,
+)
+
+
+@dataclass(slots=True)  # not frozen: built on every admission, and frozen init costs more
+class Scope:
+    """One pod template under evaluation, after our mutations."""
+
+    where: str  # dotted path of the pod spec in the object, e.g. "spec.template.spec"
+    spec: Mapping[str, Any]
+    labels: Mapping[str, str]
+    pod: PodGPUs
+    placement: Placement
+    settings: Settings
+    # Which node classes take the pod's whole request vector; set when there is an
+    # inventory to ask (``Inventory.fit``).
+    fit: FitAnswer | None = None
+    kind: str = ""  # the object's kind: a Pod, or the workload holding the template
+
+    def at(self, container: Container) -> str:
+        if container.index < 0:
+            return f"{self.where}.{container.section}"
+        return f"{self.where}.{container.section}[{container.index}]"
+
+
+def _q(value: Fraction | None, spelled: str = "") -> str:
+    """The quantity as the user wrote it when known, else in Kubernetes' canonical form."""
+    if spelled:
+        return spelled
+    return format_quantity(value) if value is not None else "?"
+
+
+def _whole(value: Fraction | None) -> int:
+    """The whole number of GPUs to ask for instead: a part of one rounds up to one."""
+    if value is None:
+        return 1
+    return max(1, -(-value.numerator // value.denominator))
+
+
+# --- built-in quantity checks ---------------------------------------------------------------
+# ``webhook.engine.demand.gpus`` finds the problem as it reads a container's resources; the
+# words for each check id live here, one function each, registered in ``_QUANTITY_WORDS``.
+
+Words = tuple[str, str]  # the message with its fix, and the one-line summary
+
+
+def _requests_without_limits(c: str, problem: QuantityProblem) -> Words:
+    r, q = problem.resource, _q(problem.request, problem.request_text)
+    fix = (
+        f'Set resources.limits["{r}"] to {q}.'
+        if problem.request is not None and problem.request.denominator == 1
+        else f'Set resources.requests["{r}"] and resources.limits["{r}"] to '
+        f"{_whole(problem.request)}."
+    )
+    return (
+        f"{c} requests {r}: {q} but sets no limit for it; GPUs are allocated by limit. {fix}",
+        f"{c}: {r} is in requests but not in limits",
+    )
+
+
+def _requests_not_equal_limits(c: str, problem: QuantityProblem) -> Words:
+    r, q = problem.resource, _q(problem.request, problem.request_text)
+    lim = _q(problem.limit, problem.limit_text)
+    both = lim if problem.limit is not None and problem.limit.denominator == 1 else None
+    return (
+        f"{c} requests {r}: {q} but limits it to {lim}; GPUs cannot be overcommitted, "
+        f"so request and limit must be equal. Set both to {both or _whole(problem.limit)}.",
+        f"{c}: {r} request {q} differs from limit {lim}",
+    )
+
+
+def _fractional_quantity(c: str, problem: QuantityProblem) -> Words:
+    r, q = problem.resource, _q(problem.request, problem.request_text)
+    return (
+        f"{c} asks for {r}: {q}, which is not a whole number; GPUs are allocated whole. "
+        f"Use {_whole(problem.request)}, or a resource for part of a GPU (a MIG profile "
+        "such as nvidia.com/mig-1g.10gb, or nvidia.com/gpu.shared).",
+        f"{c}: {r} {q} is not a whole number",
+    )
+
+
+def _negative_quantity(c: str, problem: QuantityProblem) -> Words:
+    r, q = problem.resource, _q(problem.request, problem.request_text)
+    return (
+        f"{c} asks for {r}: {q}; a quantity cannot be negative. Use 0 or more.",
+        f"{c}: {r} {q} is negative",
+    )
+
+
+def _invalid_quantity(c: str, problem: QuantityProblem) -> Words:
+    r = problem.resource
+    return (
+        f"{c}: {r} {problem.detail}. Write a whole number such as 1.",
+        f"{c}: {r} {problem.detail}",
+    )
+
+
+_QUANTITY_WORDS = {
+    "requestsWithoutLimits": _requests_without_limits,
+    "requestsNotEqualLimits": _requests_not_equal_limits,
+    "fractionalQuantity": _fractional_quantity,
+    "negativeQuantity": _negative_quantity,
+    "invalidQuantity": _invalid_quantity,
+}
+
+
+def quantity_findings(scope: Scope, settings: Settings) -> Iterator[Finding]:
+    for container, problem in scope.pod.problems:
+        action = settings.actions.get(problem.check, "deny")
+        if action == "repair":
+            continue
+        words = _QUANTITY_WORDS[problem.check]
+        message, summary = words(f'container "{container.name}"', problem)
+        yield Finding("builtin", problem.check, action, message, summary, scope.at(container))
+
+
+def _node_text(fit: Fit) -> str:
+    if fit.node is None:
+        return "none"
+    if fit.node.pool:
+        return f"node pool {fit.node.pool} (may scale from zero)"
+    return f"node {fit.node.name}"
+
+
+def class_name(shape: Shape) -> str:
+    """A node class as people know it: its product and an example node."""
+    if shape.pool:
+        return f"node pool {shape.pool}"
+    product = shape.gpu.product or shape.labels.get(PRODUCT_LABEL) or "unlabelled"
+    more = f" and {shape.node_count - 1} more" if shape.node_count > 1 else ""
+    return f"{product} nodes ({shape.example.name}{more})"
+
+
+# Admits every node a pod could be allowed onto: a cordoned node is no alternative to offer.
+_ANYWHERE = Placement(
+    node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},), cordoned=False
+)
+
+
+def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) -> Iterator[Finding]:
+    # ``effective``, not ``resources``: GPUs a DRA device class serves are judged as claims.
+    unknown = [
+        r for r, n in scope.pod.effective.items() if n > 0 and r not in inventory.resource_names
+    ]
+    for resource in unknown:
+        yield _unknown_resource(scope, resource, inventory, settings)
+    answer = scope.fit
+    if unknown or answer is None or answer.fitting:
+        return
+    text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
+    action = action_of(settings.actions["capacity"])
+    yield Finding("builtin", "capacity", action, text, summary, scope.where)
+
+
+def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
+    """One GPU resource alone is more than any usable node has: today's message."""
+    for resource, need in scope.pod.effective.items():
+        fit = inventory.largest(resource, scope.placement)
+        if need <= fit.amount:
+            continue
+        best = inventory.largest(resource, _ANYWHERE)
+        if fit.node is None:
+            text = f"the pod requests {need} {resource} but no node it can use offers any."
+        else:
+            text = (
+                f"the pod requests {need} {resource}, but the largest node it can use, "
+                f"{_node_text(fit).removeprefix('node ')}, has {fit.amount} allocatable."
+            )
+        tainted = _tainted_fit(scope, inventory, resource, fit.amount)
+        text += _remedy(need, fit, best) if tainted is None else _taint_text(need, *tainted)
+        return text, f"{need} {resource} requested, largest usable node has {fit.amount}"
+    return None
+
+
+def _amount_text(resource: str, amount: int) -> str:
+    return f"{quantity_text(resource, amount)} {resource}"
+
+
+def _short_text(short: Shortfall) -> str:
+    if short.physical:
+        return (
+            f"{short.have} physical GPUs behind {short.resource}, for a container asking "
+            f"{short.need}"
+        )
+    have, need = (
+        quantity_text(short.resource, short.have),
+        quantity_text(short.resource, short.need),
+    )
+    return f"{have} of {need} {short.resource}"
+
+
+def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
+    """Every GPU resource fits somewhere, but no single usable node takes the whole pod."""
+    demand = answer.demand
+    asked = [_amount_text(n, c) for n, c in demand.gpus]
+    asked += [_amount_text(n, demand.amount(n)) for n in ("cpu", "memory") if demand.amount(n)]
+    gpu_names = {n for n, _ in demand.gpus}
+    # Classes with none of the pod's GPU resources say nothing worth reading.
+    relevant = [m for m in answer.missing if gpu_names & set(m[0].allocatable)]
+    ranked = sorted(relevant or answer.missing, key=lambda m: len(m[1]))
+    lacks = [
+        f"{class_name(shape)} have {', '.join(map(_short_text, short))}"
+        for shape, short in ranked[:3]
+    ]
+    kinds = {s.resource for _, short in relevant for s in short}
+    fixes = []
+    if any(s.physical for _, short in relevant for s in short):
+        fixes.append(
+            "on shared GPUs (time-slicing, MPS) a container gets no more GPUs than the node "
+            "has, however many slots it asks for: ask for one slot, or for whole GPUs"
+        )
+    if len(demand.gpus) > 1 and kinds & gpu_names:
+        fixes.append(
+            "no node offers these GPU resources together: ask for one kind of GPU resource, "
+            "or put the containers in separate pods"
+        )
+    if kinds & {"cpu", "memory"}:
+        fixes.append(
+            "lower the pod's cpu or memory requests (memory limits count where no request is "
+            "set, including limits a rule sets) or let the pod use larger nodes"
+        )
+    text = (
+        f"the pod requests {', '.join(asked)}, and no node it can use has all of it at once: "
+        f"{'; '.join(lacks)}. To fix: {'; '.join(fixes) or 'let the pod use larger nodes'}."
+    )
+    return text, f"no usable node fits the whole pod ({', '.join(asked)})"
+
+
+def _remedy(need: int, fit: Fit, best: Fit) -> str:
+    if best.amount == 0:
+        return " Every node that offers it is cordoned: wait for one to be uncordoned or added."
+    text = ""
+    if best.amount > fit.amount:
+        text += (
+            f" {_node_text(best).capitalize()} has {best.amount}, but the pod's "
+            "nodeSelector, node affinity or tolerations exclude it."
+        )
+    if best.amount >= need and fit.amount == 0:
+        return text + " Let the pod use that node."
+    if best.amount >= need:
+        return text + f" Let the pod use that node, or request at most {fit.amount}."
+    return text + (
+        f" No node has {need}: request at most {best.amount} per pod and spread the "
+        "work over more pods."
+    )
+
+
+def _tainted_fit(
+    scope: Scope, inventory: Inventory, resource: str, usable: int
+) -> tuple[Fit, list[Taint]] | None:
+    """The larger node the pod's selector and affinity admit but its tolerations do not, and
+    the taints that keep it off: the scheduler's TaintToleration filter, named for the user."""
+    selected = Placement(
+        node_selector=scope.placement.node_selector,
+        required_terms=scope.placement.required_terms,
+        tolerations=({"operator": "Exists"},),
+        cordoned=False,  # a cordoned node is no alternative to offer
+    )
+    fit = inventory.largest(resource, selected)
+    if fit.node is None or fit.amount <= usable:
+        return None
+    tolerations = Placement(
+        node_selector={}, required_terms=None, tolerations=scope.placement.tolerations
+    )
+    taints = [t for t in fit.node.taints if not tolerations.admits({}, "", (t,))]
+    return (fit, taints) if taints else None
+
+
+def _taint_text(need: int, fit: Fit, taints: list[Taint]) -> str:
+    named = ", ".join(_taint_name(t) for t in taints)
+    tolerations = "; ".join(_toleration_text(t) for t in taints)
+    one = len(taints) == 1
+    text = (
+        f" {_node_text(fit).capitalize()} has {fit.amount}, but its "
+        f"{'taint' if one else 'taints'} {named} {'keeps' if one else 'keep'} the pod off. "
+        f"If the pod may run there, add to its tolerations: {tolerations}."
+    )
+    if fit.amount < need:
+        text += f" Even there, request at most {fit.amount}."
+    return text
+
+
+def _taint_name(taint: Taint) -> str:
+    return (
+        f"{taint.key}={taint.value}:{taint.effect}"
+        if taint.value
+        else f"{taint.key}:{taint.effect}"
+    )
+
+
+def _toleration_text(taint: Taint) -> str:
+    if taint.value:
+        return (
+            f'{{key: "{taint.key}", operator: "Equal", value: "{taint.value}", '
+            f'effect: "{taint.effect}"}}'
+        )
+    return f'{{key: "{taint.key}", operator: "Exists", effect: "{taint.effect}"}}'
+
+
+def _unknown_resource(
+    scope: Scope, resource: str, inventory: Inventory, settings: Settings
+) -> Finding:
+    known = sorted(n for n in inventory.resource_names if settings.gpu_resources.is_gpu(n))
+    domain = resource.partition("/")[0]
+    alike = [n for n in known if n.startswith(domain + "/")] or known
+    offered = ", ".join(alike) if alike else "no GPU resources at all"
+    profile = resource.removeprefix(MIG_PREFIX).removesuffix(".shared")
+    gpus = mig_profile_gpus(profile) if resource.startswith(MIG_PREFIX) else []
+    if gpus:
+        # A real profile this cluster lacks: another profile is no typo fix.
+        message = (
+            f"the pod requests {resource}, a MIG profile of {' and '.join(gpus)} GPUs, but no "
+            f"node in this cluster offers it; this cluster offers {offered}. Ask for one of "
+            "those, or ask an admin to partition GPUs with this profile."
+        )
+    else:
+        close = difflib.get_close_matches(resource, alike, n=1, cutoff=0.8)
+        hint = f" Did you mean {close[0]}?" if close else " Check the resource name."
+        message = (
+            f"the pod requests {resource}, which no node advertises; this cluster offers "
+            f"{offered}.{hint}"
+        )
+    summary = f"{resource} is offered by no node (offered: {offered})"
+    return Finding(
+        "builtin",
+        "unknownResource",
+        action_of(settings.actions["unknownResource"]),
+        message,
+        summary,
+        scope.where,
+    )
+
+
+def _units(scope: Scope, inventory: Inventory | None, resource: str) -> Units:
+    """``resource`` on the node classes this pod can land on: those that take its whole
+    request, or, when none does (a capacity finding says so), every usable one."""
+    if inventory is None:
+        return _NO_UNITS
+    if scope.fit is not None:
+        units = scope.fit.units(resource)
+        if units.offering:
+            return units
+    return Units.of(
+        (shape, shape.gpu.device(resource, shape.allocatable[resource]))
+        for shape in inventory.admitted(resource, scope.placement)
+    )
+
+
+_NO_UNITS = Units((), mig=False, shared=None)
+
+
+def _devices(
+    scope: Scope, inventory: Inventory | None, resource: str
+) -> Sequence[tuple[Shape, DeviceFacts]]:
+    return _units(scope, inventory, resource).offering
+
+
+def whole_gpus(scope: Scope) -> bool:
+    """The pod gets whole GPUs wherever it fits (or, without an inventory, asks for no MIG
+    or shared resource by name): ``device_findings`` would find nothing."""
+    if scope.pod.partial:
+        return False
+    return scope.fit is None or scope.fit.whole(scope.pod.vector)
+
+
+def device_findings(
+    scope: Scope, inventory: Inventory | None, settings: Settings
+) -> Iterator[Finding]:
+    """What one unit of a GPU resource is on the nodes the pod can use: a shared slot asked
+    for more than once (``sharedGPURequest``), several MIG devices in one container
+    (``multipleMIGDevices``)."""
+    for c in scope.pod.containers:
+        if c.gpu_count <= 1:
+            continue  # neither several slots nor several MIG devices
+        migs: dict[str, int] = {}
+        where = ""
+        for resource, count in c.gpus.items():
+            units = _units(scope, inventory, resource)
+            if units.mig or resource.startswith(MIG_PREFIX):
+                migs[resource] = count
+            if units.mig and not resource.startswith(MIG_PREFIX):
+                shape = next(s for s, d in units.offering if d.kind == "mig")
+                where = f" on {class_name(shape)}, where {resource} is a MIG slice"
+            if count > 1 and (
+                units.shared is not None or settings.gpu_resources.is_shared(resource)
+            ):
+                yield _shared_request(
+                    scope, c, resource, count, shared=units.shared, settings=settings
+                )
+        if sum(migs.values()) > 1:
+            yield _multiple_migs(scope, c, migs, settings, where=where)
+
+
+def _shared_request(
+    scope: Scope,
+    c: Container,
+    resource: str,
+    count: int,
+    *,
+    shared: tuple[Shape, DeviceFacts] | None,
+    settings: Settings,
+) -> Finding:
+    who = f'container "{c.name}"'
+    if shared is None:
+        where = f"{resource} is a shared GPU resource: its slots"
+    else:
+        shape, device = shared
+        behind = f" over {device.physical} GPUs" if device.physical is not None else ""
+        where = (
+            f"on {class_name(shape)} one {resource} is a {device.sharing} slot "
+            f"({device.replicas} per GPU{behind}): {count} slots"
+        )
+    base = resource.removesuffix(".shared")
+    message = (
+        f"{who} asks for {count} {resource}, but {where} may all share one GPU and add no "
+        "compute or memory (the device plugin fails such pods where failRequestsGreaterThanOne "
+        f"is set). Ask for 1 {resource}, or for whole GPUs on nodes that do not share them "
+        f"({base}.sharing-strategy: none)."
+    )
+    summary = f"{who}: {count} {resource}, shared slots add no compute; ask for 1"
+    action = action_of(settings.actions.get("sharedGPURequest", "deny"))
+    return Finding("builtin", "sharedGPURequest", action, message, summary, scope.at(c))
+
+
+def _multiple_migs(
+    scope: Scope, c: Container, migs: Mapping[str, int], settings: Settings, *, where: str = ""
+) -> Finding:
+    who = f'container "{c.name}"'
+    total = sum(migs.values())
+    listed = ", ".join(f"{r}: {n}" for r, n in sorted(migs.items()))
+    message = (
+        f"{who} asks for {total} MIG devices ({listed}){where}; a CUDA process sees only one MIG "
+        "device, so the others stay idle unless the container runs one process per device. "
+        "Ask for one MIG device of a larger profile (e.g. 3g.40gb instead of 3 x 1g.10gb), or "
+        "split the work over several containers or pods."
+    )
+    summary = f"{who}: {total} MIG devices, a CUDA process uses one"
+    action = action_of(settings.actions.get("multipleMIGDevices", "warn"))
+    return Finding("builtin", "multipleMIGDevices", action, message, summary, scope.at(c))
+
+
+# --- rule-driven checks -------------------------------------------------------------------
+
+
+def rule_findings(scope: Scope, rule: Rule, *, inventory: Inventory | None) -> Iterator[Finding]:
+    for check in rule.checks:
+        result = (
+            _RULE_CHECKS[check.kind](scope, check, inventory)
+            if check.kind in _RULE_CHECKS
+            else None
+        )
+        if result is None:
+            continue
+        message, summary = result
+        if check.message:
+            message = f"{message} {check.message}"
+        yield Finding(rule.name, check.kind, check.action, message, summary, scope.where)
+
+
+Result = tuple[str, str] | None
+
+
+def _max_per_pod(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    if scope.pod.total <= check.value:
+        return None
+    return (
+        f"the pod requests {scope.pod.total} GPUs; at most {check.value} per pod are allowed "
+        f"here. Request {check.value} or fewer, or split the work over more pods.",
+        f"{scope.pod.total} GPUs per pod, at most {check.value} allowed",
+    )
+
+
+def _max_per_container(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    for c in scope.pod.containers:
+        if c.gpu_count > check.value:
+            return (
+                f'container "{c.name}" requests {c.gpu_count} GPUs; at most {check.value} per '
+                "container are allowed here.",
+                f'container "{c.name}": {c.gpu_count} GPUs, at most {check.value}',
+            )
+    return None
+
+
+def _allowed_counts(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    allowed = sorted(check.value)
+    for c in scope.pod.containers:
+        for resource, count in c.gpus.items():
+            if count not in allowed:
+                nearest = min((a for a in allowed if a >= count), default=allowed[-1])
+                listed = ", ".join(map(str, allowed))
+                return (
+                    f'container "{c.name}" requests {count} {resource}; allowed counts are '
+                    f"{listed} (whole nodes or halves pack without stranding GPUs). "
+                    f"Use {nearest}.",
+                    f'container "{c.name}": {count} GPUs, allowed {listed}',
+                )
+    return None
+
+
+def _selected_products(scope: Scope) -> set[str] | None:
+    """Products the pod's own constraints allow; ``None`` when it does not constrain them."""
+    selected = scope.placement.node_selector.get(PRODUCT_LABEL)
+    if selected is not None:
+        return {str(selected)}
+    terms = scope.placement.required_terms or []
+    products: set[str] = set()
+    for term in terms:
+        values = [
+            set(map(str, e.get("values") or []))
+            for e in term.get("matchExpressions") or []
+            if isinstance(e, dict) and e.get("key") == PRODUCT_LABEL and e.get("operator") == "In"
+        ]
+        if not values:
+            return None  # this term allows any product
+        products |= set.intersection(*values)
+    return products if terms else None
+
+
+def _product(shape: Shape, device: DeviceFacts) -> str:
+    return device.product or shape.labels.get(PRODUCT_LABEL) or UNLABELLED
+
+
+def _allowed_products(scope: Scope, check: RuleCheck, inventory: Inventory | None) -> Result:
+    allowed = glob_matcher(check.value)
+    listed = ", ".join(check.value)
+    if inventory is not None:
+        # The product a pod really gets: "-MIG-1g.10gb" under MIG, "-SHARED" on shared GPUs.
+        reachable = {
+            _product(shape, device)
+            for name in scope.pod.resources
+            for shape, device in _devices(scope, inventory, name)
+        }
+        bad = sorted(p for p in reachable if not allowed(p))
+    else:
+        selected = _selected_products(scope)
+        if selected is None:
+            return (
+                f"the pod may land on any GPU product, but only {listed} are allowed here. "
+                f"Add a nodeSelector or required node affinity on {PRODUCT_LABEL}.",
+                f"pod does not select a GPU product; allowed: {listed}",
+            )
+        bad = sorted(p for p in selected if not allowed(p))
+    if not bad:
+        return None
+    return (
+        f"the pod can land on nodes with GPU product {', '.join(bad)}, but only {listed} are "
+        f"allowed here. Select allowed products with {PRODUCT_LABEL} in the pod's "
+        "nodeSelector or required node affinity.",
+        f"GPU product {', '.join(bad)} not allowed (allowed: {listed})",
+    )
+
+
+def _whole_gpus_only(scope: Scope, check: RuleCheck, inventory: Inventory | None) -> Result:
+    if not check.value:
+        return None
+    parts: dict[str, str] = {}
+    for name in scope.pod.resources:
+        if name.startswith(MIG_PREFIX):
+            parts[name] = "a MIG slice"
+        elif scope.settings.gpu_resources.is_shared(name):
+            parts[name] = "a shared slot"
+        for shape, device in _devices(scope, inventory, name):
+            if device.kind != "whole":
+                parts.setdefault(name, f"a {device.describe} on {class_name(shape)}")
+    if not parts:
+        return None
+    got = "; ".join(f"{name} is {what}" for name, what in parts.items())
+    return (
+        f"only whole GPUs are allowed here, but the pod can get part of one: {got}. Ask for "
+        "nvidia.com/gpu on nodes with whole GPUs: select them with nvidia.com/gpu.product "
+        "(products without -MIG- or -SHARED) or nvidia.com/gpu.sharing-strategy: none in the "
+        "pod's nodeSelector or required node affinity.",
+        f"not whole GPUs: {', '.join(parts)}",
+    )
+
+
+MIB = 2**20
+
+
+def _selected_memory(scope: Scope) -> int | None:
+    """The least GPU memory (MiB) the pod's own constraints guarantee, or ``None``."""
+    selected = scope.placement.node_selector.get(MEMORY_LABEL)
+    if selected is not None:
+        return int(selected) if str(selected).isdigit() else None
+    terms = scope.placement.required_terms or []
+    least: int | None = None
+    for term in terms:
+        floors = []
+        for e in term.get("matchExpressions") or []:
+            values = [str(v) for v in e.get("values") or []]
+            if e.get("key") != MEMORY_LABEL or not values or not all(v.isdigit() for v in values):
+                continue
+            if e.get("operator") == "Gt" and len(values) == 1:
+                floors.append(int(values[0]) + 1)
+            elif e.get("operator") == "In":
+                floors.append(min(map(int, values)))
+        if not floors:
+            return None  # this term allows any GPU memory
+        floor = max(floors)
+        least = floor if least is None else min(least, floor)
+    return least
+
+
+def _min_gpu_memory(scope: Scope, check: RuleCheck, inventory: Inventory | None) -> Result:
+    need = -(-int(check.value) // MIB)
+    text = format_bytes(int(check.value))
+    fix = (
+        f"Select nodes with more GPU memory: required node affinity {MEMORY_LABEL} Gt "
+        f"{need - 1} (MiB), or a GPU resource with more memory."
+    )
+    if inventory is None:
+        least = _selected_memory(scope)
+        if least is not None and least >= need:
+            return None
+        return (
+            f"the pod needs GPUs with at least {text} of memory here, but does not select "
+            f"them. {fix}",
+            f"pod does not select GPUs with {text} memory",
+        )
+    seen: dict[str, int | None] = {}
+    for name in scope.pod.resources:
+        for shape, device in _devices(scope, inventory, name):
+            seen[_product(shape, device)] = device.memory_mib
+            if device.memory_mib is not None and device.memory_mib >= need:
+                return None
+    found = ", ".join(
+        f"{product} ({format_bytes(mib * MIB) if mib is not None else 'memory not labelled'})"
+        for product, mib in sorted(seen.items())
+    )
+    return (
+        f"the pod needs GPUs with at least {text} of memory here, but the GPUs of the nodes it "
+        f"can use have less: {found or 'none'}. {fix}",
+        f"no usable GPU has {text} memory",
+    )
+
+
+def _max_shared(scope: Scope, check: RuleCheck, inventory: Inventory | None) -> Result:
+    del inventory
+    for c in scope.pod.containers:
+        for resource, count in c.gpus.items():
+            if count > check.value and scope.settings.gpu_resources.is_shared(resource):
+                return (
+                    f'container "{c.name}" requests {count} {resource}; time-sliced replicas '
+                    "of a shared GPU add no compute or memory, and may land on one physical "
+                    f"GPU. Request at most {check.value}, or a dedicated GPU resource.",
+                    f'container "{c.name}": {count} shared GPUs, at most {check.value}',
+                )
+    return None
+
+
+def _required_labels(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    missing = [k for k in check.value if k not in scope.labels]
+    if not missing:
+        return None
+    return (
+        f"GPU pods here must carry the labels {', '.join(check.value)}; missing: "
+        f"{', '.join(missing)}. Add them to the pod's metadata.labels.",
+        f"missing pod labels: {', '.join(missing)}",
+    )
+
+
+def _forbidden(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    forbidden = glob_matcher(check.value)
+    bad = [r for r in scope.pod.resources if forbidden(r)]
+    if not bad:
+        return None
+    return (
+        f"the pod requests {', '.join(bad)}, which pods here may not use.",
+        f"{', '.join(bad)} may not be requested here",
+    )
+
+
+# Workloads that run for long: a GPU that hangs (driver hang, XID error) leaves their pods
+# Running and useless until a liveness probe restarts them.
+LONG_RUNNING_KINDS = frozenset({"Deployment", "StatefulSet", "LeaderWorkerSet"})
+_PROBE_FIELDS = {
+    "liveness": "livenessProbe",
+    "readiness": "readinessProbe",
+    "startup": "startupProbe",
+}
+
+
+def _require_probes(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    if scope.kind not in LONG_RUNNING_KINDS:
+        return None
+    for c in scope.pod.containers:
+        if not c.gpu_count or (c.section == "initContainers" and not c.sidecar):
+            continue
+        missing = [_PROBE_FIELDS[p] for p in check.value if not c.body.get(_PROBE_FIELDS[p])]
+        if missing:
+            return (
+                f'GPU container "{c.name}" of this {scope.kind} has no {", ".join(missing)}; '
+                "a GPU driver hang or XID error leaves its pod Running but useless until a "
+                "liveness probe restarts it. Add a probe that exercises the GPU (the "
+                "server's health endpoint, or nvidia-smi).",
+                f'GPU container "{c.name}" has no {", ".join(missing)}',
+            )
+    return None
+
+
+def _allowed_priority_classes(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+    allowed = glob_matcher(check.value)
+    listed = ", ".join(check.value)
+    name = scope.spec.get("priorityClassName")
+    if isinstance(name, str) and name and allowed(name):
+        return None
+    if not isinstance(name, str) or not name:
+        return (
+            f"the pod sets no priorityClassName; GPU pods here must use one of {listed}. "
+            "Set spec.priorityClassName.",
+            f"no priorityClassName; allowed: {listed}",
+        )
+    return (
+        f'the pod uses priorityClassName "{name}"; GPU pods here must use one of {listed}. '
+        "Change spec.priorityClassName.",
+        f'priorityClassName "{name}" not allowed (allowed: {listed})',
+    )
+
+
+_RULE_CHECKS = {
+    "maxGPUsPerPod": _max_per_pod,
+    "maxGPUsPerContainer": _max_per_container,
+    "allowedGPUCounts": _allowed_counts,
+    "allowedProducts": _allowed_products,
+    "maxSharedGPUs": _max_shared,
+    "requiredLabels": _required_labels,
+    "forbiddenResources": _forbidden,
+    "wholeGPUsOnly": _whole_gpus_only,
+    "minGPUMemory": _min_gpu_memory,
+    "requireProbes": _require_probes,
+    "allowedPriorityClasses": _allowed_priority_classes,
+}

@@ -1,0 +1,424 @@
+"""Mutations: each adds only what is missing and never overrides what the user set.
+
+Every function here is idempotent: run on its own output it records no operation, which is
+what makes ``reinvocationPolicy: IfNeeded`` and repeated ``kubectl apply`` safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from webhook.engine.demand.gpuaccess import VISIBLE_DEVICES, asks_for_gpu, pod_asks_for_gpu
+from webhook.engine.demand.gpus import Container, PodGPUs
+from webhook.engine.kube.patch import Editor
+from webhook.engine.kube.quantity import QuantityError, format_bytes, parse_quantity
+from webhook.engine.kube.selectors import toleration_covers
+from webhook.engine.kube.workloads import Path
+from webhook.engine.policy.decision import Finding
+from webhook.engine.policy.ruleset import GPUResources, MemoryLimit, Mutations, NodeLabel
+from webhook.engine.resources.fit import Demand, pod_requests
+from webhook.engine.resources.gpufacts import MIG_PREFIX
+from webhook.engine.resources.inventory import Inventory, Placement
+
+HIDE_GPUS = ((VISIBLE_DEVICES, "void"), ("CUDA_VISIBLE_DEVICES", ""))
+SHM_VOLUME = "gpu-webhook-dshm"
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# --- placement ----------------------------------------------------------------------------
+
+
+def add_tolerations(editor: Editor, spec_path: Path, wanted: Sequence[Mapping[str, Any]]) -> None:
+    path = (*spec_path, "tolerations")
+    for toleration in wanted:
+        existing = editor.get(path)
+        if not existing or not isinstance(existing, list):
+            editor.add(path, [dict(toleration)])
+        elif not any(isinstance(t, dict) and toleration_covers(t, toleration) for t in existing):
+            editor.append(path, dict(toleration))
+
+
+def _constrained_keys(term: Mapping[str, Any]) -> set[str]:
+    return {str(e.get("key")) for e in _list(term.get("matchExpressions")) if isinstance(e, dict)}
+
+
+def add_required_affinity(
+    editor: Editor, spec_path: Path, wanted: Sequence[Mapping[str, Any]]
+) -> None:
+    """AND each requirement into every existing term (terms are ORed, so a requirement must
+    hold in each), skipping terms (or a nodeSelector) that already constrain its key."""
+    selector = _map(editor.get((*spec_path, "nodeSelector")))
+    wanted = [dict(r) for r in wanted if r["key"] not in selector]
+    if not wanted:
+        return
+    required_path = (*spec_path, "affinity", "nodeAffinity", _REQUIRED)
+    terms = _list(editor.get((*required_path, "nodeSelectorTerms")))
+    if not terms:
+        editor.add((*required_path, "nodeSelectorTerms"), [{"matchExpressions": wanted}])
+        return
+    for index, term in enumerate(terms):
+        if not isinstance(term, dict):
+            continue
+        keys = _constrained_keys(term)
+        for requirement in wanted:
+            if requirement["key"] not in keys:
+                path = (*required_path, "nodeSelectorTerms", index, "matchExpressions")
+                editor.append(path, dict(requirement))
+
+
+def add_preferred_affinity(
+    editor: Editor, spec_path: Path, wanted: Sequence[Mapping[str, Any]]
+) -> None:
+    """Add a preference unless the pod already states a preference or requirement on any of
+    its keys: the user's choice wins."""
+    node_affinity = (*spec_path, "affinity", "nodeAffinity")
+    for preference in wanted:
+        exprs = [dict(e) for e in preference["matchExpressions"]]
+        keys = {e["key"] for e in exprs}
+        taken = set(_map(editor.get((*spec_path, "nodeSelector"))))
+        for term in _list(editor.get((*node_affinity, _REQUIRED, "nodeSelectorTerms"))):
+            taken |= _constrained_keys(_map(term))
+        for existing in _list(editor.get((*node_affinity, _PREFERRED))):
+            taken |= _constrained_keys(_map(_map(existing).get("preference")))
+        if keys & taken:
+            continue
+        item = {"weight": preference["weight"], "preference": {"matchExpressions": exprs}}
+        editor.append((*node_affinity, _PREFERRED), item)
+
+
+def set_runtime_class(editor: Editor, spec_path: Path, name: str) -> str | None:
+    """Set ``runtimeClassName`` where the pod names none; the class it names otherwise."""
+    current = editor.get((*spec_path, "runtimeClassName"))
+    if current is None:
+        editor.add((*spec_path, "runtimeClassName"), name)
+        return None
+    return str(current)
+
+
+def avoid_label(editor: Editor, spec_path: Path, label: NodeLabel) -> None:
+    """Required node affinity off nodes with ``label``: ``NotIn`` its value (which also
+    admits nodes without the label) or ``DoesNotExist``, in every term."""
+    requirement: dict[str, Any] = (
+        {"key": label.key, "operator": "NotIn", "values": [label.value]}
+        if label.value is not None
+        else {"key": label.key, "operator": "DoesNotExist"}
+    )
+    add_required_affinity(editor, spec_path, [requirement])
+
+
+def apply_placement(editor: Editor, spec_path: Path, mutations: Mutations) -> None:
+    add_tolerations(editor, spec_path, mutations.tolerations)
+    if mutations.required_affinity:
+        add_required_affinity(editor, spec_path, mutations.required_affinity)
+    if mutations.preferred_affinity:
+        add_preferred_affinity(editor, spec_path, mutations.preferred_affinity)
+
+
+# --- containers ---------------------------------------------------------------------------
+
+
+def _env_names(editor: Editor, path: Path) -> dict[str, int]:
+    return {
+        str(e.get("name")): i
+        for i, e in enumerate(_list(editor.get((*path, "env"))))
+        if isinstance(e, dict)
+    }
+
+
+def hide_gpus(
+    editor: Editor, spec_path: Path, pod: PodGPUs, claim_holders: frozenset[Path] = frozenset()
+) -> None:
+    """Containers that ask for no GPU would otherwise see every GPU of the node when the
+    NVIDIA runtime is the default. A container that sets NVIDIA_VISIBLE_DEVICES itself (the
+    DCGM exporter, a validator) is left alone: the gpuAccessWithoutRequest check judges it.
+    A CUDA_VISIBLE_DEVICES it sets is kept, and hides nothing from the runtime. A container
+    that holds a DRA GPU claim keeps its GPUs: the DRA driver gives them to it."""
+    for container in pod.containers:
+        if asks_for_gpu(container) or (claim_holders and container.path in claim_holders):
+            continue
+        path = (*spec_path, *container.path, "env")
+        env = editor.get(path)
+        if not env or not isinstance(env, list):
+            # One operation for a container without env.
+            editor.add(path, [{"name": name, "value": value} for name, value in HIDE_GPUS])
+            continue
+        names = {str(e.get("name")) for e in env if isinstance(e, dict)}
+        if VISIBLE_DEVICES in names:
+            continue
+        for name, value in HIDE_GPUS:
+            if name not in names:
+                editor.append(path, {"name": name, "value": value})
+
+
+def render_env(template: str, gpu_count: int) -> str:
+    # Inside a container GPUs are numbered from 0, whatever their host index.
+    indexes = ",".join(str(i) for i in range(gpu_count))
+    return template.replace("{gpuCount}", str(gpu_count)).replace("{gpuIndexes}", indexes)
+
+
+def set_gpu_env(editor: Editor, spec_path: Path, pod: PodGPUs, mutations: Mutations) -> None:
+    for container in pod.containers:
+        if not container.gpu_count:
+            continue
+        path = (*spec_path, *container.path)
+        for var in mutations.gpu_env:
+            entry = {"name": var.name, "value": render_env(var.value, container.gpu_count)}
+            names = _env_names(editor, path)
+            if var.name not in names:
+                editor.append((*path, "env"), entry)
+            elif var.override:
+                index = names[var.name]
+                if editor.get((*path, "env", index)) != entry:
+                    editor.replace((*path, "env", index), entry)
+
+
+def _memory(value: object) -> int | None:
+    try:
+        return int(parse_quantity(value)) if value is not None else None
+    except QuantityError:
+        return None
+
+
+def physical_gpus(
+    container: Container,
+    *,
+    inventory: Inventory | None,
+    placement: Placement | None,
+    gpus: GPUResources,
+) -> int:
+    """The physical GPUs a container gets: whole GPUs count one each; MIG slices and shared
+    slots are parts of one GPU and count one together. ``nvidia.com/gpu`` is a slice or a
+    slot only where every node class the pod can use says so (MIG single, time-slicing)."""
+    whole = 0
+    parts = False
+    for name, count in container.gpus.items():
+        if name.startswith(MIG_PREFIX) or gpus.is_shared(name):
+            parts = True
+            continue
+        if inventory is not None and placement is not None:
+            kinds = {
+                shape.gpu.device(name, shape.allocatable[name]).kind
+                for shape in inventory.admitted(name, placement)
+            }
+            if kinds and "whole" not in kinds:
+                parts = True
+                continue
+        whole += count
+    return whole + (1 if parts and not whole else 0)
+
+
+def memory_share(
+    inventory: Inventory, placement: Placement, container: Container, *, gpus: int
+) -> int | None:
+    """Per-GPU share of memory on the smallest node the pod can use, times the container's
+    physical GPUs (a node with 4 GPUs time-sliced into 16 slots has 4 shares, not 16)."""
+    shares = []
+    for name in container.gpus:
+        for shape in inventory.admitted(name, placement):
+            memory = shape.allocatable.get("memory")
+            device = shape.gpu.device(name, shape.allocatable[name])
+            per_node = device.physical or shape.gpu.physical or device.units
+            if memory and per_node:
+                shares.append(memory // per_node * gpus)
+    return min(shares) if shares else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    container: Container
+    path: Path
+    amount: int
+    # Kubernetes copies a limit into an unset request: then the limit is what the pod asks.
+    becomes_request: bool
+
+
+def set_memory_limits(
+    editor: Editor,
+    spec_path: Path,
+    pod: PodGPUs,
+    limit: MemoryLimit,
+    *,
+    inventory: Inventory | None,
+    rule: str = "",
+    gpus: GPUResources | None = None,
+) -> list[Finding]:
+    gpus = gpus or GPUResources()
+    placement = Placement.of(_map(editor.get(spec_path)))
+    planned: list[_Planned] = []
+    for container in pod.containers:
+        if not container.gpu_count:
+            continue
+        path = (*spec_path, *container.path, "resources")
+        resources = _map(editor.get(path))
+        if "memory" in _map(resources.get("limits")):
+            continue
+        count = physical_gpus(container, inventory=inventory, placement=placement, gpus=gpus)
+        if limit.mode == "fixed":
+            amount: int | None = limit.amount
+        elif limit.mode == "perGPU":
+            amount = limit.amount * count
+        else:
+            if inventory is None:
+                continue
+            amount = memory_share(inventory, placement, container, gpus=count)
+        if amount is None:
+            continue
+        request = _memory(_map(resources.get("requests")).get("memory"))
+        if request is not None:
+            amount = max(amount, request)
+        planned.append(_Planned(container, path, amount, becomes_request=request is None))
+    findings: list[Finding] = []
+    if planned and inventory is not None and pod.total:
+        planned, findings = _fit_memory(
+            editor.get(spec_path), pod, planned, limit, inventory=inventory, rule=rule
+        )
+    for plan in planned:
+        editor.add((*plan.path, "limits", "memory"), format_bytes(plan.amount))
+        if plan.becomes_request:
+            plan.container.memory_set = plan.amount  # Kubernetes copies it into the request
+    return findings
+
+
+def _fit_memory(
+    spec: Any,
+    pod: PodGPUs,
+    planned: list[_Planned],
+    limit: MemoryLimit,
+    *,
+    inventory: Inventory,
+    rule: str,
+) -> tuple[list[_Planned], list[Finding]]:
+    """Keep the injected limits within the nodes the pod can use (``whenTooLarge``)."""
+    spec = _map(spec)
+    placement = Placement.of(spec)
+    at = {id(c): i for i, c in enumerate(pod.containers)}
+
+    def memory(plans: list[_Planned]) -> tuple[int, int]:
+        extra = {at[id(p.container)]: p.amount for p in plans if p.becomes_request}
+        return pod_requests(spec, pod.containers, memory=extra)
+
+    def fitting(plans: list[_Planned]) -> tuple[Any, ...]:
+        cpu, mem = memory(plans)
+        demand = Demand(pod.vector, cpu, mem, pod.per_container)
+        return inventory.fit(placement, demand).fitting
+
+    if fitting(planned):
+        return planned, []
+    without = fitting([])
+    if not without:
+        return planned, []  # the pod fits nowhere anyway: the capacity check says why
+    room = max(shape.allocatable.get("memory", 0) for shape in without)
+    base = memory([])[1]
+    asked = ", ".join(f"{p.container.name or '?'} {format_bytes(p.amount)}" for p in planned)
+    where = f"the largest node the pod can use has {format_bytes(room)} allocatable memory"
+    if limit.when_too_large == "deny":
+        message = (
+            f"rule {rule} sets memory limits ({asked}) that no node the pod can use holds: "
+            f"{where}. Set memory limits on the GPU containers yourself, within that, and the "
+            "rule leaves them alone."
+        )
+        finding = Finding(
+            rule, "memoryLimit", "deny", message, f"memory limits {asked} fit no node"
+        )
+        return [], [finding]  # not set: the denial says why, and a retry is judged the same
+    if limit.when_too_large == "cap":
+        grow = sum(p.amount for p in planned if p.becomes_request)
+        share = Fraction(max(room - base, 0), grow) if grow else Fraction(0)
+        capped = [
+            _Planned(
+                p.container,
+                p.path,
+                int(p.amount * share) // 2**20 * 2**20 if p.becomes_request else p.amount,
+                p.becomes_request,
+            )
+            for p in planned
+        ]
+        if all(p.amount > 0 for p in capped) and fitting(capped):
+            got = ", ".join(f"{p.container.name or '?'} {format_bytes(p.amount)}" for p in capped)
+            message = (
+                f"memory limits of rule {rule} lowered to fit the nodes the pod can use ({where}): "
+                f"{got} instead of {asked}. Set memory limits yourself to choose them."
+            )
+            return capped, [
+                Finding(rule, "memoryLimit", "warn", message, f"memory limits capped to {got}")
+            ]
+    message = (
+        f"memory limits of rule {rule} ({asked}) left out: they would keep the pod off every "
+        f"node it can use ({where}). Set memory limits yourself."
+    )
+    return [], [
+        Finding(rule, "memoryLimit", "warn", message, f"memory limits {asked} skipped: too large")
+    ]
+
+
+def mount_shm(editor: Editor, spec_path: Path, pod: PodGPUs, size: str) -> None:
+    """A memory-backed /dev/shm: the container runtime's 64 MB breaks PyTorch loaders."""
+    targets = []
+    for container in pod.containers:
+        if not container.gpu_count:
+            continue
+        path = (*spec_path, *container.path)
+        mounts = _list(editor.get((*path, "volumeMounts")))
+        if not any(_map(m).get("mountPath") in ("/dev/shm", "/dev/shm/") for m in mounts):
+            targets.append(path)
+    if not targets:
+        return
+    volumes = _list(editor.get((*spec_path, "volumes")))
+    if not any(_map(v).get("name") == SHM_VOLUME for v in volumes):
+        volume = {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+        editor.append((*spec_path, "volumes"), volume)
+    for path in targets:
+        editor.append((*path, "volumeMounts"), {"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+
+
+def repair_requests_only(editor: Editor, spec_path: Path, container: Container, name: str) -> None:
+    """Copy a GPU request into limits: the device plugin allocates by limit."""
+    path = (*spec_path, *container.path, "resources")
+    request = _map(_map(editor.get(path)).get("requests")).get(name)
+    if request is not None and name not in _map(_map(editor.get(path)).get("limits")):
+        editor.add((*path, "limits", name), request)
+
+
+def apply_containers(
+    editor: Editor,
+    spec_path: Path,
+    pod: PodGPUs,
+    mutations: Mutations,
+    *,
+    inventory: Inventory | None,
+    rule: str = "",
+    gpus: GPUResources | None = None,
+    claim_holders: frozenset[Path] = frozenset(),
+) -> list[Finding]:
+    """Container mutations of one rule; findings where a memory limit had to give way."""
+    findings: list[Finding] = []
+    # The gpuNodes scope needs to know where the pod can land: see accesscontrol.
+    if mutations.hide_gpus == "gpuPods" and pod_asks_for_gpu(pod):
+        hide_gpus(editor, spec_path, pod, claim_holders)
+    if mutations.gpu_env:
+        set_gpu_env(editor, spec_path, pod, mutations)
+    if mutations.memory_limit is not None:
+        findings = set_memory_limits(
+            editor,
+            spec_path,
+            pod,
+            mutations.memory_limit,
+            inventory=inventory,
+            rule=rule,
+            gpus=gpus,
+        )
+    if mutations.shm_size is not None:
+        mount_shm(editor, spec_path, pod, mutations.shm_size)
+    return findings

@@ -1,0 +1,741 @@
+"""The engine's entry point: one object, the policy and a snapshot in; a decision out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
+from webhook.engine.demand.gpus import Container, PodGPUs, pod_gpus
+from webhook.engine.enforcement.accesscontrol import (
+    NO_EXEMPTIONS,
+    PodReach,
+    Template,
+    access_findings,
+    exemptions,
+    hide_on_gpu_nodes,
+    node_findings,
+    place,
+    runtime_class_findings,
+    unhidden_findings,
+    without_exempt,
+)
+from webhook.engine.enforcement.checks import (
+    Scope,
+    capacity_findings,
+    device_findings,
+    quantity_findings,
+    rule_findings,
+    whole_gpus,
+)
+from webhook.engine.enforcement.mutators import (
+    apply_containers,
+    apply_placement,
+    hide_gpus,
+    repair_requests_only,
+)
+from webhook.engine.evaluation.claimobjects import evaluate_claim_object
+from webhook.engine.evaluation.request import NO_INVENTORY_NOTICE, InventoryView, Request
+from webhook.engine.evaluation.updates import (
+    added_ephemeral_containers,
+    env_reads_metadata,
+    fresh_findings,
+    judged_fields_changed,
+    placed_as_before,
+)
+from webhook.engine.kube.patch import Editor, lookup
+from webhook.engine.kube.workloads import Path as WorkloadPath
+from webhook.engine.kube.workloads import PodTemplate
+from webhook.engine.policy.decision import Decision, Finding, action_of, decide
+from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
+from webhook.engine.resources.devices import is_dra_object
+from webhook.engine.resources.fit import demand_of
+from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.scheduling.dra import (
+    NO_CLAIMS,
+    PodClaims,
+    claim_findings,
+    extended_resource_claims,
+    pod_claims,
+    with_claim_gpus,
+)
+from webhook.engine.scheduling.gpunodes import bound_node_reach
+
+_with_pools: tuple[Inventory, Policy, Inventory] | None = None
+
+
+def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
+    """The snapshot plus declared node pools, built once per (snapshot, policy) pair."""
+    global _with_pools  # noqa: PLW0603 - a memo; evaluation stays a function of its inputs
+    if view.snapshot is None or view.problem or not policy.node_pools:
+        return None if view.problem else view.snapshot
+    memo = _with_pools
+    # Held by reference, not by id(): a freed snapshot's id may be reused by the next one.
+    if memo is not None and memo[0] is view.snapshot and memo[1] is policy:
+        return memo[2]
+    combined = view.snapshot.with_nodes(policy.node_pools)
+    _with_pools = (view.snapshot, policy, combined)
+    return combined
+
+
+def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
+    obj = request.object
+    if is_dra_object(obj) and obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
+        return evaluate_claim_object(
+            request, policy=policy, view=inventory, snapshot=_inventory(inventory, policy)
+        )
+    templates = policy.kinds.templates(obj)
+    if templates is None:
+        return Decision(allowed=True, mutated=obj, understood=False)
+    if not templates:
+        # A known kind whose object holds no template where this version's layout keeps
+        # them: say so, rather than allow it as if it had been checked.
+        notice = (
+            f"{obj.get('kind')} {obj.get('apiVersion')}: no pod template at the paths this "
+            "kind keeps them; passed through unchecked (a WorkloadKind rule can add its layout)"
+        )
+        return Decision(allowed=True, mutated=obj, understood=False, notices=(notice,))
+    if request.operation == "UPDATE" and not templates[0].path:
+        return _pod_update(request, templates[0], policy=policy, inventory=inventory)
+    return _evaluate_object(request, templates, policy=policy, inventory=inventory)
+
+
+def _evaluate_object(
+    request: Request,
+    templates: list[PodTemplate],
+    *,
+    policy: Policy,
+    inventory: InventoryView,
+    mutate: bool = True,
+) -> Decision:
+    """Every template of one object, then the workload's totals. ``mutate`` False judges
+    the object as it is, for an update that cannot be mutated (a Pod's)."""
+    obj = request.object
+    snapshot = _inventory(inventory, policy)
+    kind = str(obj.get("kind", ""))
+    context = _Context(
+        kind=kind,
+        # The one per-node kind (workloads.BUILTIN_KINDS).
+        daemon=kind == "DaemonSet" and str(obj.get("apiVersion", "")).startswith("apps/"),
+        runtime_classes=inventory.runtime_classes,
+    )
+    editor = Editor(obj)
+    findings: list[Finding] = []
+    mutated_by: dict[str, None] = {}
+    notices: list[str] = []
+    per_pod: list[tuple[PodTemplate, PodGPUs]] = []
+    classes: list[tuple[str, ...]] = []
+    workload = bool(templates[0].path)  # a Pod's one template is the object itself
+    # On a workload UPDATE: what the old object asked for in all, and every template's ask
+    # now (unchanged ones too), for the totals that replicas and parallelism change.
+    floor = _old_totals(request, policy, inventory, snapshot) if workload else None
+    counted: list[tuple[PodTemplate, PodGPUs]] = []
+    counted_classes: list[tuple[str, ...]] = []
+    for template in templates:
+        if _unchanged(request, template):
+            if floor is not None:
+                pod, claims = _asks(
+                    request, template, settings=policy.settings, view=inventory, snapshot=snapshot
+                )
+                counted.append((template, pod))
+                counted_classes.append(claims.gpu_classes)
+            continue
+        pod, claims = _evaluate_template(
+            request,
+            template,
+            policy=policy,
+            snapshot=snapshot,
+            view=inventory,
+            editor=editor,
+            findings=findings,
+            context=context,
+            mutated_by=mutated_by,
+            mutate=mutate,
+        )
+        per_pod.append((template, pod))
+        classes.append(claims.gpu_classes)
+        counted.append((template, pod))
+        counted_classes.append(claims.gpu_classes)
+        devices = inventory.devices
+        if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
+            notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
+    warnings: list[str] = []
+    if any(p.total or p.problems for _, p in per_pod):
+        if inventory.problem:
+            _inventory_unavailable(inventory.problem, policy, findings, warnings)
+        elif snapshot is None:
+            notices.append(NO_INVENTORY_NOTICE)
+        elif workload and floor is None:
+            findings.extend(_workload_findings(per_pod, snapshot, policy))
+    if floor is not None:
+        # An UPDATE is judged on the totals it raises: a Deployment scaled from 1 to 100
+        # replicas, a Job's parallelism; a total it leaves or lowers was judged before.
+        if snapshot is not None and any(p.total for _, p in counted):
+            findings.extend(_workload_findings(counted, snapshot, policy, floor=floor))
+        findings.extend(
+            _workload_rule_findings(request, counted, policy, counted_classes, floor=floor)
+        )
+    elif workload:
+        findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
+    return decide(
+        findings,
+        patch=editor.ops,
+        mutated=editor.doc,
+        notices=tuple(dict.fromkeys(notices)),
+        extra_warnings=warnings,
+        mutated_by=list(mutated_by),
+    )
+
+
+@dataclass(slots=True)
+class _Context:
+    """What every template of one object shares."""
+
+    kind: str
+    daemon: bool
+    runtime_classes: frozenset[str] | None
+
+
+def _repair_requests_only(
+    editor: Editor, spec_path: WorkloadPath, pod: PodGPUs
+) -> Iterator[Finding]:
+    """Copy a GPU request into limits (GPUSettings ``repair``), saying so as a warning."""
+    for container, problem in pod.problems:
+        if problem.check == "requestsWithoutLimits":
+            repair_requests_only(editor, spec_path, container, problem.resource)
+            yield Finding(
+                "builtin",
+                "requestsWithoutLimits",
+                "warn",
+                f'container "{container.name}" requested {problem.resource} without a '
+                "limit; the request was copied into limits. Set the limit yourself.",
+                f'container "{container.name}": {problem.resource} limit set from request',
+                ".".join(map(str, (*spec_path, *container.path))),
+            )
+
+
+def _places_access(mutations: Mutations) -> bool:
+    return mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None
+
+
+def _credit(
+    editor: Editor, before: int, mutated_by: dict[str, None], rules: Iterable[Rule]
+) -> None:
+    """Name ``rules`` as mutators when patch operations were added since ``before`` (for
+    the log line). A plain call: a context manager costs about a microsecond per use, and
+    a typical pod passes through several."""
+    if len(editor.ops) > before:
+        for rule in rules:
+            mutated_by[f"{rule.name}/mutate"] = None
+
+
+def _unchanged(request: Request, template: PodTemplate) -> bool:
+    """On a workload UPDATE, a template equal to the old one is not judged again: an
+    unrelated update of an old object must not be blocked by a rule added since. (A Pod
+    UPDATE is judged by ``_pod_update``.)"""
+    if request.operation != "UPDATE" or request.old_object is None or not template.path:
+        return False
+    return bool(lookup(request.old_object, template.path) == template.template)
+
+
+def _as_created(request: Request, obj: Mapping[str, Any]) -> Request:
+    return Request(
+        obj,
+        namespace=request.namespace,
+        namespace_labels=request.namespace_labels,
+    )
+
+
+def _pod_update(
+    request: Request, template: PodTemplate, *, policy: Policy, inventory: InventoryView
+) -> Decision:
+    """A Pod UPDATE, judged on what it changes (``updates``): the new pod and the old one
+    are judged as they are, unmutated (an update can change almost nothing of a pod), and
+    only findings the old pod did not have count. Never a patch: most of a pod's spec is
+    immutable, and the API server would refuse the whole update."""
+    obj, old = request.object, request.old_object
+    if request.sub_resource == "ephemeralcontainers":
+        return _ephemeral_update(request, template, policy=policy, inventory=inventory)
+    if not isinstance(old, dict):
+        old = None
+    if old is not None and not judged_fields_changed(obj, old):
+        return Decision(allowed=True, mutated=obj)
+    if old is not None and _only_metadata_no_one_reads(obj, old, policy):
+        return Decision(allowed=True, mutated=obj)
+    judged = placed_as_before(obj, old) if old is not None else obj
+    after = _evaluate_object(
+        _as_created(request, judged),
+        [PodTemplate(path=(), template=judged, replicas=None)],
+        policy=policy,
+        inventory=inventory,
+        mutate=False,
+    )
+    before: tuple[Finding, ...] = ()
+    if old is not None:
+        before = _evaluate_object(
+            _as_created(request, old),
+            [PodTemplate(path=(), template=old, replicas=None)],
+            policy=policy,
+            inventory=inventory,
+            mutate=False,
+        ).findings
+    said = {f.warning for f in after.findings}
+    return decide(
+        fresh_findings(before, after.findings),
+        patch=(),
+        mutated=obj,
+        notices=after.notices,
+        extra_warnings=[w for w in after.warnings if w not in said],
+    )
+
+
+def _only_metadata_no_one_reads(
+    obj: Mapping[str, Any], old: Mapping[str, Any], policy: Policy
+) -> bool:
+    """A label or annotation edit that neither a rule's pod selector nor any container's
+    env reads: the common pod update, spared two evaluations."""
+    spec = obj.get("spec")
+    if spec != old.get("spec") or not isinstance(spec, dict):
+        return False
+    return not env_reads_metadata(spec) and not any(r.match.pod_selector for r in policy.rules)
+
+
+def _ephemeral_update(
+    request: Request, template: PodTemplate, *, policy: Policy, inventory: InventoryView
+) -> Decision:
+    """``pods/ephemeralcontainers`` (``kubectl debug``): the new ephemeral containers,
+    judged like containers that ask for no GPU (an ephemeral container may not have
+    resources, ``validateEphemeralContainers``), in the pod where they run, and hidden from
+    GPUs as the pod's other containers would be. Only a new container's env is patched:
+    the API server refuses changes to anything else through this subresource."""
+    obj = request.object
+    added = added_ephemeral_containers(obj, request.old_object)
+    if not added:
+        return Decision(allowed=True, mutated=obj)
+    settings = policy.settings
+    snapshot = _inventory(inventory, policy)
+    pod, claims = _asks(request, template, settings=settings, view=inventory, snapshot=snapshot)
+    rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
+    ephemeral = PodGPUs.of(
+        [
+            Container("ephemeralContainers", index, str(body.get("name", "")), body, False)
+            for index, body in added
+        ],
+        {},
+    )
+    access = Template(
+        spec_path=template.spec_path,
+        template=template,
+        pod=ephemeral,
+        exempt=exemptions(rules),
+        daemon=False,
+        asks=pod_asks_for_gpu(pod),
+    )
+    spec = template.spec
+    reach = _running_reach(spec, settings=settings, snapshot=snapshot)
+    editor = Editor(obj)
+    mutated_by: dict[str, None] = {}
+    hiding = [r for r in rules if _hides(r.mutations, asks=access.asks, reach=reach)]
+    if hiding and "hideGPUs" not in access.exempt:
+        before = len(editor.ops)
+        hide_gpus(editor, access.spec_path, ephemeral)
+        _credit(editor, before, mutated_by, hiding)
+    findings = access_findings(editor, access, settings=settings, reach=reach)
+    return decide(findings, patch=editor.ops, mutated=editor.doc, mutated_by=list(mutated_by))
+
+
+def _running_reach(
+    spec: Mapping[str, Any], *, settings: Settings, snapshot: Inventory | None
+) -> PodReach:
+    """Where a running pod is: its node, when the inventory holds it; else where its
+    placement lets it land, as on CREATE."""
+    node = spec.get("nodeName")
+    if snapshot is not None and isinstance(node, str) and node:
+        known = bound_node_reach(
+            node, snapshot, nodes=settings.gpu_nodes, resources=settings.gpu_resources
+        )
+        if known is not None:
+            return PodReach.known(known, spec, settings=settings)
+    return PodReach(spec, Placement.of(spec), settings=settings, inventory=snapshot)
+
+
+def _hides(mutations: Mutations, *, asks: bool, reach: PodReach) -> bool:
+    """Whether a rule's ``hideGPUsFromNonGPUContainers`` covers a pod's non-GPU containers."""
+    if mutations.hide_gpus == "gpuPods":
+        return asks
+    return mutations.hide_gpus == "gpuNodes" and (asks or reach.value.can_land)
+
+
+def _matching_rules(
+    request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy, claims: PodClaims
+) -> list[Rule]:
+    namespace = request.effective_namespace
+    labels = template.labels
+    resources = pod.resources
+    total = pod.total
+    device_classes = claims.gpu_classes
+    return [
+        rule
+        for rule in policy.rules
+        if rule.match.matches(
+            namespace=namespace,
+            namespace_labels=request.namespace_labels,
+            pod_labels=labels,
+            resources=resources,
+            gpu_count=total,
+            device_classes=device_classes,
+        )
+    ]
+
+
+def _asks(
+    request: Request,
+    template: PodTemplate,
+    *,
+    settings: Settings,
+    view: InventoryView,
+    snapshot: Inventory | None,
+) -> tuple[PodGPUs, PodClaims]:
+    """What the template asks of GPUs: resources per container, and DRA claims."""
+    pod = pod_gpus(template.spec, settings.gpu_resources, template.singles)
+    claims = (
+        pod_claims(
+            template.spec,
+            namespace=request.effective_namespace,
+            devices=view.devices,
+            is_gpu_class=settings.gpu_device_classes,
+        )
+        if template.spec.get("resourceClaims")
+        else NO_CLAIMS
+    )
+    pod, claims = extended_resource_claims(pod, claims, devices=view.devices, nodes=snapshot)
+    return with_claim_gpus(pod, claims), claims
+
+
+def _mutate_containers(
+    editor: Editor,
+    access: Template,
+    rules: Sequence[Rule],
+    claims: PodClaims,
+    *,
+    snapshot: Inventory | None,
+    mutated_by: dict[str, None],
+    settings: Settings,
+) -> list[Finding]:
+    """Each matching rule's container mutations, less what the pod is exempt from."""
+    findings: list[Finding] = []
+    exempt = access.exempt
+    for rule in rules:
+        if not rule.mutations.changes_containers:
+            continue
+        mutations = without_exempt(rule.mutations, exempt) if exempt else rule.mutations
+        before = len(editor.ops)
+        findings.extend(
+            apply_containers(
+                editor,
+                access.spec_path,
+                access.pod,
+                mutations,
+                inventory=snapshot,
+                rule=rule.name,
+                gpus=settings.gpu_resources,
+                claim_holders=claims.holders,
+            )
+        )
+        _credit(editor, before, mutated_by, (rule,))
+    return findings
+
+
+def _mutate(
+    editor: Editor,
+    access: Template,
+    rules: Sequence[Rule],
+    claims: PodClaims,
+    *,
+    places_access: bool,
+    snapshot: Inventory | None,
+    mutated_by: dict[str, None],
+    settings: Settings,
+    findings: list[Finding],
+) -> None:
+    """Placement for access, repaired requests and container mutations, in that order."""
+    if places_access:
+        before = len(editor.ops)
+        findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
+        _credit(editor, before, mutated_by, (r for r in rules if _places_access(r.mutations)))
+    if settings.actions.get("requestsWithoutLimits") == "repair":
+        findings.extend(_repair_requests_only(editor, access.spec_path, access.pod))
+    findings.extend(
+        _mutate_containers(
+            editor,
+            access,
+            rules,
+            claims,
+            snapshot=snapshot,
+            mutated_by=mutated_by,
+            settings=settings,
+        )
+    )
+
+
+def _evaluate_template(
+    request: Request,
+    template: PodTemplate,
+    *,
+    policy: Policy,
+    snapshot: Inventory | None,
+    view: InventoryView,
+    editor: Editor,
+    findings: list[Finding],
+    context: _Context,
+    mutated_by: dict[str, None],
+    mutate: bool = True,
+) -> tuple[PodGPUs, PodClaims]:
+    settings = policy.settings
+    spec_path = template.spec_path
+    pod, claims = _asks(request, template, settings=settings, view=view, snapshot=snapshot)
+    if not isinstance(editor.get(spec_path), dict):
+        return pod, claims  # an ill-typed spec: the API server's schema check rejects it
+    rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
+    places_access = hides_on_gpu_nodes = exempting = False
+    for rule in rules:
+        mutations = rule.mutations
+        if mutate and mutations.places:
+            before = len(editor.ops)
+            apply_placement(editor, spec_path, mutations)
+            _credit(editor, before, mutated_by, (rule,))
+        if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
+            places_access = True
+        if mutations.hide_gpus == "gpuNodes":
+            hides_on_gpu_nodes = True
+        exempting = exempting or bool(rule.exempt)
+    access = Template(
+        spec_path=spec_path,
+        template=template,
+        pod=pod,
+        exempt=exemptions(rules) if exempting else NO_EXEMPTIONS,
+        daemon=context.daemon,
+        asks=pod_asks_for_gpu(pod),
+    )
+    if mutate:
+        _mutate(
+            editor,
+            access,
+            rules,
+            claims,
+            places_access=places_access,
+            snapshot=snapshot,
+            mutated_by=mutated_by,
+            settings=settings,
+            findings=findings,
+        )
+    # Container mutations and hiding leave the placement as it is: read it once.
+    placement = Placement.of(editor.get(spec_path))
+    reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
+    if hides_on_gpu_nodes and not mutate:
+        findings.extend(
+            unhidden_findings(
+                editor, access, rules, settings=settings, reach=reach, claim_holders=claims.holders
+            )
+        )
+    elif hides_on_gpu_nodes:
+        before = len(editor.ops)
+        hide_on_gpu_nodes(editor, access, reach=reach)
+        _credit(
+            editor, before, mutated_by, (r for r in rules if r.mutations.hide_gpus == "gpuNodes")
+        )
+    spec = editor.get(spec_path)
+    scope = Scope(
+        where=".".join(map(str, spec_path)),
+        spec=spec,
+        labels=template.labels,
+        pod=pod,
+        placement=placement,
+        settings=settings,
+        fit=snapshot.fit(placement, demand_of(spec, pod.vector, pod.per_container, pod.containers))
+        if snapshot is not None and pod.total
+        else None,
+        kind=context.kind,
+    )
+    findings.extend(_gpu_findings(scope, snapshot))
+    if claims.claims and view.devices is not None and not view.problem:
+        findings.extend(
+            claim_findings(
+                claims,
+                placement=scope.placement,
+                nodes=snapshot,
+                devices=view.devices,
+                actions=settings.actions,
+                where=scope.where,
+            )
+        )
+    for rule in rules:
+        if rule.checks:
+            findings.extend(rule_findings(scope, rule, inventory=snapshot))
+    findings.extend(access_findings(editor, access, settings=settings, reach=reach))
+    if not access.asks:
+        live = snapshot is not None
+        findings.extend(
+            node_findings(editor, access, settings=settings, pod_reach=reach, live=live)
+        )
+    if context.runtime_classes is not None:
+        known = context.runtime_classes
+        findings.extend(
+            runtime_class_findings(editor, access, rules, settings=settings, known=known)
+        )
+    return pod, claims
+
+
+def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
+    """The built-in checks of the pod's GPU quantities, capacity and units."""
+    pod, settings = scope.pod, scope.settings
+    found: list[Finding] = []
+    if pod.problems:
+        found.extend(quantity_findings(scope, settings))
+    # A pod that fits some class has no unknown resource either: nothing to report.
+    if snapshot is not None and scope.fit is not None and not scope.fit.fitting:
+        found.extend(capacity_findings(scope, snapshot, settings))
+    if pod.crowded and not whole_gpus(scope):
+        found.extend(device_findings(scope, snapshot, settings))
+    return found
+
+
+def _inventory_unavailable(
+    problem: str, policy: Policy, findings: list[Finding], warnings: list[str]
+) -> None:
+    if policy.settings.inventory_failure_mode == "deny":
+        findings.append(
+            Finding(
+                "builtin",
+                "capacity",
+                "deny",
+                f"GPU capacity cannot be checked: {problem}. Retry when the webhook's node "
+                "inventory is back, or ask an admin to set inventoryFailureMode: allow.",
+                f"GPU capacity not checked: {problem}",
+            )
+        )
+    else:
+        warnings.append(f"GPU capacity not checked: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    """What all pods of a workload ask for: per resource, and GPUs in all."""
+
+    needed: Mapping[str, int]
+    total: int
+
+
+def _totals(per_pod: Iterable[tuple[PodTemplate, PodGPUs]]) -> _Totals:
+    needed: dict[str, int] = {}
+    total = 0
+    for template, pod in per_pod:
+        if template.replicas is None or not template.path:
+            continue
+        for resource, count in pod.effective.items():
+            needed[resource] = needed.get(resource, 0) + count * template.replicas
+        total += pod.total * template.replicas
+    return _Totals(needed, total)
+
+
+def _old_totals(
+    request: Request, policy: Policy, view: InventoryView, snapshot: Inventory | None
+) -> _Totals | None:
+    """On a workload UPDATE, the old object's totals; ``None`` on CREATE."""
+    old = request.old_object
+    if request.operation != "UPDATE" or not isinstance(old, dict):
+        return None
+    templates = policy.kinds.templates(old) or []
+    asked = _as_created(request, old)
+    return _totals(
+        (t, _asks(asked, t, settings=policy.settings, view=view, snapshot=snapshot)[0])
+        for t in templates
+    )
+
+
+def _workload_findings(
+    per_pod: list[tuple[PodTemplate, PodGPUs]],
+    snapshot: Inventory,
+    policy: Policy,
+    *,
+    floor: _Totals | None = None,
+) -> list[Finding]:
+    """Replicas times GPUs per pod against every GPU in the cluster: a warning by default,
+    since nodes may be added, but a job that can never start all its workers hangs. With
+    a ``floor`` (an UPDATE), only resources whose total the update raises."""
+    needed = _totals(per_pod).needed
+    findings = []
+    action = policy.settings.actions.get("clusterCapacity", "warn")
+    for resource, need in needed.items():
+        if floor is not None and need <= floor.needed.get(resource, 0):
+            continue
+        have = snapshot.total(resource)
+        if need > have and resource in snapshot.resource_names:
+            findings.append(
+                Finding(
+                    "builtin",
+                    "clusterCapacity",
+                    action_of(action),
+                    f"all pods of this workload together request {need} {resource}, but the "
+                    f"whole cluster has {have}; not every pod can run at once. Lower replicas "
+                    "or GPUs per pod, or add nodes.",
+                    f"workload needs {need} {resource}, cluster has {have}",
+                )
+            )
+    return findings
+
+
+def _workload_rule_findings(
+    request: Request,
+    per_pod: list[tuple[PodTemplate, PodGPUs]],
+    policy: Policy,
+    classes: list[tuple[str, ...]],
+    *,
+    floor: _Totals | None = None,
+) -> list[Finding]:
+    """``maxGPUsPerWorkload``; with a ``floor`` (an UPDATE), only when the update raises
+    the workload's total."""
+    findings: list[Finding] = []
+    workload = [
+        (t, p, c)
+        for (t, p), c in zip(per_pod, classes, strict=True)
+        if t.replicas is not None and t.path
+    ]
+    if not workload:
+        return findings
+    total = sum(p.total * (t.replicas or 0) for t, p, _ in workload)
+    if floor is not None and total <= floor.total:
+        return findings
+    for rule in policy.rules:
+        for check in rule.checks:
+            if check.kind != "maxGPUsPerWorkload" or total <= check.value:
+                continue
+            if not any(
+                rule.match.matches(
+                    namespace=request.effective_namespace,
+                    namespace_labels=request.namespace_labels,
+                    pod_labels=t.labels,
+                    resources=p.resources,
+                    gpu_count=p.total,
+                    device_classes=c,
+                )
+                for t, p, c in workload
+            ):
+                continue
+            message = (
+                f"all pods of this workload together request {total} GPUs; at most "
+                f"{check.value} are allowed per workload here. Lower replicas or GPUs per pod."
+            )
+            if check.message:
+                message += " " + check.message
+            findings.append(
+                Finding(
+                    rule.name,
+                    check.kind,
+                    check.action,
+                    message,
+                    f"workload requests {total} GPUs, at most {check.value}",
+                )
+            )
+    return findings

@@ -1,0 +1,577 @@
+"""What Dynamic Resource Allocation (``resource.k8s.io/v1``) offers and asks: an immutable
+snapshot of device classes, the devices of ResourceSlices, claims and claim templates.
+
+Read from raw JSON, tolerant of missing parts, like ``webhook.engine.resources.inventory`` reads
+nodes. Which devices a node can use follows the allocator's ``GatherPools``
+(``k8s.io/dynamic-resource-allocation/structured/internal/stable/pools_stable.go``): a
+slice's devices belong to the node it names, to every node (``allNodes``), or to the
+nodes its ``nodeSelector`` selects; of a pool only the slices of its newest generation
+count.
+
+Admission cost must not grow with the number of nodes and devices. Devices are compared
+by *content* (driver, attributes, capacity) without the attributes that name one device
+(uuid, PCI bus id: found by counting, like identity labels of nodes), so the thousand
+nodes of one kind share one *profile* and its answers.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from webhook.engine.kube.quantity import QuantityError, parse_quantity
+from webhook.engine.kube.selectors import clean_terms, dig, terms_match, tolerates
+from webhook.engine.resources.deviceselectors import DeviceView, Version
+from webhook.engine.resources.inventory import Node
+
+GROUP = "resource.k8s.io"
+# A class may be asked for as this extended resource name without extendedResourceName
+# (KEP-5004, DRAExtendedResource).
+IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
+KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+# resourceapi.AllocationResultsMaxSize: more devices than this in one claim never fit.
+ALLOCATION_RESULTS_MAX_SIZE = 32
+# Attribute names that name one device wherever they appear (NVIDIA's driver's uuid).
+ALWAYS_IDENTITY_ATTRIBUTES = frozenset({"uuid"})
+Identity = frozenset[tuple[str, str]]
+
+
+def _intern(text: object) -> str:
+    return sys.intern(str(text))
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def is_dra_object(obj: Mapping[str, Any]) -> bool:
+    api = str(obj.get("apiVersion", ""))
+    return api.partition("/")[0] == GROUP and obj.get("kind") in KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device of a slice, as selectors and the fit see it."""
+
+    driver: str
+    pool: str
+    name: str
+    # (domain, name, value) sorted; values are str, int, bool or Version.
+    attributes: tuple[tuple[str, str, Any], ...]
+    capacity: tuple[tuple[str, str, Fraction], ...]
+    # allowMultipleAllocations: one device may serve several requests.
+    shared: bool = False
+    # consumesCounters (partitionable devices): (counter set, ((counter, amount), ...)).
+    consumes: tuple[tuple[str, tuple[tuple[str, Fraction], ...]], ...] = ()
+    # taints: (key, value, effect); NoSchedule and NoExecute keep requests that do not
+    # tolerate them away (``taintPreventsAllocation``).
+    taints: tuple[tuple[str, str, str], ...] = ()
+
+    def view(self) -> DeviceView:
+        attributes: dict[str, dict[str, Any]] = {}
+        for domain, name, value in self.attributes:
+            attributes.setdefault(domain, {})[name] = value
+        capacity: dict[str, dict[str, Fraction]] = {}
+        for domain, name, amount in self.capacity:
+            capacity.setdefault(domain, {})[name] = amount
+        return DeviceView(self.driver, attributes, capacity)
+
+    def attribute(self, key: tuple[str, str]) -> Any:
+        """``lookupAttribute``: by domain and name (a bare name is the driver's)."""
+        return next((v for d, n, v in self.attributes if (d, n) == key), None)
+
+    def content(self, identity: frozenset[tuple[str, str]]) -> tuple[Any, ...]:
+        """What selectors that name no identity attribute can tell apart."""
+        return (
+            self.driver,
+            tuple(a for a in self.attributes if (a[0], a[1]) not in identity),
+            self.capacity,
+            self.shared,
+            self.consumes,
+            self.taints,
+        )
+
+
+def _qualified(name: str, driver: str) -> tuple[str, str]:
+    domain, slash, ident = name.partition("/")
+    return (_intern(domain), _intern(ident)) if slash else (_intern(driver), _intern(name))
+
+
+def _attribute(raw: Mapping[str, Any]) -> Any:
+    if "string" in raw:
+        return _intern(raw["string"])
+    if "bool" in raw:
+        return bool(raw["bool"])
+    if "int" in raw:
+        return int(raw["int"])
+    if "version" in raw:
+        return Version(str(raw["version"]))
+    return None
+
+
+def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Device:
+    attributes = []
+    for name, value in _map(raw.get("attributes")).items():
+        parsed = _attribute(_map(value))
+        if parsed is not None:
+            attributes.append((*_qualified(str(name), driver), parsed))
+    capacity = []
+    for name, value in _map(raw.get("capacity")).items():
+        try:
+            amount = parse_quantity(_map(value).get("value"))
+        except QuantityError:
+            continue
+        capacity.append((*_qualified(str(name), driver), amount))
+    return Device(
+        driver=_intern(driver),
+        pool=_intern(pool),
+        name=str(raw.get("name", "")),
+        attributes=tuple(sorted(attributes, key=lambda a: (a[0], a[1]))),
+        capacity=tuple(sorted(capacity)),
+        shared=bool(raw.get("allowMultipleAllocations")),
+        consumes=tuple(
+            (str(c.get("counterSet", "")), _counters(c.get("counters")))
+            for c in map(_map, _list(raw.get("consumesCounters")))
+        ),
+        taints=tuple(
+            (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+            for t in map(_map, _list(raw.get("taints")))
+        ),
+    )
+
+
+def _counters(raw: object) -> tuple[tuple[str, Fraction], ...]:
+    out = []
+    for name, value in _map(raw).items():
+        try:
+            out.append((str(name), parse_quantity(_map(value).get("value"))))
+        except QuantityError:
+            continue
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """A ResourceSlice: its pool, which nodes it serves, its devices."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    node_name: str = ""
+    all_nodes: bool = False
+    node_terms: tuple[Mapping[str, Any], ...] | None = None
+    devices: tuple[Device, ...] = ()
+    # perDeviceNodeSelection: (device, node name, all nodes, terms) per device.
+    per_device: tuple[tuple[Device, str, bool, tuple[Mapping[str, Any], ...] | None], ...] = ()
+    # Attributes that tell this slice's devices apart (a different value on each).
+    identity: Identity = frozenset()
+    # sharedCounters: (counter set, ((counter, amount), ...)) of the pool.
+    counters: tuple[tuple[str, tuple[tuple[str, Fraction], ...]], ...] = ()
+    # The number of its devices' contents per identity set: a slice is parsed once and
+    # lives across snapshots, so nodes are grouped without looking at devices again.
+    _signatures: dict[Identity, int] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+
+    def signature(self, identity: Identity) -> int:
+        known = self._signatures.get(identity)
+        if known is None:
+            contents = tuple(sorted((d.content(identity) for d in self.devices), key=hash))
+            known = self._signatures[identity] = _signature_number(contents)
+        return known
+
+
+_SIGNATURES: dict[tuple[Any, ...], int] = {}
+_NUMBERS = itertools.count(1)
+
+
+def _signature_number(contents: tuple[Any, ...]) -> int:
+    """One number per distinct set of device contents, so that a node's key is cheap to
+    hash. Numbers are never reused: forgetting them (past a bound) only groups less."""
+    known = _SIGNATURES.get(contents)
+    if known is None:
+        if len(_SIGNATURES) >= 100_000:
+            _SIGNATURES.clear()
+        known = _SIGNATURES[contents] = next(_NUMBERS)
+    return known
+
+
+def _slice_identity(devices: Sequence[Device]) -> Identity:
+    """Attributes with a different value on every device of the slice (uuid, bus id,
+    index): what names a device rather than describes it. Only groups nodes; selectors
+    and constraints that name such an attribute are evaluated per device."""
+    found = {
+        (d, n)
+        for device in devices
+        for d, n, _ in device.attributes
+        if n in ALWAYS_IDENTITY_ATTRIBUTES
+    }
+    if len(devices) < 2:
+        return frozenset(found)
+    values: dict[tuple[str, str], set[Any]] = {}
+    for device in devices:
+        for domain, name, value in device.attributes:
+            values.setdefault((domain, name), set()).add(value)
+    found.update(k for k, v in values.items() if len(v) == len(devices))
+    return frozenset(found)
+
+
+def _terms(raw: object) -> tuple[Mapping[str, Any], ...] | None:
+    terms = clean_terms(raw)
+    return None if terms is None else tuple(terms)
+
+
+def slice_from_json(raw: Mapping[str, Any]) -> Slice:
+    spec = _map(raw.get("spec"))
+    driver = str(spec.get("driver", ""))
+    pool = _map(spec.get("pool"))
+    pool_name = str(pool.get("name", ""))
+    devices = [_map(d) for d in _list(spec.get("devices"))]
+    parsed = tuple(device_from_json(d, driver=driver, pool=pool_name) for d in devices)
+    per_device: tuple[Any, ...] = ()
+    if spec.get("perDeviceNodeSelection"):
+        per_device = tuple(
+            (
+                device,
+                str(d.get("nodeName") or ""),
+                bool(d.get("allNodes")),
+                _terms(d.get("nodeSelector")),
+            )
+            for device, d in zip(parsed, devices, strict=True)
+        )
+        parsed = ()
+    every = (*parsed, *(entry[0] for entry in per_device))
+    return Slice(
+        identity=_slice_identity(every),
+        counters=tuple(
+            (str(c.get("name", "")), _counters(c.get("counters")))
+            for c in map(_map, _list(spec.get("sharedCounters")))
+        ),
+        name=str(dig(raw, "metadata", "name") or ""),
+        driver=_intern(driver),
+        pool=_intern(pool_name),
+        generation=int(pool.get("generation") or 0),
+        node_name=str(spec.get("nodeName") or ""),
+        all_nodes=bool(spec.get("allNodes")),
+        node_terms=_terms(spec.get("nodeSelector")),
+        devices=parsed,
+        per_device=per_device,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...] = ()
+    extended_resource: str = ""
+
+
+def _selectors(raw: object) -> tuple[str, ...]:
+    return tuple(
+        str(dig(s, "cel", "expression"))
+        for s in _list(raw)
+        if isinstance(dig(s, "cel", "expression"), str)
+    )
+
+
+def class_from_json(raw: Mapping[str, Any]) -> DeviceClass:
+    spec = _map(raw.get("spec"))
+    return DeviceClass(
+        name=str(dig(raw, "metadata", "name") or ""),
+        selectors=_selectors(spec.get("selectors")),
+        extended_resource=str(spec.get("extendedResourceName") or ""),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SubRequest:
+    """One way to satisfy a request: ``exactly``, or one entry of ``firstAvailable``."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    all_devices: bool = False  # allocationMode: All
+    count: int = 1
+    admin: bool = False
+    # Each toleration as its sorted items: a request is part of memo keys, so hashable.
+    tolerations: tuple[tuple[tuple[str, Any], ...], ...] = ()
+
+    def tolerates(self, device: Device) -> bool:
+        """No NoSchedule or NoExecute taint of the device that this request does not
+        tolerate (``taintPreventsAllocation``; other effects are ignored)."""
+        return all(
+            effect not in ("NoSchedule", "NoExecute")
+            or any(
+                tolerates(dict(t), key=key, value=value, effect=effect) for t in self.tolerations
+            )
+            for key, value, effect in device.taints
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    name: str
+    # One entry for ``exactly``; the ``firstAvailable`` alternatives in order otherwise.
+    alternatives: tuple[SubRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """``matchAttribute``: the devices of ``requests`` (all of the claim's when empty) must
+    all have ``attribute`` (domain, name), with one value."""
+
+    requests: frozenset[str]
+    attribute: tuple[str, str]
+
+    def applies(self, request: str, sub_request: str) -> bool:
+        return not self.requests or request in self.requests or sub_request in self.requests
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    """``spec.devices`` of a ResourceClaim (or of a template's claim)."""
+
+    requests: tuple[DeviceRequest, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+
+
+def _sub_request(raw: Mapping[str, Any], name: str) -> SubRequest:
+    mode = raw.get("allocationMode") or "ExactCount"
+    count = raw.get("count")
+    return SubRequest(
+        name=name,
+        device_class=str(raw.get("deviceClassName") or ""),
+        selectors=_selectors(raw.get("selectors")),
+        all_devices=mode == "All",
+        count=int(count) if isinstance(count, int) and mode != "All" else 1,
+        admin=bool(raw.get("adminAccess")),
+        tolerations=tuple(
+            tuple(sorted((str(k), v) for k, v in t.items() if isinstance(v, str | int)))
+            for t in map(_map, _list(raw.get("tolerations")))
+        ),
+    )
+
+
+def claim_spec_from_json(spec: object) -> ClaimSpec:
+    """Read ``spec`` of a ResourceClaim; the v1 shape (``exactly`` / ``firstAvailable``)."""
+    requests = []
+    for item in _list(dig(spec, "devices", "requests")):
+        raw = _map(item)
+        name = str(raw.get("name", ""))
+        if isinstance(raw.get("exactly"), dict):
+            alternatives: tuple[SubRequest, ...] = (_sub_request(raw["exactly"], name),)
+        else:
+            alternatives = tuple(
+                _sub_request(_map(s), f"{name}/{_map(s).get('name', '')}")
+                for s in _list(raw.get("firstAvailable"))
+            )
+        requests.append(DeviceRequest(name=name, alternatives=alternatives))
+    constraints = tuple(
+        Constraint(
+            requests=frozenset(str(r) for r in _list(c.get("requests"))),
+            attribute=_qualified(str(c["matchAttribute"]), ""),
+        )
+        for c in map(_map, _list(dig(spec, "devices", "constraints")))
+        if isinstance(c.get("matchAttribute"), str)
+    )
+    return ClaimSpec(requests=tuple(requests), constraints=constraints)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A ResourceClaim or ResourceClaimTemplate, by namespace and name."""
+
+    namespace: str
+    name: str
+    spec: ClaimSpec
+    # Set for an allocated claim: the nodes its devices are reachable from (None: any).
+    allocated: bool = False
+    allocation_terms: tuple[Mapping[str, Any], ...] | None = None
+
+
+def claim_from_json(raw: Mapping[str, Any]) -> Claim:
+    meta = _map(raw.get("metadata"))
+    template = raw.get("kind") == "ResourceClaimTemplate"
+    spec = dig(raw, "spec", "spec") if template else raw.get("spec")
+    allocation = dig(raw, "status", "allocation")
+    return Claim(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name", "")),
+        spec=claim_spec_from_json(spec),
+        allocated=isinstance(allocation, dict),
+        allocation_terms=_terms(_map(allocation).get("nodeSelector")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """The devices one node can use. Nodes with equal ``key`` get equal answers."""
+
+    devices: tuple[Device, ...]
+    key: tuple[Any, ...]
+    example: str  # a node name, for messages
+
+
+@dataclass
+class DeviceInventory:
+    """A frozen DRA snapshot: build a new one for every change, never mutate one.
+
+    ``complete`` is false when only claims and templates are known (``check`` without an
+    inventory of classes and slices): fit and class checks are then skipped.
+    """
+
+    classes: Mapping[str, DeviceClass]
+    slices: Sequence[Slice]
+    claims: Mapping[tuple[str, str], Claim]
+    templates: Mapping[tuple[str, str], Claim]
+    complete: bool = True
+    resource_version: str = ""
+    _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        # Costs what the slices number, not their devices: a live cache builds one per change.
+        self._local: dict[str, list[Slice]] = {}
+        self._placed: dict[str, list[Device]] = {}  # perDeviceNodeSelection by node name
+        self._network: list[tuple[Device, bool, tuple[Mapping[str, Any], ...] | None]] = []
+        newest: dict[tuple[str, str], int] = {}
+        for s in self.slices:
+            key = (s.driver, s.pool)
+            newest[key] = max(newest.get(key, s.generation), s.generation)
+        identity: set[tuple[str, str]] = set()
+        count = 0
+        # Counters per pool (driver, pool) and counter set: what partitions share.
+        self.counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
+        for s in self.slices:
+            if s.generation != newest[(s.driver, s.pool)]:
+                continue  # an older generation of a pool being updated
+            identity.update(s.identity)
+            for set_name, counters in s.counters:
+                self.counters.setdefault((s.driver, s.pool), {})[set_name] = dict(counters)
+            count += len(s.devices) + len(s.per_device)
+            if s.per_device:
+                for device, node, every, terms in s.per_device:
+                    if node:
+                        self._placed.setdefault(node, []).append(device)
+                    else:
+                        self._network.append((device, every, terms))
+            elif s.node_name:
+                self._local.setdefault(s.node_name, []).append(s)
+            elif s.all_nodes or s.node_terms is not None:
+                self._network.extend((device, s.all_nodes, s.node_terms) for device in s.devices)
+        self.device_count = count
+        self.identity: Identity = frozenset(identity)
+        self._contents: dict[Device, tuple[Any, ...]] = {}
+        # Extended resources served by DRA: resource name to device class.
+        self.extended: dict[str, str] = {}
+        for device_class in self.classes.values():
+            self.extended[IMPLICIT_EXTENDED_PREFIX + device_class.name] = device_class.name
+            if device_class.extended_resource:
+                self.extended[device_class.extended_resource] = device_class.name
+
+    @classmethod
+    def of(cls, objects: Iterable[Mapping[str, Any]], *, complete: bool = True) -> DeviceInventory:
+        classes: dict[str, DeviceClass] = {}
+        slices: list[Slice] = []
+        claims: dict[tuple[str, str], Claim] = {}
+        templates: dict[tuple[str, str], Claim] = {}
+        for obj in objects:
+            kind = obj.get("kind")
+            if kind == "DeviceClass":
+                c = class_from_json(obj)
+                classes[c.name] = c
+            elif kind == "ResourceSlice":
+                slices.append(slice_from_json(obj))
+            elif kind == "ResourceClaim":
+                claim = claim_from_json(obj)
+                claims[(claim.namespace, claim.name)] = claim
+            elif kind == "ResourceClaimTemplate":
+                template = claim_from_json(obj)
+                templates[(template.namespace, template.name)] = template
+        return cls(classes, slices, claims, templates, complete=complete)
+
+    def with_claims(self, objects: Iterable[Mapping[str, Any]]) -> DeviceInventory:
+        """This snapshot plus claims and templates (``check`` adds those it is given)."""
+        extra = DeviceInventory.of(objects, complete=False)
+        if not extra.claims and not extra.templates:
+            return self
+        return self.with_claim_objects(
+            {**self.claims, **extra.claims},
+            {**self.templates, **extra.templates},
+            resource_version=self.resource_version,
+        )
+
+    def with_claim_objects(
+        self,
+        claims: Mapping[tuple[str, str], Claim],
+        templates: Mapping[tuple[str, str], Claim],
+        *,
+        resource_version: str,
+    ) -> DeviceInventory:
+        """A snapshot with other claims and templates and these very devices: it shares
+        this one's index and answers, which depend on devices only. Claims change with
+        every pod made from a template; devices seldom do."""
+        snapshot = copy.copy(self)
+        snapshot.claims = claims
+        snapshot.templates = templates
+        snapshot.resource_version = resource_version
+        return snapshot
+
+    def content(self, device: Device) -> tuple[Any, ...]:
+        known = self._contents.get(device)
+        if known is None:
+            known = self._contents[device] = device.content(self.identity)
+        return known
+
+    def _extra(self, node: Node) -> list[Device]:
+        extra = list(self._placed.get(node.name, ()))
+        extra.extend(
+            device
+            for device, every, terms in self._network
+            if every or (terms is not None and terms_match(terms, node.labels, node.name))
+        )
+        return extra
+
+    def devices_for(self, node: Node) -> tuple[Device, ...]:
+        local = [d for s in self._local.get(node.name, ()) for d in s.devices]
+        return (*local, *self._extra(node))
+
+    def profile(self, node: Node) -> Profile:
+        """The node's devices and the key of nodes with the same devices."""
+        slices = self._local.get(node.name, ())
+        extra = self._extra(node) if self._placed or self._network else []
+        if len(slices) == 1 and not extra:
+            key: tuple[Any, ...] = (slices[0].signature(self.identity),)
+        else:
+            numbers = sorted(s.signature(self.identity) for s in slices)
+            contents = sorted((self.content(d) for d in extra), key=hash)
+            key = (*numbers, *contents)
+        devices = (*(d for s in slices for d in s.devices), *extra)
+        if self.counters:
+            pools = sorted({(d.driver, d.pool) for d in devices if d.consumes})
+            key = (
+                *key,
+                tuple(
+                    tuple(
+                        sorted(
+                            (n, tuple(sorted(c.items())))
+                            for n, c in self.counters.get(p, {}).items()
+                        )
+                    )
+                    for p in pools
+                ),
+            )
+        return Profile(devices=devices, key=key, example=node.name)
+
+    def node_names(self) -> list[str]:
+        """Nodes named by slices: what to judge when no node inventory is given."""
+        return sorted({*self._local, *self._placed})

@@ -1,0 +1,220 @@
+"""Whether a pod's whole request fits one node, as the scheduler's NodeResourcesFit decides.
+
+The scheduler sums a pod's requests into one vector and keeps a node only when every entry
+fits (``fitsRequest`` in kubernetes ``pkg/scheduler/framework/plugins/noderesources/fit.go``:
+CPU and memory when requested, and every extended resource whose request is not zero). A
+pod asking for ``nvidia.com/gpu`` and ``nvidia.com/mig-1g.10gb`` therefore needs one node
+with both; comparing each resource with its own largest node admits pods that stay Pending.
+
+The webhook judges an empty node (what could ever fit, not what is free now) and adds one
+rule of its own, from the device plugin's documentation: on a node whose GPUs are shared
+(time-slicing or MPS), a container cannot get more GPUs than the node physically has, however
+many slots it asks for.
+
+Which extended resources count: the GPU resources of the policy. Other extended resources
+are left out on purpose: schedulers are often configured to ignore some
+(``ignoredResources``, e.g. HAMi's ``nvidia.com/gpumem``), and the webhook cannot see that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, NamedTuple, Protocol
+
+from webhook.engine.kube.quantity import (
+    QuantityError,
+    format_bytes,
+    format_quantity,
+    parse_quantity,
+)
+from webhook.engine.resources.gpufacts import GPUFacts
+
+
+class Demand(NamedTuple):
+    """A pod's request vector: what the scheduler compares with a node's allocatable.
+
+    A tuple, not a dataclass: it is built and hashed (a memo key) on every admission."""
+
+    gpus: tuple[tuple[str, int], ...]  # effective request per GPU resource, sorted, > 0
+    cpu: int = 0  # millicores
+    memory: int = 0  # bytes
+    # Per GPU resource, the most units one container asks for (the physical-GPU rule).
+    per_container: tuple[tuple[str, int], ...] = ()
+
+    def amount(self, resource: str) -> int:
+        if resource == "cpu":
+            return self.cpu
+        if resource == "memory":
+            return self.memory
+        return dict(self.gpus).get(resource, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """One entry of the vector a node lacks."""
+
+    resource: str
+    need: int
+    have: int
+    # Set when the node has the slots but fewer physical GPUs than one container asks for.
+    physical: bool = False
+
+
+def shortfalls(
+    allocatable: Mapping[str, int], facts: GPUFacts, demand: Demand
+) -> tuple[Shortfall, ...]:
+    """What keeps a pod off an empty node of this class; empty when it fits."""
+    out: list[Shortfall] = []
+    for name, need in demand.gpus:
+        have = allocatable.get(name, 0)
+        if need > have:
+            out.append(Shortfall(name, need, have))
+            continue
+        device = facts.devices.get(name)
+        if device is not None and device.kind == "shared" and device.physical is not None:
+            biggest = dict(demand.per_container).get(name, 0)
+            if biggest > device.physical:
+                out.append(Shortfall(name, biggest, device.physical, physical=True))
+    # CPU and memory: only where the node (or a declared pool) says how much it has.
+    for name, need in (("cpu", demand.cpu), ("memory", demand.memory)):
+        limit = allocatable.get(name)
+        if need > 0 and limit is not None and need > limit:
+            out.append(Shortfall(name, need, limit))
+    return tuple(out)
+
+
+def quantity_text(resource: str, amount: int) -> str:
+    """An entry of the vector as people write it: ``64Gi`` of memory, ``500m`` of cpu."""
+    if resource == "memory":
+        return format_bytes(amount)
+    if resource == "cpu":
+        return format_quantity(Fraction(amount, 1000))
+    return str(amount)
+
+
+# --- the pod's side of the vector ---------------------------------------------------------
+
+
+# Pods of one cluster repeat a few dozen quantities: memoised by the raw value (1, "1" and
+# 1.0 are the same amount), one map for CPU and one for memory.
+_AMOUNTS: tuple[dict[object, int], dict[object, int]] = ({}, {})
+
+
+def _amount(raw: object, *, cpu: bool) -> int:
+    """Whole millicores or bytes, rounded up as ``resource.Quantity`` does."""
+    memo = _AMOUNTS[cpu]
+    try:
+        hit = memo.get(raw)
+    except TypeError:
+        return 0  # unhashable, so ill-typed: the API server's validation rejects it
+    if hit is not None:
+        return hit
+    try:
+        value = parse_quantity(raw)
+    except QuantityError:
+        value = Fraction(0)
+    value = max(value * 1000 if cpu else value, Fraction(0))
+    amount = -(-value.numerator // value.denominator)
+    if len(memo) < 4096:
+        memo[raw] = amount
+    return amount
+
+
+def requests_of(requests: Mapping[str, Any], limits: Mapping[str, Any]) -> tuple[int, int]:
+    """A container's ``cpu`` (millicores) and ``memory`` (bytes) requests as the scheduler
+    counts them: a missing request is the limit, as the API server defaults it
+    (``SetDefaults_Pod``)."""
+    cpu = requests.get("cpu") if requests else None
+    if cpu is None and limits:
+        cpu = limits.get("cpu")
+    memory = requests.get("memory") if requests else None
+    if memory is None and limits:
+        memory = limits.get("memory")
+    cpu_memo, memory_memo = _AMOUNTS[1], _AMOUNTS[0]
+    try:  # quantities repeat: most lookups hit the memo
+        millis = 0 if cpu is None else cpu_memo.get(cpu)
+        size = 0 if memory is None else memory_memo.get(memory)
+    except TypeError:
+        millis = size = None  # unhashable, so ill-typed: _amount reads it as 0
+    if millis is None:
+        millis = _amount(cpu, cpu=True)
+    if size is None:
+        size = _amount(memory, cpu=False)
+    return millis, size
+
+
+def effective(amounts: Iterable[tuple[str, bool, int]]) -> int:
+    """The effective pod request of one resource from (section, sidecar, amount) rows.
+
+    As ``PodRequests`` in ``k8s.io/component-helpers/resource``: the app containers plus
+    every restartable init container (native sidecar), or the largest init container plus
+    the sidecars started before it, whichever is larger.
+    """
+    sidecars = init_peak = app = 0
+    for section, sidecar, amount in amounts:
+        if section == "initContainers":
+            if sidecar:
+                sidecars += amount
+                init_peak = max(init_peak, sidecars)
+            else:
+                init_peak = max(init_peak, sidecars + amount)
+        else:
+            app += amount
+    return max(init_peak, app + sidecars)
+
+
+class Requests(Protocol):
+    """What a container contributes to the request vector (``gpus.Container``)."""
+
+    section: str
+    sidecar: bool
+
+    @property
+    def requests(self) -> tuple[int, int]: ...
+
+
+def pod_requests(
+    spec: Mapping[str, Any],
+    containers: Sequence[Requests],
+    *,
+    memory: Mapping[int, int] | None = None,
+) -> tuple[int, int]:
+    """The pod's effective ``cpu`` and ``memory`` requests, overhead included
+    (``spec.overhead``, set by a RuntimeClass). ``memory`` replaces the memory of the
+    containers at those positions (a limit about to be set where no request is)."""
+    extra = memory or {}
+    if not extra and all(c.section != "initContainers" for c in containers):
+        cpu = mem = 0  # the common case: app containers only, whose requests add up
+        for c in containers:
+            c_cpu, c_mem = c.requests
+            cpu += c_cpu
+            mem += c_mem
+    else:
+        amounts = [c.requests for c in containers]
+        cpu = effective(
+            (c.section, c.sidecar, a[0]) for c, a in zip(containers, amounts, strict=True)
+        )
+        mem = effective(
+            (c.section, c.sidecar, extra.get(i, a[1]))
+            for i, (c, a) in enumerate(zip(containers, amounts, strict=True))
+        )
+    overhead = spec.get("overhead")
+    if overhead:
+        overhead = overhead if isinstance(overhead, dict) else {}
+        cpu += _amount(overhead.get("cpu", 0), cpu=True)
+        mem += _amount(overhead.get("memory", 0), cpu=False)
+    return cpu, mem
+
+
+def demand_of(
+    spec: Mapping[str, Any],
+    gpus: tuple[tuple[str, int], ...],
+    per_container: tuple[tuple[str, int], ...],
+    containers: Sequence[Requests],
+) -> Demand:
+    """The request vector of a pod (after the webhook's own mutations); ``gpus`` and
+    ``per_container`` as ``PodGPUs`` holds them."""
+    cpu, memory = pod_requests(spec, containers)
+    return Demand(gpus, cpu, memory, per_container)

@@ -1,0 +1,835 @@
+"""DRA claims: which of a pod's claims ask for GPUs, and whether they can ever be met.
+
+The fit answers what ``k8s.io/dynamic-resource-allocation/structured`` answers for one
+node (``internal/stable/allocator_stable.go``, ``Allocator.Allocate``), against an empty
+cluster as the capacity checks do for nodes:
+
+- every request (or, with ``firstAvailable``, one of its sub-requests, tried in order:
+  ``allocateOne``) needs ``count`` devices (``ExactCount``), or every matching device of
+  the node and at least one (``All``: ``validateDeviceRequest``, "At least one device is
+  required for 'All' allocation mode");
+- a device matches when the class's selectors and the request's selectors are all true
+  (``isSelectable``, ``selectorsMatch``); a CEL runtime error fails the node;
+- a device serves one request of all the pod's claims (``deviceInUse``), unless it allows
+  multiple allocations or the request has admin access;
+- a request naming an unknown class fails (``classLister.Get``), and a claim needs at most
+  ``AllocationResultsMaxSize`` devices.
+
+- ``matchAttribute`` constraints: the devices of the named requests (all, when none are
+  named) must have the attribute, with one value (``matchAttributeConstraint``);
+- partitionable devices: what devices consume of their pool's shared counters stays within
+  them (``checkAvailableCounters``): MIG partitions of one GPU, or the GPU itself;
+- a device tainted NoSchedule or NoExecute serves only requests that tolerate the taint
+  (``taintPreventsAllocation``).
+
+The allocator's search is exhaustive, so "some assignment exists" is its answer; here that
+is a bipartite matching per combination of ``firstAvailable`` choices, or, for claims with
+constraints and devices with counters, the allocator's own backtracking (``_Search``) with
+a step budget (past it the answer is unknown, never a denial). Left out, so that a denial
+stays true: consumable capacity (capacity requests); a device that allows multiple
+allocations is taken to serve any number of requests.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+from webhook.engine.demand.gpus import PodGPUs
+from webhook.engine.kube.selectors import dig, terms_match
+from webhook.engine.kube.workloads import Path
+from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.resources.devices import (
+    ALLOCATION_RESULTS_MAX_SIZE,
+    Claim,
+    ClaimSpec,
+    Device,
+    DeviceInventory,
+    DeviceRequest,
+    Profile,
+    SubRequest,
+)
+from webhook.engine.resources.deviceselectors import Selector, SelectorError, compile_selector
+from webhook.engine.resources.inventory import Inventory, Node, Placement
+
+_MAX_COMBINATIONS = 64
+_MEMO_SIZE = 4096
+# Admits every node a pod could be allowed onto (a cordoned node is never one).
+EVERYWHERE = Placement(node_selector={}, required_terms=None, tolerations=({"operator": "Exists"},))
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of ``spec.resourceClaims`` and the claim it stands for."""
+
+    name: str
+    source: str  # "ResourceClaim x" or "ResourceClaimTemplate y", for messages
+    claim: Claim | None  # None: not in the inventory (yet)
+    gpu_count: int = 0
+    gpu_requests: frozenset[str] = frozenset()  # request names (and "request/sub")
+    gpu_classes: tuple[str, ...] = ()
+    # False for the claim the scheduler makes for an extended resource a device class
+    # serves: its GPUs are already counted as the resource.
+    counted: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaims:
+    claims: tuple[PodClaim, ...] = ()
+    holders: frozenset[Path] = frozenset()  # containers that hold a GPU claim
+
+    @property
+    def gpu_count(self) -> int:
+        if not self.claims:  # most pods: asked on every admission
+            return 0
+        return sum(c.gpu_count for c in self.claims if c.counted)
+
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        if not self.claims:
+            return ()
+        return tuple(dict.fromkeys(k for c in self.claims for k in c.gpu_classes))
+
+    @property
+    def missing(self) -> tuple[PodClaim, ...]:
+        return tuple(c for c in self.claims if c.claim is None)
+
+
+NO_CLAIMS = PodClaims()
+
+
+def gpu_share(
+    spec: ClaimSpec, is_gpu_class: Callable[[str], bool]
+) -> tuple[int, frozenset[str], tuple[str, ...]]:
+    """GPUs a claim asks for (the most any ``firstAvailable`` choice gets; ``All`` counts
+    as one), the names of its GPU requests, and its GPU classes."""
+    count = 0
+    names: set[str] = set()
+    classes: list[str] = []
+    for request in spec.requests:
+        gpu = [a for a in request.alternatives if is_gpu_class(a.device_class)]
+        if not gpu:
+            continue
+        count += max(1 if a.all_devices else a.count for a in gpu)
+        names.add(request.name)
+        names.update(a.name for a in gpu)
+        classes.extend(a.device_class for a in gpu)
+    return count, frozenset(names), tuple(dict.fromkeys(classes))
+
+
+def pod_claims(
+    spec: Mapping[str, Any],
+    *,
+    namespace: str,
+    devices: DeviceInventory | None,
+    is_gpu_class: Callable[[str], bool],
+) -> PodClaims:
+    """The pod's claims as the inventory knows them, and which containers hold GPUs."""
+    entries = spec.get("resourceClaims")
+    if not isinstance(entries, list) or not entries:
+        return NO_CLAIMS
+    claims: list[PodClaim] = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            continue
+        if isinstance(entry.get("resourceClaimName"), str):
+            ref = entry["resourceClaimName"]
+            source = f"ResourceClaim {ref}"
+            found = devices.claims.get((namespace, ref)) if devices else None
+        elif isinstance(entry.get("resourceClaimTemplateName"), str):
+            ref = entry["resourceClaimTemplateName"]
+            source = f"ResourceClaimTemplate {ref}"
+            found = devices.templates.get((namespace, ref)) if devices else None
+        else:
+            continue
+        if found is None:
+            claims.append(PodClaim(entry["name"], source, None))
+            continue
+        count, names, classes = gpu_share(found.spec, is_gpu_class)
+        claims.append(PodClaim(entry["name"], source, found, count, names, classes))
+    by_name = {c.name: c for c in claims}
+    holders: set[Path] = set()
+    for section in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(section) or []):
+            refs = dig(container, "resources", "claims")
+            for ref in refs if isinstance(refs, list) else []:
+                claim = by_name.get(str(dig(ref, "name")))
+                if claim is None or not claim.gpu_count:
+                    continue
+                request = dig(ref, "request")
+                if not request or str(request) in claim.gpu_requests:
+                    holders.add((section, index))
+    return PodClaims(tuple(claims), frozenset(holders))
+
+
+# --- fit ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FitAnswer:
+    """``fits`` is None when this webhook cannot tell (a selector it cannot evaluate)."""
+
+    fits: bool | None
+    reason: str = ""
+
+
+class _Matcher:
+    """Selector answers per device, memoised on the snapshot (content-keyed when the
+    selectors name no identity attribute)."""
+
+    def __init__(self, inventory: DeviceInventory) -> None:
+        self.inventory = inventory
+        self.memo = inventory._memo
+
+    def selector(self, expression: str) -> Selector | SelectorError:
+        return compile_selector(expression)
+
+    def exact(self, expression: str) -> bool:
+        """Whether the expression can tell devices apart by their identity attributes."""
+        compiled = compile_selector(expression)
+        if isinstance(compiled, SelectorError):
+            return False
+        identity = self.inventory.identity
+        return compiled.reads_everything or any(compiled.mentions(name) for _, name in identity)
+
+    def matches(self, expression: str, device: Device) -> bool | SelectorError:
+        key_device: Any = device if self.exact(expression) else self.inventory.content(device)
+        key = ("match", expression, key_device)
+        known = self.memo.get(key)
+        if known is not None:
+            return known  # type: ignore[no-any-return]
+        compiled = compile_selector(expression)
+        result: bool | SelectorError
+        if isinstance(compiled, SelectorError):
+            result = compiled
+        else:
+            try:
+                result = compiled.matches(device.view())
+            except SelectorError as exc:
+                result = exc
+        if len(self.memo) >= _MEMO_SIZE:
+            self.memo.clear()
+        self.memo[key] = result
+        return result
+
+
+def _eligible(
+    sub: SubRequest, devices: Sequence[Device], classes: Mapping[str, Any], matcher: _Matcher
+) -> tuple[list[int], str, bool]:
+    """Indexes of matching devices, the first selector error, and whether any selector
+    could not be evaluated here."""
+    device_class = classes.get(sub.device_class)
+    expressions = (*(device_class.selectors if device_class else ()), *sub.selectors)
+    found: list[int] = []
+    error = ""
+    unknown = False
+    for index, device in enumerate(devices):
+        ok = sub.tolerates(device)
+        for expression in expressions if ok else ():
+            result = matcher.matches(expression, device)
+            if isinstance(result, SelectorError):
+                unknown = unknown or result.unsupported
+                error = error or f"selector {expression!r} on device {device.name}: {result}"
+                ok = False
+                break
+            if not result:
+                ok = False
+                break
+        if ok:
+            found.append(index)
+    return found, error, unknown
+
+
+def _assign(slots: Sequence[Sequence[int]], taken: set[int], shared: Sequence[bool]) -> bool:
+    """Whether every slot gets its own device (augmenting paths; shared devices serve any
+    number of slots)."""
+    owner: dict[int, int] = {}
+
+    def place(slot: int, seen: set[int]) -> bool:
+        for device in slots[slot]:
+            if device in taken or device in seen:
+                continue
+            if shared[device]:
+                return True
+            seen.add(device)
+            if device not in owner or place(owner[device], seen):
+                owner[device] = slot
+                return True
+        return False
+
+    return all(place(slot, set()) for slot in range(len(slots)))
+
+
+class _OverBudget(Exception):
+    """The search tried too many assignments: the answer is unknown."""
+
+
+class _Search:
+    """The allocator's backtracking (``allocateOne``, ``allocateDevice``), for claims with
+    ``matchAttribute`` constraints, where a matching cannot say which devices agree.
+
+    ``plan`` holds per request its claim and the sub-requests that may serve it, each with
+    its matching devices, in ``firstAvailable`` order."""
+
+    def __init__(
+        self,
+        claims: Sequence[ClaimSpec],
+        devices: Sequence[Device],
+        plan: list[tuple[int, str, list[tuple[SubRequest, list[int]]]]],
+        *,
+        available: Mapping[tuple[str, str], Mapping[str, Mapping[str, Fraction]]],
+        budget: int = 20_000,
+    ) -> None:
+        self.claims = claims
+        self.devices = devices
+        self.plan = plan
+        self.budget = budget
+        self.in_use: dict[int, int] = {}
+        self.per_claim = [0] * len(claims)
+        # Per claim, per constraint: the value its devices share and how many hold it.
+        self.agreed: list[list[list[Any]]] = [[[None, 0] for _ in c.constraints] for c in claims]
+        # Counters the devices taken so far consume, per (driver, pool, set, counter).
+        self.available = available
+        self.consumed: dict[tuple[str, str, str, str], Fraction] = {}
+
+    def run(self) -> bool:
+        return self._allocate(0)
+
+    def _allocate(self, slot: int) -> bool:
+        self.budget -= 1
+        if self.budget < 0:
+            raise _OverBudget
+        if slot == len(self.plan):
+            return True
+        claim, request, alternatives = self.plan[slot]
+        for sub, eligible in alternatives:
+            if sub.all_devices:
+                if not eligible:
+                    continue
+                added: list[int] = []
+                every = all(self._add(claim, request, sub, d, added) for d in eligible)
+                if every and self._allocate(slot + 1):
+                    return True
+                self._undo(claim, request, sub, added)
+            elif self._pick(slot, sub, eligible, left=sub.count, start=0):
+                return True
+        return False
+
+    def _pick(
+        self, slot: int, sub: SubRequest, eligible: list[int], *, left: int, start: int
+    ) -> bool:
+        """``left`` more devices for ``sub`` from ``eligible[start:]`` (sets, not orders)."""
+        if left == 0:
+            return self._allocate(slot + 1)
+        claim, request, _ = self.plan[slot]
+        for position in range(start, len(eligible)):
+            added: list[int] = []
+            # A device that allows multiple allocations may serve this request again.
+            again = position if self.devices[eligible[position]].shared else position + 1
+            if self._add(claim, request, sub, eligible[position], added) and self._pick(
+                slot, sub, eligible, left=left - 1, start=again
+            ):
+                return True
+            self._undo(claim, request, sub, added)
+        return False
+
+    def _add(self, claim: int, request: str, sub: SubRequest, index: int, added: list[int]) -> bool:
+        device = self.devices[index]
+        if not sub.admin and not device.shared and self.in_use.get(index, 0):
+            return False
+        if self.per_claim[claim] >= ALLOCATION_RESULTS_MAX_SIZE:
+            return False
+        values: list[Any] = []
+        for constraint, state in zip(
+            self.claims[claim].constraints, self.agreed[claim], strict=True
+        ):
+            if not constraint.applies(request, sub.name):
+                values.append(None)
+                continue
+            value = device.attribute(constraint.attribute)
+            if value is None or (state[1] and state[0] != value):
+                return False
+            values.append(value)
+        if device.consumes and not self._consume(device, 1):
+            return False
+        for value, state in zip(values, self.agreed[claim], strict=True):
+            if value is not None:
+                state[0], state[1] = value, state[1] + 1
+        self.in_use[index] = self.in_use.get(index, 0) + (0 if sub.admin else 1)
+        self.per_claim[claim] += 1
+        added.append(index)
+        return True
+
+    def _consume(self, device: Device, sign: int) -> bool:
+        """Take (or give back) the counters the device consumes; False, and nothing taken,
+        when a counter of its pool would go over (``checkAvailableCounters``)."""
+        pool = self.available.get((device.driver, device.pool), {})
+        changed = []
+        fits = True
+        for set_name, counters in device.consumes:
+            for name, amount in counters:
+                key = (device.driver, device.pool, set_name, name)
+                self.consumed[key] = self.consumed.get(key, Fraction(0)) + sign * amount
+                changed.append((key, amount))
+                limit = pool.get(set_name, {}).get(name) if pool else None
+                if sign > 0 and limit is not None and self.consumed[key] > limit:
+                    fits = False
+        if not fits:
+            for key, amount in changed:
+                self.consumed[key] -= amount
+        return fits
+
+    def _undo(self, claim: int, request: str, sub: SubRequest, added: list[int]) -> None:
+        for index in added:
+            if self.devices[index].consumes:
+                self._consume(self.devices[index], -1)
+            self.in_use[index] -= 0 if sub.admin else 1
+            self.per_claim[claim] -= 1
+            for constraint, state in zip(
+                self.claims[claim].constraints, self.agreed[claim], strict=True
+            ):
+                if constraint.applies(request, sub.name):
+                    state[1] -= 1
+        added.clear()
+
+
+def _fit_by_search(
+    claims: Sequence[ClaimSpec],
+    devices: Sequence[Device],
+    inventory: DeviceInventory,
+    *,
+    counters: bool = True,
+) -> FitAnswer:
+    matcher = _Matcher(inventory)
+    classes = inventory.classes
+    plan: list[tuple[int, str, list[tuple[SubRequest, list[int]]]]] = []
+    unknown = error = ""
+    for claim_index, claim in enumerate(claims):
+        for request in claim.requests:
+            alternatives = []
+            for sub in request.alternatives:
+                if sub.device_class not in classes:
+                    continue
+                eligible, problem, cannot_tell = _eligible(sub, devices, classes, matcher)
+                error = error or problem
+                unknown = unknown or (problem if cannot_tell else "")
+                alternatives.append((sub, eligible))
+            plan.append((claim_index, request.name, alternatives))
+    try:
+        available = inventory.counters if counters else {}
+        if _Search(claims, devices, plan, available=available).run():
+            return FitAnswer(True)
+    except _OverBudget:
+        return FitAnswer(None, "too many device combinations to try")
+    if unknown:
+        return FitAnswer(None, unknown)
+    return FitAnswer(False, error)
+
+
+def fit(
+    claims: Sequence[ClaimSpec], devices: Sequence[Device], inventory: DeviceInventory
+) -> FitAnswer:
+    """Can all ``claims`` be allocated together from ``devices`` (one node's)?"""
+    if any(claim.constraints for claim in claims) or any(d.consumes for d in devices):
+        return _fit_by_search(claims, devices, inventory)
+    matcher = _Matcher(inventory)
+    classes = inventory.classes
+    requests = [(ci, r) for ci, claim in enumerate(claims) for r in claim.requests]
+    choices = [range(len(r.alternatives)) for _, r in requests]
+    shared = [d.shared for d in devices]
+    unknown = ""
+    error = ""
+    for n, combination in enumerate(itertools.product(*choices)):
+        if n >= _MAX_COMBINATIONS:
+            return FitAnswer(None, "too many firstAvailable combinations to try")
+        slots: list[list[int]] = []
+        taken: set[int] = set()
+        per_claim = [0] * len(claims)
+        failed = False
+        for (claim_index, request), choice in zip(requests, combination, strict=True):
+            sub = request.alternatives[choice]
+            if sub.device_class not in classes:
+                failed = True
+                break
+            eligible, problem, cannot_tell = _eligible(sub, devices, classes, matcher)
+            error = error or problem
+            if cannot_tell:
+                unknown = unknown or problem
+            need = len(eligible) if sub.all_devices else sub.count
+            per_claim[claim_index] += need
+            if sub.all_devices and not eligible:
+                failed = True
+                break
+            if sub.admin:
+                failed = len(eligible) < need
+            elif sub.all_devices:
+                clash = [d for d in eligible if d in taken and not shared[d]]
+                taken.update(d for d in eligible if not shared[d])
+                failed = bool(clash)
+            else:
+                slots.extend([eligible] * need)
+            if failed or per_claim[claim_index] > ALLOCATION_RESULTS_MAX_SIZE:
+                failed = True
+                break
+        if not failed and _assign(slots, taken, shared):
+            return FitAnswer(True)
+    if unknown:
+        return FitAnswer(None, unknown)
+    return FitAnswer(False, error)
+
+
+# --- nodes ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """The device profiles of the nodes a pod can land on."""
+
+    profiles: tuple[Profile, ...]
+    # A declared node pool (scale from zero) is among them: its devices are unknown.
+    pool: bool = False
+
+
+def candidates(
+    inventory: DeviceInventory,
+    nodes: Inventory | None,
+    placement: Placement,
+    allowed: Sequence[tuple[Mapping[str, Any], ...] | None] = (),
+) -> Candidates:
+    """Distinct device profiles of the nodes ``placement`` admits (not cordoned), and that
+    the node selectors of already allocated claims in ``allowed`` admit."""
+    key = ("nodes", id(nodes), placement.key(), tuple(map(repr, allowed)))
+    memo = inventory._memo
+    known = memo.get(key)
+    if known is not None and known[0] is nodes:
+        return known[1]  # type: ignore[no-any-return]
+    pool = False
+    members: list[Node] = []
+    if nodes is None:
+        members = [Node(name=name) for name in inventory.node_names()]
+    else:
+        names_nodes = placement.names_nodes(nodes.identity_labels)
+        for shape in nodes.shapes:
+            if shape.unschedulable:
+                continue
+            group = shape.members if names_nodes or allowed else shape.members[:1]
+            admitted = [n for n in group if placement.admits(n.labels, n.name, shape.taints)]
+            if not admitted:
+                continue
+            if shape.pool:
+                pool = True
+                continue
+            members.extend(admitted if names_nodes or allowed else shape.members)
+    profiles: dict[Any, Profile] = {}
+    for node in members:
+        if any(t is not None and not terms_match(t, node.labels, node.name) for t in allowed):
+            continue
+        profile = inventory.profile(node)
+        if profile.devices:
+            profiles.setdefault(profile.key, profile)
+    answer = Candidates(tuple(profiles.values()), pool)
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    memo[key] = (nodes, answer)
+    return answer
+
+
+def fits_somewhere(
+    claims: tuple[ClaimSpec, ...], found: Candidates, inventory: DeviceInventory
+) -> FitAnswer:
+    """True as soon as one candidate node fits; unknown if one cannot be told."""
+    exact = any(
+        _Matcher(inventory).exact(e)
+        for claim in claims
+        for r in claim.requests
+        for a in r.alternatives
+        for e in (*a.selectors, *getattr(inventory.classes.get(a.device_class), "selectors", ()))
+    ) or any(c.attribute in inventory.identity for claim in claims for c in claim.constraints)
+    unknown: FitAnswer | None = None
+    last = FitAnswer(False)
+    for profile in found.profiles:
+        key = ("fit", claims, profile.example if exact else profile.key)
+        answer = inventory._memo.get(key)
+        if answer is None:
+            answer = fit(claims, profile.devices, inventory)
+            inventory._memo[key] = answer
+        if answer.fits:
+            return answer
+        if answer.fits is None:
+            unknown = answer
+        else:
+            last = answer
+    if found.pool:
+        return FitAnswer(None, "a node pool may add nodes whose devices are not known yet")
+    return unknown or last
+
+
+# --- findings ---------------------------------------------------------------------------
+
+
+def _counts(
+    sub: SubRequest, profiles: Sequence[Profile], inventory: DeviceInventory
+) -> tuple[int, int, str]:
+    """Most devices of the class on one node; most that also pass the request's
+    selectors; the first request selector that leaves none."""
+    matcher = _Matcher(inventory)
+    classes = inventory.classes
+    device_class = classes.get(sub.device_class)
+    class_selectors = device_class.selectors if device_class else ()
+    best_class = best_all = 0
+    blocking = ""
+    for profile in profiles:
+        of_class = [
+            d
+            for d in profile.devices
+            if all(matcher.matches(e, d) is True for e in class_selectors)
+        ]
+        best_class = max(best_class, len(of_class))
+        remaining = of_class
+        for expression in sub.selectors:
+            remaining = [d for d in remaining if matcher.matches(expression, d) is True]
+            if not remaining and of_class:
+                blocking = blocking or expression
+        best_all = max(best_all, len(remaining))
+    return best_class, best_all, blocking
+
+
+def shortfall(
+    claims: Sequence[PodClaim],
+    found: Candidates,
+    everywhere: Candidates,
+    inventory: DeviceInventory,
+    usable: str = "the pod can use",
+) -> tuple[str, str]:
+    """What is missing, worded for the user: the first request no node can meet alone."""
+    for pod_claim in claims:
+        if pod_claim.claim is None:
+            continue
+        for request in pod_claim.claim.spec.requests:
+            sub = request.alternatives[0] if request.alternatives else None
+            if sub is None:
+                continue
+            where = f'request "{request.name}"'
+            if not pod_claim.counted:
+                where = (
+                    f"the pod's {pod_claim.name} (served by DRA device class {sub.device_class})"
+                )
+            elif pod_claim.name:
+                where = f'claim "{pod_claim.name}" ({pod_claim.source}) {where}'
+            need = 1 if sub.all_devices else sub.count
+            of_class, matching, blocking = _counts(sub, found.profiles, inventory)
+            if of_class == 0:
+                anywhere, _, _ = _counts(sub, everywhere.profiles, inventory)
+                text = (
+                    f"{where} asks for devices of class {sub.device_class}, "
+                    f"but no node {usable} has any"
+                )
+                if anywhere:
+                    text += (
+                        f"; other nodes have them (up to {anywhere} on one), but the pod's "
+                        "nodeSelector, node affinity or tolerations exclude them. Let the pod "
+                        "use those nodes."
+                    )
+                else:
+                    text += (
+                        ". No node publishes such devices: check the class name and the DRA driver."
+                    )
+                return text, f"no {sub.device_class} device on a usable node"
+            if matching == 0 and blocking:
+                return (
+                    f"{where}: no device of class {sub.device_class} on a node {usable} "
+                    f"matches the selector {blocking!r}. Fix or relax the selector.",
+                    f"selector matches no {sub.device_class} device",
+                )
+            if matching < need and len(request.alternatives) == 1:
+                return (
+                    f"{where} asks for {need} devices of class {sub.device_class}, but the node "
+                    f"{usable} with the most such devices has {matching}. Ask for at most "
+                    f"{matching}, or spread the work over more pods.",
+                    f"{need} {sub.device_class} asked, a usable node has at most {matching}",
+                )
+    for pod_claim in claims:
+        constraints = pod_claim.claim.spec.constraints if pod_claim.claim else ()
+        if constraints:
+            names = ", ".join(sorted({"/".join(c.attribute) for c in constraints}))
+            owner = f'claim "{pod_claim.name}"' if pod_claim.name else "the claim"
+            return (
+                f"{owner} needs devices that share {names} (matchAttribute), and no node "
+                f"{usable} has enough matching devices that do. Relax the constraint or ask "
+                "for fewer devices.",
+                f"no usable node has enough devices sharing {names}",
+            )
+    specs = [c.claim.spec for c in claims if c.claim is not None and c.gpu_count]
+    if any(
+        _fit_by_search(specs, profile.devices, inventory, counters=False).fits
+        for profile in found.profiles
+        if any(d.consumes for d in profile.devices)
+    ):
+        return (
+            f"the pod's claims cannot all be met on any one node {usable}: the devices they "
+            "would take share their GPU's counters (partitions of one GPU, or the GPU itself) "
+            "and together need more than it has. Ask for partitions that fit one GPU.",
+            "claims need more of a GPU's partitions than it has",
+        )
+    return (
+        "the pod's claims cannot all be met on any one node it can use: together they need "
+        "more matching devices than a single node has. Ask for fewer devices per pod.",
+        "claims need more devices together than any usable node has",
+    )
+
+
+def _finding(check: str, settings_action: str, message: str, summary: str, where: str) -> Finding:
+    return Finding("builtin", check, action_of(settings_action), message, summary, where)
+
+
+def claim_findings(
+    claims: PodClaims,
+    *,
+    placement: Placement,
+    nodes: Inventory | None,
+    devices: DeviceInventory,
+    actions: Mapping[str, str],
+    where: str,
+) -> Iterator[Finding]:
+    """Findings for the pod's claims: missing claims, unknown classes, no fit."""
+    for missing in claims.missing:
+        yield _finding(
+            "missingClaim",
+            actions.get("missingClaim", "warn"),
+            f'claim "{missing.name}" refers to {missing.source}, which the webhook has not '
+            "seen (not created yet, or not in its cache), so its devices were not checked. "
+            "Create it before the pod.",
+            f"{missing.source} not found; devices not checked",
+            where,
+        )
+    known = [c for c in claims.claims if c.claim is not None]
+    if not known or not devices.complete:
+        return
+    unknown_classes = False
+    for pod_claim in known:
+        assert pod_claim.claim is not None
+        for finding in class_findings(
+            pod_claim.claim.spec, devices, actions, where, f'claim "{pod_claim.name}" '
+        ):
+            unknown_classes = True
+            yield finding
+    if unknown_classes or not any(c.gpu_count for c in known):
+        return
+    # Only GPU claims: other drivers' devices (a ComputeDomain's channels) may appear only
+    # once their own controller has run, and judging them could deny a pod that will run.
+    pending = tuple(
+        c.claim.spec for c in known if c.claim is not None and not c.claim.allocated and c.gpu_count
+    )
+    allowed = tuple(
+        c.claim.allocation_terms for c in known if c.claim is not None and c.claim.allocated
+    )
+    found = candidates(devices, nodes, placement, allowed)
+    answer = (
+        fits_somewhere(pending, found, devices)
+        if pending
+        else FitAnswer(bool(found.profiles) or None)
+    )
+    if answer.fits:
+        return
+    if answer.fits is None:
+        if answer.reason and "selector" in answer.reason:
+            yield _finding(
+                "deviceSelector",
+                actions.get("deviceSelector", "warn"),
+                f"the webhook could not evaluate a device selector ({answer.reason}); "
+                "whether the pod's claims fit was not checked.",
+                "device selector not evaluated; claims not checked",
+                where,
+            )
+        return
+    everywhere = candidates(devices, nodes, EVERYWHERE)
+    message, summary = shortfall(known, found, everywhere, devices)
+    if answer.reason and "selector" in answer.reason:
+        message += f" (CEL error: {answer.reason})"
+    yield _finding("deviceClaims", actions.get("deviceClaims", "deny"), message, summary, where)
+
+
+def looks_like_gpu_class(
+    spec: ClaimSpec, devices: DeviceInventory, is_gpu_class: Callable[[str], bool]
+) -> bool:
+    """Whether a request names a class that does not exist but is close to a GPU class
+    (a typo such as ``mig.nvidia.comm``): judged as the GPU claim it was meant to be."""
+    gpu_classes = [name for name in devices.classes if is_gpu_class(name)]
+    return any(
+        sub.device_class not in devices.classes
+        and difflib.get_close_matches(sub.device_class, gpu_classes, n=1)
+        for request in spec.requests
+        for sub in request.alternatives
+    )
+
+
+def class_findings(
+    spec: ClaimSpec,
+    devices: DeviceInventory,
+    actions: Mapping[str, str],
+    where: str,
+    claim_name: str,
+) -> Iterator[Finding]:
+    for request in spec.requests:
+        for sub in request.alternatives:
+            if sub.device_class in devices.classes:
+                continue
+            offered = ", ".join(sorted(devices.classes)) or "none"
+            close = difflib.get_close_matches(sub.device_class, list(devices.classes), n=1)
+            hint = f" Did you mean {close[0]}?" if close else ""
+            yield _finding(
+                "unknownDeviceClass",
+                actions.get("unknownDeviceClass", "deny"),
+                f'{claim_name}request "{sub.name}" names device class '
+                f"{sub.device_class!r}, which does not exist; this cluster has: {offered}.{hint}",
+                f"device class {sub.device_class} does not exist",
+                where,
+            )
+
+
+def extended_resource_claims(
+    pod: PodGPUs, claims: PodClaims, *, devices: DeviceInventory | None, nodes: Inventory | None
+) -> tuple[PodGPUs, PodClaims]:
+    """GPU resources that a device class serves (``extendedResourceName``), where no node
+    advertises them: the scheduler turns them into a claim for that class (KEP-5004), so
+    they are judged as one instead of as a resource no node has.
+
+    Where some node does advertise the resource (a device plugin on some nodes, DRA on
+    others), neither check runs: which one the scheduler uses depends on the node."""
+    if devices is None or not devices.complete or not devices.extended:
+        return pod, claims
+    served = {r: devices.extended[r] for r in pod.effective if r in devices.extended}
+    if not served:
+        return pod, claims
+    extra = []
+    for resource, device_class in sorted(served.items()):
+        if nodes is not None and resource in nodes.resource_names:
+            continue
+        need = pod.effective[resource]
+        sub = SubRequest(name=resource, device_class=device_class, count=need)
+        spec = ClaimSpec((DeviceRequest(name=resource, alternatives=(sub,)),))
+        source = f"resource {resource}, served by device class {device_class}"
+        claim = Claim(namespace="", name="", spec=spec)
+        extra.append(
+            PodClaim(resource, source, claim, need, frozenset({resource}), (device_class,), False)
+        )
+    effective = {r: n for r, n in pod.effective.items() if r not in served}
+    kept = replace(
+        pod,
+        effective=effective,
+        vector=tuple((r, n) for r, n in pod.vector if r not in served),
+        per_container=tuple((r, n) for r, n in pod.per_container if r not in served),
+    )
+    return kept, PodClaims((*claims.claims, *extra), claims.holders)
+
+
+def with_claim_gpus(pod: PodGPUs, claims: PodClaims) -> PodGPUs:
+    """The pod's GPU asks with its claims' GPUs counted in ``total``: rules match it and
+    per-pod limits see them (container and resource views stay as requested)."""
+    if not claims.gpu_count:
+        return pod
+    return replace(pod, total=pod.total + claims.gpu_count)
