@@ -24,7 +24,7 @@ from tests.cluster.replayserver import (
     fixture_lines,
 )
 from webhook.admission.inventory import InventorySource, view_of
-from webhook.cluster.feedsource import FeedInventorySource
+from webhook.cluster.feedsource import STARTUP_GRACE_SECONDS, FeedInventorySource
 from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.inventory import Node
@@ -252,3 +252,28 @@ def test_namespace_changes_reach_the_workers(server: ReplayServer, tmp_path: Pat
             assert worker.status().namespace_count == len(NAMESPACES)
         finally:
             worker.stop()
+
+
+def test_a_worker_waiting_for_a_starting_watcher_logs_no_warning_until_the_grace_is_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every pod starts its workers beside its watcher: a refused socket at start-up is
+    normal, and says nothing; past STARTUP_GRACE_SECONDS it is a warning, said once."""
+    now = [0.0]
+    worker = FeedInventorySource(
+        socket_path=str(tmp_path / "not-yet.sock"),
+        clock=lambda: now[0],
+        backoff=Backoff(initial_seconds=0.01, cap_seconds=0.01),
+    )
+    caplog.set_level("INFO", logger="webhook.inventory")
+    worker.start()
+    try:
+        eventually(lambda: "unreachable" in worker.status().last_error)
+        assert not [r for r in caplog.records if r.levelname == "WARNING"]
+        now[0] = STARTUP_GRACE_SECONDS + 1
+        eventually(lambda: any(r.levelname == "WARNING" for r in caplog.records))
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1
+        assert "the inventory watcher is unreachable" in warnings[0]
+    finally:
+        worker.stop()

@@ -100,11 +100,13 @@ def test_files_that_all_pass_exit_0_and_json_lists_each_reported_object(
         "warn": 0,
         "audit": 0,
         "pass": 2,
+        "unusable": 0,
         "errors": [],
     }
+    assert report["unusable"] == []
     (fine,) = report["results"]
     assert (fine["name"], fine["decision"], fine["gpu"]) == ("fine", "pass", True)
-    assert fine["source"] == f"{files}#1"
+    assert fine["source"] == f"{files}:1"
 
 
 def test_policyreport_output_is_valid_against_the_crd(
@@ -144,6 +146,16 @@ def test_kinds_and_namespace_narrow_what_is_audited(
     ("args", "message"),
     [
         pytest.param(["--kinds", "Widget"], "no kind the webhook understands", id="unknown-kind"),
+        pytest.param(
+            ["--kinds", "Pod,Deploymnt"],
+            "'Deploymnt' is no kind the webhook understands (did you mean Deployment.apps?)",
+            id="a-typo-among-good-kinds-with-did-you-mean",
+        ),
+        pytest.param(
+            ["--kinds", "pytorchjob.kubeflow"],
+            "did you mean PyTorchJob.kubeflow.org",
+            id="a-short-group",
+        ),
         pytest.param(
             ["--inventory", "/nonexistent.yaml"], "the inventory is not usable", id="bad-inventory"
         ),
@@ -362,15 +374,12 @@ def test_the_progress_line_is_redrawn_on_a_terminal_and_absent_in_a_pipe() -> No
 
 
 def test_the_readme_shows_what_the_audit_of_the_example_prints(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # as the README runs it, so that SOURCE shows relative paths
     code, out, _ = _audit(
-        capsys,
-        "-f",
-        str(root / "examples" / "workloads.yaml"),
-        "--inventory",
-        str(root / "examples" / "inventory.yaml"),
+        capsys, "-f", "examples/workloads.yaml", "--inventory", "examples/inventory.yaml"
     )
     assert code == 1
     shown = "".join(("   " + line if line.strip() else "") + "\n" for line in out.splitlines())

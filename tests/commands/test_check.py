@@ -110,7 +110,9 @@ def test_the_skipped_capacity_notice_is_said_once_and_a_summary_ends_the_output(
     both = done.stdout + done.stderr
     assert both.count("capacity checks") == 1, both
     assert done.stderr.strip() == "notice: no --inventory given: capacity checks are skipped"
-    assert done.stdout.splitlines()[-1] == "6 objects: 5 allowed, 1 denied, 0 with warnings"
+    assert done.stdout.splitlines()[-1] == (
+        "6 objects: 5 allowed, 1 denied, 0 unusable, 0 with warnings"
+    )
     assert "\033[" not in done.stdout
 
     done = gpu_webhook("check", path, "--rules", RULES, "-o", "json")
@@ -146,17 +148,18 @@ def _on_a_terminal(*args: str | Path, env: dict[str, str]) -> str:
 
 
 @pytest.mark.parametrize(
-    ("env", "coloured"),
+    ("env", "flags", "coloured"),
     [
-        pytest.param({"TERM": "xterm"}, True, id="terminal"),
-        pytest.param({"TERM": "xterm", "NO_COLOR": "1"}, False, id="NO_COLOR"),
+        pytest.param({"TERM": "xterm"}, [], True, id="terminal"),
+        pytest.param({"TERM": "xterm", "NO_COLOR": "1"}, [], False, id="NO_COLOR"),
+        pytest.param({"TERM": "xterm"}, ["--no-color"], False, id="no-color-flag"),
     ],
 )
 def test_text_output_is_coloured_only_on_a_terminal_without_no_color(
-    tmp_path: Path, env: dict[str, str], coloured: bool
+    tmp_path: Path, env: dict[str, str], flags: list[str], coloured: bool
 ) -> None:
     path = write(tmp_path, "pods.yaml", gpu_pod("ok"), gpu_pod("bad", gpu=0.5))
-    shown = _on_a_terminal("check", path, "--rules", RULES, env=env)
+    shown = _on_a_terminal("check", path, "--rules", RULES, *flags, env=env)
     assert ("\033[31mDENIED\033[0m" in shown) is coloured, shown
     assert ("\033[" in shown) is coloured
     assert "DENIED" in shown

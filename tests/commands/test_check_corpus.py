@@ -173,7 +173,11 @@ def test_unusable_input_exits_2_and_still_checks_the_other_files(
     broken.write_text("kind: Pod\nmetadata: {name: [x\n", encoding="utf-8")
     code, out, err = check(capsys, "-f", good, "-f", str(broken), "-o", "json")
     assert code == 2
-    assert [r["name"] for r in json.loads(out)] == ["train"]
+    entries = json.loads(out)
+    assert [r["name"] for r in entries if r["status"] != "unusable"] == ["train"]
+    assert [(r["file"], r["status"]) for r in entries if not r["name"]] == [
+        (str(broken), "unusable")
+    ]
     assert f"{broken}:" in err
 
 
@@ -222,12 +226,17 @@ def test_yaml_output_is_the_mutated_objects(
     ]
 
 
-def test_patch_output_is_one_json_patch_per_object(
+def test_patch_output_is_one_json_patch_per_object_after_a_comment_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}
-    _, out, _ = check(capsys, "-f", _write(tmp_path, "m.yaml", GPU_POD, service), "-o", "patch")
-    gpu_patch, service_patch = (json.loads(line) for line in out.splitlines())
+    path = _write(tmp_path, "m.yaml", GPU_POD, service)
+    _, out, _ = check(capsys, "-f", path, "-o", "patch")
+    lines = out.splitlines()
+    assert lines[0].startswith("# Pod ")
+    assert lines[0].endswith(f"({path}:1)")
+    assert lines[2].startswith("# Service default/s (")
+    gpu_patch, service_patch = (json.loads(line) for line in lines[1::2])
     assert jsonpatch.apply_patch(GPU_POD, gpu_patch)["spec"]["tolerations"]
     assert service_patch == []
 

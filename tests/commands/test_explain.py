@@ -211,7 +211,7 @@ def test_an_empty_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
         main(["explain", "--rules", str(RULES), "-f", str(empty), "--inventory", str(INVENTORY)])
         == 2
     )
-    assert f"no objects in {empty}" in capsys.readouterr().err
+    assert f"{empty}: no objects: the input is empty" in capsys.readouterr().err
 
 
 def test_the_readme_shows_a_real_explain_output() -> None:

@@ -25,7 +25,8 @@ def test_lint_reports_all_problems_and_fails(
     err = capsys.readouterr().err
     assert "a.yaml: doc 1 (GPUPolicy a): apiVersion" in err
     assert "b.yaml:2: not valid YAML" in err
-    assert "2 problems found" in err
+    assert "a.yaml: doc 1 (GPUPolicy a): spec: missing" in err  # not hidden by apiVersion
+    assert "3 problems found" in err
 
 
 def test_lint_of_a_missing_directory_says_so(capsys: pytest.CaptureFixture[str]) -> None:
@@ -189,3 +190,15 @@ def test_a_missing_directory_exits_2_like_check(tmp_path: Path) -> None:
     assert (code, out) == (2, "")
     assert len(err.strip().splitlines()) == 1
     assert "no such directory or file" in err
+
+
+def test_lint_reports_every_problem_of_a_document_at_once(tmp_path: Path) -> None:
+    """A wrong apiVersion does not hide a wrong kind; a kind near a real one is named."""
+    path = tmp_path / "policy.yaml"
+    path.write_text("apiVersion: gpu.example.com/v2\nkind: GPUPolicys\nmetadata: {name: x}\n")
+    code, _, out = lint(path)
+    assert code == 1
+    assert "apiVersion: must be gpu-webhook.io/v1alpha1" in out
+    assert "kind: must be one of" in out
+    assert "(did you mean GPUPolicy?)" in out
+    assert "2 problems found" in out

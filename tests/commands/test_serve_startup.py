@@ -135,3 +135,16 @@ def test_broken_rules_are_one_line_that_points_at_rules_lint(certs: Path, tmp_pa
         "spec.validate[0]: maxGPUsPerPod: must be 0 or more, not -1",
         f"(and 1 more: gpu-webhook rules lint {rules})",
     )
+
+
+def test_dev_where_certificates_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """As in the image on a read-only root filesystem: no traceback from mkdir. (A path
+    under a regular file cannot be made even by root, who writes past permissions.)"""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = gpu_webhook(
+        "serve", "--dev", "--cert-dir", blocker / "dev", "--rules", RULES,
+        "--port", str(free_port()), "--health-port", str(free_port()),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert_one_line(done.stdout + done.stderr, "cannot write the development certificates")

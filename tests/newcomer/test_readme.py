@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
 from tests.builders import ROOT
+from tests.deploy.test_manifests import kubectl, pod_specs
 from tests.newcomer.walkthrough import quick_start_commands
+from tests.running import gpu_webhook
 
 
 def test_the_quick_start_is_exactly_the_two_commands_ci_walks_through() -> None:
@@ -19,3 +29,68 @@ def test_the_quick_start_says_serve_keeps_running_and_tests_go_in_a_second_termi
     assert "keeps running" in flat
     assert "second terminal" in flat
     assert "pip's progress shown" in flat
+
+
+def _section(title: str) -> str:
+    return (ROOT / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ")[0]
+
+
+def _blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+def test_the_command_is_reached_as_the_readme_says_before_it_is_called_bare() -> None:
+    """After the quick start gpu-webhook is in .venv/bin, not on PATH: the README says
+    so (activate, or the path) before its first example that calls it bare."""
+    readme = (ROOT / "README.md").read_text()
+    lines = [ln for block in _blocks(readme, "sh") for ln in block.splitlines()]
+    first_bare = next(i for i, ln in enumerate(lines) if ln.startswith("gpu-webhook "))
+    assert any(ln.startswith(". .venv/bin/activate") for ln in lines[:first_bare])
+
+
+def test_the_deploy_overlay_of_the_readme_points_every_pod_at_the_pushed_image(
+    tmp_path: Path,
+) -> None:
+    (script,) = _blocks(_section("Deploy"), "sh")[:1]
+    kustomization = script.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    pushed = re.search(r"podman push (\S+)", script)
+    assert pushed
+    shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
+    (tmp_path / "my-cluster").mkdir()
+    (tmp_path / "my-cluster" / "kustomization.yaml").write_text(kustomization + "\n")
+    rendered = subprocess.run(
+        [kubectl(), "kustomize", str(tmp_path / "my-cluster")],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    images = {
+        c["image"]
+        for _, spec in pod_specs(tuple(yaml.safe_load_all(rendered)))
+        for c in spec["containers"]
+    }
+    assert images == {pushed.group(1)}
+
+
+def test_the_ci_examples_are_yaml_that_run_check_with_its_ci_formats(tmp_path: Path) -> None:
+    """Each example's check command, pointed at this repository's examples, runs and
+    writes its format."""
+    section = _section("In CI")
+    github, gitlab = (yaml.safe_load(b) for b in _blocks(section, "yaml"))
+    steps = [s["run"] for s in github["jobs"]["check"]["steps"] if "run" in s]
+    commands = [*steps, *gitlab["gpu-policy"]["script"]]
+    assert gitlab["gpu-policy"]["artifacts"]["reports"]["junit"]
+    assert any(s.get("uses", "").startswith("github/codeql-action/upload-sarif") for s in
+               github["jobs"]["check"]["steps"])  # fmt: skip
+    shutil.copytree(ROOT / "examples", tmp_path / "manifests")
+    shutil.copytree(ROOT / "rules", tmp_path / "policy")
+    (tmp_path / "cluster").mkdir()
+    shutil.copy(ROOT / "examples" / "inventory.yaml", tmp_path / "cluster" / "nodes.yaml")
+    (tmp_path / "manifests" / "inventory.yaml").unlink()
+    formats = set()
+    for command in commands:
+        words = shlex.split(command.replace("\\\n", " ").split(">")[0].split("||")[0])
+        args = words[words.index("check") :]
+        done = gpu_webhook(*args, cwd=tmp_path)
+        assert done.returncode == 1, done.stderr  # examples/workloads.yaml has denials
+        formats.add(args[args.index("-o") + 1])
+        assert done.stdout
+    assert formats == {"github", "sarif", "junit"}

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 import orjson
 import urllib3
+import yaml
 
 from webhook import __version__
 
@@ -66,31 +67,33 @@ class ApiEndpoint:
     authorization: Callable[[], str | None] | None = None
 
 
-def api_endpoint_from_kubeconfig(path: str | None) -> ApiEndpoint:
-    """The endpoint of ``path``; without a path, the pod's service account when running in
-    a cluster, else the default kubeconfig (``$KUBECONFIG``, ``~/.kube/config``)."""
+def api_endpoint_from_kubeconfig(path: str | None, *, context: str | None = None) -> ApiEndpoint:
+    """The endpoint of ``path`` (and ``context``, else its current context); without a
+    path, the pod's service account when running in a cluster, else the default
+    kubeconfig (``$KUBECONFIG``, ``~/.kube/config``)."""
     from kubernetes import config as kube_config
     from kubernetes.client import Configuration
 
     configuration = Configuration()
     try:
-        if path is None and os.environ.get(IN_CLUSTER_HOST_ENV):
+        if path is None and context is None and os.environ.get(IN_CLUSTER_HOST_ENV):
             kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration, try_refresh_token=True
             )
         else:
-            if path is not None and not os.path.isfile(path):
-                raise KubeconfigError(f"{path}: no such file")
+            check_kubeconfig(path, context=context)
             kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=path, client_configuration=configuration, persist_config=False
+                config_file=path,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
             )
     except KubeconfigError:
         raise
     except (kube_config.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
-        where = path or "kubeconfig"
-        raise KubeconfigError(f"{where}: {exc}") from None
+        raise KubeconfigError(f"{path or 'kubeconfig'}: {one_line(exc)}") from None
     except Exception as exc:  # the loader raises yaml and other errors for a broken file
-        raise KubeconfigError(f"{path or 'kubeconfig'}: cannot be read: {exc}") from None
+        raise KubeconfigError(f"{path or 'kubeconfig'}: cannot be read: {one_line(exc)}") from None
 
     def authorization() -> str | None:
         value: str | None = configuration.get_api_key_with_prefix(
@@ -107,6 +110,56 @@ def api_endpoint_from_kubeconfig(path: str | None) -> ApiEndpoint:
         tls_server_name=configuration.tls_server_name,
         authorization=authorization,
     )
+
+
+def kubeconfig_files(path: str | None) -> list[str]:
+    """The files a kubeconfig is read from, as kubectl finds them: ``path``, else each of
+    ``$KUBECONFIG`` (a list, merged), else ``~/.kube/config``."""
+    if path is not None:
+        return [path]
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    return listed or [os.path.expanduser("~/.kube/config")]
+
+
+def check_kubeconfig(path: str | None, *, context: str | None = None) -> None:
+    """Raise ``KubeconfigError`` with one line when a kubeconfig file is missing, is not
+    YAML, is not a kubeconfig, or lacks ``context``: the kubernetes loader would raise
+    yaml's multi-line errors or a ``TypeError`` from deep inside."""
+    contexts: list[str] = []
+    files = kubeconfig_files(path)
+    for name in files:
+        if not os.path.isfile(name):
+            if path is not None or len(files) == 1:
+                raise KubeconfigError(f"{name}: no such file")
+            continue  # kubectl skips a missing file of a $KUBECONFIG list
+        try:
+            with open(name, "rb") as handle:
+                loaded = yaml.safe_load(handle)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or exc
+            raise KubeconfigError(f"{name}: not YAML{where}: {one_line(problem)}") from None
+        except OSError as exc:
+            raise KubeconfigError(f"{name}: cannot be read: {exc.strerror or exc}") from None
+        if loaded is None:
+            continue
+        if not isinstance(loaded, Mapping):
+            raise KubeconfigError(
+                f"{name}: not a kubeconfig (a YAML mapping with clusters, users and contexts; "
+                f"this is a {type(loaded).__name__})"
+            )
+        for entry in loaded.get("contexts") or []:
+            if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+                contexts.append(entry["name"])
+    if context is not None and context not in contexts:
+        known = ", ".join(contexts) or "none"
+        raise KubeconfigError(f"{', '.join(files)}: no context {context!r} (contexts: {known})")
+
+
+def one_line(value: object) -> str:
+    """A message of several lines (yaml's, urllib3's) as one."""
+    return " ".join(str(value).split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,4 +458,4 @@ def _int(value: object) -> int | None:
 
 def _describe(exc: BaseException) -> str:
     reason = getattr(exc, "reason", None)
-    return str(reason or exc) or type(exc).__name__
+    return one_line(reason or exc) or type(exc).__name__

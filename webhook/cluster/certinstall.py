@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from webhook.cluster.apiclient import KubeconfigError, check_kubeconfig, one_line
 from webhook.files import certs
 
 ATTEMPTS = 3
@@ -49,26 +51,50 @@ class Target:
 def connect(
     *, kubeconfig: str | None = None, context: str | None = None, in_cluster: bool = False
 ) -> client.ApiClient:
+    configuration = client.Configuration()
     try:
         if in_cluster:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return client.ApiClient()
-        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, context=context
-        )
-        return api
-    except (ConfigException, OSError) as err:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            check_kubeconfig(kubeconfig, context=context)
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except KubeconfigError as err:
+        where, _, problem = str(err).partition(": ")
+        raise InstallError(f"{where}: cannot load cluster credentials ({problem})") from None
+    except (ConfigException, OSError, ValueError, TypeError, KeyError) as err:
         where = "in-cluster service account" if in_cluster else kubeconfig or "kubeconfig"
-        raise InstallError(f"{where}: cannot load cluster credentials ({err})") from None
+        raise InstallError(f"{where}: cannot load cluster credentials ({one_line(err)})") from None
+    # One attempt per request: urllib3's retries would make an unreachable server a wait
+    # of several connects and an error naming only the last.
+    configuration.retries = False
+    return client.ApiClient(configuration)
 
 
 def install(api: client.ApiClient, target: Target, *, now: dt.datetime | None = None) -> list[str]:
     """Make the Secret and both configurations current; say what was done, one line each."""
     when = now or dt.datetime.now(dt.UTC)
-    actions, pair = _with_retries(lambda: _ensure_secret(api, target, when))
-    for kind in KINDS:
-        actions += _with_retries(partial(_ensure_bundle, api, target, kind, pair, when))
+    try:
+        actions, pair = _with_retries(lambda: _ensure_secret(api, target, when))
+        for kind in KINDS:
+            actions += _with_retries(partial(_ensure_bundle, api, target, kind, pair, when))
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        host = api.configuration.host
+        raise InstallError(f"cannot reach the API server at {host}: {_reason(err)}") from None
     return actions
+
+
+def _reason(err: BaseException) -> str:
+    """The cause urllib3 wraps (refused, TLS verification), without its pool's repr."""
+    reason = getattr(err, "reason", None)
+    inner = reason if isinstance(reason, BaseException) else err
+    if isinstance(inner, urllib3.exceptions.NewConnectionError):
+        return one_line(str(inner).rsplit(": ", 1)[-1])
+    return one_line(inner)
 
 
 def _with_retries(step: Callable[[], _T]) -> _T:
@@ -198,6 +224,8 @@ def _b64(data: bytes) -> str:
 
 
 def _explain(err: ApiException) -> str:
+    if not err.status:  # the client's own wrapping of a TLS failure: nothing was answered
+        return f"cannot reach the API server: {one_line(err.reason)}"
     hint = {
         401: "the credentials were refused; check the kubeconfig or the service account token",
         403: "not allowed; the installer needs the RBAC in docs/deploy.md",

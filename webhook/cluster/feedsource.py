@@ -31,6 +31,9 @@ from webhook.engine.resources.inventory import Inventory, Node
 from webhook.engine.resources.nodepools import PoolInventory
 
 log = logging.getLogger("webhook.inventory")
+# A worker starts beside the watcher process, which needs a moment (its first list of the
+# cluster) before its socket takes connections: refusals that early are not news.
+STARTUP_GRACE_SECONDS = 30.0
 
 
 class FeedInventorySource:
@@ -58,6 +61,8 @@ class FeedInventorySource:
         self._contact: float | None = None
         self._started_at: float | None = None
         self._connection_error = ""
+        self._warned = False
+        self._connected_once = False
         self._connection: socket.socket | None = None
         self._listing: _Listing | None = None
         self._devices = DeviceCache()
@@ -147,15 +152,26 @@ class FeedInventorySource:
             if self._stop.is_set():
                 return
             delay = self._backoff.next()
-            if not self._connection_error:
+            if not self._warned and not self._starting():
                 log.warning("%s; connecting again", error, extra={"socket": self.socket_path})
+                self._warned = True
             self._connection_error = error
             if self._stop.wait(delay):
                 return
 
+    def _starting(self) -> bool:
+        """Not yet connected once, and still within the watcher's start-up time."""
+        started = self._started_at
+        return (
+            not self._connected_once
+            and started is not None
+            and self._clock() - started < STARTUP_GRACE_SECONDS
+        )
+
     def _receive(self) -> None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.connect(self.socket_path)
+            self._connected_once = True
             self._connection = connection
             try:
                 with connection.makefile("rb") as lines:
@@ -218,8 +234,9 @@ class FeedInventorySource:
         self._apply_runtime_classes(message.get("runtime_classes"))
         self._apply_status(message["status"])
         self._backoff.reset()
-        if self._connection_error:
+        if self._warned:
             log.info("connected to the inventory watcher", extra={"socket": self.socket_path})
+        self._warned = False
         self._connection_error = ""
 
     def _apply_status(self, raw: Mapping[str, Any]) -> None:

@@ -374,6 +374,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m webhook.cluster.watcher")
     parser.add_argument("--socket", required=True, help="where workers connect")
     parser.add_argument("--kubeconfig", help="none: in-cluster configuration")
+    parser.add_argument("--context", help="none: the kubeconfig's current-context")
     parser.add_argument("--log-level", default="info")
     parser.add_argument(
         "--parent", type=int, default=0, help="exit when this process is no longer our parent"
@@ -392,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.nice:
         os.nice(args.nice)
     try:
-        api = api_endpoint_from_kubeconfig(args.kubeconfig)
+        api = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
     except KubeconfigError as exc:
         log.error("the cluster configuration is not usable: %s", exc)
         return 1

@@ -41,8 +41,10 @@ class WatcherProcess:
         kubeconfig: str | None,
         log_level: str = "info",
         backoff: Backoff | None = None,
+        context: str | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
+        self.context = context
         self.log_level = log_level
         self.backoff = backoff or Backoff(initial_seconds=0.5, cap_seconds=30.0)
         self.directory = ""
@@ -91,6 +93,8 @@ class WatcherProcess:
         command += ["--parent", str(os.getpid()), "--nice", str(WATCHER_NICENESS)]
         if self.kubeconfig:
             command += ["--kubeconfig", self.kubeconfig]
+        if self.context:
+            command += ["--context", self.context]
         return command
 
     def _spawn(self) -> subprocess.Popen[bytes]:

@@ -8,11 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from webhook.engine.policy.ruleset import Policy, PolicyError
+from webhook.files.manifests import ManifestError
 from webhook.files.rulefiles import load_policy
+from webhook.reports.results import Outcome
 
 USAGE_ERROR = 2
 DEFAULT_RULES = "rules"
 RULES_ENV = "GPU_WEBHOOK_RULES"
+# What check, audit -f and explain -f say of input without a single object, alike.
+NO_OBJECTS = "no objects: the input is empty (or only comments)"
 
 
 def fail(command: str, message: str) -> int:
@@ -49,6 +53,34 @@ def add_text_or_json_option(parser: Any) -> None:
     )
 
 
+def add_context_option(parser: Any) -> None:
+    parser.add_argument(
+        "--context",
+        metavar="NAME",
+        help="kubeconfig context to use, as with kubectl (default: its current-context)",
+    )
+
+
+def add_ci_options(parser: Any) -> None:
+    """``--warn-exit-code`` and ``--no-color``: what a pipeline needs beside a format."""
+    parser.add_argument(
+        "--warn-exit-code",
+        type=int,
+        metavar="N",
+        help="exit N when nothing is denied or unusable but something warns; warnings are "
+        "then failures in -o junit and errors in -o github (default: warnings exit 0)",
+    )
+    add_no_color_option(parser)
+
+
+def add_no_color_option(parser: Any) -> None:
+    parser.add_argument(
+        "--no-color",
+        action="store_true",
+        help="no colour even on a terminal, as NO_COLOR=1 does (default: colour on a terminal)",
+    )
+
+
 def add_timeout_option(parser: Any) -> None:
     parser.add_argument(
         "--timeout",
@@ -73,3 +105,17 @@ def rules_or_fail(command: str, given: str | None) -> Policy | int:
         return load_policy(directory)
     except PolicyError as exc:
         return fail(command, f"the rules in {directory} ({origin}) are not usable:\n{exc}")
+
+
+def unreadable(errors: list[ManifestError], *, paths: list[str], read: bool) -> list[Outcome]:
+    """The files that gave no object to judge, as results of their own (``check`` and
+    ``audit -f`` alike): each error at its line, or the whole input when it was empty."""
+    unusable = [
+        Outcome(file=e.source, line=e.line or 0, status="unusable", problem=e.message)
+        for e in errors
+    ]
+    if not read and not errors:
+        unusable.append(
+            Outcome(file=", ".join(paths), line=0, status="unusable", problem=NO_OBJECTS)
+        )
+    return unusable

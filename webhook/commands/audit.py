@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TextIO
 
 import yaml
@@ -14,14 +16,30 @@ import yaml
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
-from webhook.commands import add_rules_option, add_timeout_option, fail, rules_or_fail
+from webhook.commands import (
+    add_ci_options,
+    add_context_option,
+    add_rules_option,
+    add_timeout_option,
+    fail,
+    rules_or_fail,
+    unreadable,
+)
 from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.engine.kube.workloads import WorkloadKind
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import load_manifests
-from webhook.reports.audit import Audit, render_text
+from webhook.reports.audit import Audit, AuditEntry, render_text
 from webhook.reports.policyreport import policy_reports
+from webhook.reports.results import (
+    CI_FORMATS,
+    Outcome,
+    exit_code,
+    github,
+    junit,
+    sarif_text,
+)
 
 PROGRESS_EVERY_SECONDS = 0.2
 
@@ -80,10 +98,13 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--output",
         "-o",
-        choices=["table", "json", "policyreport"],
-        default="table",
-        help="table for people, json for tools, policyreport for kubectl apply (default: table)",
+        choices=["text", "table", "json", "policyreport", *CI_FORMATS],
+        default="text",
+        help="text (or table) for people, json for tools, policyreport for kubectl apply, "
+        "junit, sarif or github for CI (default: text)",
     )
+    add_ci_options(parser)
+    add_context_option(parser)
     add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
@@ -107,14 +128,41 @@ def kind_filter(spec: str | None) -> Callable[[WorkloadKind], bool]:
     return wanted
 
 
+def unknown_kinds(spec: str, kinds: Iterable[WorkloadKind]) -> str:
+    """What is wrong with ``--kinds``, or an empty string: each name that matches no kind
+    the webhook understands, with the closest ones in kubectl's ``kind.group`` spelling
+    (as ``kubectl get`` answers "the server doesn't have a resource type")."""
+    known = {k.kind for k in kinds}
+    forms: dict[str, str] = {}  # a lower-case spelling -> Kind.group as shown
+    shown = []
+    for kind in sorted(kinds, key=lambda k: (k.kind, k.group)):
+        label = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
+        shown.append(f"{kind.kind} ({kind.group or 'core'})")
+        for form in (kind.kind, kind.resource):
+            forms.setdefault(form.lower(), label)
+            if kind.group:
+                forms.setdefault(f"{form}.{kind.group}".lower(), label)
+    problems = []
+    for name in (n.strip() for n in spec.split(",") if n.strip()):
+        if name.lower() in forms or name in known:
+            continue
+        close = difflib.get_close_matches(name.lower(), list(forms), n=3, cutoff=0.6)
+        guesses = list(dict.fromkeys(forms[c] for c in close))
+        hint = f" (did you mean {' or '.join(guesses)}?)" if guesses else ""
+        problems.append(f"{name!r} is no kind the webhook understands{hint}")
+    if not problems:
+        return ""
+    return f"{'; '.join(problems)} (known: {', '.join(dict.fromkeys(shown))})"
+
+
 def run(args: argparse.Namespace) -> int:
     policy = rules_or_fail(COMMAND, args.rules)
     if isinstance(policy, int):
         return policy
     wanted = kind_filter(args.kinds)
-    if args.kinds and not any(wanted(k) for k in policy.kinds):
-        known = ", ".join(sorted(k.kind for k in policy.kinds))
-        return _fail(f"--kinds {args.kinds}: no kind the webhook understands (known: {known})")
+    unknown = unknown_kinds(args.kinds, policy.kinds) if args.kinds else ""
+    if unknown:
+        return _fail(f"--kinds {args.kinds}: {unknown}")
     if args.files:
         if args.kubeconfig:
             return _fail("give either -f (files) or --kubeconfig (a cluster), not both")
@@ -134,16 +182,18 @@ def _offline(
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
     documents, errors = load_manifests(args.files)
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
-    if not args.inventory and args.output == "table":
+    unusable = unreadable(errors, paths=args.files, read=bool(documents))
+    for outcome in unusable:
+        print(f"error: {outcome.where}: {outcome.problem}", file=sys.stderr)
+    if not args.inventory and args.output in ("text", "table"):
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
     audit = Audit(policy=policy, inventory=inventory)
+    audit.errors.extend(f"{o.where}: {o.problem}" for o in unusable)
     chosen = [d for d in documents if _in_scope(d.obj, policy, wanted, args.namespace)]
     # Owners first, so that pods fold into them without being judged.
     chosen.sort(key=lambda d: d.obj.get("kind") == "Pod")
-    audit.add_all((d.obj, f"{d.source}#{d.index}") for d in chosen)
-    return _report(args, audit, policy, errors=len(errors))
+    audit.add_all((d.obj, d.where) for d in chosen)
+    return _report(args, audit, policy, unusable=unusable)
 
 
 def _in_scope(
@@ -166,7 +216,7 @@ def _cluster(
     args: argparse.Namespace, policy: Policy, wanted: Callable[[WorkloadKind], bool]
 ) -> int:
     try:
-        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig)
+        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
         cluster = ClusterObjects(endpoint, request_timeout_seconds=args.timeout)
     except KubeconfigError as exc:
         return _fail(f"no usable cluster configuration: {exc}")
@@ -184,29 +234,62 @@ def _cluster(
         notices = [*notices, *missing]
     for notice in notices:
         print(f"notice: {notice}", file=sys.stderr)
-    return _report(args, audit, policy, errors=len(audit.errors))
+    unusable = [Outcome(file="", line=0, status="unusable", problem=e) for e in audit.errors]
+    return _report(args, audit, policy, unusable=unusable)
 
 
-def _report(args: argparse.Namespace, audit: Audit, policy: Policy, *, errors: int) -> int:
+def _report(
+    args: argparse.Namespace, audit: Audit, policy: Policy, *, unusable: list[Outcome]
+) -> int:
     entries = audit.entries()
-    summary = audit.summary()
+    summary = dataclasses.replace(audit.summary(), unusable=len(unusable))
+    outcomes = [*map(outcome_of, entries), *unusable]
+    warnings_fail = args.warn_exit_code is not None
     if args.output == "json":
-        json.dump(
-            {"summary": summary.to_json(), "results": [e.to_json() for e in entries]},
-            sys.stdout,
-            indent=2,
-        )
+        report: dict[str, Any] = {
+            "summary": summary.to_json(),
+            "results": [e.to_json() for e in entries],
+        }
+        if args.files:
+            report["unusable"] = [
+                {"source": o.where, "file": o.file, "line": o.line or None, "error": o.problem}
+                for o in unusable
+            ]
+        json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.output == "policyreport":
         reports = policy_reports(entries, policy=policy, now=time.time(), errors=summary.errors)
         yaml.dump_all(reports, sys.stdout, Dumper=PlainDumper, sort_keys=False)
+    elif args.output == "junit":
+        sys.stdout.write(junit(outcomes, suite="gpu-webhook audit", warnings_fail=warnings_fail))
+    elif args.output == "sarif":
+        sys.stdout.write(sarif_text(outcomes, command="audit"))
+    elif args.output == "github":
+        sys.stdout.write(github(outcomes, warnings_fail=warnings_fail))
     else:
-        sys.stdout.write(render_text(entries, summary))
-    for error in summary.errors:
-        print(f"error: {error}", file=sys.stderr)
-    if errors:
-        return 2
-    return 1 if summary.verdicts.get("deny", 0) else 0
+        sys.stdout.write(render_text(entries, summary, sources=bool(args.files)))
+    if not args.files:
+        for error in summary.errors:
+            print(f"error: {error}", file=sys.stderr)
+    return exit_code(outcomes, warn_exit_code=args.warn_exit_code)
+
+
+def outcome_of(entry: AuditEntry) -> Outcome:
+    """An audited object for the CI formats: at its file and line when it came from a
+    file, else named by namespace, kind and name."""
+    file, _, line = entry.source.rpartition(":")
+    if not file or not line.isdigit():
+        file, line = f"{entry.ref.namespace}/{entry.ref.kind}/{entry.ref.name}", "0"
+    return Outcome(
+        file=file,
+        line=int(line),
+        status="allowed" if entry.allowed else "denied",
+        kind=entry.ref.kind,
+        namespace=entry.ref.namespace,
+        name=entry.ref.name,
+        findings=entry.findings,
+        warnings=entry.warnings,
+    )
 
 
 class PlainDumper(yaml.SafeDumper):

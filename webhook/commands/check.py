@@ -14,7 +14,14 @@ import yaml
 
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects
-from webhook.commands import add_rules_option, fail, rules_or_fail
+from webhook.commands import (
+    add_ci_options,
+    add_context_option,
+    add_rules_option,
+    fail,
+    rules_or_fail,
+    unreadable,
+)
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import (
     NO_INVENTORY,
@@ -31,6 +38,14 @@ from webhook.files.manifests import Document, load_manifests
 from webhook.reports.audit import finding_json
 from webhook.reports.colour import Paint
 from webhook.reports.explain import object_diff
+from webhook.reports.results import (
+    CI_FORMATS,
+    Outcome,
+    exit_code,
+    github,
+    junit,
+    sarif_text,
+)
 from webhook.reports.wording import counted
 
 COMMAND = "check"
@@ -74,8 +89,10 @@ def register(sub: Any) -> None:
         help="use this cluster's live nodes and namespace labels (read once) instead of a file "
         "(default: none)",
     )
+    add_context_option(parser)
     parser.add_argument(
         "--namespace",
+        "-n",
         metavar="NS",
         help="namespace for objects that name none (default: default); an object's own "
         "metadata.namespace always wins",
@@ -83,11 +100,12 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--output",
         "-o",
-        choices=["text", "json", "yaml", "patch"],
+        choices=["text", "json", "yaml", "patch", *CI_FORMATS],
         default="text",
         help="text: per object for people; json: a result per object; yaml: the mutated "
-        "objects; patch: a JSON Patch per line (default: text)",
+        "objects; patch: a JSON Patch per line; junit, sarif, github: for CI (default: text)",
     )
+    add_ci_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -116,32 +134,73 @@ def run(args: argparse.Namespace) -> int:
             inventory = load_inventory_file(args.inventory).view()
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
-    elif args.kubeconfig:
+    elif args.kubeconfig or args.context:
         try:
-            inventory, labels = _cluster(args.kubeconfig, namespaces=bool(policy.rules))
+            inventory, labels = _cluster(
+                args.kubeconfig, context=args.context, namespaces=bool(policy.rules)
+            )
         except KubeconfigError as exc:
             return _fail(f"no usable cluster configuration: {exc}")
         except ApiError as exc:
             return _fail(f"cannot read the cluster's nodes and namespaces: {exc}")
     documents, errors = load_manifests(paths)
     inventory = with_checked_claims(inventory, [d.obj for d in documents])
-    problems = [str(e) for e in errors]
+    unusable = unreadable(errors, paths=paths, read=bool(documents))
     results: list[Checked] = []
     for doc in documents:
         refused = shape_problems(doc.obj, policy.kinds)
         if refused:
-            problems += [f"{doc.source}#{doc.index}: {_label(doc)}: {p}" for p in refused]
+            unusable.append(_refused(doc, refused))
             continue
         results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
-    paint = Paint.for_stream(sys.stderr)
-    for problem in problems:
-        print(f"{paint('red', 'error:')} {problem}", file=sys.stderr)
+    paint = Paint.for_stream(sys.stderr, no_color=args.no_color)
+    for outcome in unusable:
+        print(f"{paint('red', 'error:')} {outcome.where}: {_problem(outcome)}", file=sys.stderr)
     if inventory.snapshot is None:
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
-    _print(args.output, results)
-    if problems:
-        return 2
-    return 1 if any(not c.decision.allowed for c in results) else 0
+    outcomes = [*map(outcome_of, results), *unusable]
+    _print(args, results, unusable, outcomes)
+    return exit_code(outcomes, warn_exit_code=args.warn_exit_code)
+
+
+def _problem(outcome: Outcome) -> str:
+    return f"{outcome.label}: {outcome.problem}" if outcome.kind else outcome.problem
+
+
+def _refused(doc: Document, problems: list[str]) -> Outcome:
+    """An object ``kubectl`` would refuse: named, placed, and not judged."""
+    meta = doc.obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    kind = doc.obj.get("kind")
+    return Outcome(
+        file=doc.source,
+        line=doc.line,
+        status="unusable",
+        kind=kind if isinstance(kind, str) and kind else "object",
+        namespace=_own_namespace(doc.obj),
+        name=str(meta.get("name") or meta.get("generateName") or ""),
+        problem="; ".join(problems),
+    )
+
+
+def outcome_of(checked: Checked) -> Outcome:
+    decision = checked.decision
+    ident = _identity(checked)
+    return Outcome(
+        file=checked.doc.source,
+        line=checked.doc.line,
+        status="allowed" if decision.allowed else "denied",
+        kind=ident["kind"],
+        namespace=ident["namespace"],
+        name=ident["name"],
+        findings=tuple(decision.findings),
+        warnings=_own_warnings(decision),
+    )
+
+
+def _own_warnings(decision: Decision) -> tuple[str, ...]:
+    """Warnings that are not a finding's own."""
+    return tuple(w for w in decision.warnings if not any(w == f.warning for f in decision.findings))
 
 
 def _label(doc: Document) -> str:
@@ -158,11 +217,11 @@ def _own_namespace(obj: Mapping[str, Any]) -> str:
 
 
 def _cluster(
-    kubeconfig: str, *, namespaces: bool
+    kubeconfig: str | None, *, context: str | None, namespaces: bool
 ) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
-    """What the server reads of the cluster (nodes, DRA objects, RuntimeClasses), and its
-    namespaces' labels when rules may match on them."""
-    with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig)) as cluster:
+    """What the server reads of the cluster (nodes, DRA objects, RuntimeClasses, autoscaler
+    pools), and its namespaces' labels when rules may match on them."""
+    with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig, context=context)) as cluster:
         notices: list[str] = []
         inventory = cluster.view(notices)
         for notice in notices:
@@ -220,7 +279,10 @@ def result_json(checked: Checked) -> dict[str, Any]:
     decision = checked.decision
     return {
         **_identity(checked),
-        "source": f"{checked.doc.source}#{checked.doc.index}",
+        "source": checked.doc.where,
+        "file": checked.doc.source,
+        "line": checked.doc.line,
+        "status": "allowed" if decision.allowed else "denied",
         "allowed": decision.allowed,
         "messages": [f.message for f in decision.denials],
         "warnings": list(decision.warnings),
@@ -231,35 +293,85 @@ def result_json(checked: Checked) -> dict[str, Any]:
     }
 
 
-def _print(output: str, results: list[Checked]) -> None:
+def unusable_json(outcome: Outcome) -> dict[str, Any]:
+    """A file or object that could not be judged, in the place of its result."""
+    return {
+        "kind": outcome.kind if outcome.kind != "object" else "",
+        "apiVersion": "",
+        "name": outcome.name,
+        "namespace": outcome.namespace,
+        "source": outcome.where,
+        "file": outcome.file,
+        "line": outcome.line or None,
+        "status": "unusable",
+        "allowed": None,
+        "error": outcome.problem,
+    }
+
+
+def _print(
+    args: argparse.Namespace,
+    results: list[Checked],
+    unusable: list[Outcome],
+    outcomes: list[Outcome],
+) -> None:
+    output = args.output
+    warnings_fail = args.warn_exit_code is not None
     if output == "json":
-        json.dump([result_json(c) for c in results], sys.stdout, indent=2)
+        entries = [*map(result_json, results), *map(unusable_json, unusable)]
+        json.dump(entries, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif output == "patch":
         for checked in results:
+            sys.stdout.write(f"# {_name(checked)} ({checked.doc.where})\n")
             sys.stdout.write(json.dumps(list(checked.decision.patch)) + "\n")
     elif output == "yaml":
-        yaml.safe_dump_all(
-            [c.decision.mutated if c.decision.mutated is not None else c.doc.obj for c in results],
-            sys.stdout,
-            sort_keys=False,
-        )
+        for checked in results:
+            sys.stdout.write(_yaml_document(checked))
+    elif output == "junit":
+        sys.stdout.write(junit(outcomes, suite="gpu-webhook check", warnings_fail=warnings_fail))
+    elif output == "sarif":
+        sys.stdout.write(sarif_text(outcomes, command="check"))
+    elif output == "github":
+        sys.stdout.write(github(outcomes, warnings_fail=warnings_fail))
     else:
-        paint = Paint.for_stream(sys.stdout)
+        paint = Paint.for_stream(sys.stdout, no_color=args.no_color)
         for checked in results:
             sys.stdout.write(_text(checked, paint))
-        sys.stdout.write(summary(results, paint) + "\n")
+        sys.stdout.write(summary(outcomes, paint) + "\n")
 
 
-def summary(results: list[Checked], paint: Paint) -> str:
-    """The last line of text output: how many objects, allowed, denied, with warnings."""
-    allowed = sum(1 for c in results if c.decision.allowed)
-    denied = len(results) - allowed
-    warned = sum(1 for c in results if c.decision.warnings)
+def _name(checked: Checked) -> str:
+    ident = _identity(checked)
+    return f"{ident['kind']} {ident['namespace']}/{ident['name']}"
+
+
+def _yaml_document(checked: Checked) -> str:
+    """The mutated object, after a comment that names it and says its decision: a denied
+    object would not be stored, so applying this output as it is would fail on it."""
+    decision = checked.decision
+    obj = decision.mutated if decision.mutated is not None else checked.doc.obj
+    verdict = "allowed"
+    if not decision.allowed:
+        rules = ", ".join(dict.fromkeys(f.id for f in decision.denials))
+        verdict = f"DENIED by {rules}" if rules else "DENIED"
+    head = f"---\n# {_name(checked)} ({checked.doc.where}): {verdict}\n"
+    if not decision.allowed:
+        head += "".join(f"#   {f.message}\n" for f in decision.denials)
+    return head + yaml.safe_dump(obj, sort_keys=False)
+
+
+def summary(outcomes: list[Outcome], paint: Paint) -> str:
+    """The last line of text output: objects, allowed, denied, unusable, with warnings."""
+    allowed = sum(1 for o in outcomes if o.status == "allowed")
+    denied = sum(1 for o in outcomes if o.status == "denied")
+    unusable = sum(1 for o in outcomes if o.status == "unusable")
+    warned = sum(1 for o in outcomes if o.status != "unusable" and o.warned)
     return (
-        f"{paint('bold', counted(len(results), 'object'))}: "
+        f"{paint('bold', counted(len(outcomes), 'object'))}: "
         f"{paint('green', f'{allowed} allowed')}, "
         f"{paint('red' if denied else 'green', f'{denied} denied')}, "
+        f"{paint('red' if unusable else 'green', f'{unusable} unusable')}, "
         f"{paint('yellow' if warned else 'green', f'{warned} with warnings')}"
     )
 
@@ -270,8 +382,7 @@ def _text(checked: Checked, paint: Paint) -> str:
     verdict = paint("green", "ALLOWED") if decision.allowed else paint("red", "DENIED")
     if not decision.understood:
         verdict = paint("green", "ALLOWED") + " (no pod template: passed through)"
-    where = f"{doc.source}#{doc.index}"
-    lines = [f"{ident['kind']} {ident['namespace']}/{ident['name']} ({where}): {verdict}"]
+    lines = [f"{ident['kind']} {ident['namespace']}/{ident['name']} ({doc.where}): {verdict}"]
     for finding in decision.findings:
         colour = {"deny": "red", "warn": "yellow"}.get(finding.action, "dim")
         lines.append(f"  {paint(colour, f'{finding.action:5}')} {finding.id}: {finding.message}")

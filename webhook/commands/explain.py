@@ -12,6 +12,8 @@ from urllib.parse import quote
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects, event_time
 from webhook.commands import (
+    NO_OBJECTS,
+    add_context_option,
     add_rules_option,
     add_text_or_json_option,
     add_timeout_option,
@@ -74,6 +76,7 @@ def register(sub: Any) -> None:
     )
     add_rules_option(parser)
     add_text_or_json_option(parser)
+    add_context_option(parser)
     add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
@@ -125,7 +128,7 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
         explain(doc.obj, policy=policy, inventory=view, nodes=inventory.nodes) for doc in documents
     ]
     if not explanations and not errors:
-        return _fail(f"no objects in {', '.join(args.files)}")
+        return _fail(f"{', '.join(args.files)}: {NO_OBJECTS}")
     _print(args.output, explanations)
     if errors:
         return 2
@@ -135,7 +138,8 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
 def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
     try:
         cluster = ClusterObjects(
-            api_endpoint_from_kubeconfig(args.kubeconfig), request_timeout_seconds=args.timeout
+            api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context),
+            request_timeout_seconds=args.timeout,
         )
     except KubeconfigError as exc:
         return _fail(f"no usable cluster configuration: {exc}")

@@ -13,7 +13,12 @@ from webhook.cluster.inventorysource import (
     KubeconfigError,
     api_endpoint_from_kubeconfig,
 )
-from webhook.commands import add_text_or_json_option, add_timeout_option, fail
+from webhook.commands import (
+    add_context_option,
+    add_text_or_json_option,
+    add_timeout_option,
+    fail,
+)
 from webhook.engine.policy.ruleset import compile_policy
 from webhook.files.catalogue import shipped_catalogue
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
@@ -44,6 +49,7 @@ def register(sub: Any) -> None:
         "$KUBECONFIG or ~/.kube/config)",
     )
     add_text_or_json_option(parser)
+    add_context_option(parser)
     add_timeout_option(parser)
     parser.set_defaults(handler=run)
 
@@ -57,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         if args.inventory:
             view = load_inventory_file(args.inventory).view()
         else:
-            endpoint = api_endpoint_from_kubeconfig(args.kubeconfig)
+            endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
             notices: list[str] = []
             with ClusterObjects(endpoint, request_timeout_seconds=args.timeout) as cluster:
                 view = cluster.view(notices)

@@ -79,6 +79,13 @@ def register(sub: Any) -> None:
         f"in-cluster config when neither this nor --inventory is given; ${env['kubeconfig']})",
     )
     parser.add_argument(
+        "--context",
+        default=env_default("context"),
+        metavar="NAME",
+        help="kubeconfig context, with --kubeconfig, as with kubectl (default: its "
+        f"current-context; ${env['context']})",
+    )
+    parser.add_argument(
         "--workers",
         default=env_default("workers"),
         help=f"worker processes (default: %(default)s; ${env['workers']})",
@@ -138,6 +145,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         rules=Path(args.rules),
         inventory=inventory,
         kubeconfig=kubeconfig,
+        context=args.context or None,
         in_cluster=inventory is None and kubeconfig is None and config.in_cluster(),
         workers=config.integer(args.workers, "--workers", minimum=1),
         log_level=config.log_level(args.log_level),
@@ -221,7 +229,14 @@ def preflight(settings: Settings, *, dev: bool = False) -> str:
     if dev:
         from webhook.files.certs import ensure_dev
 
-        ensure_dev(settings.cert_dir)
+        try:
+            ensure_dev(settings.cert_dir)
+        except OSError as exc:  # a read-only root filesystem, as deploy/ runs the image
+            return (
+                f"cannot write the development certificates to {settings.cert_dir} "
+                f"({exc.strerror or exc}): pass --cert-dir a writable directory, or serve "
+                "without --dev with tls.crt and tls.key mounted (--cert-dir)"
+            )
     for path in (settings.cert_file, settings.key_file):
         if not path.is_file():
             return f"{path} does not exist (--cert-dir holds tls.crt and tls.key)"
@@ -237,9 +252,13 @@ def preflight(settings: Settings, *, dev: bool = False) -> str:
         from webhook.cluster.inventorysource import KubeconfigError, api_endpoint_from_kubeconfig
 
         try:
-            api_endpoint_from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
+            api_endpoint_from_kubeconfig(
+                str(settings.kubeconfig) if settings.kubeconfig else None, context=settings.context
+            )
         except KubeconfigError as exc:
             return f"the cluster configuration is not usable: {exc}"
+    if settings.context and settings.kubeconfig is None:
+        return "--context goes with --kubeconfig: name the kubeconfig whose context it is"
     if settings.audit and not settings.live_inventory:
         return (
             "--audit needs a cluster to audit: give --kubeconfig (or run in a pod), not --inventory"

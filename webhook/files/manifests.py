@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -28,11 +29,18 @@ _LONG_TEXT = 64
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One object read from a file; ``index`` counts documents from 1 within the file."""
+    """One object read from a file; ``index`` counts documents from 1 within the file,
+    ``line`` is the first line of its YAML document (or of its item in a ``List``)."""
 
     source: str
     index: int
     obj: Mapping[str, Any]
+    line: int = 1
+
+    @property
+    def where(self) -> str:
+        """``pods.yaml:12``, as compilers and CI annotations name a place."""
+        return f"{self.source}:{self.line}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,22 +108,62 @@ def parse_text(text: str, source: str) -> tuple[list[Document], list[ManifestErr
             if stripped.startswith("{") and not _looks_like_yaml(text):
                 return [], [ManifestError(source, f"not valid JSON: {exc.msg}", exc.lineno)]
             return _parse_yaml(text, source)
-        return _documents(loaded, source)
+        return _documents(loaded, source, lines=[[1]])
     return _parse_yaml(text, source)
+
+
+_TEMPLATE_ACTION = re.compile(r"\{\{-?\s.*?\}\}|\{\{[.$]")
+
+
+def _template_line(text: str) -> int:
+    """The first line with a Go template action (``{{ .Values.x }}``, ``{{- if }}``), or 0."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if _TEMPLATE_ACTION.search(line):
+            return number
+    return 0
 
 
 def _looks_like_yaml(text: str) -> bool:
     return "\n" in text.strip() and ":" in text.splitlines()[-1]
 
 
+def _load_all(text: str) -> tuple[list[object], list[list[int]]]:
+    """Every document of ``text``, and per document the line it starts on, then the lines
+    of its ``items`` (for a ``List``): ``yaml.load_all`` with the nodes' marks kept."""
+    loader = _Loader(text)
+    loaded: list[object] = []
+    lines: list[list[int]] = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            starts = [node.start_mark.line + 1]
+            if isinstance(node, yaml.MappingNode):
+                for key, value in node.value:
+                    if key.value == "items" and isinstance(value, yaml.SequenceNode):
+                        starts += [item.start_mark.line + 1 for item in value.value]
+            loaded.append(loader.construct_document(node))
+            lines.append(starts)
+    finally:
+        loader.dispose()
+    return loaded, lines
+
+
 def _parse_yaml(text: str, source: str) -> tuple[list[Document], list[ManifestError]]:
     try:
-        loaded = list(yaml.load_all(text, Loader=_Loader))
+        loaded, lines = _load_all(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         context = getattr(exc, "context", None)
         message = f"not valid YAML: {problem}" + (f" ({context})" if context else "")
+        template = _template_line(text)
+        if template:
+            # Helm's {{ ... }} actions are not YAML until rendered.
+            message = (
+                f"looks like an unrendered Helm template ({{{{ ... }}}} on line {template}): "
+                "render it with helm template first"
+            )
+            return [], [ManifestError(source, message, template)]
         return [], [ManifestError(source, message, mark.line + 1 if mark else None)]
     except RecursionError:
         return [], [ManifestError(source, "not usable: nested too deeply")]
@@ -131,7 +179,7 @@ def _parse_yaml(text: str, source: str) -> tuple[list[Document], list[ManifestEr
             f"({extra:,}); write the values out, or use fewer aliases"
         )
         return [], [ManifestError(source, message)]
-    return _documents(loaded, source)
+    return _documents(loaded, source, lines=lines)
 
 
 class AliasLoopError(ValueError):
@@ -184,31 +232,38 @@ def _weight(value: object) -> int:
     return 1 + len(value) // _LONG_TEXT if isinstance(value, str) else 1
 
 
-def _documents(loaded: list[object], source: str) -> tuple[list[Document], list[ManifestError]]:
+def _documents(
+    loaded: list[object], source: str, *, lines: list[list[int]]
+) -> tuple[list[Document], list[ManifestError]]:
     docs: list[Document] = []
     errors: list[ManifestError] = []
-    for raw in loaded:
+    for raw, starts in zip(loaded, lines, strict=True):
         if raw is None:
             continue
+        line = starts[0]
         if not isinstance(raw, Mapping):
             errors.append(
-                ManifestError(source, f"document {len(docs) + 1} is not an object but {_kind(raw)}")
+                ManifestError(
+                    source, f"document {len(docs) + 1} is not an object but {_kind(raw)}", line
+                )
             )
             continue
         list_kind = str(raw.get("kind", ""))
         if list_kind.endswith("List") and isinstance(raw.get("items"), list):
             # The API server leaves kind and apiVersion out of a typed list's items.
             item_kind = list_kind.removesuffix("List")
-            for item in raw["items"]:
+            item_lines = starts[1:] if len(starts) == len(raw["items"]) + 1 else []
+            for position, item in enumerate(raw["items"]):
                 if not isinstance(item, Mapping):
                     continue
+                at = item_lines[position] if item_lines else line
                 if item_kind and "kind" not in item:
                     filled = {"apiVersion": raw.get("apiVersion", "v1"), "kind": item_kind}
-                    docs.append(Document(source, len(docs) + 1, {**filled, **item}))
+                    docs.append(Document(source, len(docs) + 1, {**filled, **item}, at))
                 else:
-                    docs.append(Document(source, len(docs) + 1, item))
+                    docs.append(Document(source, len(docs) + 1, item, at))
             continue
-        docs.append(Document(source, len(docs) + 1, raw))
+        docs.append(Document(source, len(docs) + 1, raw, line))
     return docs, errors
 
 

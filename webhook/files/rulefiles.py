@@ -157,13 +157,21 @@ def _problem(error: ValidationError, ref: DocumentRef) -> PolicyProblem:
 
 
 def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyProblem]:
+    """Every problem of a document at once: a wrong apiVersion does not hide a wrong kind
+    or a wrong field."""
+    problems = []
     if body.get("apiVersion") != API_VERSION:
-        return [PolicyProblem(ref, "apiVersion", f"must be {API_VERSION}")]
+        problems.append(PolicyProblem(ref, "apiVersion", f"must be {API_VERSION}"))
     validator = _VALIDATORS.get(ref.kind)
     if validator is None:
-        return [PolicyProblem(ref, "kind", f"must be one of {', '.join(DOCUMENT_KINDS)}")]
+        close = difflib.get_close_matches(str(ref.kind), list(DOCUMENT_KINDS), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        kinds = ", ".join(DOCUMENT_KINDS)
+        return [*problems, PolicyProblem(ref, "kind", f"must be one of {kinds}{hint}")]
     errors = sorted(validator.iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))
-    return [_problem(e, ref) for e in errors]
+    said = {p.path for p in problems}
+    found = [_problem(e, ref) for e in errors]
+    return [*problems, *(p for p in found if p.path not in said)]
 
 
 def rule_file_paths(directory: str) -> list[Path]:

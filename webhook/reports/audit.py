@@ -130,6 +130,7 @@ class AuditSummary:
     folded: int  # objects counted in their owner's line
     verdicts: Mapping[str, int]  # over objects not folded
     errors: tuple[str, ...]
+    unusable: int = 0  # files and documents that could not be read as objects
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,6 +138,7 @@ class AuditSummary:
             "reported": self.reported,
             "folded": self.folded,
             **{v: self.verdicts.get(v, 0) for v in VERDICTS},
+            "unusable": self.unusable,
             "errors": list(self.errors),
         }
 
@@ -304,27 +306,32 @@ def _is_map(value: object) -> bool:
     return isinstance(value, dict)
 
 
-def render_text(entries: Iterable[AuditEntry], summary: AuditSummary) -> str:
-    """One line per reported object, then the totals."""
-    rows = [("NAMESPACE", "KIND", "NAME", "DECISION", "RULES", "INCLUDES")]
+def render_text(
+    entries: Iterable[AuditEntry], summary: AuditSummary, *, sources: bool = False
+) -> str:
+    """One line per reported object (with its file and line when audited from files),
+    then the totals."""
+    head = ("NAMESPACE", "KIND", "NAME", "DECISION", "RULES", "INCLUDES")
+    rows = [(*head, "SOURCE") if sources else head]
     for e in entries:
         includes = ", ".join(f"{n} {kind}" for kind, n in sorted(e.folded.items()))
-        rows.append(
-            (
-                e.ref.namespace,
-                e.ref.kind,
-                e.ref.name,
-                e.verdict,
-                ", ".join(e.rules) or "-",
-                includes or "-",
-            )
+        row = (
+            e.ref.namespace,
+            e.ref.kind,
+            e.ref.name,
+            e.verdict,
+            ", ".join(e.rules) or "-",
+            includes or "-",
         )
+        rows.append((*row, e.source or "-") if sources else row)
     lines = table(rows) if len(rows) > 1 else ["  no GPU objects and no findings"]
     v = summary.verdicts
+    unusable = f", {summary.unusable:,} unusable" if summary.unusable else ""
+    objects = f"{summary.objects:,} {'object' if summary.objects == 1 else 'objects'}"
     lines += [
         "",
-        f"{summary.objects:,} objects audited, {summary.folded:,} folded into their owners: "
+        f"{objects} audited, {summary.folded:,} folded into their owners: "
         f"{v.get('deny', 0):,} denied, {v.get('warn', 0):,} warned, "
-        f"{v.get('audit', 0):,} audit only, {v.get('pass', 0):,} passed",
+        f"{v.get('audit', 0):,} audit only, {v.get('pass', 0):,} passed{unusable}",
     ]
     return "\n".join(lines) + "\n"

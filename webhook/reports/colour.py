@@ -16,10 +16,16 @@ class Paint:
         self.enabled = enabled
 
     @classmethod
-    def for_stream(cls, stream: TextIO, environ: Mapping[str, str] | None = None) -> Paint:
-        # https://no-color.org: any non-empty NO_COLOR turns colour off.
+    def for_stream(
+        cls,
+        stream: TextIO,
+        environ: Mapping[str, str] | None = None,
+        *,
+        no_color: bool = False,
+    ) -> Paint:
+        # https://no-color.org: any non-empty NO_COLOR turns colour off; so does --no-color.
         env = os.environ if environ is None else environ
-        if env.get("NO_COLOR") or env.get("TERM") == "dumb":
+        if no_color or env.get("NO_COLOR") or env.get("TERM") == "dumb":
             return cls(enabled=False)
         isatty = getattr(stream, "isatty", None)
         return cls(enabled=bool(isatty and isatty()))

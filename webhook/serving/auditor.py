@@ -197,8 +197,9 @@ class AuditorProcess(WatcherProcess):
         period_seconds: float,
         lease_namespace: str,
         log_level: str = "info",
+        context: str | None = None,
     ) -> None:
-        super().__init__(kubeconfig=kubeconfig, log_level=log_level)
+        super().__init__(kubeconfig=kubeconfig, context=context, log_level=log_level)
         self.rules = rules
         self.period_seconds = period_seconds
         self.lease_namespace = lease_namespace
@@ -210,6 +211,8 @@ class AuditorProcess(WatcherProcess):
         command += ["--parent", str(os.getpid())]
         if self.kubeconfig:
             command += ["--kubeconfig", self.kubeconfig]
+        if self.context:
+            command += ["--context", self.context]
         return command
 
 
@@ -227,6 +230,7 @@ def lease_namespace(configured: str | None) -> str:
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m webhook.serving.auditor")
     parser.add_argument("--kubeconfig", help="none: in-cluster configuration")
+    parser.add_argument("--context", help="none: the kubeconfig's current-context")
     parser.add_argument("--rules", required=True)
     parser.add_argument("--period", type=float, default=DEFAULT_PERIOD_SECONDS)
     parser.add_argument("--lease-namespace", default="")
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger().handlers = [handler]
     logging.getLogger().setLevel(args.log_level.upper())
     try:
-        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig)
+        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
         rules = RuleStore(args.rules)
     except KubeconfigError as exc:
         log.error("the cluster configuration is not usable: %s", exc)

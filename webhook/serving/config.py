@@ -25,6 +25,7 @@ ENVIRONMENT = {
     "rules": "GPU_WEBHOOK_RULES",
     "inventory": "GPU_WEBHOOK_INVENTORY",
     "kubeconfig": "GPU_WEBHOOK_KUBECONFIG",
+    "context": "GPU_WEBHOOK_CONTEXT",
     "workers": "GPU_WEBHOOK_WORKERS",
     "log_level": "GPU_WEBHOOK_LOG_LEVEL",
     "inventory_failure_mode": "GPU_WEBHOOK_INVENTORY_FAILURE_MODE",
@@ -57,6 +58,7 @@ class Settings:
     rules: Path = Path("rules")
     inventory: Path | None = None
     kubeconfig: Path | None = None
+    context: str | None = None  # of the kubeconfig; None: its current-context
     in_cluster: bool = False
     workers: int = 2
     threads: int = 4

@@ -77,7 +77,7 @@ def live_inventory(settings: Settings) -> InventorySource:
     from webhook.cluster.inventorysource import LiveInventorySource, api_endpoint_from_kubeconfig
 
     return LiveInventorySource(
-        api=api_endpoint_from_kubeconfig(_kubeconfig(settings)),
+        api=api_endpoint_from_kubeconfig(_kubeconfig(settings), context=settings.context),
         watch_namespaces=True,
         max_staleness_seconds=LIVE_MAX_STALENESS_SECONDS,
     )
@@ -105,7 +105,9 @@ def inventory_watcher(settings: Settings) -> WatcherProcess | None:
         return None
     from webhook.cluster.watcherprocess import WatcherProcess
 
-    return WatcherProcess(kubeconfig=_kubeconfig(settings), log_level=settings.log_level)
+    return WatcherProcess(
+        kubeconfig=_kubeconfig(settings), context=settings.context, log_level=settings.log_level
+    )
 
 
 def background_auditor(settings: Settings) -> AuditorProcess | None:
@@ -117,6 +119,7 @@ def background_auditor(settings: Settings) -> AuditorProcess | None:
 
     return AuditorProcess(
         kubeconfig=_kubeconfig(settings),
+        context=settings.context,
         rules=str(settings.rules),
         period_seconds=settings.audit_period,
         lease_namespace=lease_namespace(settings.audit_lease_namespace),

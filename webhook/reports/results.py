@@ -1,0 +1,262 @@
+"""Results of ``check`` and ``audit`` in the formats CI systems read: JUnit XML, SARIF 2.1.0
+(GitHub code scanning) and GitHub Actions workflow commands.
+
+Both commands hand over the same records, one per object judged and one per file or object
+that could not be judged, each with the file and line a reviewer should open.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from webhook import __version__
+from webhook.engine.policy.decision import Finding
+
+Status = Literal["allowed", "denied", "unusable"]
+CI_FORMATS = ("junit", "sarif", "github")
+UNUSABLE_RULE = "gpu-webhook/unusable"
+INFORMATION_URI = "https://github.com/gpu-admission-webhook/gpu-admission-webhook"
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+# SARIF's levels for our actions: a denial is an error, a warning a warning, an audit a note.
+_LEVELS = {"deny": "error", "warn": "warning", "audit": "note"}
+_COMMANDS = {"deny": "error", "warn": "warning", "audit": "notice"}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One object judged, or one file or object that could not be (``problem`` says why)."""
+
+    file: str
+    line: int
+    status: Status
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    findings: tuple[Finding, ...] = ()
+    # Warnings that are not a finding's own (a finding's warning is the finding).
+    warnings: tuple[str, ...] = ()
+    problem: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+    @property
+    def label(self) -> str:
+        if not self.kind:
+            return self.where or "input"
+        ident = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind} {ident or '(no name)'}"
+
+    @property
+    def warned(self) -> bool:
+        return bool(self.warnings) or any(f.action == "warn" for f in self.findings)
+
+
+def exit_code(outcomes: Iterable[Outcome], *, warn_exit_code: int | None) -> int:
+    """2 when anything is unusable, 1 when anything is denied, ``warn_exit_code`` (when
+    given) when something warns, else 0."""
+    statuses = [(o.status, o.warned) for o in outcomes]
+    if any(s == "unusable" for s, _ in statuses):
+        return 2
+    if any(s == "denied" for s, _ in statuses):
+        return 1
+    if warn_exit_code is not None and any(w for _, w in statuses):
+        return warn_exit_code
+    return 0
+
+
+def junit(outcomes: Sequence[Outcome], *, suite: str, warnings_fail: bool) -> str:
+    """A test case per object; a ``failure`` per denial (and per warning when warnings
+    fail), an ``error`` for what could not be judged; other warnings as ``system-out``."""
+    failures = errors = 0
+    root = ET.Element("testsuites", name=suite)
+    tests = ET.SubElement(root, "testsuite", name=suite)
+    for outcome in outcomes:
+        case = ET.SubElement(
+            tests,
+            "testcase",
+            name=f"{outcome.label} ({outcome.where})" if outcome.kind else outcome.where,
+            classname=outcome.file,
+            time="0",
+        )
+        if outcome.status == "unusable":
+            errors += 1
+            problem = ET.SubElement(case, "error", type=UNUSABLE_RULE, message=outcome.problem)
+            problem.text = f"{outcome.where}: {outcome.problem}"
+            continue
+        failed = False
+        out: list[str] = []
+        for finding in outcome.findings:
+            if finding.action == "deny" or (finding.action == "warn" and warnings_fail):
+                failed = True
+                failure = ET.SubElement(case, "failure", type=finding.id, message=finding.message)
+                failure.text = f"{outcome.where}: {finding.action} {finding.id}: {finding.message}"
+            else:
+                out.append(f"{finding.action} {finding.id}: {finding.message}")
+        for warning in outcome.warnings:
+            if warnings_fail:
+                failed = True
+                failure = ET.SubElement(case, "failure", type="warning", message=warning)
+                failure.text = f"{outcome.where}: warning: {warning}"
+            else:
+                out.append(f"warning: {warning}")
+        if out:
+            ET.SubElement(case, "system-out").text = "\n".join(out)
+        failures += failed
+    for element in (root, tests):
+        element.set("tests", str(len(outcomes)))
+        element.set("failures", str(failures))
+        element.set("errors", str(errors))
+    tests.set("skipped", "0")
+    tests.set("time", "0")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def sarif(outcomes: Sequence[Outcome], *, command: str) -> dict[str, Any]:
+    """A SARIF 2.1.0 log with one run: a rule per check that fired, a result per finding
+    and per unusable file, each at its file and line, as GitHub code scanning reads them
+    (``artifactLocation.uri`` relative to the repository root, ``region.startLine``)."""
+    rules: dict[str, dict[str, Any]] = {}
+    results: list[dict[str, Any]] = []
+    for outcome in outcomes:
+        locations = _locations(outcome)
+        if outcome.status == "unusable":
+            rules.setdefault(UNUSABLE_RULE, _rule(UNUSABLE_RULE, "unusable input", ""))
+            results.append(
+                {
+                    "ruleId": UNUSABLE_RULE,
+                    "level": "error",
+                    "message": {"text": f"{outcome.label}: {outcome.problem}"},
+                    "locations": locations,
+                }
+            )
+            continue
+        for finding in outcome.findings:
+            rules.setdefault(finding.id, _rule(finding.id, finding.summary, finding.message))
+            results.append(
+                {
+                    "ruleId": finding.id,
+                    "level": _LEVELS.get(finding.action, "note"),
+                    "message": {"text": f"{outcome.label}: {finding.message}"},
+                    "locations": locations,
+                    "properties": {"action": finding.action, "path": finding.path},
+                }
+            )
+    ids = list(rules)
+    for result in results:
+        result["ruleIndex"] = ids.index(result["ruleId"])
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "gpu-webhook",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "informationUri": INFORMATION_URI,
+                        "rules": list(rules.values()),
+                    }
+                },
+                "automationDetails": {"id": f"gpu-webhook/{command}/"},
+                "results": results,
+            }
+        ],
+    }
+
+
+def _rule(rule_id: str, summary: str, fix: str) -> dict[str, Any]:
+    rule: dict[str, Any] = {
+        "id": rule_id,
+        "name": rule_id.replace("/", "."),
+        "shortDescription": {"text": summary or rule_id},
+    }
+    if fix:
+        rule["help"] = {"text": fix}
+    return rule
+
+
+def _locations(outcome: Outcome) -> list[dict[str, Any]]:
+    """Where to look; none for what no file holds (a kind the cluster would not list)."""
+    if not outcome.file:
+        return []
+    physical: dict[str, Any] = {"artifactLocation": {"uri": artifact_uri(outcome.file)}}
+    if outcome.line:
+        physical["region"] = {"startLine": outcome.line}
+    return [{"physicalLocation": physical}]
+
+
+def artifact_uri(file: str) -> str:
+    """A file as a relative URI where it can be (code scanning resolves it against the
+    checkout); ``-`` (stdin) as ``stdin``."""
+    if file == "-":
+        return "stdin"
+    path = Path(file)
+    if path.is_absolute():
+        try:
+            path = path.relative_to(Path.cwd())
+        except ValueError:
+            return path.as_uri()
+    return str(PurePosixPath(*path.parts)).replace(" ", "%20")
+
+
+def sarif_text(outcomes: Sequence[Outcome], *, command: str) -> str:
+    return json.dumps(sarif(outcomes, command=command), indent=2) + "\n"
+
+
+def github(outcomes: Sequence[Outcome], *, warnings_fail: bool) -> str:
+    """GitHub Actions workflow commands: an annotation per finding and per unusable file,
+    at its file and line, then a summary line.
+    https://docs.github.com/actions/reference/workflow-commands-for-github-actions"""
+    lines: list[str] = []
+    for outcome in outcomes:
+        if outcome.status == "unusable":
+            lines.append(_annotation("error", outcome, UNUSABLE_RULE, outcome.problem))
+            continue
+        for finding in outcome.findings:
+            level = _COMMANDS.get(finding.action, "notice")
+            if level == "warning" and warnings_fail:
+                level = "error"
+            lines.append(_annotation(level, outcome, finding.id, finding.message))
+        for warning in outcome.warnings:
+            level = "error" if warnings_fail else "warning"
+            lines.append(_annotation(level, outcome, "warning", warning))
+    lines.append(summary_line(outcomes))
+    return "\n".join(lines) + "\n"
+
+
+def _annotation(level: str, outcome: Outcome, title: str, message: str) -> str:
+    props = [f"file={_property(outcome.file)}"] if outcome.file else []
+    if outcome.file and outcome.line:
+        props.append(f"line={outcome.line}")
+    props.append(f"title={_property(f'{title}: {outcome.label}')}")
+    return f"::{level} {','.join(props)}::{_data(message)}"
+
+
+def _data(text: str) -> str:
+    # As @actions/core escapes a command's message (toolkit/packages/core/src/command.ts).
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _property(text: str) -> str:
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def summary_line(outcomes: Sequence[Outcome]) -> str:
+    """``5 objects: 3 allowed, 1 denied, 1 unusable, 0 with warnings``, without colour."""
+    counts = {s: sum(1 for o in outcomes if o.status == s) for s in ("allowed", "denied")}
+    unusable = sum(1 for o in outcomes if o.status == "unusable")
+    warned = sum(1 for o in outcomes if o.status != "unusable" and o.warned)
+    noun = "object" if len(outcomes) == 1 else "objects"
+    return (
+        f"{len(outcomes)} {noun}: {counts['allowed']} allowed, {counts['denied']} denied, "
+        f"{unusable} unusable, {warned} with warnings"
+    )
