@@ -43,7 +43,7 @@ from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.devices import is_dra_object
 from webhook.engine.resources.fit import demand_of
-from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
     PodClaims,
@@ -52,6 +52,7 @@ from webhook.engine.scheduling.dra import (
     pod_claims,
     with_claim_gpus,
 )
+from webhook.engine.scheduling.gangs import gang_findings
 
 _with_pools: tuple[Inventory, Policy, Inventory] | None = None
 
@@ -101,10 +102,13 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     notices: list[str] = []
     per_pod: list[tuple[PodTemplate, PodGPUs]] = []
     classes: list[tuple[str, ...]] = []
+    fits: list[tuple[PodTemplate, FitAnswer]] = []
+    skipped = False
     for template in templates:
         if _unchanged(request, template):
+            skipped = True
             continue
-        pod, claims = _evaluate_template(
+        pod, claims, fit = _evaluate_template(
             request,
             template,
             policy=policy,
@@ -117,6 +121,8 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         )
         per_pod.append((template, pod))
         classes.append(claims.gpu_classes)
+        if fit is not None:
+            fits.append((template, fit))
         devices = inventory.devices
         if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
             notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
@@ -127,8 +133,12 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
             _inventory_unavailable(inventory.problem, policy, findings, warnings)
         elif snapshot is None:
             notices.append(NO_INVENTORY_NOTICE)
-        elif workload:
-            findings.extend(_workload_findings(per_pod, snapshot, policy))
+        else:
+            if workload:
+                findings.extend(_workload_findings(per_pod, snapshot, policy))
+            if fits and not skipped:
+                action = policy.settings.actions.get("gangFit", "deny")
+                findings.extend(gang_findings(obj, fits, action=action))
     if workload:
         findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
     return decide(
@@ -293,12 +303,12 @@ def _evaluate_template(
     findings: list[Finding],
     context: _Context,
     mutated_by: dict[str, None],
-) -> tuple[PodGPUs, PodClaims]:
+) -> tuple[PodGPUs, PodClaims, FitAnswer | None]:
     settings = policy.settings
     spec_path = template.spec_path
     pod, claims = _asks(request, template, settings=settings, view=view, snapshot=snapshot)
     if not isinstance(editor.get(spec_path), dict):
-        return pod, claims  # an ill-typed spec: the API server's schema check rejects it
+        return pod, claims, None  # an ill-typed spec: the API server's schema check rejects it
     rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
     places_access = hides_on_gpu_nodes = exempting = False
     for rule in rules:
@@ -385,7 +395,7 @@ def _evaluate_template(
         findings.extend(
             runtime_class_findings(editor, access, rules, settings=settings, known=known)
         )
-    return pod, claims
+    return pod, claims, scope.fit
 
 
 def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:

@@ -49,6 +49,8 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
     "gpuAccessWithoutRequest": "deny",
     "nonGPUPodOnGPUNode": "warn",
     "unknownRuntimeClass": "deny",
+    # Issue 26: what still fails after admission.
+    "gangFit": "deny",
 }
 # NVIDIA's DRA driver (k8s-dra-driver-gpu): full GPUs and MIG devices.
 DEFAULT_GPU_DEVICE_CLASSES: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")

@@ -316,6 +316,8 @@ BUILTIN_CHECKS = {
     "gpuAccessWithoutRequest": "a container that asks for no GPU but can reach GPUs",
     "nonGPUPodOnGPUNode": "a pod that asks for no GPU but can only (or freely) use GPU nodes",
     "unknownRuntimeClass": "a runtime class the cluster does not have (live inventory)",
+    # Issue 26: what still fails after admission.
+    "gangFit": "pods that must run together (training jobs, gangs) cannot all run at once",
 }
 _GPU_TAINT = _obj(
     {
