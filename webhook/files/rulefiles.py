@@ -29,6 +29,7 @@ from webhook.engine.policy.ruleset import (
     compile_policy,
 )
 from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS
+from webhook.files.cudaimages import cuda_table
 from webhook.files.lastgood import LastGood
 from webhook.files.manifests import parse_text, read_source
 
@@ -227,7 +228,7 @@ def load_policy(directory: str) -> Policy:
     if not documents and not problems:
         problems.append(PolicyProblem(None, "", f"{directory}: {NO_DOCUMENTS}"))
     try:
-        policy = compile_policy(documents)
+        policy = compile_policy(documents, cuda_table=cuda_table())
     except PolicyError as exc:
         problems.extend(exc.problems)
         policy = None

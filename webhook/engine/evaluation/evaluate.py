@@ -28,6 +28,7 @@ from webhook.engine.enforcement.checks import (
     rule_findings,
     whole_gpus,
 )
+from webhook.engine.enforcement.cudadrivers import cuda_findings, gpu_needs
 from webhook.engine.enforcement.mutators import (
     apply_containers,
     apply_placement,
@@ -370,6 +371,8 @@ def _evaluate_template(
         kind=context.kind,
     )
     findings.extend(_gpu_findings(scope, snapshot))
+    if scope.fit is not None and scope.fit.fitting:
+        findings.extend(_cuda(editor, scope, access, mutated_by))
     if claims.claims and view.devices is not None and not view.problem:
         findings.extend(
             claim_findings(
@@ -396,6 +399,28 @@ def _evaluate_template(
             runtime_class_findings(editor, access, rules, settings=settings, known=known)
         )
     return pod, claims, scope.fit
+
+
+def _cuda(
+    editor: Editor, scope: Scope, access: Template, mutated_by: dict[str, None]
+) -> list[Finding]:
+    """The cudaDriver check, and its affinity (credited for the log line)."""
+    needs = gpu_needs(scope.pod, scope.settings)
+    if not needs or scope.fit is None:
+        return []
+    before = len(editor.ops)
+    found = cuda_findings(
+        editor,
+        access.spec_path,
+        needs=needs,
+        fit=scope.fit,
+        settings=scope.settings,
+        exempt=access.exempt,
+        where=scope.where,
+    )
+    if len(editor.ops) > before:
+        mutated_by["builtin/cudaAffinity"] = None
+    return found
 
 
 def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:

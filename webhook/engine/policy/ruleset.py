@@ -17,6 +17,7 @@ from typing import Any, Literal
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS, KindTable, TemplateLocation, WorkloadKind
+from webhook.engine.resources.cudatable import CudaImages, parse_version
 from webhook.engine.resources.gpufacts import MEMORY_LABEL
 from webhook.engine.resources.inventory import Node, Taint
 
@@ -51,6 +52,7 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
     "unknownRuntimeClass": "deny",
     # Issue 26: what still fails after admission.
     "gangFit": "deny",
+    "cudaDriver": "deny",
 }
 # NVIDIA's DRA driver (k8s-dra-driver-gpu): full GPUs and MIG devices.
 DEFAULT_GPU_DEVICE_CLASSES: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
@@ -294,6 +296,8 @@ class Settings:
         default_factory=lambda: glob_matcher(DEFAULT_GPU_DEVICE_CLASSES)
     )
     gpu_nodes: GPUNodes = field(default_factory=GPUNodes)
+    # Issue 26: what CUDA images are built on (the shipped table and cudaImages mappings).
+    cuda_images: CudaImages = field(default_factory=CudaImages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,13 +323,19 @@ class RuleDocument:
     body: Mapping[str, Any]
 
 
-def compile_policy(documents: Sequence[RuleDocument]) -> Policy:
-    """Build a ``Policy``; raise ``PolicyError`` listing every problem found."""
+def compile_policy(
+    documents: Sequence[RuleDocument], *, cuda_table: Mapping[str, Any] | None = None
+) -> Policy:
+    """Build a ``Policy``; raise ``PolicyError`` listing every problem found.
+
+    ``cuda_table`` is the shipped table of public CUDA images as plain data (the shell
+    reads ``webhook/data/cuda-images.yaml``); without it only rule-file mappings count."""
     problems: list[PolicyProblem] = []
     rules: list[Rule] = []
     pools: list[Node] = []
     kinds: list[WorkloadKind] = []
-    settings = Settings()
+    table = cuda_table or {}
+    settings = Settings(cuda_images=CudaImages.of(table))
     settings_seen: DocumentRef | None = None
     names: dict[tuple[str, str], DocumentRef] = {}
     for doc in documents:
@@ -346,7 +356,7 @@ def compile_policy(documents: Sequence[RuleDocument]) -> Policy:
                     )
                 )
             settings_seen = doc.ref
-            settings = _compile_settings(spec)
+            settings = _compile_settings(spec, table, doc.ref, problems)
         elif kind == "NodePool":
             pools.append(_compile_pool(doc.ref, spec, problems))
         elif kind == "WorkloadKind":
@@ -363,7 +373,12 @@ def compile_policy(documents: Sequence[RuleDocument]) -> Policy:
     )
 
 
-def _compile_settings(spec: Mapping[str, Any]) -> Settings:
+def _compile_settings(
+    spec: Mapping[str, Any],
+    cuda_table: Mapping[str, Any],
+    ref: DocumentRef,
+    problems: list[PolicyProblem],
+) -> Settings:
     entries = spec.get("gpuResources")
     resources = (
         GPUResources((e["name"], bool(e.get("shared", False))) for e in entries)
@@ -378,7 +393,23 @@ def _compile_settings(spec: Mapping[str, Any]) -> Settings:
         inventory_failure_mode=spec.get("inventoryFailureMode", "allow"),
         gpu_device_classes=glob_matcher(spec.get("gpuDeviceClasses", DEFAULT_GPU_DEVICE_CLASSES)),
         gpu_nodes=_compile_gpu_nodes(spec.get("gpuNodes") or {}),
+        cuda_images=_compile_cuda_images(spec.get("cudaImages") or (), cuda_table, ref, problems),
     )
+
+
+def _compile_cuda_images(
+    entries: Sequence[Mapping[str, Any]],
+    table: Mapping[str, Any],
+    ref: DocumentRef,
+    problems: list[PolicyProblem],
+) -> CudaImages:
+    for index, entry in enumerate(entries):
+        if parse_version(str(entry["cuda"])) is None:
+            path = f"spec.cudaImages[{index}].cuda"
+            problems.append(
+                PolicyProblem(ref, path, f'"{entry["cuda"]}" is not a version like 12.4')
+            )
+    return CudaImages.of(table, entries)
 
 
 def _compile_gpu_nodes(spec: Mapping[str, Any]) -> GPUNodes:

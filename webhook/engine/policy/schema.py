@@ -12,7 +12,15 @@ API_VERSION = "gpu-webhook.io/v1alpha1"
 ACTIONS = ["deny", "warn", "audit"]
 PROBES = ("liveness", "readiness", "startup")
 # What a GPUPolicy's ``exempt`` may name: built-in checks and mutations of GPU access control.
-EXEMPTIONS = ["gpuAccessWithoutRequest", "nonGPUPodOnGPUNode", "hideGPUs", "avoidGPUNodes"]
+EXEMPTIONS = [
+    "gpuAccessWithoutRequest",
+    "nonGPUPodOnGPUNode",
+    "hideGPUs",
+    "avoidGPUNodes",
+    # Issue 26: the CUDA driver check and its node affinity.
+    "cudaDriver",
+    "cudaAffinity",
+]
 _DNS_SUBDOMAIN = {
     "type": "string",
     "minLength": 1,
@@ -318,6 +326,7 @@ BUILTIN_CHECKS = {
     "unknownRuntimeClass": "a runtime class the cluster does not have (live inventory)",
     # Issue 26: what still fails after admission.
     "gangFit": "pods that must run together (training jobs, gangs) cannot all run at once",
+    "cudaDriver": "no node the pod can use has a driver new enough for its container's CUDA",
 }
 _GPU_TAINT = _obj(
     {
@@ -383,6 +392,19 @@ _SETTINGS = _obj(
             description="How GPU nodes are recognised; with an inventory, nodes that offer "
             "a GPU resource are GPU nodes too.",
         ),
+        # Issue 26: private images and the CUDA version they are built on.
+        "cudaImages": {
+            "type": "array",
+            "description": "Image patterns (globs) and the CUDA version they need, for the "
+            "cudaDriver check; before the shipped table of public images.",
+            "items": _obj(
+                {
+                    "image": {"type": "string", "minLength": 1},
+                    "cuda": {"type": "string", "pattern": "^[0-9]+\\.[0-9]+(\\.[0-9]+)?$"},
+                },
+                required=["image", "cuda"],
+            ),
+        },
     }
 )
 _NODE_POOL = _obj(

@@ -1,0 +1,121 @@
+"""The ``cudaDriver`` check and the ``cudaAffinity`` mutation: GPU containers only on nodes
+whose driver can run their CUDA (``webhook.engine.demand.cuda`` says which can).
+
+Among the node classes a pod can land on and fit, those whose driver is known to be too
+old are kept out by required node affinity (``NotIn`` the driver's major version, which
+also admits nodes without the label: a node the webhook knows nothing of stays open); when
+every class is too old the pod is denied, naming the newest driver there is. Nothing known
+(no labels, an image the tables do not know): nothing said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from webhook.engine.demand.cuda import CudaNeed, DriverFacts, container_needs
+from webhook.engine.demand.gpus import PodGPUs
+from webhook.engine.enforcement.mutators import add_required_affinity
+from webhook.engine.kube.patch import Editor
+from webhook.engine.kube.workloads import Path
+from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.policy.ruleset import Settings
+from webhook.engine.resources.inventory import FitAnswer, Shape
+
+# GPU feature discovery sets both, the first deprecated (NVIDIA/k8s-device-plugin
+# internal/lm/nvml.go): a node labelled by either version is kept out.
+DRIVER_MAJOR_LABELS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver-version.major")
+
+
+def gpu_needs(pod: PodGPUs, settings: Settings) -> list[CudaNeed]:
+    """What the pod's GPU containers need of the driver."""
+    containers = [(c.name, c.body) for c in pod.containers if c.gpu_count > 0]
+    return container_needs(containers, settings.cuda_images) if containers else []
+
+
+def cuda_findings(
+    editor: Editor,
+    spec_path: Path,
+    *,
+    needs: Sequence[CudaNeed],
+    fit: FitAnswer,
+    settings: Settings,
+    exempt: frozenset[str],
+    where: str,
+) -> list[Finding]:
+    """Keep the pod off classes too old for it, or deny it when no class is new enough."""
+    if not needs or "cudaDriver" in exempt or not fit.fitting:
+        return []
+    facts = {id(shape): DriverFacts.of(shape.labels) for shape in fit.fitting}
+    too_old: list[Shape] = []
+    usable: list[Shape] = []
+    blocked_by: dict[int, CudaNeed] = {}
+    for shape in fit.fitting:
+        for need in needs:
+            if need.verdict(facts[id(shape)]) == "too-old":
+                blocked_by[id(shape)] = need
+                too_old.append(shape)
+                break
+        else:
+            usable.append(shape)
+    if not too_old:
+        return []
+    if not usable:
+        return [_denial(too_old, blocked_by, facts, settings, where)]
+    if "cudaAffinity" not in exempt:
+        _keep_off(editor, spec_path, too_old, usable)
+    return []
+
+
+def _keep_off(editor: Editor, spec_path: Path, too_old: list[Shape], usable: list[Shape]) -> None:
+    """Required affinity ``NotIn`` the too-old drivers' major versions, leaving out a major
+    that a usable class shares (a condition on a finer version would be needed there)."""
+    majors: dict[str, set[str]] = {key: set() for key in DRIVER_MAJOR_LABELS}
+    for key in DRIVER_MAJOR_LABELS:
+        open_ = {s.labels.get(key) for s in usable}
+        for shape in too_old:
+            value = shape.labels.get(key)
+            if value is not None and value not in open_:
+                majors[key].add(value)
+    wanted: list[Mapping[str, Any]] = [
+        {"key": key, "operator": "NotIn", "values": sorted(values)}
+        for key, values in majors.items()
+        if values
+    ]
+    if wanted:
+        add_required_affinity(editor, spec_path, wanted)
+
+
+def _denial(
+    too_old: list[Shape],
+    blocked_by: Mapping[int, CudaNeed],
+    facts: Mapping[int, DriverFacts],
+    settings: Settings,
+    where: str,
+) -> Finding:
+    def newness(shape: Shape) -> tuple[int, ...]:
+        known = facts[id(shape)]
+        return (known.cuda or ()) + (0,) + (known.driver or ())
+
+    newest = max(too_old, key=newness)
+    need = blocked_by[id(newest)]
+    have = facts[id(newest)]
+    source = (
+        f" ({need.built_on.source})" if need.built_on is not None and need.built_on.source else ""
+    )
+    image = f" {need.image}" if need.image else ""
+    message = (
+        f'container "{need.container}" (image{image}) needs {need.wanted}{source}, but '
+        f"no node it can use has a driver that supports it: the newest there is "
+        f"{have.describe()} on {newest.example.name}. It would fail to start "
+        '("unsatisfied condition" or "CUDA driver version is insufficient"). Use an image '
+        "built for an older CUDA, or upgrade the nodes' driver."
+    )
+    return Finding(
+        "builtin",
+        "cudaDriver",
+        action_of(settings.actions.get("cudaDriver", "deny")),
+        message,
+        f'container "{need.container}": {need.wanted}, newest driver {have.describe()}',
+        where,
+    )
