@@ -17,9 +17,11 @@ from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.inventory import Inventory, node_from_json
+from webhook.engine.resources.quotas import Quotas, quota_from_json
 from webhook.files.manifests import Document, ManifestError, load_manifests
 
 RUNTIME_CLASS = "RuntimeClass"
+RESOURCE_QUOTA = "ResourceQuota"
 
 
 class InventoryFileError(Exception):
@@ -38,9 +40,17 @@ class InventoryFile:
     # The file's RuntimeClasses; None when it lists none, since a file of nodes only says
     # nothing about runtime classes.
     runtime_classes: frozenset[str] | None
+    # The file's ResourceQuotas; None when it lists none (a file of nodes says nothing of
+    # quotas).
+    quotas: Quotas | None = None
 
     def view(self) -> InventoryView:
-        return InventoryView(self.nodes, devices=self.devices, runtime_classes=self.runtime_classes)
+        return InventoryView(
+            self.nodes,
+            devices=self.devices,
+            runtime_classes=self.runtime_classes,
+            quotas=self.quotas,
+        )
 
 
 def load_inventory(path: str) -> Inventory:
@@ -75,7 +85,8 @@ def load_inventory_file(path: str) -> InventoryFile:
         {
             str(d.obj.get("kind"))
             for d in docs
-            if d.obj.get("kind") not in ("Node", RUNTIME_CLASS) and not is_dra_object(d.obj)
+            if d.obj.get("kind") not in ("Node", RUNTIME_CLASS, RESOURCE_QUOTA)
+            and not is_dra_object(d.obj)
         }
     )
     if others:
@@ -83,8 +94,8 @@ def load_inventory_file(path: str) -> InventoryFile:
             [
                 ManifestError(
                     path,
-                    "holds objects that are neither Nodes, RuntimeClasses nor DRA objects: "
-                    + ", ".join(others),
+                    "holds objects that are neither Nodes, RuntimeClasses, ResourceQuotas nor "
+                    "DRA objects: " + ", ".join(others),
                 )
             ]
         )
@@ -97,8 +108,12 @@ def load_inventory_file(path: str) -> InventoryFile:
         for d in docs
         if d.obj.get("kind") == RUNTIME_CLASS
     }
+    quotas = [quota_from_json(d.obj) for d in docs if d.obj.get("kind") == RESOURCE_QUOTA]
     return InventoryFile(
-        Inventory(nodes, source=path), devices, frozenset(names) if names else None
+        Inventory(nodes, source=path),
+        devices,
+        frozenset(names) if names else None,
+        Quotas.of(quotas) if quotas else None,
     )
 
 

@@ -34,6 +34,7 @@ from webhook.engine.enforcement.mutators import (
     apply_placement,
     repair_requests_only,
 )
+from webhook.engine.enforcement.quotas import pod_quota_notices, workload_quota_findings
 from webhook.engine.evaluation.claimobjects import evaluate_claim_object
 from webhook.engine.evaluation.request import NO_INVENTORY_NOTICE, InventoryView, Request
 from webhook.engine.kube.patch import Editor, lookup
@@ -45,6 +46,7 @@ from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.devices import is_dra_object
 from webhook.engine.resources.fit import demand_of
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
+from webhook.engine.resources.quotas import Quotas
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
     PodClaims,
@@ -104,6 +106,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     per_pod: list[tuple[PodTemplate, PodGPUs]] = []
     classes: list[tuple[str, ...]] = []
     fits: list[tuple[PodTemplate, FitAnswer]] = []
+    asked: list[tuple[PodTemplate, PodGPUs, PodClaims]] = []
     skipped = False
     for template in templates:
         if _unchanged(request, template):
@@ -124,6 +127,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         classes.append(claims.gpu_classes)
         if fit is not None:
             fits.append((template, fit))
+        asked.append((template, pod, claims))
         devices = inventory.devices
         if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
             notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
@@ -142,6 +146,16 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
                 findings.extend(gang_findings(obj, fits, action=action))
     if workload:
         findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
+    if inventory.quotas is not None and not inventory.problem and not skipped:
+        _quota(
+            request,
+            asked,
+            inventory.quotas,
+            policy=policy,
+            findings=findings,
+            notices=notices,
+            workload=workload,
+        )
     return decide(
         findings,
         patch=editor.ops,
@@ -150,6 +164,25 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         extra_warnings=warnings,
         mutated_by=list(mutated_by),
     )
+
+
+def _quota(
+    request: Request,
+    asked: list[tuple[PodTemplate, PodGPUs, PodClaims]],
+    quotas: Quotas,
+    *,
+    policy: Policy,
+    findings: list[Finding],
+    notices: list[str],
+    workload: bool,
+) -> None:
+    namespace = request.effective_namespace
+    if workload:
+        counted = [a for a in asked if a[0].replicas is not None]
+        action = policy.settings.actions.get("gpuQuota", "warn")
+        findings.extend(workload_quota_findings(namespace, counted, quotas, action=action))
+    elif request.operation == "CREATE":
+        notices.extend(pod_quota_notices(namespace, asked, quotas))
 
 
 @dataclass(slots=True)

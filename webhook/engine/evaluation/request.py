@@ -11,6 +11,7 @@ from typing import Any
 
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory
+from webhook.engine.resources.quotas import Quotas
 
 
 @dataclass(slots=True)  # built per review: frozen would triple its cost
@@ -41,6 +42,8 @@ class InventoryView:
     devices: DeviceInventory | None = None
     # Names of the cluster's RuntimeClasses, from a live inventory; None: not known.
     runtime_classes: frozenset[str] | None = None
+    # The cluster's ResourceQuotas (issue 26); None: not known.
+    quotas: Quotas | None = None
 
 
 NO_INVENTORY = InventoryView(None)

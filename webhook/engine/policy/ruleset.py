@@ -53,6 +53,7 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
     # Issue 26: what still fails after admission.
     "gangFit": "deny",
     "cudaDriver": "deny",
+    "gpuQuota": "warn",
 }
 # NVIDIA's DRA driver (k8s-dra-driver-gpu): full GPUs and MIG devices.
 DEFAULT_GPU_DEVICE_CLASSES: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")

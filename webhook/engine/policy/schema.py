@@ -327,6 +327,7 @@ BUILTIN_CHECKS = {
     # Issue 26: what still fails after admission.
     "gangFit": "pods that must run together (training jobs, gangs) cannot all run at once",
     "cudaDriver": "no node the pod can use has a driver new enough for its container's CUDA",
+    "gpuQuota": "a workload's pods together need more GPUs than its namespace's hard quota",
 }
 _GPU_TAINT = _obj(
     {
