@@ -23,6 +23,16 @@ from urllib.parse import parse_qs, urlsplit
 from tests.builders import APISERVER as FIXTURES
 
 RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
+RESOURCE_QUOTAS = "/api/v1/resourcequotas"
+# What a cluster without ResourceQuotas answers: the list unscripted tests get.
+NO_RESOURCE_QUOTAS = json.dumps(
+    {
+        "kind": "ResourceQuotaList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "1"},
+        "items": [],
+    }
+).encode()
 # What a cluster without RuntimeClasses answers: the list unscripted tests get.
 NO_RUNTIME_CLASSES = json.dumps(
     {
@@ -108,6 +118,8 @@ class ReplayServer:
         self.dra_watches: dict[str, deque[Stream | Body]] = {}
         self.runtime_class_lists: deque[Body] = deque()
         self.runtime_class_watches: deque[Stream | Body] = deque()
+        self.quota_lists: deque[Body] = deque()
+        self.quota_watches: deque[Stream | Body] = deque()
         self.requests: list[Request] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -161,6 +173,10 @@ class ReplayServer:
         with self._lock:
             return [r for r in self.requests if r.path.startswith(DRA_PATH)]
 
+    def quota_requests(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.path == RESOURCE_QUOTAS]
+
     def runtime_class_requests(self) -> list[Request]:
         with self._lock:
             return [r for r in self.requests if r.path == RUNTIME_CLASSES]
@@ -187,13 +203,22 @@ class ReplayServer:
                 queue = (
                     self.runtime_class_watches if query.get("watch") else self.runtime_class_lists
                 )
+            elif parts.path == RESOURCE_QUOTAS:
+                queue = self.quota_watches if query.get("watch") else self.quota_lists
             answer = queue.popleft() if queue else None
             if parts.path == DRA_PATH and self.dra_served:
                 discovery = {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1"}
                 answer = Body(json.dumps(discovery).encode())
         if answer is None and parts.path == RUNTIME_CLASSES and not query.get("watch"):
             answer = Body(NO_RUNTIME_CLASSES)
-        scripted = parts.path in ("/api/v1/nodes", "/api/v1/namespaces", RUNTIME_CLASSES)
+        if answer is None and parts.path == RESOURCE_QUOTAS and not query.get("watch"):
+            answer = Body(NO_RESOURCE_QUOTAS)
+        scripted = parts.path in (
+            "/api/v1/nodes",
+            "/api/v1/namespaces",
+            RUNTIME_CLASSES,
+            RESOURCE_QUOTAS,
+        )
         if answer is None and not scripted and not parts.path.startswith(DRA_PATH + "/"):
             # A path nobody scripted: what the API server says of a group it does not serve.
             answer = Body(
@@ -251,7 +276,8 @@ DRA_PATH = "/apis/resource.k8s.io/v1"
 
 
 def _core(path: str) -> bool:
-    return path.startswith("/api/v1/")
+    """Nodes and namespaces (ResourceQuotas: ``quota_requests``)."""
+    return path.startswith("/api/v1/") and path != RESOURCE_QUOTAS
 
 
 def status_body(code: int, reason: str, message: str) -> bytes:

@@ -101,6 +101,7 @@ def test_files_that_all_pass_exit_0_and_json_lists_each_reported_object(
         "audit": 0,
         "pass": 2,
         "errors": [],
+        "afterAdmission": {"gangFit": 0, "cudaDriver": 0, "gpuQuota": 0},
     }
     (fine,) = report["results"]
     assert (fine["name"], fine["decision"], fine["gpu"]) == ("fine", "pass", True)

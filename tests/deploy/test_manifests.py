@@ -259,7 +259,13 @@ def test_rbac_grants_reads_and_named_patches_only(name):
                 assert rule.get("resourceNames") == NAMED_ONLY[resource], (role, resource)
                 assert set(rule["verbs"]) <= {"get", "patch"}, (role, resource)
             else:
-                assert resource in ("nodes", "namespaces", "runtimeclasses", *DRA_RESOURCES), (
+                assert resource in (
+                    "nodes",
+                    "namespaces",
+                    "runtimeclasses",
+                    "resourcequotas",
+                    *DRA_RESOURCES,
+                ), (
                     role,
                     resource,
                 )
@@ -295,6 +301,11 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_and_
         {
             "apiGroups": ["node.k8s.io"],
             "resources": ["runtimeclasses"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["resourcequotas"],
             "verbs": ["get", "list", "watch"],
         },
     ]

@@ -19,6 +19,7 @@ from typing import Protocol
 from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory
+from webhook.engine.resources.quotas import Quotas
 from webhook.files.inventoryfile import InventoryFile, InventoryFileError, load_inventory_file
 from webhook.files.lastgood import LastGood
 
@@ -57,6 +58,8 @@ class InventorySource(Protocol):
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
     def devices(self) -> DeviceInventory | None: ...
     def runtime_classes(self) -> frozenset[str] | None: ...
+    # The cluster's ResourceQuotas (issue 26); None: not known.
+    def resource_quotas(self) -> Quotas | None: ...
 
 
 def _load_keeping(path: str, last_good: LastGood | None) -> InventoryFile:
@@ -137,6 +140,10 @@ class StaticInventorySource:
         """The file's RuntimeClasses; ``None`` when it lists none."""
         return self._file.runtime_classes
 
+    def resource_quotas(self) -> Quotas | None:
+        """The file's ResourceQuotas; ``None`` when it lists none."""
+        return self._file.quotas
+
 
 def view_of(source: InventorySource | None) -> InventoryView:
     """The inventory as the engine may use it right now."""
@@ -151,15 +158,19 @@ def view_of(source: InventorySource | None) -> InventoryView:
             None, problem=f"node inventory is stale ({stale:.0f}s since last sync)"
         )
     devices, runtime_classes = source.devices(), source.runtime_classes()
+    quotas = source.resource_quotas()
     last = _last_view
     if (
         last is not None
         and last.snapshot is snapshot
         and last.devices is devices
         and last.runtime_classes is runtime_classes
+        and last.quotas is quotas
     ):
         return last
-    return _remember(InventoryView(snapshot, devices=devices, runtime_classes=runtime_classes))
+    return _remember(
+        InventoryView(snapshot, devices=devices, runtime_classes=runtime_classes, quotas=quotas)
+    )
 
 
 # The view of the last review: the next one almost always sees the same parts.

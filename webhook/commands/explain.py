@@ -20,7 +20,7 @@ from webhook.commands import (
 )
 from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.policy.ruleset import Policy
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import load_manifests
 from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text
 
@@ -113,14 +113,15 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
     if not args.inventory:
         return _fail("-f needs --inventory FILE: the nodes to explain the pod against")
     try:
-        inventory = load_inventory(args.inventory)
+        # With its DRA objects, RuntimeClasses and ResourceQuotas, as check reads it.
+        found = load_inventory_file(args.inventory)
     except InventoryFileError as exc:
         return _fail(f"the inventory is not usable: {exc}")
     documents, errors = load_manifests(args.files)
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     explanations = [
-        explain(doc.obj, policy=policy, inventory=InventoryView(inventory), nodes=inventory.nodes)
+        explain(doc.obj, policy=policy, inventory=found.view(), nodes=found.nodes.nodes)
         for doc in documents
     ]
     if not explanations and not errors:
