@@ -20,6 +20,8 @@ from webhook.engine.kube.patch import Editor
 from webhook.engine.kube.workloads import Path
 from webhook.engine.policy.decision import Finding, action_of
 from webhook.engine.policy.ruleset import Settings
+from webhook.engine.resources.cudatable import parse_version
+from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import FitAnswer, Shape
 
 # GPU feature discovery sets both, the first deprecated (NVIDIA/k8s-device-plugin
@@ -27,9 +29,11 @@ from webhook.engine.resources.inventory import FitAnswer, Shape
 DRIVER_MAJOR_LABELS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver-version.major")
 
 
-def gpu_needs(pod: PodGPUs, settings: Settings) -> list[CudaNeed]:
-    """What the pod's GPU containers need of the driver."""
-    containers = [(c.name, c.body) for c in pod.containers if c.gpu_count > 0]
+def gpu_needs(
+    pod: PodGPUs, settings: Settings, holders: frozenset[Path] = frozenset()
+) -> list[CudaNeed]:
+    """What the pod's GPU containers (and those holding GPU claims) need of the driver."""
+    containers = [(c.name, c.body) for c in pod.containers if c.gpu_count > 0 or c.path in holders]
     return container_needs(containers, settings.cuda_images) if containers else []
 
 
@@ -119,3 +123,87 @@ def _denial(
         f'container "{need.container}": {need.wanted}, newest driver {have.describe()}',
         where,
     )
+
+
+# NVIDIA's DRA driver (k8s-dra-driver-gpu) publishes each GPU's and MIG device's driver as
+# attributes of domain gpu.nvidia.com: ``driverVersion`` and ``cudaDriverVersion`` (the CUDA
+# version the driver supports), both semantic versions (cmd/gpu-kubelet-plugin
+# deviceinfo.go: ``AttributeDriverVersion``, ``AttributeCUDADriverVersion``). Its classes
+# gpu.nvidia.com and mig.nvidia.com select only its own devices.
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+NVIDIA_DRA_CLASSES = frozenset({"gpu.nvidia.com", "mig.nvidia.com"})
+
+
+def dra_driver_facts(devices: DeviceInventory) -> list[tuple[str, DriverFacts]]:
+    """Every NVIDIA DRA device's driver, by the node its slice serves."""
+    found = []
+    for piece in devices.slices:
+        if piece.driver != NVIDIA_DRA_DRIVER:
+            continue
+        for device in piece.devices:
+            attrs = {(d, n): v for d, n, v in device.attributes}
+            cuda = parse_version(_text(attrs.get((NVIDIA_DRA_DRIVER, "cudaDriverVersion"))))
+            driver = _text(attrs.get((NVIDIA_DRA_DRIVER, "driverVersion")))
+            found.append(
+                (
+                    piece.node_name or piece.name,
+                    DriverFacts(
+                        cuda=cuda[:2] if cuda else None,
+                        driver=parse_version(driver),
+                        driver_text=driver,
+                    ),
+                )
+            )
+    return found
+
+
+def _text(value: object) -> str:
+    text = getattr(value, "text", value)
+    return text if isinstance(text, str) else ""
+
+
+def dra_cuda_findings(
+    *,
+    needs: Sequence[CudaNeed],
+    classes: Sequence[str],
+    devices: DeviceInventory | None,
+    settings: Settings,
+    exempt: frozenset[str],
+    where: str,
+) -> list[Finding]:
+    """A pod whose GPUs come from NVIDIA's DRA classes, when every NVIDIA DRA device of the
+    cluster has a driver too old for it: no node can start it. Otherwise nothing (the
+    devices a claim gets are chosen at allocation; node affinity cannot steer them)."""
+    if (
+        not needs
+        or "cudaDriver" in exempt
+        or devices is None
+        or not devices.complete
+        or not classes
+        or not set(classes) <= NVIDIA_DRA_CLASSES
+    ):
+        return []
+    facts = dra_driver_facts(devices)
+    if not facts:
+        return []
+    for _, known in facts:
+        if all(need.verdict(known) != "too-old" for need in needs):
+            return []  # some device may run it
+    node, newest = max(facts, key=lambda f: (f[1].cuda or ()) + (0,) + (f[1].driver or ()))
+    need = next(n for n in needs if n.verdict(newest) == "too-old")
+    message = (
+        f'container "{need.container}" needs {need.wanted}, but every GPU of the NVIDIA DRA '
+        f"driver has an older driver: the newest is {newest.describe()} (cudaDriverVersion "
+        f"on {node}). It would fail to start. Use an image built for an older CUDA, or "
+        "upgrade the nodes' driver."
+    )
+    return [
+        Finding(
+            "builtin",
+            "cudaDriver",
+            action_of(settings.actions.get("cudaDriver", "deny")),
+            message,
+            f'container "{need.container}": {need.wanted}, newest DRA driver {newest.describe()}',
+            where,
+        )
+    ]

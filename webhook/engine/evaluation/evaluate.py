@@ -28,7 +28,7 @@ from webhook.engine.enforcement.checks import (
     rule_findings,
     whole_gpus,
 )
-from webhook.engine.enforcement.cudadrivers import cuda_findings, gpu_needs
+from webhook.engine.enforcement.cudadrivers import cuda_findings, dra_cuda_findings, gpu_needs
 from webhook.engine.enforcement.mutators import (
     apply_containers,
     apply_placement,
@@ -406,6 +406,18 @@ def _evaluate_template(
     findings.extend(_gpu_findings(scope, snapshot))
     if scope.fit is not None and scope.fit.fitting:
         findings.extend(_cuda(editor, scope, access, mutated_by))
+    if claims.gpu_classes and not view.problem:
+        needs = gpu_needs(pod, settings, claims.holders)
+        findings.extend(
+            dra_cuda_findings(
+                needs=needs,
+                classes=claims.gpu_classes,
+                devices=view.devices,
+                settings=settings,
+                exempt=access.exempt,
+                where=scope.where,
+            )
+        )
     if claims.claims and view.devices is not None and not view.problem:
         findings.extend(
             claim_findings(
