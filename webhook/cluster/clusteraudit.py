@@ -40,6 +40,13 @@ def audit_cluster(
         if exc.code != 403:
             raise
         notices.append(f"cannot list nodes, so capacity checks are skipped: {exc}")
+    if inventory.snapshot is not None:
+        try:
+            inventory.quotas = cluster.resource_quotas()
+        except ApiError as exc:
+            if exc.code != 403:
+                raise
+            notices.append(f"cannot list resourcequotas, so GPU quotas are not judged: {exc}")
     labels: dict[str, Mapping[str, str]] = {}
     if policy.rules:
         try:

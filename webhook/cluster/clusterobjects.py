@@ -17,6 +17,7 @@ from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError, Expired
 from webhook.cluster.inventorysource import NODES_PATH
 from webhook.engine.kube.workloads import POD, KindTable, WorkloadKind
 from webhook.engine.resources.inventory import Inventory, node_from_json
+from webhook.engine.resources.quotas import Quotas, quota_from_json
 
 PAGE_SIZE = 500
 LIST_ATTEMPTS = 3
@@ -172,6 +173,13 @@ class ClusterObjects:
     def inventory(self) -> Inventory:
         nodes, version = self._client.list(NODES_PATH, parse=node_from_json, limit=self.page_size)
         return Inventory(nodes, resource_version=version, source=self.endpoint.host)
+
+    def resource_quotas(self) -> Quotas:
+        """Every ResourceQuota of the cluster (issue 26: gpuQuota)."""
+        quotas, _ = self._client.list(
+            "/api/v1/resourcequotas", parse=quota_from_json, limit=self.page_size
+        )
+        return Quotas.of(quotas)
 
     def pod(self, namespace: str, name: str) -> Mapping[str, Any]:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"

@@ -29,6 +29,22 @@ from webhook.engine.resources.inventory import FitAnswer, Shape
 DRIVER_MAJOR_LABELS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver-version.major")
 
 
+# Driver facts per node class, read once per class (a snapshot's shapes live as long as it
+# does): held with the shape, so that a freed shape's reused id is never taken for it.
+_FACTS: dict[int, tuple[Shape, DriverFacts]] = {}
+
+
+def _facts(shape: Shape) -> DriverFacts:
+    hit = _FACTS.get(id(shape))
+    if hit is not None and hit[0] is shape:
+        return hit[1]
+    if len(_FACTS) >= 4096:
+        _FACTS.clear()
+    facts = DriverFacts.of(shape.labels)
+    _FACTS[id(shape)] = (shape, facts)
+    return facts
+
+
 def gpu_needs(
     pod: PodGPUs, settings: Settings, holders: frozenset[Path] = frozenset()
 ) -> list[CudaNeed]:
@@ -50,7 +66,7 @@ def cuda_findings(
     """Keep the pod off classes too old for it, or deny it when no class is new enough."""
     if not needs or "cudaDriver" in exempt or not fit.fitting:
         return []
-    facts = {id(shape): DriverFacts.of(shape.labels) for shape in fit.fitting}
+    facts = {id(shape): _facts(shape) for shape in fit.fitting}
     too_old: list[Shape] = []
     usable: list[Shape] = []
     blocked_by: dict[int, CudaNeed] = {}

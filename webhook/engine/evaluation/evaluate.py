@@ -181,8 +181,15 @@ def _quota(
         counted = [a for a in asked if a[0].replicas is not None]
         action = policy.settings.actions.get("gpuQuota", "warn")
         findings.extend(workload_quota_findings(namespace, counted, quotas, action=action))
-    elif request.operation == "CREATE":
+    elif request.operation == "CREATE" and not _admitted(request.object):
         notices.extend(pod_quota_notices(namespace, asked, quotas))
+
+
+def _admitted(obj: Any) -> bool:
+    """A pod that is bound or has a status was admitted already: its GPUs are in the
+    quota's ``used`` (an audit of live pods must not call them refused)."""
+    spec, status = obj.get("spec"), obj.get("status")
+    return (isinstance(spec, dict) and bool(spec.get("nodeName"))) or bool(status)
 
 
 @dataclass(slots=True)

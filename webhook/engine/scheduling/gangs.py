@@ -278,13 +278,13 @@ def judge(gang: Gang) -> Verdict | None:
                     f"{g.count} {g.name} pods need to run at once, but only {c} fit the "
                     "nodes and pools they can use"
                 )
-                return Verdict(gang, True, alone, -1, reason)
+                return Verdict(gang, True, alone, _placed(groups, required), reason)
         joint = _joint_bound(groups)
         if joint:
-            return Verdict(gang, True, alone, -1, joint)
+            return Verdict(gang, True, alone, _placed(groups, required), joint)
     elif alone < required:
         reason = f"{required} of them must run at once, but at most {alone} fit"
-        return Verdict(gang, True, alone, -1, reason)
+        return Verdict(gang, True, alone, _placed(groups, required), reason)
     placed = _first_fit(groups, required)
     if placed is not None and placed >= required:
         return None
@@ -294,6 +294,13 @@ def judge(gang: Gang) -> Verdict | None:
         else "the gang is too large to place pod by pod"
     )
     return Verdict(gang, False, alone, -1 if placed is None else placed, reason)
+
+
+def _placed(groups: Sequence[Member], required: int) -> int:
+    """Pods a first-fit placement runs together (-1: too large to try): the largest group
+    the message can say fits, a lower bound."""
+    placed = _first_fit(groups, required)
+    return -1 if placed is None else placed
 
 
 def _identical_reason(gang: Gang, group: Member, cap: int) -> str:
@@ -402,11 +409,12 @@ def _finding(verdict: Verdict, action: str) -> Finding:
     gang = verdict.gang
     who = f"{gang.why}: {gang.required} pods must run at once"
     if gang.certain and verdict.proven:
-        largest = (
-            f"at most {verdict.at_once} can run at once"
-            if verdict.placed < 0
-            else f"the largest group that fits at once is {verdict.placed} pods"
-        )
+        if verdict.placed >= 0 and verdict.at_once == verdict.placed:
+            largest = f"the largest group that fits at once is {verdict.placed} pods"
+        elif verdict.placed >= 0:
+            largest = f"a first-fit placement runs {verdict.placed} of them at once"
+        else:
+            largest = f"at most {verdict.at_once} can run at once"
         message = (
             f"{who}, but {verdict.reason}; {largest}, so the job never starts. Lower the "
             "replicas or the GPUs per pod, or add nodes (a NodePool rule declares nodes an "
