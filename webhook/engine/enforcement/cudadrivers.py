@@ -66,6 +66,28 @@ def cuda_findings(
     """Keep the pod off classes too old for it, or deny it when no class is new enough."""
     if not needs or "cudaDriver" in exempt or not fit.fitting:
         return []
+    too_old, usable, blocked_by, facts = _sorted(tuple(needs), fit)
+    if not too_old:
+        return []
+    if not usable:
+        return [_denial(too_old, blocked_by, facts, settings, where)]
+    if "cudaAffinity" not in exempt:
+        _keep_off(editor, spec_path, too_old, usable)
+    return []
+
+
+_Sorted = tuple[list[Shape], list[Shape], dict[int, CudaNeed], dict[int, DriverFacts]]
+# The classes a (needs, fit) pair sorts into: pods of one workload ask the same, and a fit
+# answer lives as long as its snapshot. Held with the fit, for the same reason as _FACTS.
+_SORTED: dict[tuple[tuple[CudaNeed, ...], int], tuple[FitAnswer, _Sorted]] = {}
+
+
+def _sorted(needs: tuple[CudaNeed, ...], fit: FitAnswer) -> _Sorted:
+    """The fitting classes too old for some need (with that need), and the others."""
+    key = (needs, id(fit))
+    hit = _SORTED.get(key)
+    if hit is not None and hit[0] is fit:
+        return hit[1]
     facts = {id(shape): _facts(shape) for shape in fit.fitting}
     too_old: list[Shape] = []
     usable: list[Shape] = []
@@ -78,13 +100,11 @@ def cuda_findings(
                 break
         else:
             usable.append(shape)
-    if not too_old:
-        return []
-    if not usable:
-        return [_denial(too_old, blocked_by, facts, settings, where)]
-    if "cudaAffinity" not in exempt:
-        _keep_off(editor, spec_path, too_old, usable)
-    return []
+    if len(_SORTED) >= 4096:
+        _SORTED.clear()
+    answer = (too_old, usable, blocked_by, facts)
+    _SORTED[key] = (fit, answer)
+    return answer
 
 
 def _keep_off(editor: Editor, spec_path: Path, too_old: list[Shape], usable: list[Shape]) -> None:

@@ -96,6 +96,18 @@ class CudaImages:
         return cls(compiled_rules, tagged, releases)
 
     def lookup(self, image: str) -> ImageCUDA | None:
+        """The image's CUDA, memoised per table and image (pods repeat a few images)."""
+        key = (id(self), image)
+        hit = _LOOKUPS.get(key)
+        if hit is not None and hit[0] is self:
+            return hit[1]
+        found = self._lookup(image)
+        if len(_LOOKUPS) >= 4096:
+            _LOOKUPS.clear()
+        _LOOKUPS[key] = (self, found)
+        return found
+
+    def _lookup(self, image: str) -> ImageCUDA | None:
         for pattern, found in self.rules:
             if fnmatch.fnmatchcase(image, pattern):
                 return found
@@ -112,6 +124,9 @@ class CudaImages:
             release = tag.split("-", 1)[0]
             return self.releases.get((repository, release))
         return None
+
+
+_LOOKUPS: dict[tuple[int, str], tuple[CudaImages, ImageCUDA | None]] = {}
 
 
 def _split(image: str) -> tuple[str, str]:
