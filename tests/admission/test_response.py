@@ -22,16 +22,48 @@ def test_a_patch_is_sent_as_base64_json_patch():
     assert decoded_patch(response) == ops
 
 
-@pytest.mark.parametrize(
-    ("count", "kept"),
-    [pytest.param(10, 10, id="few"), pytest.param(100, MAX_WARNINGS_TOTAL // 100, id="many")],
-)
-def test_warnings_stay_within_what_the_api_server_shows(count, kept):
-    warnings = [f"{i:03d}".ljust(100, "x") for i in range(count)]
+def test_warnings_that_fit_are_sent_as_they_are():
+    warnings = [f"{i:03d}".ljust(100, "x") for i in range(10)]
 
     response = reply(allowed=True, warnings=warnings).body("u")["response"]
 
-    assert response["warnings"] == warnings[:kept]
+    assert response["warnings"] == warnings
+
+
+@pytest.mark.parametrize("count", [41, 100, 20_000])  # 100 characters each
+def test_warnings_past_what_the_api_server_passes_on_end_with_how_many_were_left_out(count):
+    warnings = [f"{i:05d}".ljust(100, "x") for i in range(count)]
+
+    sent = reply(allowed=True, warnings=warnings).body("u")["response"]["warnings"]
+
+    *kept, marker = sent
+    assert kept == warnings[: len(kept)]
+    assert len(kept) == 40  # 4,000 characters, and the marker fits in what is left
+    left_out = f"{count - 40:,} more warning" + ("s" if count - 40 > 1 else "")
+    assert marker == f"gpu-webhook: {left_out} left out; gpu-webhook check shows them all"
+    assert sum(map(len, sent)) <= MAX_WARNINGS_TOTAL
+    assert len(marker) < 120
+
+
+def test_the_marker_takes_the_room_of_the_warnings_before_it_when_it_must():
+    warnings = [f"{i:04d}".ljust(1000, "x") for i in range(5)]  # 4 fit: 4,000 characters
+
+    sent = reply(allowed=True, warnings=warnings).body("u")["response"]["warnings"]
+
+    assert sent[:-1] == warnings[:4]
+    assert sent[-1].startswith("gpu-webhook: 1 more warning left out")
+    warnings = [f"{i:04d}".ljust(1010, "x") for i in range(5)]  # 4,040 and no room for it
+
+    sent = reply(allowed=True, warnings=warnings).body("u")["response"]["warnings"]
+
+    assert sent[:-1] == warnings[:3]
+    assert sent[-1].startswith("gpu-webhook: 2 more warnings left out")
+
+
+def test_control_characters_in_a_warning_become_spaces_so_the_api_server_keeps_it():
+    sent = reply(allowed=True, warnings=["a\nb\tc\x85d"]).body("u")["response"]["warnings"]
+
+    assert sent == ["a b c d"]
 
 
 @pytest.mark.parametrize(
@@ -60,7 +92,7 @@ def test_a_reply_encoded_once_is_the_answer_for_any_uid(uid, allowed):
     assert response["uid"] == uid
     assert response["allowed"] is allowed
     assert decoded_patch(response) == ops
-    assert response["warnings"] == ["a warning that quotes \x00uid\x00"]
+    assert response["warnings"] == ["a warning that quotes  uid "]  # controls made spaces
     assert response["auditAnnotations"] == {"gpu-webhook/rule": "\x00uid\x00"}
     if not allowed:
         assert response["status"]["message"] == "a message that quotes \x00uid\x00"

@@ -104,9 +104,19 @@ def test_a_dry_run_gets_exactly_the_answer_of_the_real_request(service, obj, mut
         pytest.param(review(pod(gpus="500m"), sub_resource="status"), "subresource", id="status"),
         pytest.param(review(pod(gpus="500m"), sub_resource="binding"), "subresource", id="binding"),
         pytest.param(
-            review(pod(gpus="500m"), operation="UPDATE", old=pod(gpus="500m")),
-            "pod-update",
-            id="pod-update",
+            review(pod(gpus="500m"), operation="UPDATE", old=pod(gpus=1), sub_resource="resize"),
+            "subresource",
+            id="resize",
+        ),
+        pytest.param(
+            review(
+                {"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": 100}},
+                operation="UPDATE",
+                old={"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": 1}},
+                sub_resource="scale",
+            ),
+            "subresource",
+            id="scale",
         ),
         pytest.param(
             review({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),

@@ -162,8 +162,8 @@ def test_a_file_is_explained_against_an_inventory_file(capsys: pytest.CaptureFix
         ),
         pytest.param(
             ["-f", "/dev/null", "--inventory", str(INVENTORY)],
-            "no objects in /dev/null",
-            id="empty-file",
+            "/dev/null: is a character device, not a regular file",
+            id="a-device",
         ),
     ],
 )
@@ -172,6 +172,17 @@ def test_unusable_requests_exit_2(
 ) -> None:
     assert main(["explain", "--rules", str(RULES), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_empty_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+
+    assert (
+        main(["explain", "--rules", str(RULES), "-f", str(empty), "--inventory", str(INVENTORY)])
+        == 2
+    )
+    assert f"no objects in {empty}" in capsys.readouterr().err
 
 
 def test_the_readme_shows_a_real_explain_output() -> None:

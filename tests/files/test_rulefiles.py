@@ -439,3 +439,88 @@ def test_the_hide_scope_is_read(tmp_path: Path, value: str, scope: str) -> None:
     )
     (rule,) = load_policy(str(tmp_path)).rules
     assert rule.mutations.hide_gpus == scope
+
+
+# --- compiled from the bytes that were hashed (issue 27) -----------------------------------
+
+
+class Rewriter:
+    """Stands in for ``rule_file_paths`` and rewrites one file in place as a reload lists
+    the files: torn at the ``torn_at``-th listing (``cp`` and ``cat >`` truncate before they
+    write), whole again at the next one, as a writer racing the poll would leave it."""
+
+    def __init__(self, list_files, path: Path, *, whole: str, torn: str, torn_at: int) -> None:
+        self.list_files = list_files
+        self.path = path
+        self.whole = whole
+        self.torn = torn
+        self.torn_at = torn_at
+        self.calls = 0
+
+    @property
+    def done(self) -> bool:
+        return self.calls > self.torn_at
+
+    def __call__(self, directory: str) -> list[Path]:
+        self.calls += 1
+        if self.calls == self.torn_at:
+            self.path.write_text(self.torn)
+        elif self.calls == self.torn_at + 1:
+            self.path.write_text(self.whole)
+        return self.list_files(directory)
+
+
+RENAMED = "hide-gpus-rewritten"
+
+
+@pytest.mark.parametrize("torn_at", [1, 2, 3, 4])
+@pytest.mark.parametrize(
+    "torn",
+    [
+        pytest.param("", id="truncated"),
+        pytest.param("half", id="half-written"),
+    ],
+)
+def test_a_file_rewritten_while_a_reload_reads_it_is_in_force_one_poll_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torn: str, torn_at: int
+) -> None:
+    from webhook.files import rulefiles
+
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules)
+    store = RuleStore(str(rules))
+    target = rules / "20-hide-gpus.yaml"
+    whole = target.read_text().replace("hide-gpus-from-non-gpu-containers", RENAMED)
+    target.write_text(whole)
+    torn_text = whole[: len(whole) // 2] if torn == "half" else ""
+    rewriter = Rewriter(
+        rulefiles.rule_file_paths, target, whole=whole, torn=torn_text, torn_at=torn_at
+    )
+    monkeypatch.setattr(rulefiles, "rule_file_paths", rewriter)
+
+    for _ in range(10):
+        if rewriter.done:
+            break
+        store.reload_if_changed()
+    store.reload_if_changed()  # the poll after the writer finished
+
+    assert RENAMED in store.current.policy.rule_names
+    monkeypatch.undo()
+    assert store.current.fingerprint == rulefiles.fingerprint(str(rules))
+    assert store.reload_if_changed() is None
+
+
+def test_a_reload_reads_each_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhook.files import rulefiles
+
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules)
+    store = RuleStore(str(rules), last_good=LastGood(tmp_path / "last-good"))
+    (rules / "20-hide-gpus.yaml").unlink()
+    listed = []
+    original = rulefiles.rule_file_paths
+    monkeypatch.setattr(rulefiles, "rule_file_paths", lambda d: listed.append(d) or original(d))
+
+    assert store.reload_if_changed() is True
+
+    assert len(listed) == 1

@@ -13,15 +13,20 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory
 from webhook.engine.resources.quotas import Quotas
-from webhook.files.inventoryfile import InventoryFile, InventoryFileError, load_inventory_file
+from webhook.files.inventoryfile import (
+    InventoryFile,
+    InventoryFileError,
+    inventory_from_bytes,
+    load_inventory_file,
+)
 from webhook.files.lastgood import LastGood
+from webhook.files.manifests import ManifestError, read_bytes
 
 log = logging.getLogger("gpu_webhook.inventory")
 
@@ -68,9 +73,12 @@ def _load_keeping(path: str, last_good: LastGood | None) -> InventoryFile:
     if last_good is None:
         return load_inventory_file(path)
     try:
-        before = Path(path).read_bytes()
-        inventory = load_inventory_file(path)
-    except (OSError, InventoryFileError) as exc:
+        # Loaded from the bytes kept: the copy is exactly what this worker serves.
+        data, error = read_bytes(path)
+        if data is None:
+            raise InventoryFileError([error or ManifestError(path, "cannot be read")])
+        inventory = inventory_from_bytes(data, path)
+    except InventoryFileError as exc:
         kept = last_good.inventory()
         if kept is None:
             raise
@@ -79,9 +87,8 @@ def _load_keeping(path: str, last_good: LastGood | None) -> InventoryFile:
             extra={"inventory": path, "error": str(exc)[:1000]},
         )
         return load_inventory_file(str(kept))
-    if Path(path).read_bytes() == before:
-        with contextlib.suppress(OSError):
-            last_good.save_inventory(before)
+    with contextlib.suppress(OSError):
+        last_good.save_inventory(data)
     return inventory
 
 

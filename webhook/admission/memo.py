@@ -17,8 +17,14 @@ and the inventory snapshot, so its decision for an equal key is the same decisio
   decision also holds the 16-byte BLAKE2b digest of that JSON, and a hit is taken only
   when the digests agree, so two objects whose hashes collide (by chance, or crafted with
   a known ``PYTHONHASHSEED``) never share a decision: at worst one is kept early.
-- Objects whose JSON exceeds ``max_object_bytes`` are not remembered: memory stays bounded
-  by ``max_entries`` small decisions whatever the objects' sizes.
+- The memo is bounded in bytes (``max_bytes``), not only in entries: an entry is charged,
+  once when it is kept and once per answer added to it, what it really holds (its key, its
+  digest, the decision's findings, warnings and patch, the answers' encoded bytes), counted
+  on the high side of what ``tracemalloc`` measures (``entry_cost``), and the oldest entries
+  leave while the total is over the bound. An entry that would cost more than
+  ``max_entry_bytes`` is not kept at all (a pod with thousands of containers is judged each
+  time rather than pushing out every other workload's decision). Objects whose JSON exceeds
+  ``max_object_bytes`` are not even looked up.
 - A decision is kept from the second time its key is seen: the first sight leaves only the
   key (a doorkeeper, as in TinyLFU caches). Bare pods, Jobs with generated names and CI
   runners are seen once; keeping each of their decisions (and evicting an older one, out of
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -46,16 +53,36 @@ from webhook.engine.policy.ruleset import Policy
 Evaluate = Callable[..., Decision]
 Key = tuple[str, tuple[tuple[str, str], ...] | None, int]
 
+MIB = 1024 * 1024
+# The decision memos of one pod share this much: each of N workers gets 1/N of it. Chosen
+# from the container's memory limit (384Mi, deploy/base/deployment.yaml): the pod measured
+# about 270 MiB at peak without the memo (eight 6 MiB reviews at once, docs/server.md), and
+# 64 MiB of kept decisions, plus what the allocator does not hand back, stays below it.
+POD_MEMO_BYTES = 64 * MIB
+# A kept entry may take at most this share of its memo's bound: at least 32 entries fit.
+ENTRY_SHARE = 32
+
+
+def memo_bytes_per_worker(workers: int) -> int:
+    """Each worker's share of the pod's ``POD_MEMO_BYTES``."""
+    return POD_MEMO_BYTES // max(1, workers)
+
 
 class Judgement:
     """A decision, and the answers the service made of it (one per endpoint)."""
 
-    __slots__ = ("answers", "decision", "digest")
+    __slots__ = ("answers", "cost", "decision", "digest", "entry", "key")
 
     def __init__(self, decision: Decision, digest: bytes = b"") -> None:
         self.decision = decision
         self.answers: dict[bool, Answer] = {}
         self.digest = digest  # of the object it was made for, when kept
+        # A kept entry has its key and cost; the judgement made for the request that kept
+        # it names the entry whose answers it shares. (A kept entry never names itself: a
+        # cycle would outlive its eviction until a full garbage collection.)
+        self.key: Key | None = None
+        self.cost = 0
+        self.entry: Judgement | None = None
 
 
 class DecisionMemo:
@@ -63,12 +90,20 @@ class DecisionMemo:
         self,
         *,
         max_entries: int = 1024,
+        max_bytes: int = POD_MEMO_BYTES // 2,
+        max_entry_bytes: int | None = None,
         max_object_bytes: int = 64 * 1024,
         engine: Evaluate = evaluate,
         weak_hash: Callable[[bytes], int] = hash,
     ) -> None:
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_entry_bytes = (
+            max_bytes // ENTRY_SHARE if max_entry_bytes is None else max_entry_bytes
+        )
         self.max_object_bytes = max_object_bytes
+        # What the kept entries cost, as ``entry_cost`` and ``answer_cost`` count it.
+        self.bytes = 0
         self._engine = engine
         self._weak_hash = weak_hash
         self._lock = threading.Lock()
@@ -76,8 +111,10 @@ class DecisionMemo:
         # Oldest first. OrderedDict, not dict: taking a dict's first key walks past every
         # entry deleted before it (until the dict is resized), about 1 us at 4,096 keys.
         self._judgements: OrderedDict[Key, Judgement] = OrderedDict()
-        # Keys seen once and not yet kept (an ordered set).
-        self._seen: OrderedDict[Key, None] = OrderedDict()
+        # Keys seen once and not yet kept (an ordered set), by their hash: a key holds the
+        # namespace's labels, and 4,096 of them must not cost what 4,096 label sets do. Two
+        # keys of one hash only make a decision kept from its first sight.
+        self._seen: OrderedDict[int, None] = OrderedDict()
         self._max_seen = 4 * max_entries
         # Counted without the lock: exact for one thread, close enough for several.
         self.hits = 0
@@ -101,9 +138,10 @@ class DecisionMemo:
             if not self._same_context(context):
                 self._judgements.clear()
                 self._seen.clear()
+                self.bytes = 0
                 self._context = context
             known = self._judgements.get(key)
-            seen_before = known is None and self._saw(key)
+            seen_before = known is None and self._saw(hash(key))
         if known is not None:
             if known.digest == digest(text):
                 self.hits += 1
@@ -115,16 +153,54 @@ class DecisionMemo:
             return Judgement(decision)
         # The mutated object is for ``check``'s readers; keeping it would pin the request.
         kept = Judgement(dataclasses.replace(decision, mutated=None), digest(text))
+        cost = entry_cost(key, kept.decision)
+        if cost > self.max_entry_bytes:
+            return Judgement(decision)
+        kept.key, kept.cost = key, cost
         with self._lock:
             if self._same_context(context):
                 if len(self._judgements) >= self.max_entries:
-                    self._judgements.popitem(last=False)
+                    self._drop_oldest()
                 self._judgements[key] = kept
+                self.bytes += cost
+                self._shrink()
         fresh = Judgement(decision)
         fresh.answers = kept.answers  # the answer made for this request is remembered too
+        fresh.entry = kept
         return fresh
 
-    def _saw(self, key: Key) -> bool:
+    def keep_answer(self, judgement: Judgement, *, mutate: bool, answer: Answer) -> None:
+        """Remember ``answer`` with ``judgement``, and charge it to the memo when the
+        judgement is a kept entry's: an entry that grows past ``max_entry_bytes`` leaves."""
+        entry = judgement if judgement.key is not None else judgement.entry
+        if entry is None:
+            judgement.answers[mutate] = answer
+            return
+        cost = answer_cost(answer)
+        with self._lock:
+            old = entry.answers.get(mutate)
+            entry.answers[mutate] = answer
+            key = entry.key
+            if key is None or self._judgements.get(key) is not entry:
+                return  # dropped meanwhile: nothing to charge
+            grown = cost - (0 if old is None else answer_cost(old))
+            entry.cost += grown
+            self.bytes += grown
+            if entry.cost > self.max_entry_bytes:
+                del self._judgements[key]
+                self.bytes -= entry.cost
+            self._shrink()
+
+    def _shrink(self) -> None:
+        """Drop the oldest entries while the total is over the bound; held under the lock."""
+        while self.bytes > self.max_bytes and self._judgements:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, oldest = self._judgements.popitem(last=False)
+        self.bytes -= oldest.cost
+
+    def _saw(self, key: int) -> bool:
         """Whether ``key`` was seen once before (and is to be kept now); held under the lock."""
         if key in self._seen:
             del self._seen[key]
@@ -163,6 +239,67 @@ class DecisionMemo:
             self._weak_hash(text),
         )
         return key, text
+
+
+# What the parts of an entry cost beyond the lengths counted, each rounded up from what
+# tracemalloc measured on CPython 3.11 to 3.13 (tests/admission/test_memo.py checks that the
+# count stays above the measure for large pods of every shape the rules judge): an entry
+# with its key, digest, decision and answer objects; a finding and each of its strings; a
+# patch, as a multiple of its JSON (dicts, lists and short strings cost several times the
+# text they encode).
+ENTRY_BYTES = 2048
+FINDING_BYTES = 160
+TEXT_BYTES = 80
+PATCH_PER_JSON_BYTE = 8
+ANSWER_BYTES = 512
+
+
+def entry_cost(key: Key, decision: Decision) -> int:
+    """The bytes an entry holds for ``decision`` under ``key``, before any answer. Once per
+    kept entry, in time linear in the decision: far less than the engine took to make it."""
+    cost = ENTRY_BYTES + _text_cost(key[0])
+    if key[1] is not None:
+        cost += sum(TEXT_BYTES + _text_cost(name) + _text_cost(value) for name, value in key[1])
+    for finding in decision.findings:
+        cost += (
+            FINDING_BYTES
+            + _text_cost(finding.message)
+            + _text_cost(finding.summary)
+            + _text_cost(finding.path)
+        )
+    cost += sum(map(_text_cost, decision.warnings))
+    cost += sum(map(_text_cost, decision.notices))
+    cost += sum(_text_cost(k) + _text_cost(v) for k, v in decision.audit.items())
+    if decision.patch:
+        try:
+            encoded = orjson.dumps(list(decision.patch), default=_plain)
+        except orjson.JSONEncodeError:  # not what the answer could encode either: never kept
+            return sys.maxsize
+        cost += PATCH_PER_JSON_BYTE * len(encoded)
+    return cost
+
+
+def answer_cost(answer: Answer) -> int:
+    """The bytes an answer adds to an entry: its encoded reply and the rules it names (its
+    findings and warnings are the decision's own)."""
+    encoded = answer.reply
+    return (
+        ANSWER_BYTES
+        + len(encoded.head)
+        + len(encoded.tail)
+        + sum(map(_text_cost, answer.rules_fired))
+    )
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def _text_cost(text: str) -> int:
+    # str.isascii() reads a flag; a string with other characters takes up to 4 bytes each.
+    return TEXT_BYTES + (len(text) if text.isascii() else 4 * len(text))
 
 
 # hashlib lets go of the interpreter lock to hash 2,048 bytes or more. A review thread

@@ -15,7 +15,11 @@ from webhook.engine.policy.decision import Finding
 Verdict = Literal["allowed", "denied", "skipped", "error"]
 
 DENIED_CODE = 403
-# The API server drops warnings past 4096 characters in total; keep ours inside that.
+# The API server's warning recorder (k8s.io/apiserver/pkg/endpoints/filters/warning.go,
+# truncateAtTotalRunes = 4 * 1024, truncateItemRunes = 256) passes warnings on while their
+# runes add up to 4096 or less; past that it clips every warning to 256 runes and drops
+# those that come once the total is reached again. So ours stay inside 4096 characters in
+# all (a str's len counts code points, as runes do) and under 120 each (``MAX_WARNING``).
 MAX_WARNINGS_TOTAL = 4096
 
 
@@ -62,7 +66,7 @@ def reply(
         encoded = orjson.dumps(list(patch), default=_plain)
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(encoded).decode()
-    kept = _within_budget(warnings)
+    kept = clipped_warnings(warnings)
     if kept:
         response["warnings"] = kept
     if audit:
@@ -99,15 +103,36 @@ class Answer:
             self.rules_fired = self.mutated_by
 
 
-def _within_budget(warnings: Sequence[str]) -> list[str]:
+def clipped_warnings(warnings: Sequence[str], *, budget: int = MAX_WARNINGS_TOTAL) -> list[str]:
+    """The warnings that fit in ``budget`` characters, in order; when not all fit, the last
+    one kept says how many were left out. Control characters become spaces: the API server
+    drops a warning whose text holds one (``NewWarningHeader`` in
+    k8s.io/apimachinery/pkg/util/net/http.go: "must not contain control characters")."""
     kept: list[str] = []
     total = 0
     for warning in warnings:
-        total += len(warning)
-        if total > MAX_WARNINGS_TOTAL:
+        text = warning if warning.isprintable() else warning.translate(_CONTROLS)
+        if total + len(text) > budget:
             break
-        kept.append(warning)
+        kept.append(text)
+        total += len(text)
+    else:
+        return kept
+    marker = _left_out(len(warnings) - len(kept))
+    while kept and total + len(marker) > budget:
+        total -= len(kept.pop())
+        marker = _left_out(len(warnings) - len(kept))
+    kept.append(marker)
     return kept
+
+
+# C0, DEL and C1: what Go's unicode.IsControl is true for.
+_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], " ")
+
+
+def _left_out(count: int) -> str:
+    warnings = "warning" if count == 1 else "warnings"
+    return f"gpu-webhook: {count:,} more {warnings} left out; gpu-webhook check shows them all"
 
 
 def _plain(value: object) -> object:

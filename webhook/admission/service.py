@@ -2,10 +2,17 @@
 
 Short-circuits, in order (each answered ``allowed`` with no patch):
 - operations other than CREATE and UPDATE (DELETE, CONNECT);
-- subresources (``status``, ``binding``, ``eviction``, ``exec``, ...): only the object itself;
-- Pod UPDATE: a pod's spec is immutable, its GPU settings were judged at CREATE, and the
-  fields that may change (labels, annotations) never make a GPU pod invalid;
+- subresources (``status``, ``binding``, ``eviction``, ``exec``, ``resize``, ``scale``, ...)
+  but a Pod's ``ephemeralcontainers``: ``kubectl debug`` adds a container to a running pod
+  there, and the API server sends the whole Pod. ``status`` and ``binding`` change no
+  container; ``resize`` changes cpu and memory only (``ValidatePodResize``); a ``Scale``
+  holds replicas and no template (a Deployment's new count reaches its ReplicaSet by a
+  plain UPDATE, judged there: kubernetes pkg/controller/deployment/sync.go
+  ``scaleReplicaSet`` calls ``ReplicaSets(...).Update``);
 - kinds without a pod template the engine knows (``Decision.understood`` is False).
+
+A Pod UPDATE is judged on what it changes (``webhook.engine.evaluation.updates``): an added
+toleration, a gated pod's node selection, labels and annotations that env reads.
 
 ``/mutate`` and ``/validate`` run the same evaluation; ``/mutate`` also returns the patch.
 Both return denials: the API server rejects requests-only and fractional GPU pods right
@@ -74,12 +81,13 @@ class AdmissionService:
         rules: RuleStore,
         inventory: InventorySource | None = None,
         inventory_failure_mode: FailureMode | None = None,
+        memo: DecisionMemo | None = None,
     ) -> None:
         self.rules = rules
         self.inventory = inventory
         self.inventory_failure_mode = inventory_failure_mode
         self._policy_for: tuple[RuleSet, Policy] | None = None
-        self.memo = DecisionMemo()
+        self.memo = DecisionMemo() if memo is None else memo
 
     def review(self, request: AdmissionRequest, *, mutate: bool) -> Outcome:
         skip = _skip_reason(request)
@@ -100,7 +108,7 @@ class AdmissionService:
         answer = judgement.answers.get(mutate)
         if answer is None:
             answer = _answer(judgement.decision, mutate=mutate, generation=ruleset.generation)
-            judgement.answers[mutate] = answer
+            self.memo.keep_answer(judgement, mutate=mutate, answer=answer)
         return Outcome(request.uid, answer)
 
     def _judge(self, request: AdmissionRequest, ruleset: RuleSet) -> Judgement:
@@ -111,6 +119,7 @@ class AdmissionService:
                 operation=request.operation,
                 old_object=request.old_object,
                 namespace_labels=self._namespace_labels(request.namespace),
+                sub_resource=request.sub_resource,
             ),
             policy=self._policy(ruleset),
             inventory=view_of(self.inventory),
@@ -155,10 +164,13 @@ class AdmissionService:
 def _skip_reason(request: AdmissionRequest) -> str:
     if request.operation not in ("CREATE", "UPDATE"):
         return "operation"
-    if request.sub_resource:
+    if request.sub_resource and not (
+        request.sub_resource == "ephemeralcontainers"
+        and request.kind == "Pod"
+        and request.group == ""
+        and request.operation == "UPDATE"
+    ):
         return "subresource"
-    if request.operation == "UPDATE" and request.kind == "Pod" and request.group == "":
-        return "pod-update"
     return ""
 
 

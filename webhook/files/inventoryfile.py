@@ -18,7 +18,7 @@ from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.inventory import Inventory, node_from_json
 from webhook.engine.resources.quotas import Quotas, quota_from_json
-from webhook.files.manifests import Document, ManifestError, load_manifests
+from webhook.files.manifests import Document, ManifestError, decode, parse_text, read_source
 
 RUNTIME_CLASS = "RuntimeClass"
 RESOURCE_QUOTA = "ResourceQuota"
@@ -66,7 +66,23 @@ def load_inventory_file(path: str) -> InventoryFile:
     without a DeviceClass or ResourceSlice are kept as claims only (``complete`` false):
     without classes and slices a fit cannot be judged.
     """
-    docs, errors = load_manifests([path])
+    # One file, read as one: a directory is refused, never walked for manifests.
+    text, error = read_source(path)
+    if text is None:
+        raise InventoryFileError([error or ManifestError(path, "cannot be read")])
+    return inventory_from_text(text, path)
+
+
+def inventory_from_bytes(data: bytes, path: str) -> InventoryFile:
+    """``load_inventory_file`` of bytes already read (and kept) from ``path``."""
+    text, error = decode(data, path)
+    if text is None:
+        raise InventoryFileError([error or ManifestError(path, "cannot be read")])
+    return inventory_from_text(text, path)
+
+
+def inventory_from_text(text: str, path: str) -> InventoryFile:
+    docs, errors = parse_text(text, path)
     if errors:
         raise InventoryFileError(errors)
     nodes_docs = [d for d in docs if d.obj.get("kind") == "Node"]

@@ -7,8 +7,10 @@ the rest still load.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,18 +236,102 @@ def expand_paths(paths: list[str]) -> Iterator[str]:
 
 
 def read_source(source: str) -> tuple[str | None, ManifestError | None]:
+    """The text of a file (or of stdin for ``-``), or why it cannot be had."""
+    data, error = read_bytes(source)
+    if data is None:
+        return None, error
+    return decode(data, source)
+
+
+def decode(data: bytes, source: str) -> tuple[str | None, ManifestError | None]:
     try:
-        if source == "-":
-            return sys.stdin.read(), None
-        return Path(source).read_text(encoding="utf-8-sig"), None
+        return data.decode("utf-8-sig"), None
+    except UnicodeDecodeError as exc:
+        return None, ManifestError(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+
+
+# What one file (or stdin) may hold. The API server stores objects up to 3 MiB; a file of
+# manifests, a `kubectl get -o yaml` list or an inventory of nodes holds several, and
+# parsing a file takes ten to twenty times its size. Past this a file is refused unread:
+# `check /dev/zero` used to read until a MemoryError.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+_READ_PIECE = 1024 * 1024
+_A_DIRECTORY = "is a directory, not a file: name a file"
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_bytes(
+    source: str, *, limit: int = MAX_FILE_BYTES
+) -> tuple[bytes | None, ManifestError | None]:
+    """The bytes of a regular file, at most ``limit`` of them, or why not; ``-`` is stdin.
+
+    The file is opened with ``O_NONBLOCK`` and judged by ``fstat`` of what was opened: a
+    FIFO opens at once without a writer (a plain open would wait for one forever), and the
+    object judged is the object read, where a ``stat`` before ``open`` would leave a gap in
+    which the path could be swapped for a FIFO. ``O_NOCTTY``: a terminal device given as a
+    path never becomes the process's controlling terminal."""
+    if source == "-":
+        if sys.stdin is None:
+            return None, ManifestError(source, "standard input is closed: name a file")
+        return _bounded(sys.stdin.buffer.read, source, limit, what="standard input")
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(source, flags)
     except FileNotFoundError:
         return None, ManifestError(source, "no such file")
     except IsADirectoryError:
-        return None, ManifestError(source, "is a directory")
-    except UnicodeDecodeError as exc:
-        return None, ManifestError(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return None, ManifestError(source, _A_DIRECTORY)
     except OSError as exc:
         return None, ManifestError(source, f"cannot be read: {exc.strerror}")
+    try:
+        status = os.fstat(fd)
+        mode = status.st_mode
+        if stat.S_ISDIR(mode):
+            return None, ManifestError(source, _A_DIRECTORY)
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            return None, ManifestError(
+                source,
+                f"is {kind}, not a regular file: name a regular file, or pipe it in as - "
+                "(standard input)",
+            )
+        if status.st_size > limit:
+            return None, _too_large(source, limit, what="the file")
+        os.set_blocking(fd, True)
+        return _bounded(lambda size: os.read(fd, size), source, limit, what="the file")
+    except OSError as exc:
+        return None, ManifestError(source, f"cannot be read: {exc.strerror}")
+    finally:
+        os.close(fd)
+
+
+def _bounded(
+    read: Callable[[int], bytes], source: str, limit: int, *, what: str
+) -> tuple[bytes | None, ManifestError | None]:
+    """All of a stream if it holds at most ``limit`` bytes, read in pieces (a file may grow
+    while it is read, so its size from ``fstat`` is not trusted)."""
+    pieces: list[bytes] = []
+    total = 0
+    while total <= limit:
+        piece = read(min(_READ_PIECE, limit + 1 - total))
+        if not piece:
+            return b"".join(pieces), None
+        pieces.append(piece)
+        total += len(piece)
+    return None, _too_large(source, limit, what=what)
+
+
+def _too_large(source: str, limit: int, *, what: str) -> ManifestError:
+    return ManifestError(
+        source,
+        f"{what} holds more than {limit // (1024 * 1024)} MiB, more than gpu-webhook reads "
+        "from one file or stream: split it into several files",
+    )
 
 
 def load_manifests(paths: list[str]) -> tuple[list[Document], list[ManifestError]]:

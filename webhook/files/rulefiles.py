@@ -31,7 +31,7 @@ from webhook.engine.policy.ruleset import (
 from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS
 from webhook.files.cudaimages import cuda_table
 from webhook.files.lastgood import LastGood
-from webhook.files.manifests import parse_text, read_source
+from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
 
 # JSON is read too: it is YAML, and a file silently skipped would be a rule not in force.
 RULE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -179,21 +179,69 @@ def rule_file_paths(directory: str) -> list[Path]:
     )
 
 
-def read_documents(directory: str) -> tuple[list[RuleDocument], list[PolicyProblem]]:
-    documents: list[RuleDocument] = []
-    problems: list[PolicyProblem] = []
+@dataclass(frozen=True, slots=True)
+class RuleFiles:
+    """The rule files of a directory, each read once.
+
+    The fingerprint is taken of these bytes and the policy compiled from the same bytes, so
+    the rules in force are always the rules their fingerprint names. A file rewritten in
+    place while it is read (``cp`` and ``cat >`` truncate, then write) is compiled as it
+    was read, torn or not, and the next poll sees its new bytes as a change. (Reading the
+    files once to hash and again to compile let a rewrite between the two leave the old
+    rules in force under the new fingerprint, with no further reload.)
+    """
+
+    # Each file with its bytes, or why it could not be read.
+    files: tuple[tuple[Path, bytes | ManifestError], ...]
+    # Why the directory itself could not be listed, if it could not.
+    problem: str = ""
+
+    @property
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(self.problem.encode())
+        for path, data in self.files:
+            digest.update(path.name.encode())
+            digest.update(data if isinstance(data, bytes) else str(data).encode())
+        return digest.hexdigest()
+
+    def contents(self) -> list[tuple[str, bytes]]:
+        """Name and bytes of each file read."""
+        return [(path.name, data) for path, data in self.files if isinstance(data, bytes)]
+
+
+def read_rule_files(directory: str) -> RuleFiles:
     try:
         paths = rule_file_paths(directory)
     except FileNotFoundError:
-        return [], [PolicyProblem(None, "", f"{directory}: no such directory")]
+        return RuleFiles((), f"{directory}: no such directory")
     except NotADirectoryError:
-        return [], [PolicyProblem(None, "", f"{directory}: not a directory")]
+        return RuleFiles((), f"{directory}: not a directory")
+    except OSError as exc:
+        return RuleFiles((), f"{directory}: cannot be read: {exc.strerror}")
+    read: list[tuple[Path, bytes | ManifestError]] = []
     for path in paths:
+        if path.suffix not in RULE_SUFFIXES:
+            read.append((path, b""))  # refused unread by ``read_documents``
+            continue
+        data, error = read_bytes(str(path))
+        read.append((path, data if data is not None else error or ManifestError(str(path), "")))
+    return RuleFiles(tuple(read))
+
+
+def read_documents(files: RuleFiles) -> tuple[list[RuleDocument], list[PolicyProblem]]:
+    documents: list[RuleDocument] = []
+    problems: list[PolicyProblem] = []
+    if files.problem:
+        return [], [PolicyProblem(None, "", files.problem)]
+    for path, data in files.files:
         if path.suffix not in RULE_SUFFIXES:
             suffixes = ", ".join(RULE_SUFFIXES)
             problems.append(PolicyProblem(None, "", f"{path}: not a rule file ({suffixes})"))
             continue
-        text, error = read_source(str(path))
+        if not isinstance(data, bytes):
+            problems.append(PolicyProblem(None, "", str(data)))
+            continue
+        text, error = decode(data, str(path))
         if error is not None or text is None:
             problems.append(PolicyProblem(None, "", str(error)))
             continue
@@ -217,14 +265,19 @@ def read_documents(directory: str) -> tuple[list[RuleDocument], list[PolicyProbl
 
 
 def load_policy(directory: str) -> Policy:
-    """The policy in ``directory``; ``PolicyError`` lists every problem in every file.
+    """The policy in ``directory``; ``PolicyError`` lists every problem in every file."""
+    return compile_rule_files(read_rule_files(directory), directory=directory)
+
+
+def compile_rule_files(files: RuleFiles, *, directory: str) -> Policy:
+    """The policy of the files as read; ``PolicyError`` lists every problem in every file.
 
     A directory without a single rule document is refused: it is far more often an empty
     or half-written ConfigMap than a choice, and taking it would silently drop every
     toleration and setting (plain GPU pods would then be denied as unable to fit on the
     tainted GPU nodes). Wanting the built-in checks only is said with one ``GPUSettings``
     document."""
-    documents, problems = read_documents(directory)
+    documents, problems = read_documents(files)
     if not documents and not problems:
         problems.append(PolicyProblem(None, "", f"{directory}: {NO_DOCUMENTS}"))
     try:
@@ -237,26 +290,10 @@ def load_policy(directory: str) -> Policy:
     return policy
 
 
-def read_rule_files(directory: str) -> list[tuple[str, bytes]]:
-    """Name and bytes of every rule file; an unreadable directory reads as its error."""
-    try:
-        return [(path.name, path.read_bytes()) for path in rule_file_paths(directory)]
-    except OSError as exc:
-        return [("", repr(exc).encode())]
-
-
 def fingerprint(directory: str) -> str:
     """Changes when any rule file's name or content changes, including a ConfigMap's
     symlink swap, which replaces files without events on the files themselves."""
-    return _digest(read_rule_files(directory))
-
-
-def _digest(files: list[tuple[str, bytes]]) -> str:
-    digest = hashlib.sha256()
-    for name, data in files:
-        digest.update(name.encode())
-        digest.update(data)
-    return digest.hexdigest()
+    return read_rule_files(directory).fingerprint
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,15 +327,16 @@ class RuleStore:
             policy, seen = kept, ""  # "": the files on disk are judged at the first reload
         self.current = RuleSet(policy, seen, 1)
 
-    def _load(self) -> tuple[Policy, str]:
-        """The policy on disk and the fingerprint of the files it came from. The set is
-        kept as the last good one only if no file changed while it loaded."""
-        before = read_rule_files(self.directory)
-        policy = load_policy(self.directory)
-        if self.last_good is not None and read_rule_files(self.directory) == before:
+    def _load(self, files: RuleFiles | None = None) -> tuple[Policy, str]:
+        """The policy of the files (read now unless given) and the fingerprint of exactly
+        the bytes it was compiled from; the same bytes are kept as the last good set."""
+        if files is None:
+            files = read_rule_files(self.directory)
+        policy = compile_rule_files(files, directory=self.directory)
+        if self.last_good is not None:
             with contextlib.suppress(OSError):  # serving matters more than the copy
-                self.last_good.save_rules(before)
-        return policy, _digest(before)
+                self.last_good.save_rules(files.contents())
+        return policy, files.fingerprint
 
     def _last_good_policy(self) -> Policy | None:
         if self.last_good is None:
@@ -316,11 +354,12 @@ class RuleStore:
     def reload_if_changed(self) -> bool | None:
         """True: reloaded; False: the new files are broken (old rules kept); None: no change."""
         with self._lock:
-            seen = fingerprint(self.directory)
+            files = read_rule_files(self.directory)
+            seen = files.fingerprint
             if seen in (self.current.fingerprint, self.failed_fingerprint):
                 return None
             try:
-                policy, seen = self._load()
+                policy, seen = self._load(files)
             except PolicyError as exc:
                 self.last_error = exc
                 self.failed_fingerprint = seen

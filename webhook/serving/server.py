@@ -37,6 +37,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornBaseLogger
 
 from webhook.admission.inventory import InventorySource, StaticInventorySource
+from webhook.admission.memo import DecisionMemo, memo_bytes_per_worker
 from webhook.admission.service import AdmissionService
 from webhook.files.lastgood import LastGood
 from webhook.files.rulefiles import RuleStore
@@ -129,6 +130,7 @@ def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
         rules=RuleStore(str(settings.rules), last_good=last_good(settings)),
         inventory=inventory,
         inventory_failure_mode=settings.inventory_failure_mode,
+        memo=DecisionMemo(max_bytes=memo_bytes_per_worker(settings.workers)),
     )
     if inventory is not None:
         inventory.start()

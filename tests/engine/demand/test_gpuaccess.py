@@ -14,6 +14,7 @@ from webhook.engine.demand.gpuaccess import (
     environment,
     exposes_devices,
     mount_access,
+    resolved,
 )
 from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.policy.ruleset import GPUResources
@@ -112,6 +113,21 @@ def test_field_references_to_the_pods_own_metadata_are_read(
 
 
 @pytest.mark.parametrize(
+    ("path", "kernel"),
+    [
+        pytest.param("//dev/nvidia0", "/dev/nvidia0", id="a leading double slash is one"),
+        pytest.param("///dev", "/dev", id="three slashes"),
+        pytest.param("/dev//nvidia0/", "/dev/nvidia0", id="inner and trailing slashes"),
+        pytest.param("/dev/../dev/./nvidia0", "/dev/nvidia0", id="dots and backsteps"),
+        pytest.param("/../..", "/", id="backsteps stop at the root"),
+        pytest.param("//", "/", id="the root written twice"),
+    ],
+)
+def test_paths_resolve_as_the_linux_kernel_resolves_them(path: str, kernel: str) -> None:
+    assert resolved(path) == kernel
+
+
+@pytest.mark.parametrize(
     ("path", "sub", "kind", "found"),
     [
         pytest.param("/dev/nvidia0", None, None, True, id="a GPU device node"),
@@ -121,8 +137,19 @@ def test_field_references_to_the_pods_own_metadata_are_read(
         pytest.param("/", "dev/nvidiactl", None, True, id="through a subPath"),
         pytest.param("/opt/ctl", None, "CharDevice", True, id="any CharDevice"),
         pytest.param("/dev/shm", None, None, False, id="shared memory"),
-        pytest.param("/", None, None, False, id="the host root, as node agents mount it"),
+        pytest.param("/", None, None, True, id="the host root, which holds /dev"),
+        pytest.param("//dev/nvidia0", None, None, True, id="a leading double slash"),
+        pytest.param("//dev", None, None, True, id="/dev behind a double slash"),
+        pytest.param("///dev/", None, None, True, id="/dev behind three slashes"),
+        pytest.param("/dev/../dev/nvidia0", None, None, True, id="a backstep"),
+        pytest.param("/dev/./nvidia0", None, None, True, id="a dot"),
+        pytest.param("/dev/", None, None, True, id="/dev with a trailing slash"),
+        pytest.param("/", "./dev", None, True, id="a subPath with a dot"),
+        pytest.param("//", "dev//nvidia0", None, True, id="slashes in both halves"),
+        pytest.param("/", "etc", None, False, id="the host root narrowed to /etc"),
+        pytest.param("//var/log", None, None, False, id="logs behind a double slash"),
         pytest.param("/device", None, None, False, id="a lookalike"),
+        pytest.param("/dev/shm/../shm", None, None, False, id="shared memory, unnormalised"),
     ],
 )
 def test_host_paths_of_gpu_device_nodes_are_access(

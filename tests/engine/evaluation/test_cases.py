@@ -2,7 +2,8 @@
 
 A case holds the rules (``rules/`` or ``rules.ref``), optionally the nodes
 (``inventory.yaml`` or ``inventory.ref``), the object, optionally the request
-(``request.yaml``), and what must come out: ``expected.yaml`` (allowed, findings, warnings)
+(``request.yaml``: ``operation``, ``oldObject``, ``subResource``, ``namespace``,
+``namespaceLabels``), and what must come out: ``expected.yaml`` (allowed, findings, warnings)
 and ``expected-object.yaml`` (the object after applying the returned patch).
 
 ``rules.ref`` holds one name: ``default`` is the repository's ``rules/``, any other name is
@@ -46,7 +47,7 @@ UPDATE = os.environ.get("GOLDEN_UPDATE") == "1"
 
 REQUIRED_FILES = {"object.yaml", "expected.yaml", "expected-object.yaml"}
 OPTIONAL_FILES = {"rules", "rules.ref", "inventory.yaml", "inventory.ref", "request.yaml"}
-REQUEST_KEYS = {"namespace", "operation", "oldObject", "namespaceLabels"}
+REQUEST_KEYS = {"namespace", "operation", "oldObject", "namespaceLabels", "subResource"}
 EXPECTED_KEYS = {"allowed", "findings", "warnings", "repaired"}
 FINDING_KEYS = {"rule", "check", "action", "message"}
 
@@ -93,6 +94,7 @@ def load_request(case: Path, obj: Mapping[str, Any]) -> Request:
         operation=spec.get("operation", "CREATE"),
         old_object=spec.get("oldObject"),
         namespace_labels=spec.get("namespaceLabels"),
+        sub_resource=spec.get("subResource", ""),
     )
 
 
@@ -103,6 +105,7 @@ def _with_object(request: Request, obj: Mapping[str, Any]) -> Request:
         operation=request.operation,
         old_object=request.old_object,
         namespace_labels=request.namespace_labels,
+        sub_resource=request.sub_resource,
     )
 
 
@@ -277,3 +280,33 @@ def test_patches_keep_built_in_objects_schema_valid(case: Path) -> None:
         validation_error(_read_yaml(case / "expected-object.yaml")),
     )
     assert after == before
+
+
+def _relabelled(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` with one more label, that no rule reads."""
+    other = copy.deepcopy(dict(obj))
+    meta = other.setdefault("metadata", {})
+    if isinstance(meta, dict):
+        labels = meta.get("labels")
+        meta["labels"] = {**(labels if isinstance(labels, dict) else {}), "example.com/x": "1"}
+    return other
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in case_dirs()])
+def test_an_unrelated_label_edit_of_any_stored_object_is_allowed_unpatched(case: Path) -> None:
+    """Whatever a case's object is (admitted, or denied today but stored before a rule
+    existed), an UPDATE that only adds a label changes nothing it reaches or asks for."""
+    policy = load_policy(str(rules_dir(case)))
+    stored = _read_yaml(case / "expected-object.yaml")
+    request = Request(
+        _relabelled(stored),
+        namespace=load_request(case, stored).namespace,
+        operation="UPDATE",
+        old_object=stored,
+    )
+
+    decision = evaluate(request, policy=policy, inventory=inventory_view(case))
+
+    assert decision.allowed, decision.message
+    assert [f for f in decision.findings if f.action == "deny"] == []
+    assert list(decision.patch) == []

@@ -10,7 +10,12 @@ import pytest
 
 from webhook.engine.policy.ruleset import GPUNodes, GPUResources, GPUTaint, NodeLabel
 from webhook.engine.resources.inventory import Inventory, Placement
-from webhook.engine.scheduling.gpunodes import Reach, gpu_node_reach, pinned_to_a_node
+from webhook.engine.scheduling.gpunodes import (
+    Reach,
+    bound_node_reach,
+    gpu_node_reach,
+    pinned_to_a_node,
+)
 from webhook.files.inventoryfile import load_inventory
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
@@ -180,3 +185,17 @@ def test_a_prefer_no_schedule_taint_does_not_filter() -> None:
 )
 def test_pods_pinned_to_a_node_by_name(spec: dict[str, Any], pinned: bool) -> None:
     assert pinned_to_a_node(spec, Placement.of(spec)) is pinned
+
+
+@pytest.mark.parametrize(
+    ("node", "reach"),
+    [
+        pytest.param("gpu-a100-0", Reach.ONLY, id="a-gpu-node"),
+        pytest.param("cpu-0", Reach.NONE, id="a-cpu-node"),
+        pytest.param("gone-7", None, id="a-node-the-inventory-lacks"),
+    ],
+)
+def test_a_bound_pod_is_where_its_node_is(node: str, reach: Reach | None) -> None:
+    found = bound_node_reach(node, TAINTED, nodes=GPUNodes(), resources=GPUResources())
+
+    assert (found.reach if found else None) is reach

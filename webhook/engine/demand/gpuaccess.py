@@ -6,8 +6,8 @@ container reaches GPUs without a request through:
 
 - ``NVIDIA_VISIBLE_DEVICES`` (every ``nvidia/cuda`` image sets ``all``), or
   ``NVIDIA_DRIVER_CAPABILITIES`` completing the image's ``NVIDIA_VISIBLE_DEVICES``;
-- a ``hostPath`` of the device nodes (``/dev/nvidia*``, ``/dev/dri``, ``/dev``, a
-  ``CharDevice``);
+- a ``hostPath`` of the device nodes (``/dev/nvidia*``, ``/dev/dri``, ``/dev`` or ``/``,
+  which hold them, a ``CharDevice``);
 - ``privileged: true``, which gives a container every device of its node.
 
 Only what the pod spec shows can be judged here: variables an image sets, and keys of the
@@ -229,8 +229,19 @@ def env_access(body: Mapping[str, Any], metadata: Mapping[str, Any]) -> list[Acc
     return []
 
 
+def resolved(path: str) -> str:
+    """A path as the kernel resolves it, symlinks aside (the host's are not visible here):
+    repeated slashes are one, ``.`` is dropped, ``..`` goes up (and stays at ``/``), a
+    trailing slash is dropped. ``posixpath.normpath`` keeps a leading ``//``, which POSIX
+    leaves to the implementation: Linux reads it as ``/`` (fs/namei.c skips every slash)."""
+    normal = posixpath.normpath(path)
+    return "/" + normal.lstrip("/") if normal.startswith("//") else normal
+
+
 def _device_path(path: str) -> bool:
-    if path == "/dev" or path.startswith("/dev/nvidia"):
+    """GPU device nodes, or a directory that holds ``/dev`` (``/`` or ``/dev`` itself):
+    the mount brings every device node of the host with it."""
+    if path in ("/", "/dev") or path.startswith("/dev/nvidia"):
         return True
     return path == "/dev/dri" or path.startswith("/dev/dri/")
 
@@ -253,7 +264,8 @@ def mount_access(
     body: Mapping[str, Any], spec: Mapping[str, Any], paths: Mapping[str, Any] | None = None
 ) -> list[Access]:
     """A mounted ``hostPath`` of GPU device nodes: ``/dev/nvidia*``, ``/dev/dri``, ``/dev``
-    itself (a ``subPath`` counts), or any ``CharDevice``."""
+    itself or ``/`` (a ``subPath`` counts), or any ``CharDevice``; paths as the kernel
+    resolves them (``//dev``, ``/dev/../dev/nvidia0``)."""
     host_paths = _host_paths(spec) if paths is None else paths
     if not host_paths:
         return []
@@ -266,8 +278,9 @@ def mount_access(
         if host is None:
             continue
         base = str(host.get("path") or "")
+        # A subPathExpr's value is not visible: the mount is judged by its base path.
         sub = mount.get("subPath")
-        path = posixpath.normpath(posixpath.join(base, str(sub)) if sub else base or "/")
+        path = resolved(posixpath.join(base, str(sub)) if sub else base or "/")
         if host.get("type") == "CharDevice" or _device_path(path):
             shown = f"{base} with subPath {sub}" if sub else base
             found.append(

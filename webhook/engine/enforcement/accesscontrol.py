@@ -14,6 +14,7 @@ from typing import Any
 
 from webhook.engine.demand.gpuaccess import (
     PRIVILEGED,
+    VISIBLE_DEVICES,
     Access,
     asks_for_gpu,
     env_access,
@@ -115,6 +116,15 @@ class PodReach:
         self._settings, self._inventory = settings, inventory
         self._answer: GPUNodeReach | None = None
 
+    @classmethod
+    def known(
+        cls, answer: GPUNodeReach, spec: Mapping[str, Any], *, settings: Settings
+    ) -> PodReach:
+        """A reach already known (a bound pod's node, ``gpunodes.bound_node_reach``)."""
+        reach = cls(spec, Placement.of(spec), settings=settings, inventory=None)
+        reach._answer = answer
+        return reach
+
     @property
     def value(self) -> GPUNodeReach:
         if self._answer is None:
@@ -194,6 +204,51 @@ def hide_on_gpu_nodes(editor: Editor, template: Template, *, reach: PodReach) ->
         return
     if template.asks or reach.value.can_land:
         hide_gpus(editor, template.spec_path, template.pod)
+
+
+def unhidden_findings(
+    editor: Editor,
+    template: Template,
+    rules: Sequence[Rule],
+    *,
+    settings: Settings,
+    reach: PodReach,
+    claim_holders: frozenset[Path] = frozenset(),
+) -> Iterator[Finding]:
+    """On a pod UPDATE, where ``hide_on_gpu_nodes`` cannot act: a container's env is
+    immutable (kubernetes ``ValidatePodUpdate``), so a container this policy hides at
+    creation but that carries no ``NVIDIA_VISIBLE_DEVICES`` sees every GPU of the node
+    with a CUDA image, once an added toleration (or a gated pod's node selection) lets the
+    pod land there. The old pod is judged the same way and only new findings count."""
+    if "hideGPUs" in template.exempt or GPU_ACCESS in template.exempt:
+        return
+    if not (template.asks or reach.value.can_land):
+        return
+    hiding = [r.name for r in rules if r.mutations.hide_gpus == "gpuNodes"]
+    action = action_of(settings.actions.get(GPU_ACCESS, "deny"))
+    for container in template.pod.containers:
+        if asks_for_gpu(container) or container.path in claim_holders:
+            continue
+        body = _body(editor, template, container)
+        if privileged(body):
+            continue  # every device of its node, hidden or not: judged by access_findings
+        env = body.get("env")
+        names = {e.get("name") for e in env if isinstance(e, dict)} if isinstance(env, list) else ()
+        if VISIBLE_DEVICES in names:
+            continue  # set by the container itself: judged by access_findings
+        name = f'container "{container.name}"'
+        yield Finding(
+            "builtin",
+            GPU_ACCESS,
+            action,
+            f"{name} asks for no GPU and does not hide GPUs, in a pod that this update lets "
+            f"land on a GPU node: rule {hiding[0]} sets {VISIBLE_DEVICES}=void on such "
+            "containers when a pod is created, and an update cannot change a container's "
+            "env, so with a CUDA image it would see every GPU of its node. Create the pod "
+            "again with these tolerations or node selection, or leave them out.",
+            f"{name} would see GPUs: not hidden at creation, env cannot change",
+            template.at(container),
+        )
 
 
 # --- checks -------------------------------------------------------------------------------

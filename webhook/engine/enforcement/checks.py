@@ -67,47 +67,71 @@ def _whole(value: Fraction | None) -> int:
     return max(1, -(-value.numerator // value.denominator))
 
 
-def _quantity_text(container: Container, problem: QuantityProblem) -> tuple[str, str]:
-    c, r = f'container "{container.name}"', problem.resource
-    if problem.check == "requestsWithoutLimits":
-        q = _q(problem.request, problem.request_text)
-        fix = (
-            f'Set resources.limits["{r}"] to {q}.'
-            if problem.request is not None and problem.request.denominator == 1
-            else f'Set resources.requests["{r}"] and resources.limits["{r}"] to '
-            f"{_whole(problem.request)}."
-        )
-        return (
-            f"{c} requests {r}: {q} but sets no limit for it; GPUs are allocated by limit. {fix}",
-            f"{c}: {r} is in requests but not in limits",
-        )
-    if problem.check == "requestsNotEqualLimits":
-        q = _q(problem.request, problem.request_text)
-        lim = _q(problem.limit, problem.limit_text)
-        both = lim if problem.limit is not None and problem.limit.denominator == 1 else None
-        return (
-            f"{c} requests {r}: {q} but limits it to {lim}; GPUs cannot be overcommitted, "
-            f"so request and limit must be equal. Set both to {both or _whole(problem.limit)}.",
-            f"{c}: {r} request {q} differs from limit {lim}",
-        )
-    if problem.check == "fractionalQuantity":
-        q = _q(problem.request, problem.request_text)
-        return (
-            f"{c} asks for {r}: {q}, which is not a whole number; GPUs are allocated whole. "
-            f"Use {_whole(problem.request)}, or a resource for part of a GPU (a MIG profile "
-            "such as nvidia.com/mig-1g.10gb, or nvidia.com/gpu.shared).",
-            f"{c}: {r} {q} is not a whole number",
-        )
-    if problem.check == "negativeQuantity":
-        q = _q(problem.request, problem.request_text)
-        return (
-            f"{c} asks for {r}: {q}; a quantity cannot be negative. Use 0 or more.",
-            f"{c}: {r} {q} is negative",
-        )
+# --- built-in quantity checks ---------------------------------------------------------------
+# ``webhook.engine.demand.gpus`` finds the problem as it reads a container's resources; the
+# words for each check id live here, one function each, registered in ``_QUANTITY_WORDS``.
+
+Words = tuple[str, str]  # the message with its fix, and the one-line summary
+
+
+def _requests_without_limits(c: str, problem: QuantityProblem) -> Words:
+    r, q = problem.resource, _q(problem.request, problem.request_text)
+    fix = (
+        f'Set resources.limits["{r}"] to {q}.'
+        if problem.request is not None and problem.request.denominator == 1
+        else f'Set resources.requests["{r}"] and resources.limits["{r}"] to '
+        f"{_whole(problem.request)}."
+    )
+    return (
+        f"{c} requests {r}: {q} but sets no limit for it; GPUs are allocated by limit. {fix}",
+        f"{c}: {r} is in requests but not in limits",
+    )
+
+
+def _requests_not_equal_limits(c: str, problem: QuantityProblem) -> Words:
+    r, q = problem.resource, _q(problem.request, problem.request_text)
+    lim = _q(problem.limit, problem.limit_text)
+    both = lim if problem.limit is not None and problem.limit.denominator == 1 else None
+    return (
+        f"{c} requests {r}: {q} but limits it to {lim}; GPUs cannot be overcommitted, "
+        f"so request and limit must be equal. Set both to {both or _whole(problem.limit)}.",
+        f"{c}: {r} request {q} differs from limit {lim}",
+    )
+
+
+def _fractional_quantity(c: str, problem: QuantityProblem) -> Words:
+    r, q = problem.resource, _q(problem.request, problem.request_text)
+    return (
+        f"{c} asks for {r}: {q}, which is not a whole number; GPUs are allocated whole. "
+        f"Use {_whole(problem.request)}, or a resource for part of a GPU (a MIG profile "
+        "such as nvidia.com/mig-1g.10gb, or nvidia.com/gpu.shared).",
+        f"{c}: {r} {q} is not a whole number",
+    )
+
+
+def _negative_quantity(c: str, problem: QuantityProblem) -> Words:
+    r, q = problem.resource, _q(problem.request, problem.request_text)
+    return (
+        f"{c} asks for {r}: {q}; a quantity cannot be negative. Use 0 or more.",
+        f"{c}: {r} {q} is negative",
+    )
+
+
+def _invalid_quantity(c: str, problem: QuantityProblem) -> Words:
+    r = problem.resource
     return (
         f"{c}: {r} {problem.detail}. Write a whole number such as 1.",
         f"{c}: {r} {problem.detail}",
     )
+
+
+_QUANTITY_WORDS = {
+    "requestsWithoutLimits": _requests_without_limits,
+    "requestsNotEqualLimits": _requests_not_equal_limits,
+    "fractionalQuantity": _fractional_quantity,
+    "negativeQuantity": _negative_quantity,
+    "invalidQuantity": _invalid_quantity,
+}
 
 
 def quantity_findings(scope: Scope, settings: Settings) -> Iterator[Finding]:
@@ -115,7 +139,8 @@ def quantity_findings(scope: Scope, settings: Settings) -> Iterator[Finding]:
         action = settings.actions.get(problem.check, "deny")
         if action == "repair":
             continue
-        message, summary = _quantity_text(container, problem)
+        words = _QUANTITY_WORDS[problem.check]
+        message, summary = words(f'container "{container.name}"', problem)
         yield Finding("builtin", problem.check, action, message, summary, scope.at(container))
 
 

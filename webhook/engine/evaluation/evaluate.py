@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
-from webhook.engine.demand.gpus import PodGPUs, pod_gpus
+from webhook.engine.demand.gpus import Container, PodGPUs, pod_gpus
 from webhook.engine.enforcement.accesscontrol import (
     NO_EXEMPTIONS,
     PodReach,
@@ -18,6 +18,7 @@ from webhook.engine.enforcement.accesscontrol import (
     node_findings,
     place,
     runtime_class_findings,
+    unhidden_findings,
     without_exempt,
 )
 from webhook.engine.enforcement.checks import (
@@ -32,13 +33,20 @@ from webhook.engine.enforcement.cudadrivers import cuda_findings, dra_cuda_findi
 from webhook.engine.enforcement.mutators import (
     apply_containers,
     apply_placement,
+    hide_gpus,
     repair_requests_only,
 )
 from webhook.engine.enforcement.quotas import pod_quota_notices, workload_quota_findings
 from webhook.engine.evaluation.claimobjects import evaluate_claim_object
 from webhook.engine.evaluation.request import NO_INVENTORY_NOTICE, InventoryView, Request
+from webhook.engine.evaluation.updates import (
+    added_ephemeral_containers,
+    env_reads_metadata,
+    fresh_findings,
+    judged_fields_changed,
+    placed_as_before,
+)
 from webhook.engine.kube.patch import Editor, lookup
-from webhook.engine.kube.selectors import dig
 from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.kube.workloads import PodTemplate
 from webhook.engine.policy.decision import Decision, Finding, action_of, decide
@@ -56,6 +64,7 @@ from webhook.engine.scheduling.dra import (
     with_claim_gpus,
 )
 from webhook.engine.scheduling.gangs import gang_findings
+from webhook.engine.scheduling.gpunodes import bound_node_reach
 
 _with_pools: tuple[Inventory, Policy, Inventory] | None = None
 
@@ -91,6 +100,22 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
             "kind keeps them; passed through unchecked (a WorkloadKind rule can add its layout)"
         )
         return Decision(allowed=True, mutated=obj, understood=False, notices=(notice,))
+    if request.operation == "UPDATE" and not templates[0].path:
+        return _pod_update(request, templates[0], policy=policy, inventory=inventory)
+    return _evaluate_object(request, templates, policy=policy, inventory=inventory)
+
+
+def _evaluate_object(
+    request: Request,
+    templates: list[PodTemplate],
+    *,
+    policy: Policy,
+    inventory: InventoryView,
+    mutate: bool = True,
+) -> Decision:
+    """Every template of one object, then the workload's totals. ``mutate`` False judges
+    the object as it is, for an update that cannot be mutated (a Pod's)."""
+    obj = request.object
     snapshot = _inventory(inventory, policy)
     kind = str(obj.get("kind", ""))
     context = _Context(
@@ -105,12 +130,22 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     notices: list[str] = []
     per_pod: list[tuple[PodTemplate, PodGPUs]] = []
     classes: list[tuple[str, ...]] = []
-    fits: list[tuple[PodTemplate, FitAnswer]] = []
-    asked: list[tuple[PodTemplate, PodGPUs, PodClaims]] = []
-    skipped = False
+    workload = bool(templates[0].path)  # a Pod's one template is the object itself
+    # On a workload UPDATE: what the old object asked for in all, and every template's ask
+    # now (unchanged ones too), for the totals that replicas and parallelism change.
+    floor = _old_totals(request, policy, inventory, snapshot) if workload else None
+    counted: list[tuple[PodTemplate, PodGPUs]] = []
+    counted_classes: list[tuple[str, ...]] = []
+    # Issue 26: each judged template's ask and fit, for gangs and quotas.
+    judged: list[tuple[PodTemplate, PodGPUs, PodClaims, FitAnswer | None]] = []
     for template in templates:
         if _unchanged(request, template):
-            skipped = True
+            if floor is not None:
+                pod, claims = _asks(
+                    request, template, settings=policy.settings, view=inventory, snapshot=snapshot
+                )
+                counted.append((template, pod))
+                counted_classes.append(claims.gpu_classes)
             continue
         pod, claims, fit = _evaluate_template(
             request,
@@ -122,39 +157,44 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
             findings=findings,
             context=context,
             mutated_by=mutated_by,
+            mutate=mutate,
         )
         per_pod.append((template, pod))
         classes.append(claims.gpu_classes)
-        if fit is not None:
-            fits.append((template, fit))
-        asked.append((template, pod, claims))
+        counted.append((template, pod))
+        counted_classes.append(claims.gpu_classes)
+        judged.append((template, pod, claims, fit))
         devices = inventory.devices
         if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
             notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
     warnings: list[str] = []
-    workload = bool(templates[0].path)  # a Pod's one template is the object itself
     if any(p.total or p.problems for _, p in per_pod):
         if inventory.problem:
             _inventory_unavailable(inventory.problem, policy, findings, warnings)
         elif snapshot is None:
             notices.append(NO_INVENTORY_NOTICE)
-        else:
-            if workload:
-                findings.extend(_workload_findings(per_pod, snapshot, policy))
-            if fits and not skipped:
-                action = policy.settings.actions.get("gangFit", "deny")
-                findings.extend(gang_findings(obj, fits, action=action))
-    if workload:
+        elif workload and floor is None:
+            findings.extend(_workload_findings(per_pod, snapshot, policy))
+    if floor is not None:
+        # An UPDATE is judged on the totals it raises: a Deployment scaled from 1 to 100
+        # replicas, a Job's parallelism; a total it leaves or lowers was judged before.
+        if snapshot is not None and any(p.total for _, p in counted):
+            findings.extend(_workload_findings(counted, snapshot, policy, floor=floor))
+        findings.extend(
+            _workload_rule_findings(request, counted, policy, counted_classes, floor=floor)
+        )
+    elif workload:
         findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
-    if inventory.quotas is not None and not inventory.problem and not skipped:
-        _quota(
+    # On a create only: an update of an unchanged template is not judged again.
+    if len(judged) == len(templates) and floor is None and not inventory.problem:
+        _after_admission(
             request,
-            asked,
-            inventory.quotas,
+            judged,
+            snapshot=snapshot,
+            quotas=inventory.quotas,
             policy=policy,
             findings=findings,
             notices=notices,
-            workload=workload,
         )
     return decide(
         findings,
@@ -164,6 +204,35 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         extra_warnings=warnings,
         mutated_by=list(mutated_by),
     )
+
+
+def _after_admission(
+    request: Request,
+    judged: list[tuple[PodTemplate, PodGPUs, PodClaims, FitAnswer | None]],
+    *,
+    snapshot: Inventory | None,
+    quotas: Quotas | None,
+    policy: Policy,
+    findings: list[Finding],
+    notices: list[str],
+) -> None:
+    """Issue 26: gangs that cannot run at once, and GPU quota."""
+    fits = [(t, fit) for t, _, _, fit in judged if fit is not None]
+    asked = [(t, pod, claims) for t, pod, claims, _ in judged]
+    if fits and snapshot is not None:
+        action = policy.settings.actions.get("gangFit", "deny")
+        findings.extend(gang_findings(request.object, fits, action=action))
+    if quotas is not None:
+        workload = bool(asked) and bool(asked[0][0].path)
+        _quota(
+            request,
+            asked,
+            quotas,
+            policy=policy,
+            findings=findings,
+            notices=notices,
+            workload=workload,
+        )
 
 
 def _quota(
@@ -235,22 +304,140 @@ def _credit(
 
 
 def _unchanged(request: Request, template: PodTemplate) -> bool:
-    """On UPDATE, a template equal to the old one is not judged again: an unrelated update
-    of an old object must not be blocked by a rule added since."""
-    if request.operation != "UPDATE" or request.old_object is None:
+    """On a workload UPDATE, a template equal to the old one is not judged again: an
+    unrelated update of an old object must not be blocked by a rule added since. (A Pod
+    UPDATE is judged by ``_pod_update``.)"""
+    if request.operation != "UPDATE" or request.old_object is None or not template.path:
         return False
-    if not template.path:
-        return _same_pod(request.old_object, template)
     return bool(lookup(request.old_object, template.path) == template.template)
 
 
-def _same_pod(old: Any, template: PodTemplate) -> bool:
-    # A Pod's spec is immutable but for a few fields; its labels may change.
-    return (
-        isinstance(old, dict)
-        and old.get("spec") == template.spec
-        and dig(old, "metadata", "labels") == dig(template.template, "metadata", "labels")
+def _as_created(request: Request, obj: Mapping[str, Any]) -> Request:
+    return Request(
+        obj,
+        namespace=request.namespace,
+        namespace_labels=request.namespace_labels,
     )
+
+
+def _pod_update(
+    request: Request, template: PodTemplate, *, policy: Policy, inventory: InventoryView
+) -> Decision:
+    """A Pod UPDATE, judged on what it changes (``updates``): the new pod and the old one
+    are judged as they are, unmutated (an update can change almost nothing of a pod), and
+    only findings the old pod did not have count. Never a patch: most of a pod's spec is
+    immutable, and the API server would refuse the whole update."""
+    obj, old = request.object, request.old_object
+    if request.sub_resource == "ephemeralcontainers":
+        return _ephemeral_update(request, template, policy=policy, inventory=inventory)
+    if not isinstance(old, dict):
+        old = None
+    if old is not None and not judged_fields_changed(obj, old):
+        return Decision(allowed=True, mutated=obj)
+    if old is not None and _only_metadata_no_one_reads(obj, old, policy):
+        return Decision(allowed=True, mutated=obj)
+    judged = placed_as_before(obj, old) if old is not None else obj
+    after = _evaluate_object(
+        _as_created(request, judged),
+        [PodTemplate(path=(), template=judged, replicas=None)],
+        policy=policy,
+        inventory=inventory,
+        mutate=False,
+    )
+    before: tuple[Finding, ...] = ()
+    if old is not None:
+        before = _evaluate_object(
+            _as_created(request, old),
+            [PodTemplate(path=(), template=old, replicas=None)],
+            policy=policy,
+            inventory=inventory,
+            mutate=False,
+        ).findings
+    said = {f.warning for f in after.findings}
+    return decide(
+        fresh_findings(before, after.findings),
+        patch=(),
+        mutated=obj,
+        notices=after.notices,
+        extra_warnings=[w for w in after.warnings if w not in said],
+    )
+
+
+def _only_metadata_no_one_reads(
+    obj: Mapping[str, Any], old: Mapping[str, Any], policy: Policy
+) -> bool:
+    """A label or annotation edit that neither a rule's pod selector nor any container's
+    env reads: the common pod update, spared two evaluations."""
+    spec = obj.get("spec")
+    if spec != old.get("spec") or not isinstance(spec, dict):
+        return False
+    return not env_reads_metadata(spec) and not any(r.match.pod_selector for r in policy.rules)
+
+
+def _ephemeral_update(
+    request: Request, template: PodTemplate, *, policy: Policy, inventory: InventoryView
+) -> Decision:
+    """``pods/ephemeralcontainers`` (``kubectl debug``): the new ephemeral containers,
+    judged like containers that ask for no GPU (an ephemeral container may not have
+    resources, ``validateEphemeralContainers``), in the pod where they run, and hidden from
+    GPUs as the pod's other containers would be. Only a new container's env is patched:
+    the API server refuses changes to anything else through this subresource."""
+    obj = request.object
+    added = added_ephemeral_containers(obj, request.old_object)
+    if not added:
+        return Decision(allowed=True, mutated=obj)
+    settings = policy.settings
+    snapshot = _inventory(inventory, policy)
+    pod, claims = _asks(request, template, settings=settings, view=inventory, snapshot=snapshot)
+    rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
+    ephemeral = PodGPUs.of(
+        [
+            Container("ephemeralContainers", index, str(body.get("name", "")), body, False)
+            for index, body in added
+        ],
+        {},
+    )
+    access = Template(
+        spec_path=template.spec_path,
+        template=template,
+        pod=ephemeral,
+        exempt=exemptions(rules),
+        daemon=False,
+        asks=pod_asks_for_gpu(pod),
+    )
+    spec = template.spec
+    reach = _running_reach(spec, settings=settings, snapshot=snapshot)
+    editor = Editor(obj)
+    mutated_by: dict[str, None] = {}
+    hiding = [r for r in rules if _hides(r.mutations, asks=access.asks, reach=reach)]
+    if hiding and "hideGPUs" not in access.exempt:
+        before = len(editor.ops)
+        hide_gpus(editor, access.spec_path, ephemeral)
+        _credit(editor, before, mutated_by, hiding)
+    findings = access_findings(editor, access, settings=settings, reach=reach)
+    return decide(findings, patch=editor.ops, mutated=editor.doc, mutated_by=list(mutated_by))
+
+
+def _running_reach(
+    spec: Mapping[str, Any], *, settings: Settings, snapshot: Inventory | None
+) -> PodReach:
+    """Where a running pod is: its node, when the inventory holds it; else where its
+    placement lets it land, as on CREATE."""
+    node = spec.get("nodeName")
+    if snapshot is not None and isinstance(node, str) and node:
+        known = bound_node_reach(
+            node, snapshot, nodes=settings.gpu_nodes, resources=settings.gpu_resources
+        )
+        if known is not None:
+            return PodReach.known(known, spec, settings=settings)
+    return PodReach(spec, Placement.of(spec), settings=settings, inventory=snapshot)
+
+
+def _hides(mutations: Mutations, *, asks: bool, reach: PodReach) -> bool:
+    """Whether a rule's ``hideGPUsFromNonGPUContainers`` covers a pod's non-GPU containers."""
+    if mutations.hide_gpus == "gpuPods":
+        return asks
+    return mutations.hide_gpus == "gpuNodes" and (asks or reach.value.can_land)
 
 
 def _matching_rules(
@@ -333,6 +520,38 @@ def _mutate_containers(
     return findings
 
 
+def _mutate(
+    editor: Editor,
+    access: Template,
+    rules: Sequence[Rule],
+    claims: PodClaims,
+    *,
+    places_access: bool,
+    snapshot: Inventory | None,
+    mutated_by: dict[str, None],
+    settings: Settings,
+    findings: list[Finding],
+) -> None:
+    """Placement for access, repaired requests and container mutations, in that order."""
+    if places_access:
+        before = len(editor.ops)
+        findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
+        _credit(editor, before, mutated_by, (r for r in rules if _places_access(r.mutations)))
+    if settings.actions.get("requestsWithoutLimits") == "repair":
+        findings.extend(_repair_requests_only(editor, access.spec_path, access.pod))
+    findings.extend(
+        _mutate_containers(
+            editor,
+            access,
+            rules,
+            claims,
+            snapshot=snapshot,
+            mutated_by=mutated_by,
+            settings=settings,
+        )
+    )
+
+
 def _evaluate_template(
     request: Request,
     template: PodTemplate,
@@ -344,6 +563,7 @@ def _evaluate_template(
     findings: list[Finding],
     context: _Context,
     mutated_by: dict[str, None],
+    mutate: bool = True,
 ) -> tuple[PodGPUs, PodClaims, FitAnswer | None]:
     settings = policy.settings
     spec_path = template.spec_path
@@ -354,7 +574,7 @@ def _evaluate_template(
     places_access = hides_on_gpu_nodes = exempting = False
     for rule in rules:
         mutations = rule.mutations
-        if mutations.places:
+        if mutate and mutations.places:
             before = len(editor.ops)
             apply_placement(editor, spec_path, mutations)
             _credit(editor, before, mutated_by, (rule,))
@@ -371,27 +591,28 @@ def _evaluate_template(
         daemon=context.daemon,
         asks=pod_asks_for_gpu(pod),
     )
-    if places_access:
-        before = len(editor.ops)
-        findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
-        _credit(editor, before, mutated_by, (r for r in rules if _places_access(r.mutations)))
-    if settings.actions.get("requestsWithoutLimits") == "repair":
-        findings.extend(_repair_requests_only(editor, spec_path, pod))
-    findings.extend(
-        _mutate_containers(
+    if mutate:
+        _mutate(
             editor,
             access,
             rules,
             claims,
+            places_access=places_access,
             snapshot=snapshot,
             mutated_by=mutated_by,
             settings=settings,
+            findings=findings,
         )
-    )
     # Container mutations and hiding leave the placement as it is: read it once.
     placement = Placement.of(editor.get(spec_path))
     reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
-    if hides_on_gpu_nodes:
+    if hides_on_gpu_nodes and not mutate:
+        findings.extend(
+            unhidden_findings(
+                editor, access, rules, settings=settings, reach=reach, claim_holders=claims.holders
+            )
+        )
+    elif hides_on_gpu_nodes:
         before = len(editor.ops)
         hide_on_gpu_nodes(editor, access, reach=reach)
         _credit(
@@ -412,7 +633,7 @@ def _evaluate_template(
     )
     findings.extend(_gpu_findings(scope, snapshot))
     if scope.fit is not None and scope.fit.fitting:
-        findings.extend(_cuda(editor, scope, access, mutated_by))
+        findings.extend(_cuda(editor, scope, access, mutated_by, mutate=mutate))
     if claims.gpu_classes and not view.problem:
         needs = gpu_needs(pod, settings, claims.holders)
         findings.extend(
@@ -454,9 +675,15 @@ def _evaluate_template(
 
 
 def _cuda(
-    editor: Editor, scope: Scope, access: Template, mutated_by: dict[str, None]
+    editor: Editor,
+    scope: Scope,
+    access: Template,
+    mutated_by: dict[str, None],
+    *,
+    mutate: bool,
 ) -> list[Finding]:
-    """The cudaDriver check, and its affinity (credited for the log line)."""
+    """The cudaDriver check, and its affinity (credited for the log line) unless the
+    object is judged as it is (``mutate`` False: a Pod's update)."""
     needs = gpu_needs(scope.pod, scope.settings)
     if not needs or scope.fit is None:
         return []
@@ -467,7 +694,7 @@ def _cuda(
         needs=needs,
         fit=scope.fit,
         settings=scope.settings,
-        exempt=access.exempt,
+        exempt=access.exempt if mutate else access.exempt | {"cudaAffinity"},
         where=scope.where,
     )
     if len(editor.ops) > before:
@@ -507,20 +734,57 @@ def _inventory_unavailable(
         warnings.append(f"GPU capacity not checked: {problem}")
 
 
-def _workload_findings(
-    per_pod: list[tuple[PodTemplate, PodGPUs]], snapshot: Inventory, policy: Policy
-) -> list[Finding]:
-    """Replicas times GPUs per pod against every GPU in the cluster: a warning by default,
-    since nodes may be added, but a job that can never start all its workers hangs."""
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    """What all pods of a workload ask for: per resource, and GPUs in all."""
+
+    needed: Mapping[str, int]
+    total: int
+
+
+def _totals(per_pod: Iterable[tuple[PodTemplate, PodGPUs]]) -> _Totals:
     needed: dict[str, int] = {}
+    total = 0
     for template, pod in per_pod:
         if template.replicas is None or not template.path:
             continue
         for resource, count in pod.effective.items():
             needed[resource] = needed.get(resource, 0) + count * template.replicas
+        total += pod.total * template.replicas
+    return _Totals(needed, total)
+
+
+def _old_totals(
+    request: Request, policy: Policy, view: InventoryView, snapshot: Inventory | None
+) -> _Totals | None:
+    """On a workload UPDATE, the old object's totals; ``None`` on CREATE."""
+    old = request.old_object
+    if request.operation != "UPDATE" or not isinstance(old, dict):
+        return None
+    templates = policy.kinds.templates(old) or []
+    asked = _as_created(request, old)
+    return _totals(
+        (t, _asks(asked, t, settings=policy.settings, view=view, snapshot=snapshot)[0])
+        for t in templates
+    )
+
+
+def _workload_findings(
+    per_pod: list[tuple[PodTemplate, PodGPUs]],
+    snapshot: Inventory,
+    policy: Policy,
+    *,
+    floor: _Totals | None = None,
+) -> list[Finding]:
+    """Replicas times GPUs per pod against every GPU in the cluster: a warning by default,
+    since nodes may be added, but a job that can never start all its workers hangs. With
+    a ``floor`` (an UPDATE), only resources whose total the update raises."""
+    needed = _totals(per_pod).needed
     findings = []
     action = policy.settings.actions.get("clusterCapacity", "warn")
     for resource, need in needed.items():
+        if floor is not None and need <= floor.needed.get(resource, 0):
+            continue
         have = snapshot.total(resource)
         if need > have and resource in snapshot.resource_names:
             findings.append(
@@ -542,7 +806,11 @@ def _workload_rule_findings(
     per_pod: list[tuple[PodTemplate, PodGPUs]],
     policy: Policy,
     classes: list[tuple[str, ...]],
+    *,
+    floor: _Totals | None = None,
 ) -> list[Finding]:
+    """``maxGPUsPerWorkload``; with a ``floor`` (an UPDATE), only when the update raises
+    the workload's total."""
     findings: list[Finding] = []
     workload = [
         (t, p, c)
@@ -552,6 +820,8 @@ def _workload_rule_findings(
     if not workload:
         return findings
     total = sum(p.total * (t.replicas or 0) for t, p, _ in workload)
+    if floor is not None and total <= floor.total:
+        return findings
     for rule in policy.rules:
         for check in rule.checks:
             if check.kind != "maxGPUsPerWorkload" or total <= check.value:

@@ -23,6 +23,9 @@ class Request:
     operation: str = "CREATE"
     old_object: Mapping[str, Any] | None = None
     namespace_labels: Mapping[str, str] | None = None
+    # The admission request's subResource ("ephemeralcontainers"); requests for other
+    # subresources never reach the engine (webhook.admission.service).
+    sub_resource: str = ""
 
     @property
     def effective_namespace(self) -> str:

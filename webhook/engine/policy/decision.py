@@ -9,6 +9,11 @@ from typing import Any, Literal
 
 Action = Literal["deny", "warn", "audit"]
 MAX_WARNING = 119  # the API server shows warnings under 120 characters best
+# status.message goes back to the user whole (kubectl prints it, controllers put it in
+# events): 20,000 bad containers made a 3.5 MB message. Reasons are given while they fit,
+# each clipped, then how many were left out.
+MAX_MESSAGE = 8192
+MAX_REASON = 1024
 _AUDIT_KEY = re.compile(r"[^a-z0-9.-]+")
 
 
@@ -72,8 +77,38 @@ class Decision:
 
     @property
     def message(self) -> str:
-        """The denial message for ``status.message``: every reason, each with its fix."""
-        return "; ".join(f"[{f.id}] {f.message}" for f in self.denials)
+        """The denial message for ``status.message``: every reason, each with its fix, as
+        many as fit in ``MAX_MESSAGE`` characters."""
+        return denial_message(self.denials)
+
+
+def denial_message(denials: Sequence[Finding], *, limit: int = MAX_MESSAGE) -> str:
+    """``[rule/check] message`` for each denial, joined, in at most ``limit`` characters:
+    each reason clipped to ``MAX_REASON``, and when not all fit, the last part says how many
+    were left out and where to see them all."""
+    parts: list[str] = []
+    used = -2  # no separator before the first part
+    for finding in denials:
+        part = shorten(f"[{finding.id}] {finding.message}", MAX_REASON)
+        if used + 2 + len(part) > limit:
+            break
+        parts.append(part)
+        used += 2 + len(part)
+    else:
+        return "; ".join(parts)
+    marker = _left_out(len(denials) - len(parts))
+    while parts and used + 2 + len(marker) > limit:
+        used -= 2 + len(parts.pop())
+        marker = _left_out(len(denials) - len(parts))
+    return "; ".join([*parts, marker])
+
+
+def _left_out(count: int) -> str:
+    reasons = "reason" if count == 1 else "reasons"
+    return (
+        f"... and {count:,} more {reasons} left out of this message: run gpu-webhook check "
+        "on the manifest to see them all"
+    )
 
 
 def decide(

@@ -106,6 +106,18 @@ def gpu_node_reach(
     return _reach_described(placement, nodes)
 
 
+def bound_node_reach(
+    name: str, inventory: Inventory, *, nodes: GPUNodes, resources: GPUResources
+) -> GPUNodeReach | None:
+    """For a pod already bound to node ``name``: whether that node is a GPU node, exactly
+    (a bound pod never moves); ``None`` when the inventory does not hold the node."""
+    for shape in inventory.shapes:
+        if any(member.name == name for member in shape.members):
+            gpu = is_gpu_shape(shape, nodes=nodes, resources=resources)
+            return GPUNodeReach(Reach.ONLY if gpu else Reach.NONE, (), True)
+    return None
+
+
 def _gpu_taints(
     inventory: Inventory, *, nodes: GPUNodes, resources: GPUResources
 ) -> list[tuple[str, str | None, str]]:
