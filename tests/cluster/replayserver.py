@@ -23,6 +23,16 @@ from urllib.parse import parse_qs, urlsplit
 from tests.builders import APISERVER as FIXTURES
 
 RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
+RESOURCE_QUOTAS = "/api/v1/resourcequotas"
+# What a cluster without ResourceQuotas answers: the list unscripted tests get.
+NO_RESOURCE_QUOTAS = json.dumps(
+    {
+        "kind": "ResourceQuotaList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "1"},
+        "items": [],
+    }
+).encode()
 # What a cluster without RuntimeClasses answers: the list unscripted tests get.
 NO_RUNTIME_CLASSES = json.dumps(
     {
@@ -112,6 +122,8 @@ class ReplayServer:
         self.collection_watches: dict[str, deque[Stream | Body]] = {}
         self.runtime_class_lists: deque[Body] = deque()
         self.runtime_class_watches: deque[Stream | Body] = deque()
+        self.quota_lists: deque[Body] = deque()
+        self.quota_watches: deque[Stream | Body] = deque()
         self.requests: list[Request] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -169,6 +181,10 @@ class ReplayServer:
         with self._lock:
             return [r for r in self.requests if r.path == path]
 
+    def quota_requests(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.path == RESOURCE_QUOTAS]
+
     def runtime_class_requests(self) -> list[Request]:
         with self._lock:
             return [r for r in self.requests if r.path == RUNTIME_CLASSES]
@@ -200,17 +216,22 @@ class ReplayServer:
                 queue = (
                     self.runtime_class_watches if query.get("watch") else self.runtime_class_lists
                 )
+            elif parts.path == RESOURCE_QUOTAS:
+                queue = self.quota_watches if query.get("watch") else self.quota_lists
             answer = queue.popleft() if queue else None
             if parts.path == DRA_PATH and self.dra_served:
                 discovery = {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1"}
                 answer = Body(json.dumps(discovery).encode())
         if answer is None and parts.path == RUNTIME_CLASSES and not query.get("watch"):
             answer = Body(NO_RUNTIME_CLASSES)
+        if answer is None and parts.path == RESOURCE_QUOTAS and not query.get("watch"):
+            answer = Body(NO_RESOURCE_QUOTAS)
         scripted = parts.path in (
             "/api/v1/nodes",
             "/api/v1/namespaces",
             RUNTIME_CLASSES,
             *self.collection_lists,
+            RESOURCE_QUOTAS,
         )
         if answer is None and not scripted and not parts.path.startswith(DRA_PATH + "/"):
             # A path nobody scripted: what the API server says of a group it does not serve.
@@ -269,8 +290,9 @@ DRA_PATH = "/apis/resource.k8s.io/v1"
 
 
 def _core(path: str) -> bool:
-    # The cluster-autoscaler's status ConfigMap is read by name: not a list or watch.
-    return path.startswith("/api/v1/") and "/configmaps/" not in path
+    # The cluster-autoscaler's status ConfigMap is read by name: not a list or watch; nor are
+    # ResourceQuotas (``quota_requests``).
+    return path.startswith("/api/v1/") and "/configmaps/" not in path and path != RESOURCE_QUOTAS
 
 
 def status_body(code: int, reason: str, message: str) -> bytes:

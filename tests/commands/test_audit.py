@@ -102,6 +102,7 @@ def test_files_that_all_pass_exit_0_and_json_lists_each_reported_object(
         "pass": 2,
         "unusable": 0,
         "errors": [],
+        "afterAdmission": {"gangFit": 0, "cudaDriver": 0, "gpuQuota": 0},
     }
     assert report["unusable"] == []
     (fine,) = report["results"]
@@ -254,6 +255,37 @@ def test_a_cluster_is_listed_page_by_page_and_pods_fold_into_their_deployment(
     pod_pages = [r for r in replay.requests if r.path == "/api/v1/pods"]
     assert [r.query.get("limit") for r in pod_pages] == ["500"] * 3
     assert [bool(r.query.get("continue")) for r in pod_pages] == [False, True, True]
+
+
+def test_a_cluster_audit_reads_the_gpu_quotas_and_counts_what_would_fail_after_admission(
+    cluster: tuple[ReplayServer, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay, config = cluster
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpus", "namespace": "team-a", "resourceVersion": "3"},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "8"}},
+        "status": {"used": {"requests.nvidia.com/gpu": "0"}},
+    }
+    replay.quota_lists.append(
+        Body(
+            json.dumps(
+                {
+                    "kind": "ResourceQuotaList",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": "9"},
+                    "items": [quota],
+                }
+            ).encode()
+        )
+    )
+    _, out, err = _audit(capsys, "--kubeconfig", config, "-o", "json")
+    report = json.loads(out)
+    (train,) = [r for r in report["results"] if r["name"] == "train"]
+    assert "builtin/gpuQuota" in train["rules"], err
+    assert report["summary"]["afterAdmission"]["gpuQuota"] >= 1
+    assert [r.path for r in replay.quota_requests()] == ["/api/v1/resourcequotas"]
 
 
 def test_a_cluster_audit_writes_valid_policy_reports(

@@ -290,6 +290,7 @@ def test_rbac_grants_reads_and_named_patches_only(name):
                     "runtimeclasses",
                     *READ_DRA,
                     *pools,
+                    "resourcequotas",
                 ), (
                     role,
                     resource,
@@ -340,6 +341,11 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_dra_
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": [TAINT_RULE_RESOURCE],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["resourcequotas"],
             "verbs": ["get", "list", "watch"],
         },
     ]

@@ -19,6 +19,7 @@ from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory
 from webhook.engine.resources.nodepools import PoolInventory
+from webhook.engine.resources.quotas import Quotas
 from webhook.files.inventoryfile import (
     InventoryFile,
     InventoryFileError,
@@ -63,6 +64,8 @@ class InventorySource(Protocol):
     def namespace_labels(self, name: str) -> Mapping[str, str] | None: ...
     def devices(self) -> DeviceInventory | None: ...
     def runtime_classes(self) -> frozenset[str] | None: ...
+    # The cluster's ResourceQuotas (issue 26); None: not known.
+    def resource_quotas(self) -> Quotas | None: ...
 
     # Optional (issue 23): autoscaler objects; a source without it has none.
     # def pools(self) -> PoolInventory | None: ...
@@ -152,6 +155,10 @@ class StaticInventorySource:
         """The file's autoscaler objects; ``None`` when it holds none."""
         return self._file.pools
 
+    def resource_quotas(self) -> Quotas | None:
+        """The file's ResourceQuotas; ``None`` when it lists none."""
+        return self._file.quotas
+
 
 def view_of(source: InventorySource | None) -> InventoryView:
     """The inventory as the engine may use it right now."""
@@ -168,6 +175,7 @@ def view_of(source: InventorySource | None) -> InventoryView:
     devices, runtime_classes = source.devices(), source.runtime_classes()
     pools_of: Callable[[], PoolInventory | None] | None = getattr(source, "pools", None)
     pools = pools_of() if pools_of is not None else None
+    quotas = source.resource_quotas()
     last = _last_view
     if (
         last is not None
@@ -175,10 +183,17 @@ def view_of(source: InventorySource | None) -> InventoryView:
         and last.devices is devices
         and last.runtime_classes is runtime_classes
         and last.pools is pools
+        and last.quotas is quotas
     ):
         return last
     return _remember(
-        InventoryView(snapshot, devices=devices, runtime_classes=runtime_classes, pools=pools)
+        InventoryView(
+            snapshot,
+            devices=devices,
+            runtime_classes=runtime_classes,
+            pools=pools,
+            quotas=quotas,
+        )
     )
 
 

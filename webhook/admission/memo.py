@@ -129,7 +129,8 @@ class DecisionMemo:
         key, text = found
         context = (
             policy,
-            (inventory.snapshot, inventory.devices),
+            # Quotas too (issue 26): a pod's quota notice reads what is used now.
+            (inventory.snapshot, inventory.devices, inventory.quotas),
             inventory.problem,
             inventory.runtime_classes,
             inventory.pools,  # nodes that could exist (issue 23): a pool change is a change
@@ -220,6 +221,7 @@ class DecisionMemo:
             and held[0] is context[0]
             and held[1][0] is context[1][0]
             and held[1][1] is context[1][1]
+            and held[1][2] is context[1][2]
             and held[2] == context[2]
             and held[3] == context[3]
             and held[4] is context[4]

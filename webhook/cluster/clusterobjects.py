@@ -21,6 +21,7 @@ from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.kube.workloads import POD, KindTable, WorkloadKind
 from webhook.engine.resources.inventory import Inventory, node_from_json
 from webhook.engine.resources.nodepools import PoolInventory
+from webhook.engine.resources.quotas import Quotas, quota_from_json
 
 PAGE_SIZE = 500
 LIST_ATTEMPTS = 3
@@ -184,8 +185,8 @@ class ClusterObjects:
 
     def view(self, notices: list[str] | None = None) -> InventoryView:
         """Every source the server reads, once: nodes, the DRA objects (device classes,
-        slices, claims, templates and DeviceTaintRules where served), RuntimeClasses and
-        the autoscalers' objects (nodes that could exist).
+        slices, claims, templates and DeviceTaintRules where served), RuntimeClasses,
+        ResourceQuotas and the autoscalers' objects (nodes that could exist).
         What cannot be read for want of RBAC (403) is left out, with a notice, and the
         checks that need it are skipped; nodes are required."""
         said = notices if notices is not None else []
@@ -196,7 +197,16 @@ class ClusterObjects:
             devices=devices,
             runtime_classes=self.runtime_classes(said),
             pools=self.pools(),
+            quotas=self._quotas(said),
         )
+
+    def _quotas(self, notices: list[str]) -> Quotas | None:
+        try:
+            return self.resource_quotas()
+        except ApiError as exc:
+            # Optional, unlike nodes: whatever stops the list, the rest goes on without.
+            notices.append(f"cannot list resourcequotas, so GPU quotas are not judged: {exc}")
+            return None
 
     def runtime_classes(self, notices: list[str]) -> frozenset[str] | None:
         """Names of the cluster's RuntimeClasses; None when they cannot be read."""
@@ -215,6 +225,13 @@ class ClusterObjects:
                 )
             return None
         return frozenset(names)
+
+    def resource_quotas(self) -> Quotas:
+        """Every ResourceQuota of the cluster (issue 26: gpuQuota)."""
+        quotas, _ = self._client.list(
+            "/api/v1/resourcequotas", parse=quota_from_json, limit=self.page_size
+        )
+        return Quotas.of(quotas)
 
     def pod(self, namespace: str, name: str) -> Mapping[str, Any]:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"

@@ -29,6 +29,7 @@ from webhook.cluster.reflector import Backoff, let_requests_run
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node
 from webhook.engine.resources.nodepools import PoolInventory
+from webhook.engine.resources.quotas import Quotas
 
 log = logging.getLogger("webhook.inventory")
 # A worker starts beside the watcher process, which needs a moment (its first list of the
@@ -56,6 +57,7 @@ class FeedInventorySource:
         self._nodes = NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
         self._namespaces: dict[str, Mapping[str, str]] | None = None
         self._runtime_classes: frozenset[str] | None = None
+        self._resource_quotas: Quotas | None = None
         self._watcher = WatcherStatus()
         # When the watcher last heard from the API server, on this process's clock.
         self._contact: float | None = None
@@ -140,6 +142,9 @@ class FeedInventorySource:
     def pools(self) -> PoolInventory | None:
         return self._pools
 
+    def resource_quotas(self) -> Quotas | None:
+        return self._resource_quotas
+
     # The receiving thread.
 
     def _receive_loop(self) -> None:
@@ -223,6 +228,8 @@ class FeedInventorySource:
             if state.settled:
                 self._pools = state.inventory()
                 self._pool_state = state
+        elif kind == "resourcequotas":
+            self._apply_resource_quotas(message["quotas"])
 
     def _apply_state(self, message: feedwire.Message) -> None:
         """A (re)connection: take the watcher's whole state. Its node list follows; a
@@ -232,6 +239,7 @@ class FeedInventorySource:
         if message["namespaces"] is not None:
             self._namespaces = dict(message["namespaces"])
         self._apply_runtime_classes(message.get("runtime_classes"))
+        self._apply_resource_quotas(message.get("resource_quotas"))
         self._apply_status(message["status"])
         self._backoff.reset()
         if self._warned:
@@ -264,6 +272,11 @@ class FeedInventorySource:
         self._listing = None
         self._nodes.replace(listing.nodes, listing.resource_version)
         self._contact = self._clock()
+
+    def _apply_resource_quotas(self, records: list[Mapping[str, Any]] | None) -> None:
+        """Null keeps what this worker had, as for RuntimeClasses."""
+        if records is not None:
+            self._resource_quotas = feedwire.quotas_from_records(records)
 
     def _apply_runtime_classes(self, names: list[str] | None) -> None:
         """Null keeps what this worker had: a watcher that restarted has not listed yet."""

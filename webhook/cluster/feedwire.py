@@ -13,6 +13,8 @@ then only what changed, in the order the watcher saw it:
 - ``namespaces``: ``namespaces``. The namespaces were listed again.
 - ``namespace``: ``name``, ``labels`` (null: deleted). One namespace changed.
 - ``runtimeclasses``: ``names``. The RuntimeClasses' names, whole, whenever they change.
+- ``resourcequotas``: ``quotas`` (records; null before their first list). The
+  ResourceQuotas, whole, whenever one changes (``state`` carries them too).
 - ``status``: ``status``. About once a second, so that staleness works as in one process.
 - ``dra-served``: ``served``. Whether the API server serves ``resource.k8s.io/v1``.
 - ``dra``: ``kind``, ``rv``, ``objects``, ``last``. A list of one DRA kind (trimmed objects,
@@ -38,6 +40,7 @@ from typing import Any
 import orjson
 
 from webhook.engine.resources.inventory import Node, Taint
+from webhook.engine.resources.quotas import Quota, Quotas
 
 Message = dict[str, Any]
 # About 50 KB of JSON for realistic GPU nodes: well under a millisecond to decode.
@@ -134,6 +137,31 @@ def dra_list(
 def names(found: frozenset[str] | None) -> list[str] | None:
     """A set of names on the wire: sorted, or null for "not known yet"."""
     return None if found is None else sorted(found)
+
+
+def quota_records(quotas: Iterable[Quota] | None) -> list[dict[str, Any]] | None:
+    """ResourceQuotas on the wire: what ``Quota`` keeps, or null for "not known yet"."""
+    if quotas is None:
+        return None
+    return [
+        {"ns": q.namespace, "name": q.name, "hard": q.hard, "used": q.used, "scoped": q.scoped}
+        for q in quotas
+    ]
+
+
+def quotas_from_records(records: list[Mapping[str, Any]] | None) -> Quotas | None:
+    if records is None:
+        return None
+    return Quotas.of(
+        Quota(
+            namespace=str(r["ns"]),
+            name=str(r["name"]),
+            hard={str(k): int(v) for k, v in r["hard"].items()},
+            used={str(k): int(v) for k, v in r["used"].items()},
+            scoped=bool(r["scoped"]),
+        )
+        for r in records
+    )
 
 
 def encode(*messages: Message) -> bytes:

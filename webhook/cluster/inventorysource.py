@@ -30,6 +30,7 @@ from webhook.cluster.reflector import Backoff, Handler, Reflector, T, let_reques
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node, node_from_json
 from webhook.engine.resources.nodepools import PoolInventory
+from webhook.engine.resources.quotas import Quota, Quotas, quota_from_json
 
 __all__ = [
     "ApiEndpoint",
@@ -47,6 +48,7 @@ log = logging.getLogger("webhook.inventory")
 NODES_PATH = "/api/v1/nodes"
 NAMESPACES_PATH = "/api/v1/namespaces"
 RUNTIME_CLASSES_PATH = "/apis/node.k8s.io/v1/runtimeclasses"
+RESOURCE_QUOTAS_PATH = "/api/v1/resourcequotas"
 
 
 def list_inventory(api: ApiEndpoint, *, request_timeout_seconds: float = 30.0) -> Inventory:
@@ -75,6 +77,7 @@ class ClusterWatch:
         namespaces: Handler[NamespaceItem] | None,
         devices: DeviceCache | None = None,
         runtime_classes: Handler[str] | None = None,
+        resource_quotas: Handler[Quota] | None = None,
         backoff: Callable[[], Backoff] = Backoff,
         page_size: int = 500,
         watch_timeout_seconds: Callable[[], int] | None = None,
@@ -120,6 +123,9 @@ class ClusterWatch:
         self._runtime_classes = (
             None if runtime_classes is None else reflector(RUNTIME_CLASSES_PATH, runtime_classes)
         )
+        self._resource_quotas = (
+            None if resource_quotas is None else reflector(RESOURCE_QUOTAS_PATH, resource_quotas)
+        )
 
     @property
     def relists(self) -> int:
@@ -133,6 +139,8 @@ class ClusterWatch:
             loops.append(("inventory-namespaces", self._namespaces.run))
         if self._runtime_classes is not None:
             loops.append(("inventory-runtimeclasses", self._runtime_classes.run))
+        if self._resource_quotas is not None:
+            loops.append(("inventory-resourcequotas", self._resource_quotas.run))
         threads = [
             threading.Thread(target=run, args=(stop,), name=name, daemon=True)
             for name, run in loops
@@ -175,6 +183,7 @@ class LiveInventorySource:
         self._devices = DeviceCache()
         self._runtime_classes = RuntimeClassCache()
         self._pools = PoolCache()
+        self._resource_quotas = ResourceQuotaCache()
         self._watch = ClusterWatch(
             api=api,
             nodes=self._nodes,
@@ -182,6 +191,7 @@ class LiveInventorySource:
             devices=self._devices,
             runtime_classes=self._runtime_classes,
             pools=self._pools,
+            resource_quotas=self._resource_quotas,
             backoff=backoff,
             page_size=page_size,
             watch_timeout_seconds=watch_timeout_seconds,
@@ -250,6 +260,9 @@ class LiveInventorySource:
 
     def pools(self) -> PoolInventory | None:
         return self._pools.snapshot()
+
+    def resource_quotas(self) -> Quotas | None:
+        return self._resource_quotas.quotas
 
 
 def devices_settled(cache: DeviceCache) -> bool:
@@ -524,3 +537,40 @@ class RuntimeClassCache(Bookkeeping):
         names = self.names or frozenset()
         self.names = names - {item} if kind == "DELETED" else names | {item}
         self.resource_version = resource_version
+
+
+class ResourceQuotaCache(Bookkeeping):
+    """The cluster's ResourceQuotas (``v1``), for the gpuQuota check. ``quotas`` is ``None``
+    until the first list (and while listing is forbidden, an older RBAC): no quota is
+    judged before then. Rebuilt whole on each change, as readers may be mid-request;
+    ``changed`` says whether an event changed what the checks read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._by_key: dict[tuple[str, str], Quota] = {}
+        self.quotas: Quotas | None = None
+        self.changed = False  # whether the last event changed a quota
+
+    def parse(self, obj: Mapping[str, Any]) -> Quota:
+        return quota_from_json(obj)
+
+    def replace(self, items: list[Quota], resource_version: str) -> None:
+        self._by_key = {(q.namespace, q.name): q for q in items}
+        self.quotas = Quotas.of(self._by_key.values())
+        self.resource_version = resource_version
+        self.last_error = ""
+
+    def apply(self, kind: str, item: Quota, resource_version: str) -> None:
+        key = (item.namespace, item.name)
+        before = self._by_key.get(key)
+        if kind == "DELETED":
+            self._by_key.pop(key, None)
+        else:
+            self._by_key[key] = item
+        self.resource_version = resource_version
+        self.changed = before != (None if kind == "DELETED" else item)
+        if self.changed or self.quotas is None:
+            self.quotas = Quotas.of(self._by_key.values())
+
+    def items(self) -> list[Quota]:
+        return list(self._by_key.values())

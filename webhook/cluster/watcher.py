@@ -33,6 +33,7 @@ from webhook.cluster.inventorysource import (
     ClusterWatch,
     NamespaceCache,
     NamespaceItem,
+    ResourceQuotaCache,
     RuntimeClassCache,
     api_endpoint_from_kubeconfig,
 )
@@ -40,6 +41,7 @@ from webhook.cluster.poolsource import PoolCache, wire
 from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.devices import TAINT_RULE
 from webhook.engine.resources.inventory import Node, node_from_json
+from webhook.engine.resources.quotas import Quota
 
 log = logging.getLogger("webhook.inventory.watcher")
 HEARTBEAT_SECONDS = 1.0
@@ -97,6 +99,7 @@ class FeedState:
         self.namespaces = NamespaceCache(clock=clock)
         self.devices = DeviceFeed(subscribers)
         self.runtime_classes = RuntimeClassCache()
+        self.resource_quotas = ResourceQuotaCache()
         self.relists: Callable[[], int] = lambda: 0
         # Autoscaler objects: sent whole on every change (a cluster has a handful).
         self.pools = PoolCache(on_change=self._send_pools)
@@ -128,6 +131,9 @@ class FeedState:
             "t": "state",
             "namespaces": namespaces,
             "runtime_classes": feedwire.names(self.runtime_classes.names),
+            "resource_quotas": feedwire.quota_records(
+                None if self.resource_quotas.quotas is None else self.resource_quotas.items()
+            ),
             "status": self.status().to_json(),
         }
         devices = self.devices.messages()
@@ -283,6 +289,39 @@ class RuntimeClassFeed:
         self.cache.failed(error)
 
 
+class ResourceQuotaFeed:
+    """The ResourceQuota reflector's handler: the quotas, sent whole when one changes in
+    what the checks read (hard, used, scopes)."""
+
+    def __init__(self, state: FeedState) -> None:
+        self.state = state
+        self.cache = state.resource_quotas
+
+    def parse(self, obj: Mapping[str, Any]) -> Quota:
+        return self.cache.parse(obj)
+
+    def replace(self, items: list[Quota], resource_version: str) -> None:
+        with self.state.subscribers.lock:
+            self.cache.replace(items, resource_version)
+            self._send()
+
+    def apply(self, kind: str, item: Quota, resource_version: str) -> None:
+        with self.state.subscribers.lock:
+            self.cache.apply(kind, item, resource_version)
+            if self.cache.changed:
+                self._send()
+
+    def _send(self) -> None:
+        records = feedwire.quota_records(self.cache.items())
+        self.state.subscribers.send({"t": "resourcequotas", "quotas": records})
+
+    def progress(self, resource_version: str) -> None:
+        self.cache.progress(resource_version)
+
+    def failed(self, error: ApiError) -> None:
+        self.cache.failed(error)
+
+
 class InventoryFeed:
     """List and watch, and serve the result on ``socket_path`` until stopped."""
 
@@ -307,6 +346,7 @@ class InventoryFeed:
             devices=self.state.devices,
             runtime_classes=RuntimeClassFeed(self.state),
             pools=self.state.pools,
+            resource_quotas=ResourceQuotaFeed(self.state),
             backoff=backoff,
             watch_timeout_seconds=watch_timeout_seconds,
         )

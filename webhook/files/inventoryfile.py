@@ -18,10 +18,12 @@ from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.inventory import Inventory, node_from_json
 from webhook.engine.resources.nodepools import PoolInventory
+from webhook.engine.resources.quotas import Quotas, quota_from_json
 from webhook.files.manifests import Document, ManifestError, decode, parse_text, read_source
 from webhook.files.poolobjects import is_pool_object, pool_inventory
 
 RUNTIME_CLASS = "RuntimeClass"
+RESOURCE_QUOTA = "ResourceQuota"
 
 
 class InventoryFileError(Exception):
@@ -42,6 +44,9 @@ class InventoryFile:
     runtime_classes: frozenset[str] | None
     # The file's autoscaler objects; None when it holds none.
     pools: PoolInventory | None = None
+    # The file's ResourceQuotas; None when it lists none (a file of nodes says nothing of
+    # quotas).
+    quotas: Quotas | None = None
 
     def view(self) -> InventoryView:
         return InventoryView(
@@ -49,6 +54,7 @@ class InventoryFile:
             devices=self.devices,
             runtime_classes=self.runtime_classes,
             pools=self.pools,
+            quotas=self.quotas,
         )
 
 
@@ -100,7 +106,7 @@ def inventory_from_text(text: str, path: str) -> InventoryFile:
         {
             str(d.obj.get("kind"))
             for d in docs
-            if d.obj.get("kind") not in ("Node", RUNTIME_CLASS)
+            if d.obj.get("kind") not in ("Node", RUNTIME_CLASS, RESOURCE_QUOTA)
             and not is_dra_object(d.obj)
             and not is_pool_object(d.obj)
         }
@@ -110,9 +116,9 @@ def inventory_from_text(text: str, path: str) -> InventoryFile:
             [
                 ManifestError(
                     path,
-                    "holds objects that are neither Nodes, RuntimeClasses, DRA objects nor "
-                    "autoscaler objects (NodePools, node classes, ComputeClasses, the "
-                    "cluster-autoscaler-status ConfigMap): " + ", ".join(others),
+                    "holds objects that are neither Nodes, RuntimeClasses, ResourceQuotas, DRA "
+                    "objects nor autoscaler objects (NodePools, node classes, ComputeClasses, "
+                    "the cluster-autoscaler-status ConfigMap): " + ", ".join(others),
                 )
             ]
         )
@@ -126,11 +132,13 @@ def inventory_from_text(text: str, path: str) -> InventoryFile:
         if d.obj.get("kind") == RUNTIME_CLASS
     }
     pool_docs = [d.obj for d in docs if is_pool_object(d.obj)]
+    quotas = [quota_from_json(d.obj) for d in docs if d.obj.get("kind") == RESOURCE_QUOTA]
     return InventoryFile(
         Inventory(nodes, source=path),
         devices,
         frozenset(names) if names else None,
         pool_inventory(pool_docs) if pool_docs else None,
+        Quotas.of(quotas) if quotas else None,
     )
 
 

@@ -30,6 +30,7 @@ from webhook.engine.policy.ruleset import (
 )
 from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS
 from webhook.files.catalogue import shipped_catalogue
+from webhook.files.cudaimages import cuda_table
 from webhook.files.lastgood import LastGood
 from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
 
@@ -289,7 +290,7 @@ def compile_rule_files(files: RuleFiles, *, directory: str) -> Policy:
     if not documents and not problems:
         problems.append(PolicyProblem(None, "", f"{directory}: {NO_DOCUMENTS}"))
     try:
-        policy = compile_policy(documents, catalogue=shipped_catalogue())
+        policy = compile_policy(documents, catalogue=shipped_catalogue(), cuda_table=cuda_table())
     except PolicyError as exc:
         problems.extend(exc.problems)
         policy = None

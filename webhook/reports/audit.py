@@ -131,6 +131,8 @@ class AuditSummary:
     verdicts: Mapping[str, int]  # over objects not folded
     errors: tuple[str, ...]
     unusable: int = 0  # files and documents that could not be read as objects
+    # Issue 26: objects that would fail after admission, by check (AFTER_ADMISSION).
+    after_admission: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -140,7 +142,28 @@ class AuditSummary:
             **{v: self.verdicts.get(v, 0) for v in VERDICTS},
             "unusable": self.unusable,
             "errors": list(self.errors),
+            "afterAdmission": {c: self.after_admission.get(c, 0) for c in AFTER_ADMISSION},
         }
+
+
+# What still fails after the webhook says yes, counted per object: jobs whose pods can never
+# all run at once, containers whose CUDA no node's driver has, GPU quota that is too small
+# (a pod over what is left of its quota is counted by its notice).
+AFTER_ADMISSION = {
+    "gangFit": "cannot run all their pods at once",
+    "cudaDriver": "need a newer CUDA driver than any node has",
+    "gpuQuota": "exceed their namespace's GPU quota",
+}
+
+
+def _after_admission(entries: Iterable[AuditEntry]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for entry in entries:
+        checks = {f.check for f in entry.findings if f.rule == "builtin"}
+        if any(n.startswith("ResourceQuota ") for n in entry.notices):
+            checks.add("gpuQuota")
+        counts.update(c for c in checks if c in AFTER_ADMISSION)
+    return dict(counts)
 
 
 class Audit:
@@ -259,6 +282,7 @@ class Audit:
             folded=self._folded,
             verdicts=dict(verdicts),
             errors=tuple(self.errors),
+            after_admission=_after_admission(self._entries),
         )
 
 
@@ -334,4 +358,11 @@ def render_text(
         f"{v.get('deny', 0):,} denied, {v.get('warn', 0):,} warned, "
         f"{v.get('audit', 0):,} audit only, {v.get('pass', 0):,} passed{unusable}",
     ]
+    failing = [
+        f"{summary.after_admission[c]:,} {text} ({c})"
+        for c, text in AFTER_ADMISSION.items()
+        if summary.after_admission.get(c)
+    ]
+    if failing:
+        lines.append("would fail after admission: " + "; ".join(failing))
     return "\n".join(lines) + "\n"

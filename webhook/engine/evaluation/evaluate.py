@@ -31,6 +31,7 @@ from webhook.engine.enforcement.checks import (
     rule_findings,
     whole_gpus,
 )
+from webhook.engine.enforcement.cudadrivers import cuda_findings, dra_cuda_findings, gpu_needs
 from webhook.engine.enforcement.mutators import (
     apply_containers,
     apply_placement,
@@ -38,6 +39,7 @@ from webhook.engine.enforcement.mutators import (
     keep_off_refusing_nodes,
     repair_requests_only,
 )
+from webhook.engine.enforcement.quotas import pod_quota_notices, workload_quota_findings
 from webhook.engine.evaluation.claimobjects import evaluate_claim_object
 from webhook.engine.evaluation.request import NO_INVENTORY_NOTICE, InventoryView, Request
 from webhook.engine.evaluation.updates import (
@@ -56,6 +58,7 @@ from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement, UnboundedPool
 from webhook.engine.resources.nodepools import PoolInventory, gke_auto_provisioning
+from webhook.engine.resources.quotas import Quotas
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
     PodClaims,
@@ -64,6 +67,7 @@ from webhook.engine.scheduling.dra import (
     pod_claims,
     with_claim_gpus,
 )
+from webhook.engine.scheduling.gangs import gang_findings
 from webhook.engine.scheduling.gpunodes import bound_node_reach
 from webhook.engine.scheduling.karpenter import PoolSizing, autoscaler_admits, size_pools
 from webhook.engine.scheduling.wholepod import needs_whole_pod, whole_pod_findings
@@ -165,6 +169,8 @@ def _evaluate_object(
     floor = _old_totals(request, policy, inventory) if workload else None
     counted: list[tuple[PodTemplate, PodGPUs]] = []
     counted_classes: list[tuple[str, ...]] = []
+    # Issue 26: each judged template's ask and fit, for gangs and quotas.
+    judged: list[tuple[PodTemplate, PodGPUs, PodClaims, FitAnswer | None]] = []
     for template in templates:
         if _unchanged(request, template):
             if floor is not None:
@@ -172,7 +178,7 @@ def _evaluate_object(
                 counted.append((template, pod))
                 counted_classes.append(claims.gpu_classes)
             continue
-        pod, claims = _evaluate_template(
+        pod, claims, fit = _evaluate_template(
             request,
             template,
             policy=policy,
@@ -188,6 +194,7 @@ def _evaluate_object(
         classes.append(claims.gpu_classes)
         counted.append((template, pod))
         counted_classes.append(claims.gpu_classes)
+        judged.append((template, pod, claims, fit))
         devices = inventory.devices
         if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
             notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
@@ -209,6 +216,17 @@ def _evaluate_object(
         )
     elif workload:
         findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
+    # On a create only: an update of an unchanged template is not judged again.
+    if len(judged) == len(templates) and floor is None and not inventory.problem:
+        _after_admission(
+            request,
+            judged,
+            snapshot=snapshot,
+            quotas=inventory.quotas,
+            policy=policy,
+            findings=findings,
+            notices=notices,
+        )
     return decide(
         findings,
         patch=editor.ops,
@@ -217,6 +235,61 @@ def _evaluate_object(
         extra_warnings=warnings,
         mutated_by=list(mutated_by),
     )
+
+
+def _after_admission(
+    request: Request,
+    judged: list[tuple[PodTemplate, PodGPUs, PodClaims, FitAnswer | None]],
+    *,
+    snapshot: Inventory | None,
+    quotas: Quotas | None,
+    policy: Policy,
+    findings: list[Finding],
+    notices: list[str],
+) -> None:
+    """Issue 26: gangs that cannot run at once, and GPU quota."""
+    fits = [(t, fit) for t, _, _, fit in judged if fit is not None]
+    asked = [(t, pod, claims) for t, pod, claims, _ in judged]
+    if fits and snapshot is not None:
+        action = policy.settings.actions.get("gangFit", "deny")
+        findings.extend(gang_findings(request.object, fits, action=action))
+    if quotas is not None:
+        workload = bool(asked) and bool(asked[0][0].path)
+        _quota(
+            request,
+            asked,
+            quotas,
+            policy=policy,
+            findings=findings,
+            notices=notices,
+            workload=workload,
+        )
+
+
+def _quota(
+    request: Request,
+    asked: list[tuple[PodTemplate, PodGPUs, PodClaims]],
+    quotas: Quotas,
+    *,
+    policy: Policy,
+    findings: list[Finding],
+    notices: list[str],
+    workload: bool,
+) -> None:
+    namespace = request.effective_namespace
+    if workload:
+        counted = [a for a in asked if a[0].replicas is not None]
+        action = policy.settings.actions.get("gpuQuota", "warn")
+        findings.extend(workload_quota_findings(namespace, counted, quotas, action=action))
+    elif request.operation == "CREATE" and not _admitted(request.object):
+        notices.extend(pod_quota_notices(namespace, asked, quotas))
+
+
+def _admitted(obj: Any) -> bool:
+    """A pod that is bound or has a status was admitted already: its GPUs are in the
+    quota's ``used`` (an audit of live pods must not call them refused)."""
+    spec, status = obj.get("spec"), obj.get("status")
+    return (isinstance(spec, dict) and bool(spec.get("nodeName"))) or bool(status)
 
 
 @dataclass(slots=True)
@@ -523,12 +596,12 @@ def _evaluate_template(
     context: _Context,
     mutated_by: dict[str, None],
     mutate: bool = True,
-) -> tuple[PodGPUs, PodClaims]:
+) -> tuple[PodGPUs, PodClaims, FitAnswer | None]:
     settings = policy.settings
     spec_path = template.spec_path
     pod, claims = _asks(request, template, settings=settings, view=view)
     if not isinstance(editor.get(spec_path), dict):
-        return pod, claims  # an ill-typed spec: the API server's schema check rejects it
+        return pod, claims, None  # an ill-typed spec: the API server's schema check rejects it
     rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
     places_access = hides_on_gpu_nodes = exempting = False
     for rule in rules:
@@ -602,23 +675,11 @@ def _evaluate_template(
         devices=None if view.problem else view.devices,
     )
     findings.extend(_gpu_findings(scope, snapshot))
-    # A DaemonSet makes pods only for the nodes it selects (pkg/controller/daemon,
-    # NodeShouldRunDaemonPod): selecting none yet (a label the GPU operator sets on nodes
-    # later, as for its DCGM exporter's admin-access claim) leaves no pod Pending.
-    nowhere = bool(
-        claims.claims
-        and context.daemon
-        and snapshot is not None
-        and not snapshot.placeable(placement)
+    if scope.fit is not None and scope.fit.fitting:
+        findings.extend(_cuda(editor, scope, access, mutated_by, mutate=mutate))
+    findings.extend(
+        _claims_findings(claims, scope, access, snapshot=snapshot, view=view, context=context)
     )
-    if nowhere:
-        context.notices.append("DaemonSet selects no node yet: its DRA claims were not checked")
-    if claims.claims and view.devices is not None and not view.problem:
-        findings.extend(
-            _device_findings(
-                claims, scope, snapshot=snapshot, devices=view.devices, judge=not nowhere
-            )
-        )
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
@@ -633,7 +694,35 @@ def _evaluate_template(
         findings.extend(
             runtime_class_findings(editor, access, rules, settings=settings, known=known)
         )
-    return pod, claims
+    return pod, claims, scope.fit
+
+
+def _cuda(
+    editor: Editor,
+    scope: Scope,
+    access: Template,
+    mutated_by: dict[str, None],
+    *,
+    mutate: bool,
+) -> list[Finding]:
+    """The cudaDriver check, and its affinity (credited for the log line) unless the
+    object is judged as it is (``mutate`` False: a Pod's update)."""
+    needs = gpu_needs(scope.pod, scope.settings)
+    if not needs or scope.fit is None:
+        return []
+    before = len(editor.ops)
+    found = cuda_findings(
+        editor,
+        access.spec_path,
+        needs=needs,
+        fit=scope.fit,
+        settings=scope.settings,
+        exempt=access.exempt if mutate else access.exempt | {"cudaAffinity"},
+        where=scope.where,
+    )
+    if len(editor.ops) > before:
+        mutated_by["builtin/cudaAffinity"] = None
+    return found
 
 
 def _fit(
@@ -660,6 +749,45 @@ def _fit(
             placement = Placement.of(editor.get(spec_path))
             fit = snapshot.fit(placement, demand, settings.device_plugin)
     return placement, fit
+
+
+def _claims_findings(
+    claims: PodClaims,
+    scope: Scope,
+    access: Template,
+    *,
+    snapshot: Inventory | None,
+    view: InventoryView,
+    context: _Context,
+) -> list[Finding]:
+    """What the pod's DRA claims meet: the CUDA driver of the devices, and the devices."""
+    found: list[Finding] = []
+    if claims.gpu_classes and not view.problem:
+        needs = gpu_needs(scope.pod, scope.settings, claims.holders)
+        found.extend(
+            dra_cuda_findings(
+                needs=needs,
+                classes=claims.gpu_classes,
+                devices=view.devices,
+                settings=scope.settings,
+                exempt=access.exempt,
+                where=scope.where,
+            )
+        )
+    if not claims.claims or view.devices is None or view.problem:
+        return found
+    # A DaemonSet makes pods only for the nodes it selects (pkg/controller/daemon,
+    # NodeShouldRunDaemonPod): selecting none yet (a label the GPU operator sets on nodes
+    # later, as for its DCGM exporter's admin-access claim) leaves no pod Pending.
+    nowhere = bool(
+        context.daemon and snapshot is not None and not snapshot.placeable(scope.placement)
+    )
+    if nowhere:
+        context.notices.append("DaemonSet selects no node yet: its DRA claims were not checked")
+    found.extend(
+        _device_findings(claims, scope, snapshot=snapshot, devices=view.devices, judge=not nowhere)
+    )
+    return found
 
 
 def _device_findings(

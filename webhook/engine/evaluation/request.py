@@ -12,6 +12,7 @@ from typing import Any
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory
 from webhook.engine.resources.nodepools import PoolInventory
+from webhook.engine.resources.quotas import Quotas
 
 
 @dataclass(slots=True)  # built per review: frozen would triple its cost
@@ -48,6 +49,8 @@ class InventoryView:
     # Autoscaler objects (Karpenter NodePools, cluster-autoscaler status, GKE
     # ComputeClasses): nodes that could exist. None: not read.
     pools: PoolInventory | None = None
+    # The cluster's ResourceQuotas (issue 26); None: not known.
+    quotas: Quotas | None = None
 
 
 NO_INVENTORY = InventoryView(None)

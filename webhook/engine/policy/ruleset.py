@@ -17,6 +17,7 @@ from typing import Any, Literal
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS, KindTable, TemplateLocation, WorkloadKind
+from webhook.engine.resources.cudatable import CudaImages, parse_version
 from webhook.engine.resources.gpufacts import DEVICE_PLUGIN_DEFAULTS, MEMORY_LABEL, SlotRefusal
 from webhook.engine.resources.instancetypes import (
     Allowance,
@@ -58,6 +59,10 @@ DEFAULT_CHECK_ACTIONS: dict[str, BuiltinAction] = {
     "gpuAccessWithoutRequest": "deny",
     "nonGPUPodOnGPUNode": "warn",
     "unknownRuntimeClass": "deny",
+    # Issue 26: what still fails after admission.
+    "gangFit": "deny",
+    "cudaDriver": "deny",
+    "gpuQuota": "warn",
 }
 # NVIDIA's DRA driver (k8s-dra-driver-gpu): full GPUs and MIG devices.
 DEFAULT_GPU_DEVICE_CLASSES: tuple[str, ...] = ("gpu.nvidia.com", "mig.nvidia.com")
@@ -317,6 +322,8 @@ class Settings:
     keep_off_refusing_nodes: bool = True
     # Extended resources the scheduler ignores (``ignoredResources``), never "unknown".
     ignored_resources: Callable[[str], bool] = field(default_factory=lambda: glob_matcher(()))
+    # Issue 26: what CUDA images are built on (the shipped table and cudaImages mappings).
+    cuda_images: CudaImages = field(default_factory=CudaImages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,18 +353,24 @@ class RuleDocument:
 
 
 def compile_policy(
-    documents: Sequence[RuleDocument], *, catalogue: Catalogue | None = None
+    documents: Sequence[RuleDocument],
+    *,
+    catalogue: Catalogue | None = None,
+    cuda_table: Mapping[str, Any] | None = None,
 ) -> Policy:
     """Build a ``Policy``; raise ``PolicyError`` listing every problem found.
 
-    ``catalogue``: the shipped instance types (the engine reads no files); ``InstanceType``
-    documents extend or override it."""
+    The engine reads no files, so the shell passes the shipped data in: ``catalogue``, the
+    instance types (``InstanceType`` documents extend or override it), and ``cuda_table``,
+    the public CUDA images as plain data (``webhook/data/cuda-images.yaml``; without it only
+    rule-file mappings count)."""
     problems: list[PolicyProblem] = []
     instance_types: list[InstanceType] = []
     rules: list[Rule] = []
     pools: list[Node] = []
     kinds: list[WorkloadKind] = []
-    settings = Settings()
+    table = cuda_table or {}
+    settings = Settings(cuda_images=CudaImages.of(table))
     settings_seen: DocumentRef | None = None
     names: dict[tuple[str, str], DocumentRef] = {}
     for doc in documents:
@@ -378,7 +391,7 @@ def compile_policy(
                     )
                 )
             settings_seen = doc.ref
-            settings = _compile_settings(spec)
+            settings = _compile_settings(spec, table, doc.ref, problems)
         elif kind == "NodePool":
             pools.append(_compile_pool(doc.ref, spec, problems))
         elif kind == "WorkloadKind":
@@ -406,7 +419,12 @@ def compile_policy(
     )
 
 
-def _compile_settings(spec: Mapping[str, Any]) -> Settings:
+def _compile_settings(
+    spec: Mapping[str, Any],
+    cuda_table: Mapping[str, Any],
+    ref: DocumentRef,
+    problems: list[PolicyProblem],
+) -> Settings:
     entries = spec.get("gpuResources")
     resources = (
         GPUResources((e["name"], bool(e.get("shared", False))) for e in entries)
@@ -427,6 +445,7 @@ def _compile_settings(spec: Mapping[str, Any]) -> Settings:
         else spec.get("autoscaling", "detect"),
         allowance=_compile_allowance(spec.get("systemReserved") or {}),
         **_compile_device_plugin(spec),
+        cuda_images=_compile_cuda_images(spec.get("cudaImages") or (), cuda_table, ref, problems),
     )
 
 
@@ -459,6 +478,21 @@ def _compile_device_plugin(spec: Mapping[str, Any]) -> dict[str, Any]:
         "keep_off_refusing_nodes": bool(plugin.get("keepOffRefusingNodes", True)),
         "ignored_resources": glob_matcher(spec.get("ignoredResources") or ()),
     }
+
+
+def _compile_cuda_images(
+    entries: Sequence[Mapping[str, Any]],
+    table: Mapping[str, Any],
+    ref: DocumentRef,
+    problems: list[PolicyProblem],
+) -> CudaImages:
+    for index, entry in enumerate(entries):
+        if parse_version(str(entry["cuda"])) is None:
+            path = f"spec.cudaImages[{index}].cuda"
+            problems.append(
+                PolicyProblem(ref, path, f'"{entry["cuda"]}" is not a version like 12.4')
+            )
+    return CudaImages.of(table, entries)
 
 
 def _compile_gpu_nodes(spec: Mapping[str, Any]) -> GPUNodes:

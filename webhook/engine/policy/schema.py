@@ -12,7 +12,15 @@ API_VERSION = "gpu-webhook.io/v1alpha1"
 ACTIONS = ["deny", "warn", "audit"]
 PROBES = ("liveness", "readiness", "startup")
 # What a GPUPolicy's ``exempt`` may name: built-in checks and mutations of GPU access control.
-EXEMPTIONS = ["gpuAccessWithoutRequest", "nonGPUPodOnGPUNode", "hideGPUs", "avoidGPUNodes"]
+EXEMPTIONS = [
+    "gpuAccessWithoutRequest",
+    "nonGPUPodOnGPUNode",
+    "hideGPUs",
+    "avoidGPUNodes",
+    # Issue 26: the CUDA driver check and its node affinity.
+    "cudaDriver",
+    "cudaAffinity",
+]
 _DNS_SUBDOMAIN = {
     "type": "string",
     "minLength": 1,
@@ -316,6 +324,10 @@ BUILTIN_CHECKS = {
     "gpuAccessWithoutRequest": "a container that asks for no GPU but can reach GPUs",
     "nonGPUPodOnGPUNode": "a pod that asks for no GPU but can only (or freely) use GPU nodes",
     "unknownRuntimeClass": "a runtime class the cluster does not have (live inventory)",
+    # Issue 26: what still fails after admission.
+    "gangFit": "pods that must run together (training jobs, gangs) cannot all run at once",
+    "cudaDriver": "no node the pod can use has a driver new enough for its container's CUDA",
+    "gpuQuota": "a workload's pods together need more GPUs than its namespace's hard quota",
 }
 _GPU_TAINT = _obj(
     {
@@ -444,6 +456,19 @@ _SETTINGS = _obj(
             **_STR_LIST,
             "description": "Extended resources (globs) the scheduler is told to ignore "
             "(ignoredResources, ignoredResourceGroups): never called unknown.",
+        },
+        # Issue 26: private images and the CUDA version they are built on.
+        "cudaImages": {
+            "type": "array",
+            "description": "Image patterns (globs) and the CUDA version they need, for the "
+            "cudaDriver check; before the shipped table of public images.",
+            "items": _obj(
+                {
+                    "image": {"type": "string", "minLength": 1},
+                    "cuda": {"type": "string", "pattern": "^[0-9]+\\.[0-9]+(\\.[0-9]+)?$"},
+                },
+                required=["image", "cuda"],
+            ),
         },
     }
 )

@@ -90,6 +90,30 @@ def shortfalls(
     return tuple(out)
 
 
+def pods_per_node(allocatable: Mapping[str, int], facts: GPUFacts, demand: Demand) -> int | None:
+    """How many pods of this request vector one empty node of this class holds at once:
+    the least, over the entries of the vector, of what the node has divided by what one
+    pod asks (``fitsRequest`` applied to the node again after each pod). ``None`` when no
+    entry bounds it (a vector of amounts the node does not state).
+
+    The one place gang checks ask "how many of this pod fit a node"; node pools from any
+    source (declared pools, autoscaler node pools) answer through it with their
+    allocatable. The node's ``pods`` limit is not read (the inventory keeps only cpu,
+    memory and extended resources), so the count may be higher than the kubelet allows,
+    never lower: a gang judged too large by it is too large.
+    """
+    if shortfalls(allocatable, facts, demand):
+        return 0
+    most: int | None = None
+    for name, need in (*demand.gpus, ("cpu", demand.cpu), ("memory", demand.memory)):
+        have = allocatable.get(name)
+        if need <= 0 or have is None:
+            continue
+        count = have // need
+        most = count if most is None else min(most, count)
+    return most
+
+
 def quantity_text(resource: str, amount: int) -> str:
     """An entry of the vector as people write it: ``64Gi`` of memory, ``500m`` of cpu."""
     if resource == "memory":

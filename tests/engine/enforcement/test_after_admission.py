@@ -1,0 +1,168 @@
+"""The checks of what still fails after admission (gangFit, cudaDriver, gpuQuota): each follows
+its action, and rules can exempt pods from the CUDA check and its affinity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy
+from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.quotas import Quota, Quotas
+from webhook.files.cudaimages import cuda_table
+from webhook.files.inventoryfile import load_inventory_file
+
+INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
+TOLERATE = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def view(name: str = "two-driver-pools-with-quota") -> InventoryView:
+    return load_inventory_file(str(INVENTORIES / f"{name}.yaml")).view()
+
+
+def _doc(kind: str, spec: dict[str, Any], name: str = "r") -> RuleDocument:
+    body = {"apiVersion": "gpu-webhook.io/v1alpha1", "kind": kind, "metadata": {"name": name}}
+    return RuleDocument(DocumentRef("test", 1, kind, name), {**body, "spec": spec})
+
+
+def settings(**spec: Any) -> Policy:
+    return compile_policy([_doc("GPUSettings", spec)], cuda_table=cuda_table())
+
+
+def _spec(gpus: int, image: str = "registry.example.com/x:1", **env: str) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": image,
+        "resources": {"limits": {"nvidia.com/gpu": gpus}},
+    }
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return {"tolerations": [TOLERATE], "containers": [container]}
+
+
+def pod(gpus: int, image: str = "registry.example.com/x:1", **env: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": _spec(gpus, image, **env),
+    }
+
+
+def deployment(replicas: int, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "ml"},
+        "spec": {"replicas": replicas, "template": {"spec": _spec(gpus)}},
+    }
+
+
+def pytorchjob(workers: int, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "j", "namespace": "team-b"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Worker": {"replicas": workers, "template": {"spec": _spec(gpus)}}
+            }
+        },
+    }
+
+
+CASES = [
+    pytest.param("gangFit", pytorchjob(3, 8), "at most 2 of its 3 pods", id="gangFit"),
+    pytest.param(
+        "cudaDriver",
+        pod(1, NVIDIA_REQUIRE_CUDA="cuda>=12.6"),
+        "the newest there is driver 550.90.07 (CUDA 12.4)",
+        id="cudaDriver",
+    ),
+    pytest.param("gpuQuota", deployment(4, 2), "ResourceQuota ml/gpu-quota allows", id="gpuQuota"),
+]
+
+
+@pytest.mark.parametrize("action", ["deny", "warn", "audit"])
+@pytest.mark.parametrize(("check", "obj", "text"), CASES)
+def test_each_check_follows_its_action(
+    check: str, obj: dict[str, Any], text: str, action: str
+) -> None:
+    decision = evaluate(Request(obj), policy=settings(checks={check: action}), inventory=view())
+    found = [f for f in decision.findings if f.check == check]
+    assert [f.action for f in found] == [action]
+    assert text in found[0].message
+    assert decision.allowed is (action != "deny")
+
+
+def test_a_pod_over_what_is_left_of_its_quota_is_allowed_with_a_notice() -> None:
+    decision = evaluate(Request(pod(3)), policy=settings(), inventory=view())
+    assert decision.allowed
+    assert [f.check for f in decision.findings] == []
+    (notice,) = [n for n in decision.notices if "ResourceQuota" in n]
+    assert "requests.nvidia.com/gpu hard 4, 2 used now; this pod asks 3 more" in notice
+
+
+def test_a_scoped_quota_is_not_judged() -> None:
+    scoped = Quota("ml", "q", {"requests.nvidia.com/gpu": 1}, scoped=True)
+    inventory = view()
+    inventory.quotas = Quotas.of([scoped])
+    decision = evaluate(Request(deployment(4, 2)), policy=settings(), inventory=inventory)
+    assert [f.check for f in decision.findings] == []
+
+
+def test_dra_devices_from_claim_templates_count_against_the_device_class_quota() -> None:
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "two-gpus", "namespace": "ml"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    inventory = view()
+    inventory.devices = DeviceInventory.of([template], complete=False)
+    job = deployment(2, 0)
+    spec = job["spec"]["template"]["spec"]
+    spec["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]
+    decision = evaluate(Request(job), policy=settings(), inventory=inventory)
+    found = [f for f in decision.findings if f.check == "gpuQuota"]
+    assert len(found) == 1
+    assert "4 gpu.nvidia.com.deviceclass.resource.k8s.io/devices" in found[0].message
+
+
+@pytest.mark.parametrize(
+    ("exempt", "denied", "patched"),
+    [
+        pytest.param(None, False, True, id="affinity-by-default"),
+        pytest.param(["cudaAffinity"], False, False, id="affinity-exempt"),
+        pytest.param(["cudaDriver"], False, False, id="check-exempt"),
+    ],
+)
+def test_rules_can_exempt_pods_from_the_cuda_check_and_its_affinity(
+    exempt: list[str] | None, denied: bool, patched: bool
+) -> None:
+    docs = [_doc("GPUSettings", {})]
+    if exempt:
+        docs.append(_doc("GPUPolicy", {"match": {"namespaces": ["ml"]}, "exempt": exempt}, "ex"))
+    policy = compile_policy(docs, cuda_table=cuda_table())
+    decision = evaluate(
+        Request(pod(1, "nvidia/cuda:12.2.2-runtime-ubuntu22.04")), policy=policy, inventory=view()
+    )
+    assert decision.allowed is not denied
+    affinity = [op for op in decision.patch if "affinity" in op["path"]]
+    assert bool(affinity) is patched
