@@ -252,6 +252,9 @@ def _after_admission(
     asked = [(t, pod, claims) for t, pod, claims, _ in judged]
     if fits and snapshot is not None:
         action = policy.settings.actions.get("gangFit", "deny")
+        if snapshot.unbounded and action == "deny":
+            # A pool of unknown size may bring the nodes the gang needs: never a guess.
+            action = "warn"
         findings.extend(gang_findings(request.object, fits, action=action))
     if quotas is not None:
         workload = bool(asked) and bool(asked[0][0].path)
