@@ -20,9 +20,8 @@ import time
 
 import pytest
 
-from tests.builders import INVENTORY, RULES, pod, review
+from tests.builders import pod, review
 from tests.running import Server, post
-from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.serving.worker import ANSWER_SECONDS
 
 pytestmark = pytest.mark.slow
@@ -35,14 +34,8 @@ def _close_clients():
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("attacks")
-    write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=30), tmp)
-    running = Server(tmp=tmp, cert_dir=tmp, rules=RULES, inventory=INVENTORY, workers=2)
-    running.wait_for_fresh_workers(set(), 2)
-    running.first_workers = set(running.workers())
-    yield running
-    assert running.stop() == 0, running.log.read_text()[-3000:]
+def server(attacked_server):
+    return attacked_server
 
 
 def reviews_answered(server, count=4, timeout=10.0):

@@ -33,14 +33,8 @@ def _close_clients():
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("hostile")
-    write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=30), tmp)
-    running = Server(tmp=tmp, cert_dir=tmp, rules=RULES, inventory=INVENTORY, workers=2)
-    running.wait_for_fresh_workers(set(), 2)
-    running.first_workers = set(running.workers())
-    yield running
-    assert running.stop() == 0, running.log.read_text()
+def server(attacked_server):
+    return attacked_server
 
 
 def reviews_answered(server, count=10, timeout=5.0):
