@@ -865,6 +865,19 @@ def _finding(check: str, settings_action: str, message: str, summary: str, where
     return Finding("builtin", check, action_of(settings_action), message, summary, where)
 
 
+def unevaluated_selector(reason: str, *, actions: Mapping[str, str], where: str) -> Finding:
+    """A CEL selector the webhook could not evaluate: the claims' fit is unknown, never a
+    denial (``deviceSelector``, a warning by default)."""
+    return _finding(
+        "deviceSelector",
+        actions.get("deviceSelector", "warn"),
+        f"the webhook could not evaluate a device selector ({reason}); "
+        "whether the pod's claims fit was not checked.",
+        "device selector not evaluated; claims not checked",
+        where,
+    )
+
+
 def claim_findings(
     claims: PodClaims,
     *,
@@ -918,14 +931,7 @@ def claim_findings(
         return
     if answer.fits is None:
         if answer.reason and "selector" in answer.reason:
-            yield _finding(
-                "deviceSelector",
-                actions.get("deviceSelector", "warn"),
-                f"the webhook could not evaluate a device selector ({answer.reason}); "
-                "whether the pod's claims fit was not checked.",
-                "device selector not evaluated; claims not checked",
-                where,
-            )
+            yield unevaluated_selector(answer.reason, actions=actions, where=where)
         return
     everywhere = candidates(devices, nodes, EVERYWHERE)
     message, summary = shortfall(known, found, everywhere, devices)

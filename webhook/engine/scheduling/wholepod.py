@@ -42,6 +42,7 @@ from webhook.engine.scheduling.dra import (
     device_counts,
     fits_somewhere,
     shortfall,
+    unevaluated_selector,
 )
 
 _MEMO_SIZE = 4096
@@ -309,14 +310,7 @@ def whole_pod_findings(
         return
     if answer.fits is None:
         if "selector" in answer.reason:
-            yield _finding(
-                "deviceSelector",
-                actions.get("deviceSelector", "warn"),
-                f"the webhook could not evaluate a device selector ({answer.reason}); "
-                "whether the pod's claims fit was not checked.",
-                "device selector not evaluated; claims not checked",
-                where,
-            )
+            yield unevaluated_selector(answer.reason, actions=actions, where=where)
         return
     message, summary = whole_pod_shortfall(
         claims, demand=demand, placement=placement, nodes=nodes, devices=devices
