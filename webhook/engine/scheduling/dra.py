@@ -51,6 +51,7 @@ from webhook.engine.demand.gpus import PodGPUs
 from webhook.engine.kube.selectors import dig, terms_match
 from webhook.engine.kube.workloads import Path
 from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.policy.ruleset import GPUResources
 from webhook.engine.resources.devices import (
     ALLOCATION_RESULTS_MAX_SIZE,
     Claim,
@@ -747,6 +748,42 @@ def class_devices(inventory: DeviceInventory, profile: Profile) -> tuple[tuple[s
     return tuple(out)
 
 
+def serves_gpus(
+    inventory: DeviceInventory, node: Node, is_gpu_class: Callable[[str], bool]
+) -> bool:
+    """Whether the node's ResourceSlices hold a device that a GPU class (``gpuDeviceClasses``)
+    selects: a DRA driver serves GPUs there, device plugin or not. Taints do not matter (a
+    tainted GPU is still in the node); a selector this webhook cannot evaluate selects
+    nothing here, since calling a node a GPU node only ever adds findings."""
+    if not inventory.complete:
+        return False
+    gpu_classes = [c for name, c in sorted(inventory.classes.items()) if is_gpu_class(name)]
+    if not gpu_classes:
+        return False
+    profile = inventory.profile(node)
+    if not profile.devices:
+        return False
+    matcher = _Matcher(inventory)
+    exact = any(matcher.exact(e) for c in gpu_classes for e in c.selectors)
+    key = (
+        "serves-gpus",
+        profile.example if exact else profile.key,
+        tuple(c.name for c in gpu_classes),
+    )
+    known = inventory._memo.get(key)
+    if known is not None:
+        return known  # type: ignore[no-any-return]
+    answer = any(
+        all(matcher.matches(e, device) is True for e in device_class.selectors)
+        for device_class in gpu_classes
+        for device in profile.devices
+    )
+    if len(inventory._memo) >= _MEMO_SIZE:
+        inventory._memo.clear()
+    inventory._memo[key] = answer
+    return answer
+
+
 def shortfall(
     claims: Sequence[PodClaim],
     found: Candidates,
@@ -978,6 +1015,35 @@ def class_findings(
             )
 
 
+def served_gpu_resources(
+    resources: GPUResources,
+    *,
+    devices: DeviceInventory | None,
+    is_gpu_class: Callable[[str], bool],
+) -> GPUResources:
+    """The policy's GPU resources, plus every extended resource a GPU device class serves
+    (``gpuDeviceClasses``): its ``extendedResourceName`` and the implicit
+    ``deviceclass.resource.kubernetes.io/<class>``. A pod asking for one gets devices of
+    that class (KEP-5004), so it is a GPU demand whatever ``gpuResources`` lists; a name a
+    non-GPU class serves stays an extended resource like any other."""
+    if devices is None or not devices.extended:
+        return resources
+    memo = devices._memo
+    known = memo.get("gpu-resources")
+    if known is not None and known[0] is resources and known[1] is is_gpu_class:
+        return known[2]  # type: ignore[no-any-return]
+    extra = sorted(
+        name
+        for name, device_class in devices.extended.items()
+        if is_gpu_class(device_class) and not resources.is_gpu(name)
+    )
+    answer = (
+        GPUResources((*resources.entries, *((n, False) for n in extra))) if extra else resources
+    )
+    memo["gpu-resources"] = (resources, is_gpu_class, answer)
+    return answer
+
+
 def extended_resource_claims(
     pod: PodGPUs, claims: PodClaims, *, devices: DeviceInventory | None
 ) -> tuple[PodGPUs, PodClaims]:
@@ -990,8 +1056,12 @@ def extended_resource_claims(
     resource (a device plugin) NodeResourcesFit counts it, else the class's devices serve
     it. ``webhook.engine.scheduling.wholepod`` judges the pod node by node; the claim made
     here (``counted`` False: its GPUs are already counted as the resource) stands for the
-    DRA side only."""
-    if devices is None or not devices.complete or not devices.extended:
+    DRA side only.
+
+    Without the slices (``check`` given DeviceClasses but no ResourceSlices) the resource
+    is still taken out: the nodes without it in allocatable may hold the class's devices,
+    so no node count can deny it (the claim checks say the devices were not checked)."""
+    if devices is None or not devices.extended:
         return pod, claims
     served = {r: devices.extended[r] for r in pod.effective if r in devices.extended}
     if not served:

@@ -1,0 +1,55 @@
+"""Which extended resources are GPUs once DRA serves them, and which nodes DRA gives GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from webhook.engine.policy.ruleset import DEFAULT_GPU_DEVICE_CLASSES, GPUResources, glob_matcher
+from webhook.engine.resources.inventory import Node
+from webhook.engine.scheduling.dra import served_gpu_resources, serves_gpus
+from webhook.files.inventoryfile import load_inventory_file
+
+INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
+DEVICES = load_inventory_file(str(INVENTORIES / "dra-driver-only.yaml")).view().devices
+assert DEVICES is not None
+GPU_CLASSES = glob_matcher(DEFAULT_GPU_DEVICE_CLASSES)
+POLICY = GPUResources()
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu"),
+    [
+        pytest.param("deviceclass.resource.kubernetes.io/gpu.nvidia.com", True, id="implicit"),
+        pytest.param("deviceclass.resource.kubernetes.io/mig.nvidia.com", True, id="MIG class"),
+        pytest.param("nvidia.com/gpu", True, id="extendedResourceName"),
+        pytest.param("deviceclass.resource.kubernetes.io/multinic", False, id="a NIC class"),
+        pytest.param("deviceclass.resource.kubernetes.io/nosuch", False, id="no such class"),
+        pytest.param("example.com/fpga", False, id="served by nothing"),
+    ],
+)
+def test_a_name_a_gpu_device_class_serves_is_a_gpu_resource(name: str, gpu: bool) -> None:
+    resources = served_gpu_resources(POLICY, devices=DEVICES, is_gpu_class=GPU_CLASSES)
+    assert resources.is_gpu(name) is gpu
+
+
+def test_the_policys_own_resources_stay_as_they_are() -> None:
+    resources = served_gpu_resources(POLICY, devices=DEVICES, is_gpu_class=GPU_CLASSES)
+    assert resources.is_shared("nvidia.com/gpu.shared")
+    assert resources is served_gpu_resources(POLICY, devices=DEVICES, is_gpu_class=GPU_CLASSES)
+    assert served_gpu_resources(POLICY, devices=None, is_gpu_class=GPU_CLASSES) is POLICY
+
+
+@pytest.mark.parametrize(
+    ("node", "gpus"),
+    [
+        pytest.param("dra-h100-0", True, id="NVIDIA's driver publishes two H100s"),
+        pytest.param("nic-0", False, id="dranet's network interfaces"),
+        pytest.param("cpu-0", False, id="no slice"),
+    ],
+)
+def test_a_node_serves_gpus_when_a_gpu_class_selects_one_of_its_devices(
+    node: str, gpus: bool
+) -> None:
+    assert serves_gpus(DEVICES, Node(name=node), GPU_CLASSES) is gpus
