@@ -8,7 +8,7 @@ import pytest
 
 from webhook.engine.policy.ruleset import DEFAULT_GPU_DEVICE_CLASSES, GPUResources, glob_matcher
 from webhook.engine.resources.inventory import Node
-from webhook.engine.scheduling.dra import served_gpu_resources, serves_gpus
+from webhook.engine.scheduling.dra import gpu_class_matcher, served_gpu_resources, serves_gpus
 from webhook.files.inventoryfile import load_inventory_file
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
@@ -53,3 +53,32 @@ def test_a_node_serves_gpus_when_a_gpu_class_selects_one_of_its_devices(
     node: str, gpus: bool
 ) -> None:
     assert serves_gpus(DEVICES, Node(name=node), GPU_CLASSES) is gpus
+
+
+MIG_DEMO = load_inventory_file(str(INVENTORIES / "dra-gh200-mig-1g12gb.yaml")).view().devices
+assert MIG_DEMO is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu"),
+    [
+        pytest.param(
+            "deviceclass.resource.kubernetes.io/mig-1g-12gb.gpu.nvidia.com",
+            True,
+            id="a class serving a GPU resource (NVIDIA's per-profile class)",
+        ),
+        pytest.param(
+            "deviceclass.resource.kubernetes.io/mig.nvidia.com",
+            False,
+            id="a class named nowhere and serving no GPU resource",
+        ),
+    ],
+)
+def test_a_class_whose_extended_resource_is_a_gpu_is_a_gpu_class_under_any_name(
+    name: str, gpu: bool
+) -> None:
+    nothing = glob_matcher([])
+    resources = served_gpu_resources(POLICY, devices=MIG_DEMO, is_gpu_class=nothing)
+    assert resources.is_gpu(name) is gpu
+    is_gpu_class = gpu_class_matcher(MIG_DEMO, is_gpu_class=nothing, resources=POLICY)
+    assert is_gpu_class(name.rpartition("/")[2]) is gpu

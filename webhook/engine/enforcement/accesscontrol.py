@@ -31,6 +31,7 @@ from webhook.engine.policy.decision import Finding, action_of
 from webhook.engine.policy.ruleset import Mutations, Rule, Settings
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Placement
+from webhook.engine.scheduling.dra import gpu_class_matcher
 from webhook.engine.scheduling.gpunodes import (
     DRAGPUs,
     GPUNodeReach,
@@ -113,7 +114,10 @@ def dra_gpus(settings: Settings, devices: DeviceInventory | None) -> DRAGPUs | N
     """Nodes whose ResourceSlices hold GPUs are GPU nodes (``gpunodes.DRAGPUs``)."""
     if devices is None or not devices.complete:
         return None
-    return DRAGPUs(devices, settings.gpu_device_classes)
+    gpu = gpu_class_matcher(
+        devices, is_gpu_class=settings.gpu_device_classes, resources=settings.gpu_resources
+    )
+    return DRAGPUs(devices, gpu)
 
 
 class PodReach:

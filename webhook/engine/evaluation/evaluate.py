@@ -66,6 +66,7 @@ from webhook.engine.scheduling.dra import (
     PodClaims,
     claim_findings,
     extended_resource_claims,
+    gpu_class_matcher,
     pod_claims,
     served_gpu_resources,
     with_claim_gpus,
@@ -530,12 +531,16 @@ def _asks(
         settings.gpu_resources, devices=view.devices, is_gpu_class=settings.gpu_device_classes
     )
     pod = pod_gpus(template.spec, gpus, template.singles)
+    devices = view.devices
+    is_gpu_class = settings.gpu_device_classes
+    if devices is not None:
+        is_gpu_class = gpu_class_matcher(devices, is_gpu_class=is_gpu_class, resources=gpus)
     claims = (
         pod_claims(
             template.spec,
             namespace=request.effective_namespace,
-            devices=view.devices,
-            is_gpu_class=settings.gpu_device_classes,
+            devices=devices,
+            is_gpu_class=is_gpu_class,
         )
         if template.spec.get("resourceClaims")
         else NO_CLAIMS

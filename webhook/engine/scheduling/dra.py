@@ -1015,6 +1015,26 @@ def class_findings(
             )
 
 
+def gpu_class_matcher(
+    devices: DeviceInventory, *, is_gpu_class: Callable[[str], bool], resources: GPUResources
+) -> Callable[[str], bool]:
+    """Which device classes are GPU classes: named in ``gpuDeviceClasses``, or serving an
+    ``extendedResourceName`` that is a GPU resource."""
+    memo = devices._memo
+    key = ("gpu-classes", id(resources), id(is_gpu_class))
+    known = memo.get(key)
+    if known is not None and known[0] is resources and known[1] is is_gpu_class:
+        return known[2]  # type: ignore[no-any-return]
+    served = frozenset(
+        name
+        for name, c in devices.classes.items()
+        if c.extended_resource and resources.is_gpu(c.extended_resource)
+    )
+    answer = (lambda name: name in served or is_gpu_class(name)) if served else is_gpu_class
+    memo[key] = (resources, is_gpu_class, answer)
+    return answer
+
+
 def served_gpu_resources(
     resources: GPUResources,
     *,
@@ -1025,17 +1045,21 @@ def served_gpu_resources(
     (``gpuDeviceClasses``): its ``extendedResourceName`` and the implicit
     ``deviceclass.resource.kubernetes.io/<class>``. A pod asking for one gets devices of
     that class (KEP-5004), so it is a GPU demand whatever ``gpuResources`` lists; a name a
-    non-GPU class serves stays an extended resource like any other."""
+    non-GPU class serves stays an extended resource like any other. A class is a GPU class
+    by name (``gpuDeviceClasses``) or by what it serves: NVIDIA's per-profile classes
+    (``mig-1g-12gb.gpu.nvidia.com`` serving ``nvidia.com/mig-1g.12gb``, its
+    demo/specs/extended-resources) are GPUs under any name."""
     if devices is None or not devices.extended:
         return resources
     memo = devices._memo
     known = memo.get("gpu-resources")
     if known is not None and known[0] is resources and known[1] is is_gpu_class:
         return known[2]  # type: ignore[no-any-return]
+    gpu = gpu_class_matcher(devices, is_gpu_class=is_gpu_class, resources=resources)
     extra = sorted(
         name
         for name, device_class in devices.extended.items()
-        if is_gpu_class(device_class) and not resources.is_gpu(name)
+        if gpu(device_class) and not resources.is_gpu(name)
     )
     answer = (
         GPUResources((*resources.entries, *((n, False) for n in extra))) if extra else resources
