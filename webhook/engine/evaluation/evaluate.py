@@ -527,14 +527,12 @@ def _asks(
     view: InventoryView,
 ) -> tuple[PodGPUs, PodClaims]:
     """What the template asks of GPUs: resources per container, and DRA claims."""
-    gpus = served_gpu_resources(
-        settings.gpu_resources, devices=view.devices, is_gpu_class=settings.gpu_device_classes
-    )
-    pod = pod_gpus(template.spec, gpus, template.singles)
     devices = view.devices
-    is_gpu_class = settings.gpu_device_classes
-    if devices is not None:
+    gpus, is_gpu_class = settings.gpu_resources, settings.gpu_device_classes
+    if devices is not None:  # names and classes that serve GPUs (KEP-5004)
+        gpus = served_gpu_resources(gpus, devices=devices, is_gpu_class=is_gpu_class)
         is_gpu_class = gpu_class_matcher(devices, is_gpu_class=is_gpu_class, resources=gpus)
+    pod = pod_gpus(template.spec, gpus, template.singles)
     claims = (
         pod_claims(
             template.spec,

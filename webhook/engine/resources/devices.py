@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import itertools
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -787,6 +787,24 @@ class DeviceInventory:
                 ),
             )
         return Profile(devices=devices, key=key, example=node.name)
+
+    def named_devices(self) -> Iterator[tuple[str, Device]]:
+        """(node, device) for every device given to one named node (its slice's
+        ``nodeName``, or ``perDeviceNodeSelection`` naming it)."""
+        for name, slices in self._local.items():
+            for s in slices:
+                for device in s.devices:
+                    yield name, device
+        for name, devices in self._placed.items():
+            for device in devices:
+                yield name, device
+
+    @property
+    def reachable_devices(
+        self,
+    ) -> Sequence[tuple[Device, bool, tuple[Mapping[str, Any], ...] | None]]:
+        """Devices several nodes may use: (device, every node, the node selector's terms)."""
+        return self._network
 
     def node_names(self) -> list[str]:
         """Nodes named by slices: what to judge when no node inventory is given."""

@@ -748,6 +748,23 @@ def class_devices(inventory: DeviceInventory, profile: Profile) -> tuple[tuple[s
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class GPUDevices:
+    """Where a snapshot's GPUs are (devices a GPU class selects): the nodes slices name, and
+    the node selectors of GPUs that several nodes may use."""
+
+    named: frozenset[str]
+    reachable: tuple[tuple[bool, tuple[Mapping[str, Any], ...] | None], ...]
+
+    def holds(self, node: Node) -> bool:
+        if node.name in self.named:
+            return True
+        return any(
+            every or (terms is not None and terms_match(terms, node.labels, node.name))
+            for every, terms in self.reachable
+        )
+
+
 def serves_gpus(
     inventory: DeviceInventory, node: Node, is_gpu_class: Callable[[str], bool]
 ) -> bool:
@@ -755,32 +772,38 @@ def serves_gpus(
     selects: a DRA driver serves GPUs there, device plugin or not. Taints do not matter (a
     tainted GPU is still in the node); a selector this webhook cannot evaluate selects
     nothing here, since calling a node a GPU node only ever adds findings."""
-    if not inventory.complete:
-        return False
-    gpu_classes = [c for name, c in sorted(inventory.classes.items()) if is_gpu_class(name)]
-    if not gpu_classes:
-        return False
-    profile = inventory.profile(node)
-    if not profile.devices:
-        return False
-    matcher = _Matcher(inventory)
-    exact = any(matcher.exact(e) for c in gpu_classes for e in c.selectors)
-    key = (
-        "serves-gpus",
-        profile.example if exact else profile.key,
-        tuple(c.name for c in gpu_classes),
-    )
+    return gpu_devices(inventory, is_gpu_class).holds(node)
+
+
+def gpu_devices(inventory: DeviceInventory, is_gpu_class: Callable[[str], bool]) -> GPUDevices:
+    """Where the snapshot's GPUs are (``serves_gpus``), once per snapshot and matcher: the
+    cost follows the slices, not the nodes, most of which have none. Snapshots that differ
+    only in claims share the answer (they share the memo)."""
+    key = ("gpu-devices", id(is_gpu_class))
     known = inventory._memo.get(key)
-    if known is not None:
-        return known  # type: ignore[no-any-return]
-    answer = any(
-        all(matcher.matches(e, device) is True for e in device_class.selectors)
-        for device_class in gpu_classes
-        for device in profile.devices
+    if known is not None and known[0] is is_gpu_class:
+        return known[1]  # type: ignore[no-any-return]
+    selectors = [c.selectors for name, c in sorted(inventory.classes.items()) if is_gpu_class(name)]
+    matcher = _Matcher(inventory)
+    exact = any(matcher.exact(e) for chosen in selectors for e in chosen)
+    seen: dict[Any, bool] = {}
+
+    def gpu(device: Device) -> bool:
+        # Devices alike but for their identity (uuid, bus id) are matched once.
+        key = device if exact else inventory.content(device)
+        known = seen.get(key)
+        if known is None:
+            known = seen[key] = inventory.complete and any(
+                all(matcher.matches(e, device) is True for e in chosen) for chosen in selectors
+            )
+        return known
+
+    named = frozenset(name for name, device in inventory.named_devices() if gpu(device))
+    reachable = tuple(
+        (every, terms) for device, every, terms in inventory.reachable_devices if gpu(device)
     )
-    if len(inventory._memo) >= _MEMO_SIZE:
-        inventory._memo.clear()
-    inventory._memo[key] = answer
+    answer = GPUDevices(named, reachable)
+    inventory._memo[key] = (is_gpu_class, answer)
     return answer
 
 

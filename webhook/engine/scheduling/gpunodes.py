@@ -26,7 +26,7 @@ from webhook.engine.kube.selectors import requirement_matches, tolerates
 from webhook.engine.policy.ruleset import GPUNodes, GPUResources, NodeLabel
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import CONDITION_TAINT_PREFIX, Inventory, Placement, Shape
-from webhook.engine.scheduling.dra import serves_gpus
+from webhook.engine.scheduling.dra import GPUDevices, gpu_devices
 
 
 class Reach(Enum):
@@ -81,9 +81,12 @@ class DRAGPUs:
     devices: DeviceInventory
     is_gpu_class: Callable[[str], bool]
 
+    def gpus(self) -> GPUDevices:
+        return gpu_devices(self.devices, self.is_gpu_class)
+
 
 def _gpu_members(
-    shape: Shape, *, nodes: GPUNodes, resources: GPUResources, dra: DRAGPUs | None
+    shape: Shape, *, nodes: GPUNodes, resources: GPUResources, dra: GPUDevices | None
 ) -> tuple[bool, bool]:
     """(some node of the shape is a GPU node, every one is): by allocatable and labels,
     which all members share, else by each member's ResourceSlices."""
@@ -91,7 +94,7 @@ def _gpu_members(
         return True, True
     if dra is None or shape.pool:
         return False, False
-    found = [serves_gpus(dra.devices, member, dra.is_gpu_class) for member in shape.members]
+    found = [dra.holds(member) for member in shape.members]
     return any(found), all(found)
 
 
@@ -148,23 +151,21 @@ def bound_node_reach(
         for member in shape.members:
             if member.name == name:
                 gpu = is_gpu_shape(shape, nodes=nodes, resources=resources) or (
-                    dra is not None
-                    and not shape.pool
-                    and serves_gpus(dra.devices, member, dra.is_gpu_class)
+                    dra is not None and not shape.pool and dra.gpus().holds(member)
                 )
                 return GPUNodeReach(Reach.ONLY if gpu else Reach.NONE, (), True)
     return None
 
 
 def _gpu_taints(
-    inventory: Inventory, *, nodes: GPUNodes, resources: GPUResources, dra: DRAGPUs | None
+    inventory: Inventory, members: Mapping[int, tuple[bool, bool]]
 ) -> list[tuple[str, str | None, str]]:
     """Taints that GPU nodes carry and other nodes do not; a node's condition taints
     (``node.kubernetes.io/not-ready`` and the like) come and go on any node."""
     on_gpu: set[tuple[str, str | None, str]] = set()
     elsewhere: set[tuple[str, str | None, str]] = set()
     for shape in inventory.shapes:
-        some, every = _gpu_members(shape, nodes=nodes, resources=resources, dra=dra)
+        some, every = members[id(shape)]
         for t in shape.taints:
             if not t.key.startswith(CONDITION_TAINT_PREFIX):
                 if some:
@@ -182,7 +183,8 @@ class _Memo:
     inventory: Inventory
     nodes: GPUNodes
     resources: GPUResources
-    dra: DRAGPUs | None
+    # Shared by the DRA snapshots that differ only in claims (``with_claim_objects``).
+    dra: GPUDevices | None
     taints: list[tuple[str, str | None, str]]
     # Per shape of the snapshot (by id): (some member is a GPU node, every one is).
     members: dict[int, tuple[bool, bool]]
@@ -198,20 +200,20 @@ def _memo_for(
 ) -> _Memo:
     global _memo  # noqa: PLW0603 - a memo; answers stay a function of their inputs
     memo = _memo
+    gpus = dra.gpus() if dra is not None else None
     if (
         memo is None
         or memo.inventory is not inventory
         or memo.nodes is not nodes
         or memo.resources is not resources
-        or (memo.dra is None) != (dra is None)
-        or (dra is not None and memo.dra is not None and memo.dra.devices is not dra.devices)
+        or memo.dra is not gpus
     ):
-        taints = _gpu_taints(inventory, nodes=nodes, resources=resources, dra=dra)
         members = {
-            id(s): _gpu_members(s, nodes=nodes, resources=resources, dra=dra)
+            id(s): _gpu_members(s, nodes=nodes, resources=resources, dra=gpus)
             for s in inventory.shapes
         }
-        memo = _memo = _Memo(inventory, nodes, resources, dra, taints, members, {})
+        taints = _gpu_taints(inventory, members)
+        memo = _memo = _Memo(inventory, nodes, resources, gpus, taints, members, {})
     return memo
 
 
