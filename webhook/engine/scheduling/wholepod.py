@@ -18,6 +18,9 @@ each over the whole cluster admits pods no node can hold (the plain GPUs on one 
 claim's devices on another). Node classes group nodes with equal allocatable, labels and
 taints; within a class, nodes are grouped by their DRA devices (``Profile``), so the cost
 follows the number of distinct nodes, memoised per snapshot.
+
+The same per-node rule, summed over the cluster, is what a workload's pods together can get
+of such a resource (``served_total``, for ``clusterCapacity``).
 """
 
 from __future__ import annotations
