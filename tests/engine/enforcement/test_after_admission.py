@@ -166,3 +166,20 @@ def test_rules_can_exempt_pods_from_the_cuda_check_and_its_affinity(
     assert decision.allowed is not denied
     affinity = [op for op in decision.patch if "affinity" in op["path"]]
     assert bool(affinity) is patched
+
+
+def test_env_from_leaves_the_image_unjudged_and_says_why() -> None:
+    obj = pod(1, "nvidia/cuda:12.2.2-runtime-ubuntu22.04")
+    obj["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "cuda-env"}}]
+    decision = evaluate(Request(obj), policy=settings(), inventory=view())
+    assert decision.allowed
+    assert not [op for op in decision.patch if "affinity" in op["path"]]
+    (notice,) = [n for n in decision.notices if "envFrom" in n]
+    assert "NVIDIA_DISABLE_REQUIRE may be set by envFrom (ConfigMap cuda-env)" in notice
+
+
+def test_an_explicit_requirement_beside_env_from_is_judged() -> None:
+    obj = pod(1, NVIDIA_REQUIRE_CUDA="cuda>=12.6", NVIDIA_DISABLE_REQUIRE="false")
+    obj["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "cuda-env"}}]
+    decision = evaluate(Request(obj), policy=settings(), inventory=view())
+    assert [f.check for f in decision.findings] == ["cudaDriver"]

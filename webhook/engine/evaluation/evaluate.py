@@ -31,7 +31,12 @@ from webhook.engine.enforcement.checks import (
     rule_findings,
     whole_gpus,
 )
-from webhook.engine.enforcement.cudadrivers import cuda_findings, dra_cuda_findings, gpu_needs
+from webhook.engine.enforcement.cudadrivers import (
+    cuda_findings,
+    cuda_notices,
+    dra_cuda_findings,
+    gpu_needs,
+)
 from webhook.engine.enforcement.mutators import (
     apply_containers,
     apply_placement,
@@ -680,6 +685,7 @@ def _evaluate_template(
     findings.extend(_gpu_findings(scope, snapshot))
     if scope.fit is not None and scope.fit.fitting:
         findings.extend(_cuda(editor, scope, access, mutated_by, mutate=mutate))
+        context.notices.extend(cuda_notices(scope.pod, settings, scope.fit))
     findings.extend(
         _claims_findings(claims, scope, access, snapshot=snapshot, view=view, context=context)
     )

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 Version = tuple[int, ...]
+# The tag NGC gives a framework release's main container (``nvcr.io/nvidia/pytorch:24.08-py3``).
+DEFAULT_RELEASE_TAGS = ("-py3",)
 _TAG_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-|$)")
 
 
@@ -52,6 +54,8 @@ class CudaImages:
 
     rules: tuple[tuple[str, ImageCUDA], ...] = ()  # image glob -> CUDA
     tagged: tuple[tuple[frozenset[str], tuple[Version, ...], str], ...] = ()
+    # (repository, tag) -> CUDA: only the tags a release's notes describe (``24.08-py3``),
+    # not variants built otherwise (``24.08-trtllm-python-py3``, ``-igpu``).
     releases: Mapping[tuple[str, str], ImageCUDA] | None = None
 
     @classmethod
@@ -86,13 +90,15 @@ class CudaImages:
             if version is None:
                 continue
             forward = row.get("forward")
-            releases[(str(row["repository"]), str(row["release"]))] = ImageCUDA(
+            found = ImageCUDA(
                 version,
                 None
                 if forward is None
                 else tuple(v for v in (parse_version(f) for f in forward) if v),
                 str(row.get("source", "")),
             )
+            for suffix in row.get("tags") or DEFAULT_RELEASE_TAGS:
+                releases[(str(row["repository"]), f"{row['release']}{suffix}")] = found
         return cls(compiled_rules, tagged, releases)
 
     def lookup(self, image: str) -> ImageCUDA | None:
@@ -121,8 +127,7 @@ class CudaImages:
                     version = tuple(int(g) for g in match.groups() if g is not None)
                     return ImageCUDA(version, forward, f"{image}: {source}")
         if self.releases:
-            release = tag.split("-", 1)[0]
-            return self.releases.get((repository, release))
+            return self.releases.get((repository, tag))
         return None
 
 
