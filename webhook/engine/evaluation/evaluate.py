@@ -72,6 +72,7 @@ from webhook.engine.scheduling.dra import (
     pod_claims,
     with_claim_gpus,
 )
+from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings
 from webhook.engine.scheduling.gpunodes import bound_node_reach
 from webhook.engine.scheduling.karpenter import PoolSizing, autoscaler_admits, size_pools
@@ -228,6 +229,7 @@ def _evaluate_object(
             judged,
             snapshot=snapshot,
             quotas=inventory.quotas,
+            devices=None if inventory.problem else inventory.devices,
             policy=policy,
             findings=findings,
             notices=notices,
@@ -248,19 +250,26 @@ def _after_admission(
     *,
     snapshot: Inventory | None,
     quotas: Quotas | None,
+    devices: DeviceInventory | None,
     policy: Policy,
     findings: list[Finding],
     notices: list[str],
 ) -> None:
     """Issue 26: gangs that cannot run at once, and GPU quota."""
     fits = [(t, fit) for t, _, _, fit in judged if fit is not None]
+    # Templates whose GPUs come from DRA claims: their gang is counted from the devices.
+    by_devices = {
+        id(t): found
+        for t, _, claims, fit in judged
+        if fit is not None and (found := pod_devices(claims, devices)) is not None
+    }
     asked = [(t, pod, claims) for t, pod, claims, _ in judged]
     if fits and snapshot is not None:
         action = policy.settings.actions.get("gangFit", "deny")
         if snapshot.unbounded and action == "deny":
             # A pool of unknown size may bring the nodes the gang needs: never a guess.
             action = "warn"
-        findings.extend(gang_findings(request.object, fits, action=action))
+        findings.extend(gang_findings(request.object, fits, action=action, devices=by_devices))
     if quotas is not None:
         workload = bool(asked) and bool(asked[0][0].path)
         _quota(
