@@ -49,7 +49,9 @@ from webhook.engine.resources.cudatable import (
 
 Verdict = Literal["ok", "possible", "too-old", "unknown"]
 REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
-REQUIRE_JETPACK = "NVIDIA_REQUIRE_JETPACK"  # Tegra only: the toolkit leaves it out
+# Tegra only: the toolkit leaves out every name with this prefix (``CUDA.GetRequirements``
+# in internal/config/image/cuda_image.go).
+REQUIRE_JETPACK = "NVIDIA_REQUIRE_JETPACK"
 DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
 # The least driver of each CUDA major release that minor version compatibility covers.
 MAJOR_MINIMUM: Mapping[int, Version] = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580,)}
@@ -282,13 +284,17 @@ def _need(
     from_sources = _env_from_sources(body.get("envFrom"))
     if from_sources and DISABLE_REQUIRE not in env:
         # envFrom may set NVIDIA_DISABLE_REQUIRE: no requirement of any kind is known.
-        return _unknowable(name, image, from_sources, DISABLE_REQUIRE, images)
+        set_here = any(k.startswith(REQUIRE_PREFIX) for k in env)
+        variable = DISABLE_REQUIRE if set_here else f"{REQUIRE_PREFIX}CUDA or {DISABLE_REQUIRE}"
+        return _unknowable(name, image, from_sources, variable, images)
     requirements: tuple[tuple[str, Requirement], ...] = ()
     if not _true(env.get(DISABLE_REQUIRE)):
         requirements = tuple(
             (f"{key}={value}", parse_requirement(value))
             for key, value in sorted(env.items())
-            if key.startswith(REQUIRE_PREFIX) and key != REQUIRE_JETPACK and value.strip()
+            if key.startswith(REQUIRE_PREFIX)
+            and not key.startswith(REQUIRE_JETPACK)
+            and value.strip()
         )
     if requirements:
         # An explicit variable wins over envFrom (env is applied after it, below).
