@@ -53,6 +53,10 @@ H100_550 = _node("12.4", "550.90.07")
 T4_520 = _node("11.8", "520.61.05")
 T4_470 = _node("11.4", "470.256.02")
 L4_535 = _node("12.2", "535.183.01")
+T4_460 = _node("11.2", "460.106.00")  # a branch no image lists as forward compatible
+H100_570 = _node("12.8", "570.124.06")
+H100_560 = _node("12.6", "560.35.03")
+T4_440 = _node("10.2", "440.118.02")
 
 
 @pytest.mark.parametrize(
@@ -97,7 +101,7 @@ L4_535 = _node("12.2", "535.183.01")
             "unknown",
             id="release-without-listed-branches-is-never-too-old",
         ),
-        pytest.param("registry.corp/ml/train:7", {}, T4_520, "too-old", id="rule-file-mapping"),
+        pytest.param("registry.corp/ml/train:7", {}, T4_460, "too-old", id="rule-file-mapping"),
         pytest.param(
             "unknown/image:1",
             {"NVIDIA_REQUIRE_CUDA": "cuda>=12.6"},
@@ -136,7 +140,7 @@ L4_535 = _node("12.2", "535.183.01")
         pytest.param(
             "nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04",
             {},
-            T4_520,
+            T4_460,
             "too-old",
             id="cudnn-runtime-tag-says-12-4",
         ),
@@ -145,10 +149,10 @@ L4_535 = _node("12.2", "535.183.01")
         ),
         pytest.param("nvidia/cuda:12.4.1-base-ubi9", {}, H100_550, "ok", id="ubi-tag"),
         pytest.param(
-            "nvidia/cuda:12.6.3-runtime-rockylinux9", {}, T4_520, "too-old", id="rockylinux-tag"
+            "nvidia/cuda:12.6.3-runtime-rockylinux9", {}, T4_460, "too-old", id="rockylinux-tag"
         ),
         pytest.param(
-            "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu24.04", {}, T4_520, "too-old", id="nvcr-cuda"
+            "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu24.04", {}, T4_460, "too-old", id="nvcr-cuda"
         ),
         pytest.param(
             "docker.io/nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04",
@@ -194,6 +198,41 @@ L4_535 = _node("12.2", "535.183.01")
         ),
         pytest.param(
             "nvcr.io/nvidia/mxnet:24.05-py3", {}, T4_520, "too-old", id="mxnet-24-05-on-r520"
+        ),
+        pytest.param(
+            "nvidia/cuda:12.0.1-base-ubuntu22.04",
+            {},
+            T4_520,
+            "possible",
+            id="cuda-12-0-images-list-r520",
+        ),
+        pytest.param(
+            "nvidia/cuda:13.0.2-base-ubuntu24.04",
+            {},
+            H100_570,
+            "possible",
+            id="cuda-13-0-images-list-r570",
+        ),
+        pytest.param(
+            "nvidia/cuda:13.0.2-base-ubuntu24.04",
+            {},
+            H100_560,
+            "too-old",
+            id="cuda-13-0-images-do-not-list-r560",
+        ),
+        pytest.param(
+            "nvidia/cuda:12.4.1-base-ubuntu22.04",
+            {},
+            T4_520,
+            "possible",
+            id="an-unlisted-version-gets-every-branch-of-its-major",
+        ),
+        pytest.param(
+            "nvidia/cuda:11.8.0-base-ubuntu22.04",
+            {},
+            T4_440,
+            "unknown",
+            id="a-major-without-lists-calls-no-older-driver-too-old",
         ),
         pytest.param("unknown/image:1", {}, T4_520, None, id="unknown-image-no-need"),
         pytest.param("nvidia/cuda:latest", {}, T4_520, None, id="a-tag-without-version"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Version = tuple[int, ...]
@@ -49,11 +49,50 @@ class ImageCUDA:
 
 
 @dataclass(frozen=True, slots=True)
+class ForwardBranches:
+    """The driver branches official CUDA images may still run on by forward compatibility,
+    by the CUDA version (major.minor) of the image: the ``brand=...,driver>=N,driver<N+1``
+    clauses of its ``NVIDIA_REQUIRE_CUDA``, which the toolkit ORs with ``cuda>=X.Y``.
+
+    A version the table does not list gets every branch listed for its major release (the
+    lists only shrink as versions grow, so that is never too few); a major with no list
+    gets None (not known: no older major is called too old)."""
+
+    by_version: Mapping[tuple[int, int], tuple[Version, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, raw: object) -> ForwardBranches:
+        found: dict[tuple[int, int], tuple[Version, ...]] = {}
+        if isinstance(raw, Mapping):
+            for key, branches in raw.items():
+                version = parse_version(str(key))
+                if version is None or len(version) < 2 or not isinstance(branches, list):
+                    continue
+                found[(version[0], version[1])] = tuple(
+                    v for v in (parse_version(str(b)) for b in branches) if v
+                )
+        return cls(found)
+
+    def of_version(self, version: Version) -> tuple[Version, ...] | None:
+        if len(version) < 2:
+            version = (*version, 0)
+        listed = self.by_version.get((version[0], version[1]))
+        if listed is not None:
+            return listed
+        same_major = [
+            b for (major, _), bs in self.by_version.items() if major == version[0] for b in bs
+        ]
+        return tuple(sorted(set(same_major))) if same_major else None
+
+
+@dataclass(frozen=True, slots=True)
 class CudaImages:
     """The shipped table of public images plus a rule file's mappings (which come first)."""
 
     rules: tuple[tuple[str, ImageCUDA], ...] = ()  # image glob -> CUDA
-    tagged: tuple[tuple[frozenset[str], tuple[Version, ...], str], ...] = ()
+    # Repositories whose tag says the version, their forward-compatible branches by the
+    # version the tag names, and the source.
+    tagged: tuple[tuple[frozenset[str], ForwardBranches, str], ...] = ()
     # (repository, tag) -> CUDA: only the tags a release's notes describe (``24.08-py3``),
     # not variants built otherwise (``24.08-trtllm-python-py3``, ``-igpu``).
     releases: Mapping[tuple[str, str], ImageCUDA] | None = None
@@ -65,25 +104,21 @@ class CudaImages:
         tagged = tuple(
             (
                 frozenset(str(repo) for repo in row.get("repositories") or ()),
-                tuple(v for v in (parse_version(f) for f in row.get("forward") or ()) if v),
+                ForwardBranches.of(row.get("forward")),
                 str(row.get("source", "")),
             )
             for row in table.get("tagged") or ()
         )
         # A private image is most often built FROM an official CUDA image and keeps its
         # forward-compatibility clauses: the same branches count (none known: None).
-        inherited = tagged[0][1] if tagged else None
-        compiled_rules = tuple(
-            (
-                str(r["image"]),
-                ImageCUDA(
-                    parse_version(str(r["cuda"])) or (0,),
-                    inherited,
-                    f"rule file cudaImages {r['image']}",
-                ),
+        inherited = tagged[0][1] if tagged else ForwardBranches()
+        compiled_rules = []
+        for r in rules:
+            wanted = parse_version(str(r["cuda"])) or (0,)
+            found = ImageCUDA(
+                wanted, inherited.of_version(wanted), f"rule file cudaImages {r['image']}"
             )
-            for r in rules
-        )
+            compiled_rules.append((str(r["image"]), found))
         releases = {}
         for row in table.get("releases") or ():
             version = parse_version(str(row.get("cuda")))
@@ -99,7 +134,7 @@ class CudaImages:
             )
             for suffix in row.get("tags") or DEFAULT_RELEASE_TAGS:
                 releases[(str(row["repository"]), f"{row['release']}{suffix}")] = found
-        return cls(compiled_rules, tagged, releases)
+        return cls(tuple(compiled_rules), tagged, releases)
 
     def lookup(self, image: str) -> ImageCUDA | None:
         """The image's CUDA, memoised per table and image (pods repeat a few images)."""
@@ -125,7 +160,7 @@ class CudaImages:
                 match = _TAG_VERSION.match(tag)
                 if match:
                     version = tuple(int(g) for g in match.groups() if g is not None)
-                    return ImageCUDA(version, forward, f"{image}: {source}")
+                    return ImageCUDA(version, forward.of_version(version), f"{image}: {source}")
         if self.releases:
             return self.releases.get((repository, tag))
         return None
