@@ -178,16 +178,16 @@ T4_440 = _node("10.2", "440.118.02")
         pytest.param(
             "nvcr.io/nvidia/tritonserver:25.08-py3",
             {},
-            L4_535,
-            "possible",
-            id="triton-25-08-cuda-13-on-a-listed-r535",
+            H100_570,
+            "unknown",
+            id="triton-25-08-cuda-13-branches-not-read-so-never-too-old",
         ),
         pytest.param(
-            "nvcr.io/nvidia/tritonserver:25.08-py3",
+            "nvcr.io/nvidia/tritonserver:25.01-py3",
             {},
             T4_520,
             "too-old",
-            id="triton-25-08-cuda-13-on-unlisted-r520",
+            id="triton-25-01-cuda-12-8-on-unlisted-r520",
         ),
         pytest.param(
             "nvcr.io/nvidia/tensorflow:23.01-tf2-py3",
