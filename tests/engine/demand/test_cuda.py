@@ -273,6 +273,9 @@ def test_a_requirement_from_a_config_map_is_not_guessed() -> None:
         },
     )
     assert container_needs([container], IMAGES) == []
+    ((why, need),) = cuda_unknowns([container], IMAGES)
+    assert "NVIDIA_REQUIRE_CUDA is set by valueFrom" in why
+    assert need.wanted == "CUDA 12.2.2"
 
 
 def test_requirements_parse_as_the_toolkit_splits_them() -> None:

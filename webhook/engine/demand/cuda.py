@@ -279,14 +279,17 @@ def _need(
     image = body.get("image")
     image = image if isinstance(image, str) else ""
     env, opaque = _literal_env(body.get("env"))
-    if any(n.startswith(REQUIRE_PREFIX) or n == DISABLE_REQUIRE for n in opaque):
-        return None  # set from a ConfigMap, Secret or field: the webhook cannot read it
+    hidden = sorted(n for n in opaque if n.startswith(REQUIRE_PREFIX) or n == DISABLE_REQUIRE)
+    if hidden:
+        # Set from a ConfigMap, Secret or field (valueFrom): the webhook cannot read it.
+        verb = "is" if len(hidden) == 1 else "are"
+        return _unknowable(name, image, f"{' and '.join(hidden)} {verb} set by valueFrom", images)
     from_sources = _env_from_sources(body.get("envFrom"))
     if from_sources and DISABLE_REQUIRE not in env:
         # envFrom may set NVIDIA_DISABLE_REQUIRE: no requirement of any kind is known.
         set_here = any(k.startswith(REQUIRE_PREFIX) for k in env)
         variable = DISABLE_REQUIRE if set_here else f"{REQUIRE_PREFIX}CUDA or {DISABLE_REQUIRE}"
-        return _unknowable(name, image, from_sources, variable, images)
+        return _unknowable(name, image, _may_set(variable, from_sources), images)
     requirements: tuple[tuple[str, Requirement], ...] = ()
     if not _true(env.get(DISABLE_REQUIRE)):
         requirements = tuple(
@@ -301,22 +304,23 @@ def _need(
         return CudaNeed(name, image, requirements=requirements)
     if from_sources and not _true(env.get(DISABLE_REQUIRE)):
         # envFrom may set NVIDIA_REQUIRE_CUDA, replacing the image's own: unknown.
-        return _unknowable(name, image, from_sources, REQUIRE_PREFIX + "CUDA", images)
+        return _unknowable(name, image, _may_set(REQUIRE_PREFIX + "CUDA", from_sources), images)
     built_on = images.lookup(image) if image else None
     return CudaNeed(name, image, built_on=built_on) if built_on is not None else None
 
 
-def _unknowable(
-    name: str, image: str, sources: Sequence[str], variable: str, images: CudaImages
-) -> tuple[str, CudaNeed] | None:
+def _may_set(variable: str, sources: Sequence[str]) -> str:
+    return f"{variable} may be set by envFrom ({', '.join(sources)})"
+
+
+def _unknowable(name: str, image: str, why: str, images: CudaImages) -> tuple[str, CudaNeed] | None:
     built_on = images.lookup(image) if image else None
     if built_on is None:
         return None  # nothing would have been judged: nothing to say
-    why = (
-        f'container "{name}": its CUDA need was not checked: {variable} may be set by '
-        f"envFrom ({', '.join(sources)}), which the webhook does not read"
+    sentence = (
+        f'container "{name}": its CUDA need was not checked: {why}, which the webhook does not read'
     )
-    return why, CudaNeed(name, image, built_on=built_on)
+    return sentence, CudaNeed(name, image, built_on=built_on)
 
 
 # The kubelet builds a container's environment from envFrom first (each key behind its
