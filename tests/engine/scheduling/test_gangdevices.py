@@ -13,14 +13,23 @@ from __future__ import annotations
 from itertools import product
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.ruleset import compile_policy
-from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.devices import (
+    Claim,
+    ClaimSpec,
+    DeviceInventory,
+    DeviceRequest,
+    SubRequest,
+)
 from webhook.engine.resources.inventory import Inventory, Node
+from webhook.engine.scheduling.dra import PodClaim, PodClaims
+from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.files.cudaimages import cuda_table
 
 NAMESPACE = "team-b"
@@ -159,3 +168,40 @@ def test_two_templates_are_denied_only_when_no_placement_exists_and_silent_only_
         assert not fits
     if not found:
         assert fits
+
+
+def _pod_claims(*entries: tuple[str, int]) -> PodClaims:
+    spec = ClaimSpec((DeviceRequest("g", (SubRequest(name="g", device_class=CLASS, count=1),)),))
+    return PodClaims(
+        tuple(
+            PodClaim("c", source, Claim(NAMESPACE, "c", spec), gpus, frozenset({"g"}), (CLASS,))
+            for source, gpus in entries
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("entries", "counted"),
+    [
+        pytest.param((("ResourceClaimTemplate t", 1),), True, id="own-claims-are-counted"),
+        pytest.param((("ResourceClaim shared", 1),), False, id="shared-gpus-are-not-per-pod"),
+        pytest.param(
+            (("ResourceClaimTemplate t", 1), ("ResourceClaim nic", 0)),
+            True,
+            id="a-shared-claim-of-other-devices-is-left-out",
+        ),
+    ],
+)
+def test_only_claims_each_pod_gets_for_itself_are_counted(
+    entries: tuple[tuple[str, int], ...], counted: bool
+) -> None:
+    inventory = DeviceInventory.of(_objects([8], [1]), complete=True)
+    found = pod_devices(_pod_claims(*entries), inventory)
+    assert (found is not None) is counted
+    if found is not None:
+        assert len(found.claims) == 1
+
+
+def test_an_incomplete_device_inventory_counts_nothing() -> None:
+    inventory = DeviceInventory.of(_objects([8], [1]), complete=False)
+    assert pod_devices(_pod_claims(("ResourceClaimTemplate t", 1)), inventory) is None
