@@ -45,6 +45,23 @@ def _facts(shape: Shape) -> DriverFacts:
     return facts
 
 
+# Whether some class a fit answer holds has a known driver, held with the answer (as _SORTED).
+_KNOWN: dict[int, tuple[FitAnswer, bool]] = {}
+
+
+def drivers_known(fit: FitAnswer) -> bool:
+    """Some fitting class's driver is labelled: without one no need can be judged (every
+    verdict is "unknown"), so the pod's needs are not worked out at all."""
+    hit = _KNOWN.get(id(fit))
+    if hit is not None and hit[0] is fit:
+        return hit[1]
+    known = any(_facts(shape).known for shape in fit.fitting)
+    if len(_KNOWN) >= 4096:
+        _KNOWN.clear()
+    _KNOWN[id(fit)] = (fit, known)
+    return known
+
+
 def gpu_needs(
     pod: PodGPUs, settings: Settings, holders: frozenset[Path] = frozenset()
 ) -> list[CudaNeed]:

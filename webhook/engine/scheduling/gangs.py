@@ -115,6 +115,17 @@ def capacity(fit: FitAnswer) -> int | None:
 # --- which pods form gangs -----------------------------------------------------------------
 
 
+def may_be_gang(obj: Mapping[str, Any], templates: Sequence[tuple[PodTemplate, FitAnswer]]) -> bool:
+    """Whether ``gangs_of`` can find anything: a lone Pod is in a gang only as a member of a
+    Kueue pod group, the one grouping whose size the pod itself states (every admission of
+    a plain pod would otherwise pay for the whole look)."""
+    if not templates or templates[0][0].path:
+        return bool(templates)
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return isinstance(labels, dict) and bool(labels.get(KUEUE_GROUP_LABEL))
+
+
 def gangs_of(
     obj: Mapping[str, Any],
     templates: Sequence[tuple[PodTemplate, FitAnswer]],
@@ -226,8 +237,10 @@ def _labelled(templates: Sequence[tuple[PodTemplate, FitAnswer]], devices: Devic
         raw = template.template.get("metadata") if not template.pod_spec else None
         meta: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
         labels: Mapping[str, Any] = _map(meta.get("labels"))
-        notes: Mapping[str, Any] = _map(meta.get("annotations"))
         count = template.replicas if template.replicas is not None else 1
+        if count <= 1 and not labels.get(KUEUE_GROUP_LABEL):
+            continue  # one pod alone is no gang (only Kueue's annotation can say otherwise)
+        notes: Mapping[str, Any] = _map(meta.get("annotations"))
         why = ""
         if labels.get(KUEUE_GROUP_LABEL):
             total = _count(notes.get(KUEUE_TOTAL_ANNOTATION))
