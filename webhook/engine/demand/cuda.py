@@ -265,10 +265,16 @@ def cuda_unknowns(
     would need. Said, never judged."""
     out = []
     for name, body in containers:
+        if not body.get("envFrom") and not _any_value_from(body.get("env")):
+            continue  # every variable is literal: nothing hidden (the common case, cheaply)
         found = _need(name, body, images)
         if isinstance(found, tuple):
             out.append(found)
     return out
+
+
+def _any_value_from(raw: object) -> bool:
+    return isinstance(raw, list) and any(isinstance(i, dict) and "valueFrom" in i for i in raw)
 
 
 def _need(
