@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.engine.demand.cuda import CudaNeed, DriverFacts, container_needs
+from webhook.engine.demand.cuda import CudaNeed, DriverFacts, container_needs, cuda_unknowns
 from webhook.engine.demand.gpus import PodGPUs
 from webhook.engine.enforcement.mutators import add_required_affinity
 from webhook.engine.kube.patch import Editor
@@ -68,6 +68,20 @@ def gpu_needs(
     """What the pod's GPU containers (and those holding GPU claims) need of the driver."""
     containers = [(c.name, c.body) for c in pod.containers if c.gpu_count > 0 or c.path in holders]
     return container_needs(containers, settings.cuda_images) if containers else []
+
+
+def cuda_notices(pod: PodGPUs, settings: Settings, fit: FitAnswer) -> list[str]:
+    """GPU containers whose need envFrom may change (``demand.cuda.cuda_unknowns``) and whose
+    image alone would be too old for some node they fit: not judged, but said, so that
+    ``explain`` shows why no affinity or denial came."""
+    containers = [(c.name, c.body) for c in pod.containers if c.gpu_count > 0]
+    if not containers or not fit.fitting:
+        return []
+    return [
+        why
+        for why, need in cuda_unknowns(containers, settings.cuda_images)
+        if any(need.verdict(_facts(shape)) == "too-old" for shape in fit.fitting)
+    ]
 
 
 def cuda_findings(

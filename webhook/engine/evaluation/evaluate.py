@@ -35,6 +35,7 @@ from webhook.engine.enforcement.checks import (
 )
 from webhook.engine.enforcement.cudadrivers import (
     cuda_findings,
+    cuda_notices,
     dra_cuda_findings,
     drivers_known,
     gpu_needs,
@@ -76,6 +77,7 @@ from webhook.engine.scheduling.dra import (
     served_gpu_resources,
     with_claim_gpus,
 )
+from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
 from webhook.engine.scheduling.gpunodes import bound_node_reach
 from webhook.engine.scheduling.karpenter import PoolSizing, autoscaler_admits, size_pools
@@ -243,6 +245,7 @@ def _evaluate_object(
             judged,
             snapshot=snapshot,
             quotas=inventory.quotas,
+            devices=None if inventory.problem else inventory.devices,
             policy=policy,
             findings=findings,
             notices=notices,
@@ -263,6 +266,7 @@ def _after_admission(
     *,
     snapshot: Inventory | None,
     quotas: Quotas | None,
+    devices: DeviceInventory | None,
     policy: Policy,
     findings: list[Finding],
     notices: list[str],
@@ -270,11 +274,17 @@ def _after_admission(
     """Issue 26: gangs that cannot run at once, and GPU quota."""
     fits = [(t, fit) for t, _, _, fit in judged if fit is not None]
     if fits and snapshot is not None and may_be_gang(request.object, fits):
+        # Templates whose GPUs come from DRA claims: their gang is counted from the devices.
+        by_devices = {
+            id(t): found
+            for t, _, claims, fit in judged
+            if fit is not None and (found := pod_devices(claims, devices)) is not None
+        }
         action = policy.settings.actions.get("gangFit", "deny")
         if snapshot.unbounded and action == "deny":
             # A pool of unknown size may bring the nodes the gang needs: never a guess.
             action = "warn"
-        findings.extend(gang_findings(request.object, fits, action=action))
+        findings.extend(gang_findings(request.object, fits, action=action, devices=by_devices))
     if quotas is not None:
         asked = [(t, pod, claims) for t, pod, claims, _ in judged]
         workload = bool(asked) and bool(asked[0][0].path)
@@ -721,6 +731,8 @@ def _evaluate_template(
     findings.extend(_gpu_findings(scope, snapshot))
     if scope.fit is not None and scope.fit.fitting:
         findings.extend(_cuda(editor, scope, access, mutated_by, mutate=mutate))
+        if drivers_known(scope.fit):
+            context.notices.extend(cuda_notices(scope.pod, settings, scope.fit))
     if claims.claims or claims.gpu_classes:
         findings.extend(
             _claims_findings(claims, scope, access, snapshot=snapshot, view=view, context=context)
