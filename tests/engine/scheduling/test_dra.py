@@ -6,9 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.policy.ruleset import DEFAULT_GPU_DEVICE_CLASSES, GPUResources, glob_matcher
 from webhook.engine.resources.inventory import Node
-from webhook.engine.scheduling.dra import gpu_class_matcher, served_gpu_resources, serves_gpus
+from webhook.engine.scheduling.dra import (
+    NO_CLAIMS,
+    extended_resource_claims,
+    gpu_class_matcher,
+    served_gpu_resources,
+    serves_gpus,
+)
 from webhook.files.inventoryfile import load_inventory_file
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
@@ -82,3 +89,55 @@ def test_a_class_whose_extended_resource_is_a_gpu_is_a_gpu_class_under_any_name(
     assert resources.is_gpu(name) is gpu
     is_gpu_class = gpu_class_matcher(MIG_DEMO, is_gpu_class=nothing, resources=POLICY)
     assert is_gpu_class(name.rpartition("/")[2]) is gpu
+
+
+def _container(name: str, gpus: int, **extra: object) -> dict[str, object]:
+    return {"name": name, "resources": {"limits": {"nvidia.com/gpu": gpus}}, **extra}
+
+
+@pytest.mark.parametrize(
+    ("spec", "counts"),
+    [
+        pytest.param(
+            {"containers": [_container("a", 1), _container("b", 1)]},
+            {"container-0": 1, "container-1": 1},
+            id="a request per app container",
+        ),
+        pytest.param(
+            {"initContainers": [_container("init", 4)], "containers": [_container("a", 2)]},
+            {"container-0": 2, "container-1": 2},
+            id="an init container reuses the app container's and asks for the rest",
+        ),
+        pytest.param(
+            {"initContainers": [_container("init", 1)], "containers": [_container("a", 2)]},
+            {"container-1": 2},
+            id="an init container within what the app containers ask",
+        ),
+        pytest.param(
+            {
+                "initContainers": [
+                    _container("sidecar", 1, restartPolicy="Always"),
+                    _container("init", 3),
+                ],
+                "containers": [_container("a", 1)],
+            },
+            {"container-0": 1, "container-1": 2, "container-2": 1},
+            id="a sidecar is long-lived; the init after it reuses only what comes later",
+        ),
+    ],
+)
+def test_the_schedulers_claim_for_a_served_resource_has_its_requests_per_container(
+    spec: dict[str, object], counts: dict[str, int]
+) -> None:
+    """createRequestsAndMappings: per long-lived container, and the most an init container
+    needs beyond the long-lived containers after it; together the effective request."""
+    pod = pod_gpus(spec, POLICY)
+    _, claims = extended_resource_claims(pod, NO_CLAIMS, devices=DEVICES)
+    (served,) = claims.claims
+    assert served.claim is not None
+    got = {
+        r.name.removesuffix("-nvidia.com/gpu"): r.alternatives[0].count
+        for r in served.claim.spec.requests
+    }
+    assert got == counts
+    assert served.gpu_count == sum(counts.values()) == pod.effective["nvidia.com/gpu"]

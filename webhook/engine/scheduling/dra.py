@@ -1116,10 +1116,7 @@ def extended_resource_claims(
     extra = []
     for resource, device_class in sorted(served.items()):
         need = pod.effective[resource]
-        # One ExactCount request of the class, its selectors only (createRequestsAndMappings
-        # makes one per container; together they ask for what the pod's request counts).
-        sub = SubRequest(name=resource, device_class=device_class, count=need)
-        spec = ClaimSpec((DeviceRequest(name=resource, alternatives=(sub,)),))
+        spec = ClaimSpec(_served_requests(pod, resource, device_class))
         source = f"resource {resource}, served by device class {device_class}"
         claim = Claim(namespace="", name="", spec=spec)
         extra.append(
@@ -1138,6 +1135,39 @@ def extended_resource_claims(
         served=tuple(served.items()),
         served_per_container=tuple((r, n) for r, n in pod.per_container if r in served),
     )
+
+
+def _served_requests(pod: PodGPUs, resource: str, device_class: str) -> tuple[DeviceRequest, ...]:
+    """The requests of the claim the scheduler makes for ``resource`` on a node where the
+    class serves it (``createRequestsAndMappings``, ``createResourceRequestAndMappings``):
+    one ``ExactCount`` request of the class per long-lived container (app containers and
+    sidecars) asking for it, and one for the most that an init container needs beyond the
+    requests of the long-lived containers after it, which it reuses. Together they count
+    the pod's effective request; apart, two of them may share a device that allows
+    multiple allocations, as one request never does."""
+    counts = [c.gpus.get(resource, 0) for c in pod.containers]
+    short = [c.section == "initContainers" and not c.sidecar for c in pod.containers]
+    requests = [
+        DeviceRequest(
+            name=f"container-{i}-{resource}",
+            alternatives=(
+                SubRequest(name=f"container-{i}-{resource}", device_class=device_class, count=n),
+            ),
+        )
+        for i, n in enumerate(counts)
+        if n and not short[i]
+    ]
+    most, where = 0, -1
+    for i, n in enumerate(counts):
+        if n and short[i]:
+            later = sum(m for j, m in enumerate(counts) if j >= i and not short[j])
+            if n - later > most:
+                most, where = n - later, i
+    if most:
+        name = f"container-{where}-{resource}"
+        sub = SubRequest(name=name, device_class=device_class, count=most)
+        requests.append(DeviceRequest(name=name, alternatives=(sub,)))
+    return tuple(sorted(requests, key=lambda r: r.name))
 
 
 def with_claim_gpus(pod: PodGPUs, claims: PodClaims) -> PodGPUs:
