@@ -5,6 +5,7 @@ instead of a denial where more may exist than the webhook can count."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from webhook.engine.scheduling.wholepod import (
 )
 from webhook.files.inventoryfile import inventory_from_text
 
+INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
 DRIVER = "gpu.nvidia.com"
 GPU_CLASS = {
     "apiVersion": "resource.k8s.io/v1",
@@ -215,3 +217,21 @@ def test_cluster_capacity_of_a_served_resource(
             "8 allocatable on nodes with a device plugin and 4 via DeviceClass" in finding.message
         )
         assert ("cannot count all" in finding.message) == bool(served.unknown)
+
+
+def test_partitions_of_one_gpu_count_as_many_as_fit_together() -> None:
+    """dra.yaml: dra-mig-0's four fixed MIG devices, and dra-dynmig-0's one H200 published
+    as seven 1g.18gb and a 4g.71gb partition sharing its counters: at most seven of those
+    at once (checkAvailableCounters), not eight."""
+    cluster = inventory_from_text(
+        (INVENTORIES / "dra.yaml").read_text(encoding="utf-8"), "dra.yaml"
+    ).view()
+    assert cluster.snapshot is not None
+    assert cluster.devices is not None
+    answer = served_total(
+        "deviceclass.resource.kubernetes.io/mig.nvidia.com",
+        devices=cluster.devices,
+        nodes=cluster.snapshot,
+    )
+    assert answer is not None
+    assert (answer.devices, answer.unknown) == (4 + 7, "")

@@ -35,6 +35,7 @@ from webhook.engine.resources.devices import (
     ClaimSpec,
     Device,
     DeviceInventory,
+    DeviceRequest,
     Profile,
     SubRequest,
 )
@@ -51,6 +52,7 @@ from webhook.engine.scheduling.dra import (
     _Matcher,
     candidates,
     device_counts,
+    fit,
     fits_somewhere,
     shortfall,
     unevaluated_selector,
@@ -389,9 +391,9 @@ def served_total(
     capacity). A device several nodes reach (``allNodes``, a node selector) counts once. A
     device that allows multiple allocations gives as many units as its capacity holds of
     what one allocation takes (its ``requestPolicy`` default, else all of it), and without
-    capacity any number. Partitions that exclude each other (``consumesCounters``) are
-    each counted, so the count may be too high, never too low: this total only ever
-    warns of a shortfall that is real.
+    capacity any number. Partitions of one GPU (``consumesCounters``) count as many as fit
+    together (``_most_together``). Where a count cannot be exact it errs high, never low:
+    this total only ever warns of a shortfall that is real.
 
     ``unknown`` says what could add more: devices not listed (no ResourceSlices known), a
     node pool whose devices are unknown, a pool of unknown size, or a selector this
@@ -419,6 +421,7 @@ def _served_total(
     sub = SubRequest(name=resource, device_class=device_class)
     matcher = _Matcher(devices)
     seen: set[int] = set()
+    together: dict[tuple[object, ...], int] = {}
     units = 0
     unlimited = False
     for shape in nodes.shapes:
@@ -433,8 +436,12 @@ def _served_total(
             eligible, problem, cannot_tell = _eligible(sub, found, devices.classes, matcher)
             if cannot_tell:
                 unknown = unknown or problem
-            for index in eligible:
-                share = _allocations(found[index])
+            chosen = [found[i] for i in eligible]
+            if any(d.consumes for d in chosen) and not any(d.shared for d in chosen):
+                units += _most_together(chosen, device_class, devices, known=together)
+                continue
+            for device in chosen:
+                share = _allocations(device)
                 if share is None:
                     unlimited = True
                 else:
@@ -442,6 +449,41 @@ def _served_total(
     if nodes.unbounded and not unknown:
         unknown = nodes.unbounded[0].describe() + " may add nodes"
     return ServedTotal(resource, device_class, plugin, units, unlimited, unknown)
+
+
+def _most_together(
+    chosen: Sequence[Device],
+    device_class: str,
+    devices: DeviceInventory,
+    *,
+    known: dict[tuple[object, ...], int],
+) -> int:
+    """Of one node's devices of the class that consume shared counters (partitions of a
+    GPU), the most the allocator gives at once (``checkAvailableCounters``): the largest k
+    for which k one-device claims fit together. A search it cannot finish keeps the bound
+    it has (too high, never too low); nodes with alike devices share the answer."""
+    key = tuple(devices.content(d) for d in chosen)
+    hit = known.get(key)
+    if hit is not None:
+        return hit
+    fits, bound = 0, len(chosen)
+    while fits < bound:
+        k = (fits + bound + 1) // 2
+        claims = tuple(
+            ClaimSpec(
+                (DeviceRequest(f"r{i}", (SubRequest(name=f"r{i}", device_class=device_class),)),)
+            )
+            for i in range(k)
+        )
+        answer = fit(claims, chosen, devices)
+        if answer.fits is None:
+            break
+        if answer.fits:
+            fits = k
+        else:
+            bound = k - 1
+    known[key] = bound
+    return bound
 
 
 def _allocations(device: Device) -> int | None:
