@@ -32,6 +32,7 @@ from typing import Any
 from webhook.engine.kube.selectors import terms_match
 from webhook.engine.policy.decision import Finding, action_of
 from webhook.engine.resources.devices import (
+    ALLOCATION_RESULTS_MAX_SIZE,
     ClaimSpec,
     Device,
     DeviceInventory,
@@ -458,31 +459,52 @@ def _most_together(
     *,
     known: dict[tuple[object, ...], int],
 ) -> int:
-    """Of one node's devices of the class that consume shared counters (partitions of a
-    GPU), the most the allocator gives at once (``checkAvailableCounters``): the largest k
-    for which k one-device claims fit together. A search it cannot finish keeps the bound
-    it has (too high, never too low); nodes with alike devices share the answer."""
-    key = tuple(devices.content(d) for d in chosen)
-    hit = known.get(key)
-    if hit is not None:
-        return hit
-    fits, bound = 0, len(chosen)
+    """Of one node's devices of the class, some consuming shared counters (partitions of a
+    GPU), the most the allocator gives at once (``checkAvailableCounters``). Devices that
+    share no counter set are independent, so each group of counter sets (one GPU's, as
+    drivers publish them) is searched alone: the largest k for which k one-device claims
+    fit together. A search it cannot finish keeps the group's size (too high, never too
+    low); alike groups share the answer."""
+    groups: dict[tuple[str, str, str], list[Device]] = {}
+    total = 0
+    for device in chosen:
+        if not device.consumes:
+            total += _allocations(device) or 0
+            continue
+        # Devices consuming several sets join the group of their first (drivers publish a
+        # partition against its own GPU's set).
+        first = (device.driver, device.pool, device.consumes[0][0])
+        groups.setdefault(first, []).append(device)
+    for (driver, pool, _), group in groups.items():
+        sets = sorted({name for d in group for name, _ in d.consumes})
+        available = devices.counters.get((driver, pool), {})
+        # By amounts, not names: every GPU of a node has a counter set of its own name.
+        key = (
+            tuple(sorted(tuple(sorted(c for _, cs in d.consumes for c in cs)) for d in group)),
+            tuple(sorted(tuple(sorted(available.get(n, {}).items())) for n in sets)),
+        )
+        hit = known.get(key)
+        if hit is None:
+            hit = known[key] = _most_of(group, device_class, devices)
+        total += hit
+    return total
+
+
+def _most_of(group: Sequence[Device], device_class: str, devices: DeviceInventory) -> int:
+    """One request of k devices: the search tries sets of devices, not orders of them."""
+    fits, bound = 0, len(group)
+    if bound > ALLOCATION_RESULTS_MAX_SIZE:
+        return bound  # more than one claim may hold: not searched, the bound stays
     while fits < bound:
         k = (fits + bound + 1) // 2
-        claims = tuple(
-            ClaimSpec(
-                (DeviceRequest(f"r{i}", (SubRequest(name=f"r{i}", device_class=device_class),)),)
-            )
-            for i in range(k)
-        )
-        answer = fit(claims, chosen, devices)
+        sub = SubRequest(name="r", device_class=device_class, count=k)
+        answer = fit((ClaimSpec((DeviceRequest("r", (sub,)),)),), group, devices)
         if answer.fits is None:
             break
         if answer.fits:
             fits = k
         else:
             bound = k - 1
-    known[key] = bound
     return bound
 
 
