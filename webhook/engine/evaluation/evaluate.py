@@ -471,7 +471,8 @@ def _ephemeral_update(
         asks=pod_asks_for_gpu(pod),
     )
     spec = template.spec
-    reach = _running_reach(spec, settings=settings, snapshot=snapshot, devices=inventory.devices)
+    devices = None if inventory.problem else inventory.devices
+    reach = _running_reach(spec, settings=settings, snapshot=snapshot, devices=devices)
     editor = Editor(obj)
     mutated_by: dict[str, None] = {}
     hiding = [r for r in rules if _hides(r.mutations, asks=access.asks, reach=reach)]
@@ -1014,7 +1015,9 @@ def _workload_findings(
     for resource, need in needed.items():
         if floor is not None and need <= floor.needed.get(resource, 0):
             continue
-        served = served_total(resource, devices=devices, nodes=snapshot) if devices else None
+        served = (
+            None if devices is None else served_total(resource, devices=devices, nodes=snapshot)
+        )
         if served is not None:
             finding = cluster_capacity_finding(served, need=need, action=action)
             if finding is not None:
