@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.builders import pod
+from tests.builders import deployment, pod
 from tests.cluster.replayserver import Body, ReplayServer, fixture
 from tests.running import kubeconfig
 from webhook.cli import main
@@ -284,3 +284,51 @@ def test_check_sees_a_device_class_in_the_files_it_checks(
     (message,) = pod_result["messages"]
     assert "served by DRA device class mig-1g-12gb.gpu.nvidia.com" in message
     assert "offers no GPU resources" not in message
+
+
+DCGM = (
+    Path(__file__).parents[1] / "cases" / "dra-admin-access-dcgm-exporter-daemonset" / "object.yaml"
+)
+
+
+def test_check_allows_the_dcgm_exporter_whose_admin_access_template_the_cluster_holds(
+    tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The GPU operator's DCGM exporter for DRA; its admin-access claim template is one of
+    the cluster's (dra-mixed.yaml). Admin access takes no device away: nothing to say."""
+    manifest = tmp_path / "dcgm.yaml"
+    manifest.write_text(DCGM.read_text())
+    config = kubeconfig(tmp_path, cluster.url)
+
+    code, (result,) = _run(
+        ["check", "-f", str(manifest), "--kubeconfig", config, "-o", "json"], capsys
+    )
+
+    assert code == 0, result["messages"]
+    assert result["allowed"] is True
+    assert result["messages"] == []
+    assert result["findings"] == []
+
+
+def test_check_counts_a_workloads_gpus_against_the_plugin_and_the_class_together(
+    tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    template = pod(gpus=1)
+    template["spec"]["tolerations"] = [{"operator": "Exists"}]
+    workload = deployment(template, replicas=30)
+    manifest = tmp_path / "workers.yaml"
+    manifest.write_text(yaml.safe_dump(workload))
+    config = kubeconfig(tmp_path, cluster.url)
+
+    code, (result,) = _run(
+        ["check", "-f", str(manifest), "--kubeconfig", config, "-o", "json"], capsys
+    )
+
+    (finding,) = [f for f in result["findings"] if f["check"] == "clusterCapacity"]
+    # 8 in gpu-plugin-0's allocatable; 4 + 3 untainted (the DeviceTaintRule) + 8 shares of
+    # dra-shared-0's one GPU via the class.
+    assert (
+        "the whole cluster has 23 (8 allocatable on nodes with a device plugin and 15 via"
+        in (finding["message"])
+    )
+    assert (code, result["allowed"]) == (0, True)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from tests.builders import INVENTORY, RULES, deployment, pod
+from tests.builders import CASES, INVENTORY, RULES, deployment, pod
 from tests.reports.reportschema import assert_valid_report
 from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
-from webhook.files.inventoryfile import load_inventory
+from webhook.files.inventoryfile import load_inventory, load_inventory_file
 from webhook.files.rulefiles import load_policy
 from webhook.reports.audit import Audit, render_text
 from webhook.reports.policyreport import MAX_RESULTS, policy_reports
@@ -123,6 +123,62 @@ def test_cpu_only_pods_that_pass_are_counted_not_kept() -> None:
     assert audit.entries() == []
     summary = audit.summary()
     assert (summary.objects, summary.reported, summary.verdicts["pass"]) == (50, 0, 50)
+
+
+DRA_ONLY = load_inventory_file(str(CASES / "_inventories" / "dra-driver-only.yaml")).view()
+
+
+def _asking(resources: dict[str, Any] | None = None, claims: list[Any] | None = None) -> Any:
+    obj = named(pod(gpus=None), "p")
+    obj["spec"]["containers"][0]["resources"] = {"limits": resources or {}}
+    obj["spec"]["tolerations"] = [{"operator": "Exists"}]
+    if claims:
+        obj["spec"]["resourceClaims"] = claims
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("obj", "gpu"),
+    [
+        pytest.param(
+            _asking({"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}),
+            True,
+            id="the implicit name of a GPU device class",
+        ),
+        pytest.param(
+            _asking({"deviceclass.resource.kubernetes.io/multinic": 1}),
+            False,
+            id="the implicit name of a NIC class",
+        ),
+    ],
+)
+def test_a_passing_pod_is_a_gpu_pod_when_a_gpu_device_class_serves_what_it_asks(
+    obj: dict[str, Any], gpu: bool
+) -> None:
+    entries = audit_of(obj, inventory=DRA_ONLY).entries()
+    assert [e.gpu for e in entries] == ([True] if gpu else [])
+    assert all(e.verdict == "pass" for e in entries)
+
+
+def test_a_passing_pod_with_a_gpu_claim_is_a_gpu_pod() -> None:
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": "default"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+                }
+            }
+        },
+    }
+    assert DRA_ONLY.devices is not None
+    view = InventoryView(DRA_ONLY.snapshot, devices=DRA_ONLY.devices.with_claims([template]))
+    obj = _asking(claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
+    obj["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    entries = audit_of(obj, inventory=view).entries()
+    assert [(e.gpu, e.verdict) for e in entries] == [(True, "pass")]
 
 
 def test_kinds_without_pod_templates_are_not_audited() -> None:

@@ -22,6 +22,7 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.decision import Decision, Finding
 from webhook.engine.policy.ruleset import Policy
+from webhook.engine.scheduling.dra import pod_claims, served_gpu_resources
 from webhook.reports.inventory import table
 
 Verdict = Literal["deny", "warn", "audit", "pass"]
@@ -231,9 +232,19 @@ class Audit:
             self._by_key[key] = entry
 
     def _asks_for_gpus(self, obj: Mapping[str, Any]) -> bool:
-        gpus = self.policy.settings.gpu_resources
+        settings = self.policy.settings
+        # A name a GPU device class serves (KEP-5004) asks for GPUs too.
+        gpus = served_gpu_resources(
+            settings.gpu_resources,
+            devices=self.inventory.devices,
+            is_gpu_class=settings.gpu_device_classes,
+        )
+        meta = obj.get("metadata")
+        namespace = str(meta.get("namespace") or "default") if isinstance(meta, dict) else "default"
         return any(
-            (p := pod_gpus(t.spec, gpus)).total or p.problems
+            (p := pod_gpus(t.spec, gpus)).total
+            or p.problems
+            or _claims_gpus(t.spec, namespace, self.inventory, settings.gpu_device_classes)
             for t in self.policy.kinds.templates(obj) or ()
             if t.spec
         )
@@ -284,6 +295,21 @@ class Audit:
             errors=tuple(self.errors),
             after_admission=_after_admission(self._entries),
         )
+
+
+def _claims_gpus(
+    spec: Mapping[str, Any],
+    namespace: str,
+    inventory: InventoryView,
+    is_gpu_class: Callable[[str], bool],
+) -> bool:
+    """Whether the template's DRA claims ask for GPUs (as far as the inventory knows them)."""
+    if not spec.get("resourceClaims"):
+        return False
+    claims = pod_claims(
+        spec, namespace=namespace, devices=inventory.devices, is_gpu_class=is_gpu_class
+    )
+    return bool(claims.gpu_count)
 
 
 def _entry(

@@ -627,3 +627,75 @@ def test_with_a_class_serving_nvidia_gpu_a_pod_is_admitted_exactly_when_some_nod
     checks = CAPACITY_CHECKS | {"deviceClaims"}
     denied = [f for f in decision.findings if f.check in checks and f.action == "deny"]
     assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])
+
+
+IMPLICIT = "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=inventories(),
+    dra=st.lists(st.tuples(st.booleans(), st.integers(0, 6), st.integers(0, 2)), min_size=8),
+    resource=st.sampled_from([GPU, IMPLICIT]),
+    replicas=st.integers(1, 40),
+    per_pod=st.integers(1, 4),
+)
+def test_a_workloads_gpus_are_warned_exactly_when_they_exceed_what_serves_them_cluster_wide(
+    nodes: list[GeneratedNode],
+    dra: list[tuple[bool, int, int]],
+    resource: str,
+    replicas: int,
+    per_pod: int,
+) -> None:
+    """``clusterCapacity`` of a resource a class serves, against the scheduler's per-node
+    rule summed over the cluster (``filterExtendedResources``): a node whose allocatable has
+    the resource gives that, every other node its untainted devices of the class, one unit
+    each (the scheduler's claim has no tolerations). The implicit name is in no node's
+    allocatable, so only devices serve it, on device-plugin nodes too."""
+    slices = []
+    for node, (by_dra, devices, tainted) in zip(nodes, dra, strict=False):
+        if by_dra:
+            node.allocatable.pop(GPU, None)
+            if node.shared is not None and node.shared[0] == GPU:
+                node.shared = None
+        if by_dra or devices % 2:
+            slices.append(dra_slice(node.name, devices, min(tainted, devices)))
+    untainted = {
+        s["spec"]["nodeName"]: sum(1 for d in s["spec"]["devices"] if "taints" not in d)
+        for s in slices
+    }
+    have = 0
+    for node in nodes:
+        plugin = int(Fraction(node.allocatable.get(resource, "0")))
+        have += plugin if plugin > 0 else untainted.get(node.name, 0)
+    template = {
+        "metadata": {"labels": {"app": "w"}},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "cuda:12", "resources": {"limits": {resource: per_pod}}}
+            ],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+    workload = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "w", "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "w"}},
+            "template": template,
+        },
+    }
+    inventory = Inventory([node_from_json(n.as_json()) for n in nodes])
+    view = InventoryView(inventory, devices=DeviceInventory.of([DRA_CLASS, *slices]))
+
+    decision = evaluate(
+        Request(workload), policy=policy(tolerate=False, memory=None), inventory=view
+    )
+
+    warned = [f for f in decision.findings if f.check == "clusterCapacity"]
+    need = replicas * per_pod
+    assert bool(warned) == (have > 0 and need > have), (need, have, [f.message for f in warned])
+    if warned:
+        assert f"the whole cluster has {have} " in warned[0].message

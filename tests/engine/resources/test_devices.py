@@ -141,3 +141,52 @@ def test_a_snapshot_with_other_claims_keeps_the_answers_about_its_devices() -> N
     assert later is not first
     assert candidates(later, None, EVERYWHERE) is answer
     assert [later.profile(n).key for n in nodes] == [first.profile(n).key for n in nodes]
+
+
+def _class(name: str, created: str, resource: str = "nvidia.com/gpu") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name, "creationTimestamp": created},
+        "spec": {"extendedResourceName": resource},
+    }
+
+
+@pytest.mark.parametrize(
+    ("classes", "serving"),
+    [
+        pytest.param(
+            [
+                _class("new.example.com", "2026-03-01T00:00:00Z"),
+                _class("gpu.nvidia.com", "2026-01-01T00:00:00Z"),
+            ],
+            "new.example.com",
+            id="the newer class",
+        ),
+        pytest.param(
+            [
+                _class("gpu.nvidia.com", "2026-03-01T00:00:00Z"),
+                _class("new.example.com", "2026-01-01T00:00:00Z"),
+            ],
+            "gpu.nvidia.com",
+            id="the newer class, listed first",
+        ),
+        pytest.param(
+            [
+                _class("b.example.com", "2026-01-01T00:00:00Z"),
+                _class("a.example.com", "2026-01-01T00:00:00Z"),
+            ],
+            "a.example.com",
+            id="created together: the alphabetically first",
+        ),
+    ],
+)
+def test_of_two_classes_naming_one_extended_resource_the_schedulers_pick_serves_it(
+    classes: list[dict[str, Any]], serving: str
+) -> None:
+    inventory = DeviceInventory.of(classes)
+    assert inventory.extended_class("nvidia.com/gpu") == serving
+    # The implicit name is each class's own.
+    for c in classes:
+        name = c["metadata"]["name"]
+        assert inventory.extended_class(f"deviceclass.resource.kubernetes.io/{name}") == name

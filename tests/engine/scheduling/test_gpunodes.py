@@ -8,15 +8,23 @@ from typing import Any
 
 import pytest
 
-from webhook.engine.policy.ruleset import GPUNodes, GPUResources, GPUTaint, NodeLabel
+from webhook.engine.policy.ruleset import (
+    DEFAULT_GPU_DEVICE_CLASSES,
+    GPUNodes,
+    GPUResources,
+    GPUTaint,
+    NodeLabel,
+    glob_matcher,
+)
 from webhook.engine.resources.inventory import Inventory, Placement
 from webhook.engine.scheduling.gpunodes import (
+    DRAGPUs,
     Reach,
     bound_node_reach,
     gpu_node_reach,
     pinned_to_a_node,
 )
-from webhook.files.inventoryfile import load_inventory
+from webhook.files.inventoryfile import load_inventory, load_inventory_file
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
 TAINTED = load_inventory(str(INVENTORIES / "cluster.yaml"))
@@ -199,3 +207,61 @@ def test_a_bound_pod_is_where_its_node_is(node: str, reach: Reach | None) -> Non
     found = bound_node_reach(node, TAINTED, nodes=GPUNodes(), resources=GPUResources())
 
     assert (found.reach if found else None) is reach
+
+
+# --- nodes whose GPUs only a DRA driver serves ---------------------------------------------
+
+DRA_ONLY = load_inventory_file(str(INVENTORIES / "dra-driver-only.yaml")).view()
+assert DRA_ONLY.devices is not None
+DRA = DRAGPUs(DRA_ONLY.devices, glob_matcher(DEFAULT_GPU_DEVICE_CLASSES))
+
+
+def dra_reach(spec: dict[str, Any], dra: DRAGPUs | None) -> Reach:
+    assert DRA_ONLY.snapshot is not None
+    return gpu_node_reach(
+        spec,
+        Placement.of(spec),
+        nodes=GPUNodes(),
+        resources=GPUResources(),
+        inventory=DRA_ONLY.snapshot,
+        dra=dra,
+    ).reach
+
+
+def on(name: str) -> dict[str, Any]:
+    return {"nodeSelector": {"kubernetes.io/hostname": name}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "dra", "expected"),
+    [
+        pytest.param({}, DRA, Reach.SOME, id="anywhere: the DRA GPU node and others"),
+        pytest.param(on("dra-h100-0"), DRA, Reach.ONLY, id="its ResourceSlice holds GPUs"),
+        pytest.param(on("nic-0"), DRA, Reach.NONE, id="a DRA node without GPUs (dranet NICs)"),
+        pytest.param(on("dra-h100-0"), None, Reach.NONE, id="allocatable and labels alone"),
+        pytest.param(
+            on("dra-h100-0"),
+            DRAGPUs(DRA.devices, glob_matcher(["multinic"])),
+            Reach.NONE,
+            id="only gpuDeviceClasses make GPU nodes",
+        ),
+    ],
+)
+def test_nodes_whose_resourceslices_hold_gpus_are_gpu_nodes(
+    spec: dict[str, Any], dra: DRAGPUs | None, expected: Reach
+) -> None:
+    assert dra_reach(spec, dra) is expected
+
+
+def test_a_pod_bound_to_a_dra_gpu_node_is_on_a_gpu_node() -> None:
+    assert DRA_ONLY.snapshot is not None
+    args: dict[str, Any] = {"nodes": GPUNodes(), "resources": GPUResources()}
+    bound = bound_node_reach("dra-h100-0", DRA_ONLY.snapshot, dra=DRA, **args)
+    assert bound is not None
+    assert bound.reach is Reach.ONLY
+    unseen = bound_node_reach("dra-h100-0", DRA_ONLY.snapshot, **args)
+    assert unseen is not None
+    assert unseen.reach is Reach.NONE
+    nic = bound_node_reach("nic-0", DRA_ONLY.snapshot, dra=DRA, **args)
+    assert nic is not None
+    assert nic.reach is Reach.NONE

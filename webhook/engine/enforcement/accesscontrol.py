@@ -29,8 +29,16 @@ from webhook.engine.kube.patch import Editor
 from webhook.engine.kube.workloads import Path, PodTemplate
 from webhook.engine.policy.decision import Finding, action_of
 from webhook.engine.policy.ruleset import Mutations, Rule, Settings
+from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Placement
-from webhook.engine.scheduling.gpunodes import GPUNodeReach, Reach, gpu_node_reach, pinned_to_a_node
+from webhook.engine.scheduling.dra import gpu_class_matcher
+from webhook.engine.scheduling.gpunodes import (
+    DRAGPUs,
+    GPUNodeReach,
+    Reach,
+    gpu_node_reach,
+    pinned_to_a_node,
+)
 
 GPU_ACCESS = "gpuAccessWithoutRequest"
 GPU_NODE = "nonGPUPodOnGPUNode"
@@ -89,6 +97,8 @@ def reach_of(
     settings: Settings,
     inventory: Inventory | None,
     placement: Placement | None = None,
+    *,
+    devices: DeviceInventory | None = None,
 ) -> GPUNodeReach:
     return gpu_node_reach(
         spec,
@@ -96,13 +106,24 @@ def reach_of(
         nodes=settings.gpu_nodes,
         resources=settings.gpu_resources,
         inventory=inventory,
+        dra=dra_gpus(settings, devices),
     )
+
+
+def dra_gpus(settings: Settings, devices: DeviceInventory | None) -> DRAGPUs | None:
+    """Nodes whose ResourceSlices hold GPUs are GPU nodes (``gpunodes.DRAGPUs``)."""
+    if devices is None or not devices.complete:
+        return None
+    gpu = gpu_class_matcher(
+        devices, is_gpu_class=settings.gpu_device_classes, resources=settings.gpu_resources
+    )
+    return DRAGPUs(devices, gpu)
 
 
 class PodReach:
     """Where one pod can land, worked out on first use: most GPU pods never need it."""
 
-    __slots__ = ("_answer", "_inventory", "_placement", "_settings", "_spec")
+    __slots__ = ("_answer", "_devices", "_inventory", "_placement", "_settings", "_spec")
 
     def __init__(
         self,
@@ -111,9 +132,11 @@ class PodReach:
         *,
         settings: Settings,
         inventory: Inventory | None,
+        devices: DeviceInventory | None = None,
     ) -> None:
         self._spec, self._placement = spec, placement
         self._settings, self._inventory = settings, inventory
+        self._devices = devices
         self._answer: GPUNodeReach | None = None
 
     @classmethod
@@ -128,7 +151,9 @@ class PodReach:
     @property
     def value(self) -> GPUNodeReach:
         if self._answer is None:
-            self._answer = reach_of(self._spec, self._settings, self._inventory, self._placement)
+            self._answer = reach_of(
+                self._spec, self._settings, self._inventory, self._placement, devices=self._devices
+            )
         return self._answer
 
 
@@ -154,6 +179,7 @@ def place(
     *,
     settings: Settings,
     inventory: Inventory | None,
+    devices: DeviceInventory | None = None,
 ) -> list[Finding]:
     """Runtime class and keeping pods off GPU nodes: placement, before container mutations.
 
@@ -187,9 +213,8 @@ def place(
     spec = _spec(editor, template)
     # A pod that can only use GPU nodes wants them: keeping it off would strand it (the
     # nonGPUPodOnGPUNode check says so instead).
-    if node_bound(template, spec, settings) or reach_of(spec, settings, inventory).reach is (
-        Reach.ONLY
-    ):
+    reach = reach_of(spec, settings, inventory, devices=devices).reach
+    if node_bound(template, spec, settings) or reach is Reach.ONLY:
         return findings
     for label in avoiding:
         avoid_label(editor, template.spec_path, label)

@@ -32,6 +32,7 @@ from webhook.engine.resources.inventory import (
     Units,
 )
 from webhook.engine.resources.offers import VENDOR_GPU_RESOURCES, lookalike, offered, offered_names
+from webhook.engine.scheduling.dra import served_gpu_resources
 
 
 @dataclass(slots=True)  # not frozen: built on every admission, and frozen init costs more
@@ -462,11 +463,11 @@ def _gpu_names(inventory: Inventory | None, scope: Scope, settings: Settings) ->
         name for name, _ in settings.gpu_resources.entries if not any(c in name for c in "*?[")
     ]
     offered_here = offered_names(nodes=inventory, devices=scope.devices)
-    return [
-        *VENDOR_GPU_RESOURCES,
-        *exact,
-        *(n for n in offered_here if settings.gpu_resources.is_gpu(n)),
-    ]
+    # With the names GPU device classes serve (``deviceclass.resource.kubernetes.io/<class>``).
+    gpus = served_gpu_resources(
+        settings.gpu_resources, devices=scope.devices, is_gpu_class=settings.gpu_device_classes
+    )
+    return [*VENDOR_GPU_RESOURCES, *exact, *(n for n in offered_here if gpus.is_gpu(n))]
 
 
 def misspelled_findings(

@@ -22,6 +22,7 @@ from webhook.engine.scheduling.dra import (
     candidates,
     class_findings,
     fits_somewhere,
+    gpu_class_matcher,
     gpu_share,
     looks_like_gpu_class,
     shortfall,
@@ -70,8 +71,12 @@ def evaluate_claim_object(
     kind = str(obj.get("kind"))
     claim = claim_from_json(obj)
     settings = policy.settings
-    count, _, classes = gpu_share(claim.spec, settings.gpu_device_classes)
     devices = view.devices
+    is_gpu_class = settings.gpu_device_classes
+    if devices is not None:
+        resources = settings.gpu_resources
+        is_gpu_class = gpu_class_matcher(devices, is_gpu_class=is_gpu_class, resources=resources)
+    count, _, classes = gpu_share(claim.spec, is_gpu_class)
     typo = (
         devices is not None
         and devices.complete

@@ -13,6 +13,7 @@ from webhook.engine.enforcement.accesscontrol import (
     PodReach,
     Template,
     access_findings,
+    dra_gpus,
     exemptions,
     hide_on_gpu_nodes,
     node_findings,
@@ -23,6 +24,7 @@ from webhook.engine.enforcement.accesscontrol import (
 )
 from webhook.engine.enforcement.checks import (
     Scope,
+    _cannot_know,
     capacity_findings,
     device_findings,
     fit_warnings,
@@ -70,14 +72,21 @@ from webhook.engine.scheduling.dra import (
     PodClaims,
     claim_findings,
     extended_resource_claims,
+    gpu_class_matcher,
     pod_claims,
+    served_gpu_resources,
     with_claim_gpus,
 )
 from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
 from webhook.engine.scheduling.gpunodes import bound_node_reach
 from webhook.engine.scheduling.karpenter import PoolSizing, autoscaler_admits, size_pools
-from webhook.engine.scheduling.wholepod import needs_whole_pod, whole_pod_findings
+from webhook.engine.scheduling.wholepod import (
+    cluster_capacity_finding,
+    needs_whole_pod,
+    served_total,
+    whole_pod_findings,
+)
 
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
 _sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
@@ -169,13 +178,13 @@ def _evaluate_object(
     mutated_by: dict[str, None] = {}
     notices: list[str] = []
     per_pod: list[tuple[PodTemplate, PodGPUs]] = []
-    classes: list[tuple[str, ...]] = []
+    asked: list[PodClaims] = []
     workload = bool(templates[0].path)  # a Pod's one template is the object itself
     # On a workload UPDATE: what the old object asked for in all, and every template's ask
     # now (unchanged ones too), for the totals that replicas and parallelism change.
     floor = _old_totals(request, policy, inventory) if workload else None
     counted: list[tuple[PodTemplate, PodGPUs]] = []
-    counted_classes: list[tuple[str, ...]] = []
+    counted_claims: list[PodClaims] = []
     # Issue 26: each judged template's ask and fit, for gangs and quotas.
     judged: list[tuple[PodTemplate, PodGPUs, PodClaims, FitAnswer | None]] = []
     for template in templates:
@@ -183,7 +192,7 @@ def _evaluate_object(
             if floor is not None:
                 pod, claims = _asks(request, template, settings=policy.settings, view=inventory)
                 counted.append((template, pod))
-                counted_classes.append(claims.gpu_classes)
+                counted_claims.append(claims)
             continue
         pod, claims, fit = _evaluate_template(
             request,
@@ -198,10 +207,10 @@ def _evaluate_object(
             mutate=mutate,
         )
         per_pod.append((template, pod))
-        classes.append(claims.gpu_classes)
+        asked.append(claims)
         if floor is not None:
             counted.append((template, pod))
-            counted_classes.append(claims.gpu_classes)
+            counted_claims.append(claims)
         judged.append((template, pod, claims, fit))
         if claims.claims and not inventory.problem:
             devices = inventory.devices
@@ -214,17 +223,21 @@ def _evaluate_object(
         elif snapshot is None:
             notices.append(NO_INVENTORY_NOTICE)
         elif workload and floor is None:
-            findings.extend(_workload_findings(per_pod, snapshot, policy))
+            findings.extend(_workload_findings(per_pod, asked, snapshot, policy, inventory))
     if floor is not None:
         # An UPDATE is judged on the totals it raises: a Deployment scaled from 1 to 100
         # replicas, a Job's parallelism; a total it leaves or lowers was judged before.
         if snapshot is not None and any(p.total for _, p in counted):
-            findings.extend(_workload_findings(counted, snapshot, policy, floor=floor))
+            findings.extend(
+                _workload_findings(
+                    counted, counted_claims, snapshot, policy, inventory, floor=floor
+                )
+            )
         findings.extend(
-            _workload_rule_findings(request, counted, policy, counted_classes, floor=floor)
+            _workload_rule_findings(request, counted, policy, counted_claims, floor=floor)
         )
     elif workload:
-        findings.extend(_workload_rule_findings(request, per_pod, policy, classes))
+        findings.extend(_workload_rule_findings(request, per_pod, policy, asked))
     # On a create only: an update of an unchanged template is not judged again.
     if len(judged) == len(templates) and floor is None and not inventory.problem:
         _after_admission(
@@ -458,7 +471,8 @@ def _ephemeral_update(
         asks=pod_asks_for_gpu(pod),
     )
     spec = template.spec
-    reach = _running_reach(spec, settings=settings, snapshot=snapshot)
+    devices = None if inventory.problem else inventory.devices
+    reach = _running_reach(spec, settings=settings, snapshot=snapshot, devices=devices)
     editor = Editor(obj)
     mutated_by: dict[str, None] = {}
     hiding = [r for r in rules if _hides(r.mutations, asks=access.asks, reach=reach)]
@@ -471,18 +485,27 @@ def _ephemeral_update(
 
 
 def _running_reach(
-    spec: Mapping[str, Any], *, settings: Settings, snapshot: Inventory | None
+    spec: Mapping[str, Any],
+    *,
+    settings: Settings,
+    snapshot: Inventory | None,
+    devices: DeviceInventory | None,
 ) -> PodReach:
     """Where a running pod is: its node, when the inventory holds it; else where its
     placement lets it land, as on CREATE."""
     node = spec.get("nodeName")
     if snapshot is not None and isinstance(node, str) and node:
         known = bound_node_reach(
-            node, snapshot, nodes=settings.gpu_nodes, resources=settings.gpu_resources
+            node,
+            snapshot,
+            nodes=settings.gpu_nodes,
+            resources=settings.gpu_resources,
+            dra=dra_gpus(settings, devices),
         )
         if known is not None:
             return PodReach.known(known, spec, settings=settings)
-    return PodReach(spec, Placement.of(spec), settings=settings, inventory=snapshot)
+    placement = Placement.of(spec)
+    return PodReach(spec, placement, settings=settings, inventory=snapshot, devices=devices)
 
 
 def _hides(mutations: Mutations, *, asks: bool, reach: PodReach) -> bool:
@@ -522,13 +545,18 @@ def _asks(
     view: InventoryView,
 ) -> tuple[PodGPUs, PodClaims]:
     """What the template asks of GPUs: resources per container, and DRA claims."""
-    pod = pod_gpus(template.spec, settings.gpu_resources, template.singles)
+    devices = view.devices
+    gpus, is_gpu_class = settings.gpu_resources, settings.gpu_device_classes
+    if devices is not None:  # names and classes that serve GPUs (KEP-5004)
+        gpus = served_gpu_resources(gpus, devices=devices, is_gpu_class=is_gpu_class)
+        is_gpu_class = gpu_class_matcher(devices, is_gpu_class=is_gpu_class, resources=gpus)
+    pod = pod_gpus(template.spec, gpus, template.singles)
     claims = (
         pod_claims(
             template.spec,
             namespace=request.effective_namespace,
-            devices=view.devices,
-            is_gpu_class=settings.gpu_device_classes,
+            devices=devices,
+            is_gpu_class=is_gpu_class,
         )
         if template.spec.get("resourceClaims")
         else NO_CLAIMS
@@ -583,11 +611,14 @@ def _mutate(
     mutated_by: dict[str, None],
     settings: Settings,
     findings: list[Finding],
+    devices: DeviceInventory | None = None,
 ) -> None:
     """Placement for access, repaired requests and container mutations, in that order."""
     if places_access:
         before = len(editor.ops)
-        findings.extend(place(editor, access, rules, settings=settings, inventory=snapshot))
+        findings.extend(
+            place(editor, access, rules, settings=settings, inventory=snapshot, devices=devices)
+        )
         _credit(editor, before, mutated_by, (r for r in rules if _places_access(r.mutations)))
     if settings.actions.get("requestsWithoutLimits") == "repair":
         findings.extend(_repair_requests_only(editor, access.spec_path, access.pod))
@@ -620,6 +651,7 @@ def _evaluate_template(
     settings = policy.settings
     spec_path = template.spec_path
     pod, claims = _asks(request, template, settings=settings, view=view)
+    devices = None if view.problem else view.devices
     if not isinstance(editor.get(spec_path), dict):
         return pod, claims, None  # an ill-typed spec: the API server's schema check rejects it
     rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
@@ -654,6 +686,7 @@ def _evaluate_template(
             mutated_by=mutated_by,
             settings=settings,
             findings=findings,
+            devices=devices,
         )
     # Container mutations and hiding leave the placement as it is: read it once.
     placement = Placement.of(editor.get(spec_path))
@@ -669,7 +702,9 @@ def _evaluate_template(
             mutated_by=mutated_by,
             mutate=mutate,
         )
-    reach = PodReach(editor.get(spec_path), placement, settings=settings, inventory=snapshot)
+    reach = PodReach(
+        editor.get(spec_path), placement, settings=settings, inventory=snapshot, devices=devices
+    )
     if hides_on_gpu_nodes and not mutate:
         findings.extend(
             unhidden_findings(
@@ -932,13 +967,16 @@ class _Totals:
     total: int
 
 
-def _totals(per_pod: Iterable[tuple[PodTemplate, PodGPUs]]) -> _Totals:
+def _totals(per_pod: Sequence[tuple[PodTemplate, PodGPUs]], claims: Sequence[PodClaims]) -> _Totals:
+    """Per resource and in all; with the resources a device class serves (``claims``,
+    taken out of ``effective`` to be judged as claims), which are GPUs the pods ask for."""
     needed: dict[str, int] = {}
     total = 0
-    for template, pod in per_pod:
+    for (template, pod), asked in zip(per_pod, claims, strict=True):
         if template.replicas is None or not template.path:
             continue
-        for resource, count in pod.effective.items():
+        served = [(c.name, c.gpu_count) for c in asked.claims if not c.counted]
+        for resource, count in (*pod.effective.items(), *served):
             needed[resource] = needed.get(resource, 0) + count * template.replicas
         total += pod.total * template.replicas
     return _Totals(needed, total)
@@ -951,37 +989,52 @@ def _old_totals(request: Request, policy: Policy, view: InventoryView) -> _Total
         return None
     templates = policy.kinds.templates(old) or []
     asked = _as_created(request, old)
-    return _totals((t, _asks(asked, t, settings=policy.settings, view=view)[0]) for t in templates)
+    asks = [(t, *_asks(asked, t, settings=policy.settings, view=view)) for t in templates]
+    return _totals([(t, pod) for t, pod, _ in asks], [claims for _, _, claims in asks])
 
 
 def _workload_findings(
     per_pod: list[tuple[PodTemplate, PodGPUs]],
+    claims: list[PodClaims],
     snapshot: Inventory,
     policy: Policy,
+    view: InventoryView,
     *,
     floor: _Totals | None = None,
 ) -> list[Finding]:
     """Replicas times GPUs per pod against every GPU in the cluster: a warning by default,
     since nodes may be added, but a job that can never start all its workers hangs. With
-    a ``floor`` (an UPDATE), only resources whose total the update raises."""
-    needed = _totals(per_pod).needed
+    a ``floor`` (an UPDATE), only resources whose total the update raises. A resource a
+    DRA device class serves counts its devices too (``wholepod.served_total``); where the
+    cluster's total cannot be known (a pool of unknown size, a selector the webhook cannot
+    evaluate) the finding is a warning that says so, never a denial."""
+    needed = _totals(per_pod, claims).needed
     findings = []
     action = policy.settings.actions.get("clusterCapacity", "warn")
+    devices = None if view.problem else view.devices
     for resource, need in needed.items():
         if floor is not None and need <= floor.needed.get(resource, 0):
             continue
+        served = (
+            None if devices is None else served_total(resource, devices=devices, nodes=snapshot)
+        )
+        if served is not None:
+            finding = cluster_capacity_finding(served, need=need, action=action)
+            if finding is not None:
+                findings.append(finding)
+            continue
         have = snapshot.total(resource)
         if need > have and resource in snapshot.resource_names:
+            message = (
+                f"all pods of this workload together request {need} {resource}, but the "
+                f"whole cluster has {have}; not every pod can run at once. Lower replicas "
+                "or GPUs per pod, or add nodes."
+            )
+            summary = f"workload needs {need} {resource}, cluster has {have}"
+            finding = Finding("builtin", "clusterCapacity", action_of(action), message, summary)
+            # A pool of unknown size may bring the rest: never a denial on a guess.
             findings.append(
-                Finding(
-                    "builtin",
-                    "clusterCapacity",
-                    action_of(action),
-                    f"all pods of this workload together request {need} {resource}, but the "
-                    f"whole cluster has {have}; not every pod can run at once. Lower replicas "
-                    "or GPUs per pod, or add nodes.",
-                    f"workload needs {need} {resource}, cluster has {have}",
-                )
+                _cannot_know(finding, snapshot.unbounded) if snapshot.unbounded else finding
             )
     return findings
 
@@ -990,7 +1043,7 @@ def _workload_rule_findings(
     request: Request,
     per_pod: list[tuple[PodTemplate, PodGPUs]],
     policy: Policy,
-    classes: list[tuple[str, ...]],
+    claims: list[PodClaims],
     *,
     floor: _Totals | None = None,
 ) -> list[Finding]:
@@ -999,7 +1052,7 @@ def _workload_rule_findings(
     findings: list[Finding] = []
     workload = [
         (t, p, c)
-        for (t, p), c in zip(per_pod, classes, strict=True)
+        for (t, p), c in zip(per_pod, (c.gpu_classes for c in claims), strict=True)
         if t.replicas is not None and t.path
     ]
     if not workload:

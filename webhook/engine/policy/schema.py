@@ -366,7 +366,8 @@ _SETTINGS = _obj(
         "gpuDeviceClasses": {
             **_STR_LIST,
             "description": "DRA device classes (globs) whose devices are GPUs. Replaces the "
-            "default: gpu.nvidia.com, mig.nvidia.com.",
+            "default: gpu.nvidia.com, mig.nvidia.com. A class whose extendedResourceName is a "
+            "GPU resource is a GPU class too.",
         },
         "inventoryFailureMode": {
             "enum": ["allow", "deny"],

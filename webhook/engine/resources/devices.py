@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import itertools
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -447,6 +447,9 @@ class DeviceClass:
     name: str
     selectors: tuple[str, ...] = ()
     extended_resource: str = ""
+    # metadata.creationTimestamp (RFC 3339, UTC): which of two classes naming the same
+    # extendedResourceName serves it.
+    created: str = ""
 
 
 def _selectors(raw: object) -> tuple[str, ...]:
@@ -463,6 +466,7 @@ def class_from_json(raw: Mapping[str, Any]) -> DeviceClass:
         name=str(dig(raw, "metadata", "name") or ""),
         selectors=_selectors(spec.get("selectors")),
         extended_resource=str(spec.get("extendedResourceName") or ""),
+        created=str(dig(raw, "metadata", "creationTimestamp") or ""),
     )
 
 
@@ -652,7 +656,11 @@ class DeviceInventory:
         self._contents: dict[Device, tuple[Any, ...]] = {}
         # Extended resources served by DRA: resource name to device class.
         self.extended: dict[str, str] = {}
-        for device_class in self.classes.values():
+        # Of classes naming the same extendedResourceName, the newest serves it, the
+        # alphabetically first on a tie (the scheduler's extended resource cache,
+        # ``betterDeviceClass``); the implicit name is every class's own.
+        ranked = sorted(self.classes.values(), key=lambda c: c.name, reverse=True)
+        for device_class in sorted(ranked, key=lambda c: c.created):
             self.extended[IMPLICIT_EXTENDED_PREFIX + device_class.name] = device_class.name
             if device_class.extended_resource:
                 self.extended[device_class.extended_resource] = device_class.name
@@ -779,6 +787,24 @@ class DeviceInventory:
                 ),
             )
         return Profile(devices=devices, key=key, example=node.name)
+
+    def named_devices(self) -> Iterator[tuple[str, Device]]:
+        """(node, device) for every device given to one named node (its slice's
+        ``nodeName``, or ``perDeviceNodeSelection`` naming it)."""
+        for name, slices in self._local.items():
+            for s in slices:
+                for device in s.devices:
+                    yield name, device
+        for name, devices in self._placed.items():
+            for device in devices:
+                yield name, device
+
+    @property
+    def reachable_devices(
+        self,
+    ) -> Sequence[tuple[Device, bool, tuple[Mapping[str, Any], ...] | None]]:
+        """Devices several nodes may use: (device, every node, the node selector's terms)."""
+        return self._network
 
     def node_names(self) -> list[str]:
         """Nodes named by slices: what to judge when no node inventory is given."""

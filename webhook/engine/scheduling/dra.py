@@ -51,6 +51,7 @@ from webhook.engine.demand.gpus import PodGPUs
 from webhook.engine.kube.selectors import dig, terms_match
 from webhook.engine.kube.workloads import Path
 from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.policy.ruleset import GPUResources
 from webhook.engine.resources.devices import (
     ALLOCATION_RESULTS_MAX_SIZE,
     Claim,
@@ -747,6 +748,65 @@ def class_devices(inventory: DeviceInventory, profile: Profile) -> tuple[tuple[s
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class GPUDevices:
+    """Where a snapshot's GPUs are (devices a GPU class selects): the nodes slices name, and
+    the node selectors of GPUs that several nodes may use."""
+
+    named: frozenset[str]
+    reachable: tuple[tuple[bool, tuple[Mapping[str, Any], ...] | None], ...]
+
+    def holds(self, node: Node) -> bool:
+        if node.name in self.named:
+            return True
+        return any(
+            every or (terms is not None and terms_match(terms, node.labels, node.name))
+            for every, terms in self.reachable
+        )
+
+
+def serves_gpus(
+    inventory: DeviceInventory, node: Node, is_gpu_class: Callable[[str], bool]
+) -> bool:
+    """Whether the node's ResourceSlices hold a device that a GPU class (``gpuDeviceClasses``)
+    selects: a DRA driver serves GPUs there, device plugin or not. Taints do not matter (a
+    tainted GPU is still in the node); a selector this webhook cannot evaluate selects
+    nothing here, since calling a node a GPU node only ever adds findings."""
+    return gpu_devices(inventory, is_gpu_class).holds(node)
+
+
+def gpu_devices(inventory: DeviceInventory, is_gpu_class: Callable[[str], bool]) -> GPUDevices:
+    """Where the snapshot's GPUs are (``serves_gpus``), once per snapshot and matcher: the
+    cost follows the slices, not the nodes, most of which have none. Snapshots that differ
+    only in claims share the answer (they share the memo)."""
+    key = ("gpu-devices", id(is_gpu_class))
+    known = inventory._memo.get(key)
+    if known is not None and known[0] is is_gpu_class:
+        return known[1]  # type: ignore[no-any-return]
+    selectors = [c.selectors for name, c in sorted(inventory.classes.items()) if is_gpu_class(name)]
+    matcher = _Matcher(inventory)
+    exact = any(matcher.exact(e) for chosen in selectors for e in chosen)
+    seen: dict[Any, bool] = {}
+
+    def gpu(device: Device) -> bool:
+        # Devices alike but for their identity (uuid, bus id) are matched once.
+        key = device if exact else inventory.content(device)
+        known = seen.get(key)
+        if known is None:
+            known = seen[key] = inventory.complete and any(
+                all(matcher.matches(e, device) is True for e in chosen) for chosen in selectors
+            )
+        return known
+
+    named = frozenset(name for name, device in inventory.named_devices() if gpu(device))
+    reachable = tuple(
+        (every, terms) for device, every, terms in inventory.reachable_devices if gpu(device)
+    )
+    answer = GPUDevices(named, reachable)
+    inventory._memo[key] = (is_gpu_class, answer)
+    return answer
+
+
 def shortfall(
     claims: Sequence[PodClaim],
     found: Candidates,
@@ -978,6 +1038,59 @@ def class_findings(
             )
 
 
+def gpu_class_matcher(
+    devices: DeviceInventory, *, is_gpu_class: Callable[[str], bool], resources: GPUResources
+) -> Callable[[str], bool]:
+    """Which device classes are GPU classes: named in ``gpuDeviceClasses``, or serving an
+    ``extendedResourceName`` that is a GPU resource."""
+    memo = devices._memo
+    key = ("gpu-classes", id(resources), id(is_gpu_class))
+    known = memo.get(key)
+    if known is not None and known[0] is resources and known[1] is is_gpu_class:
+        return known[2]  # type: ignore[no-any-return]
+    served = frozenset(
+        name
+        for name, c in devices.classes.items()
+        if c.extended_resource and resources.is_gpu(c.extended_resource)
+    )
+    answer = (lambda name: name in served or is_gpu_class(name)) if served else is_gpu_class
+    memo[key] = (resources, is_gpu_class, answer)
+    return answer
+
+
+def served_gpu_resources(
+    resources: GPUResources,
+    *,
+    devices: DeviceInventory | None,
+    is_gpu_class: Callable[[str], bool],
+) -> GPUResources:
+    """The policy's GPU resources, plus every extended resource a GPU device class serves
+    (``gpuDeviceClasses``): its ``extendedResourceName`` and the implicit
+    ``deviceclass.resource.kubernetes.io/<class>``. A pod asking for one gets devices of
+    that class (KEP-5004), so it is a GPU demand whatever ``gpuResources`` lists; a name a
+    non-GPU class serves stays an extended resource like any other. A class is a GPU class
+    by name (``gpuDeviceClasses``) or by what it serves: NVIDIA's per-profile classes
+    (``mig-1g-12gb.gpu.nvidia.com`` serving ``nvidia.com/mig-1g.12gb``, its
+    demo/specs/extended-resources) are GPUs under any name."""
+    if devices is None or not devices.extended:
+        return resources
+    memo = devices._memo
+    known = memo.get("gpu-resources")
+    if known is not None and known[0] is resources and known[1] is is_gpu_class:
+        return known[2]  # type: ignore[no-any-return]
+    gpu = gpu_class_matcher(devices, is_gpu_class=is_gpu_class, resources=resources)
+    extra = sorted(
+        name
+        for name, device_class in devices.extended.items()
+        if gpu(device_class) and not resources.is_gpu(name)
+    )
+    answer = (
+        GPUResources((*resources.entries, *((n, False) for n in extra))) if extra else resources
+    )
+    memo["gpu-resources"] = (resources, is_gpu_class, answer)
+    return answer
+
+
 def extended_resource_claims(
     pod: PodGPUs, claims: PodClaims, *, devices: DeviceInventory | None
 ) -> tuple[PodGPUs, PodClaims]:
@@ -990,8 +1103,12 @@ def extended_resource_claims(
     resource (a device plugin) NodeResourcesFit counts it, else the class's devices serve
     it. ``webhook.engine.scheduling.wholepod`` judges the pod node by node; the claim made
     here (``counted`` False: its GPUs are already counted as the resource) stands for the
-    DRA side only."""
-    if devices is None or not devices.complete or not devices.extended:
+    DRA side only.
+
+    Without the slices (``check`` given DeviceClasses but no ResourceSlices) the resource
+    is still taken out: the nodes without it in allocatable may hold the class's devices,
+    so no node count can deny it (the claim checks say the devices were not checked)."""
+    if devices is None or not devices.extended:
         return pod, claims
     served = {r: devices.extended[r] for r in pod.effective if r in devices.extended}
     if not served:
@@ -999,10 +1116,7 @@ def extended_resource_claims(
     extra = []
     for resource, device_class in sorted(served.items()):
         need = pod.effective[resource]
-        # One ExactCount request of the class, its selectors only (createRequestsAndMappings
-        # makes one per container; together they ask for what the pod's request counts).
-        sub = SubRequest(name=resource, device_class=device_class, count=need)
-        spec = ClaimSpec((DeviceRequest(name=resource, alternatives=(sub,)),))
+        spec = ClaimSpec(_served_requests(pod, resource, device_class))
         source = f"resource {resource}, served by device class {device_class}"
         claim = Claim(namespace="", name="", spec=spec)
         extra.append(
@@ -1021,6 +1135,39 @@ def extended_resource_claims(
         served=tuple(served.items()),
         served_per_container=tuple((r, n) for r, n in pod.per_container if r in served),
     )
+
+
+def _served_requests(pod: PodGPUs, resource: str, device_class: str) -> tuple[DeviceRequest, ...]:
+    """The requests of the claim the scheduler makes for ``resource`` on a node where the
+    class serves it (``createRequestsAndMappings``, ``createResourceRequestAndMappings``):
+    one ``ExactCount`` request of the class per long-lived container (app containers and
+    sidecars) asking for it, and one for the most that an init container needs beyond the
+    requests of the long-lived containers after it, which it reuses. Together they count
+    the pod's effective request; apart, two of them may share a device that allows
+    multiple allocations, as one request never does."""
+    counts = [c.gpus.get(resource, 0) for c in pod.containers]
+    short = [c.section == "initContainers" and not c.sidecar for c in pod.containers]
+    requests = [
+        DeviceRequest(
+            name=f"container-{i}-{resource}",
+            alternatives=(
+                SubRequest(name=f"container-{i}-{resource}", device_class=device_class, count=n),
+            ),
+        )
+        for i, n in enumerate(counts)
+        if n and not short[i]
+    ]
+    most, where = 0, -1
+    for i, n in enumerate(counts):
+        if n and short[i]:
+            later = sum(m for j, m in enumerate(counts) if j >= i and not short[j])
+            if n - later > most:
+                most, where = n - later, i
+    if most:
+        name = f"container-{where}-{resource}"
+        sub = SubRequest(name=name, device_class=device_class, count=most)
+        requests.append(DeviceRequest(name=name, alternatives=(sub,)))
+    return tuple(sorted(requests, key=lambda r: r.name))
 
 
 def with_claim_gpus(pod: PodGPUs, claims: PodClaims) -> PodGPUs:

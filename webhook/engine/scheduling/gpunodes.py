@@ -7,7 +7,9 @@ plugins/nodeaffinity ``Filter``). ``Placement.admits`` implements both; this mod
 asks them about GPU nodes.
 
 With an inventory, GPU nodes are the nodes (and declared node pools) that offer a GPU
-resource or carry a GPU node label, and the answer is the scheduler's own for real nodes.
+resource or carry a GPU node label, or whose ResourceSlices hold a device of a GPU device
+class (a DRA driver without a device plugin: ``DRAGPUs``), and the answer is the
+scheduler's own for real nodes.
 Without one, a GPU node is what ``GPUSettings.gpuNodes`` describes: it carries one of the
 GPU taints (or none, when none are configured) and the GPU labels, and every other label a
 selector may ask for.
@@ -15,14 +17,16 @@ selector may ask for.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from webhook.engine.kube.selectors import requirement_matches, tolerates
 from webhook.engine.policy.ruleset import GPUNodes, GPUResources, NodeLabel
+from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import CONDITION_TAINT_PREFIX, Inventory, Placement, Shape
+from webhook.engine.scheduling.dra import GPUDevices, gpu_devices
 
 
 class Reach(Enum):
@@ -68,6 +72,32 @@ def is_gpu_shape(shape: Shape, *, nodes: GPUNodes, resources: GPUResources) -> b
     return any(_label_holds(label, shape.labels) for label in nodes.labels)
 
 
+@dataclass(frozen=True, slots=True)
+class DRAGPUs:
+    """The DRA inventory and which of its classes are GPUs (``gpuDeviceClasses``): nodes
+    whose ResourceSlices hold GPUs are GPU nodes, with or without a device plugin (NVIDIA's
+    DRA driver puts nothing in allocatable, and on 1.36 managed clusters run it alone)."""
+
+    devices: DeviceInventory
+    is_gpu_class: Callable[[str], bool]
+
+    def gpus(self) -> GPUDevices:
+        return gpu_devices(self.devices, self.is_gpu_class)
+
+
+def _gpu_members(
+    shape: Shape, *, nodes: GPUNodes, resources: GPUResources, dra: GPUDevices | None
+) -> tuple[bool, bool]:
+    """(some node of the shape is a GPU node, every one is): by allocatable and labels,
+    which all members share, else by each member's ResourceSlices."""
+    if is_gpu_shape(shape, nodes=nodes, resources=resources):
+        return True, True
+    if dra is None or shape.pool:
+        return False, False
+    found = [dra.holds(member) for member in shape.members]
+    return any(found), all(found)
+
+
 def _tolerated_taints(
     placement: Placement, taints: Sequence[tuple[str, str | None, str]]
 ) -> tuple[str, ...]:
@@ -99,37 +129,49 @@ def gpu_node_reach(
     nodes: GPUNodes,
     resources: GPUResources,
     inventory: Inventory | None,
+    dra: DRAGPUs | None = None,
 ) -> GPUNodeReach:
     del spec  # kept for callers: issue 16's DRA claims read the pod spec here
     if inventory is not None:
-        return _reach_in(inventory, placement, nodes=nodes, resources=resources)
+        return _reach_in(inventory, placement, nodes=nodes, resources=resources, dra=dra)
     return _reach_described(placement, nodes)
 
 
 def bound_node_reach(
-    name: str, inventory: Inventory, *, nodes: GPUNodes, resources: GPUResources
+    name: str,
+    inventory: Inventory,
+    *,
+    nodes: GPUNodes,
+    resources: GPUResources,
+    dra: DRAGPUs | None = None,
 ) -> GPUNodeReach | None:
     """For a pod already bound to node ``name``: whether that node is a GPU node, exactly
     (a bound pod never moves); ``None`` when the inventory does not hold the node."""
     for shape in inventory.shapes:
-        if any(member.name == name for member in shape.members):
-            gpu = is_gpu_shape(shape, nodes=nodes, resources=resources)
-            return GPUNodeReach(Reach.ONLY if gpu else Reach.NONE, (), True)
+        for member in shape.members:
+            if member.name == name:
+                gpu = is_gpu_shape(shape, nodes=nodes, resources=resources) or (
+                    dra is not None and not shape.pool and dra.gpus().holds(member)
+                )
+                return GPUNodeReach(Reach.ONLY if gpu else Reach.NONE, (), True)
     return None
 
 
 def _gpu_taints(
-    inventory: Inventory, *, nodes: GPUNodes, resources: GPUResources
+    inventory: Inventory, members: Mapping[int, tuple[bool, bool]]
 ) -> list[tuple[str, str | None, str]]:
     """Taints that GPU nodes carry and other nodes do not; a node's condition taints
     (``node.kubernetes.io/not-ready`` and the like) come and go on any node."""
     on_gpu: set[tuple[str, str | None, str]] = set()
     elsewhere: set[tuple[str, str | None, str]] = set()
     for shape in inventory.shapes:
-        found = is_gpu_shape(shape, nodes=nodes, resources=resources)
+        some, every = members[id(shape)]
         for t in shape.taints:
             if not t.key.startswith(CONDITION_TAINT_PREFIX):
-                (on_gpu if found else elsewhere).add((t.key, t.value, t.effect))
+                if some:
+                    on_gpu.add((t.key, t.value, t.effect))
+                if not every:
+                    elsewhere.add((t.key, t.value, t.effect))
     return sorted(on_gpu - elsewhere, key=str)
 
 
@@ -141,7 +183,11 @@ class _Memo:
     inventory: Inventory
     nodes: GPUNodes
     resources: GPUResources
+    # Shared by the DRA snapshots that differ only in claims (``with_claim_objects``).
+    dra: GPUDevices | None
     taints: list[tuple[str, str | None, str]]
+    # Per shape of the snapshot (by id): (some member is a GPU node, every one is).
+    members: dict[int, tuple[bool, bool]]
     answers: dict[bytes, GPUNodeReach]
 
 
@@ -149,31 +195,46 @@ _memo: _Memo | None = None
 _MEMO_SIZE = 2048
 
 
-def _memo_for(inventory: Inventory, nodes: GPUNodes, resources: GPUResources) -> _Memo:
+def _memo_for(
+    inventory: Inventory, nodes: GPUNodes, resources: GPUResources, dra: DRAGPUs | None
+) -> _Memo:
     global _memo  # noqa: PLW0603 - a memo; answers stay a function of their inputs
     memo = _memo
+    gpus = dra.gpus() if dra is not None else None
     if (
         memo is None
         or memo.inventory is not inventory
         or memo.nodes is not nodes
         or memo.resources is not resources
+        or memo.dra is not gpus
     ):
-        taints = _gpu_taints(inventory, nodes=nodes, resources=resources)
-        memo = _memo = _Memo(inventory, nodes, resources, taints, {})
+        members = {
+            id(s): _gpu_members(s, nodes=nodes, resources=resources, dra=gpus)
+            for s in inventory.shapes
+        }
+        taints = _gpu_taints(inventory, members)
+        memo = _memo = _Memo(inventory, nodes, resources, gpus, taints, members, {})
     return memo
 
 
 def _reach_in(
-    inventory: Inventory, placement: Placement, *, nodes: GPUNodes, resources: GPUResources
+    inventory: Inventory,
+    placement: Placement,
+    *,
+    nodes: GPUNodes,
+    resources: GPUResources,
+    dra: DRAGPUs | None,
 ) -> GPUNodeReach:
-    memo = _memo_for(inventory, nodes, resources)
+    memo = _memo_for(inventory, nodes, resources, dra)
     known = memo.answers.get(placement.key())
     if known is not None:
         return known
     tolerated = _tolerated_taints(placement, memo.taints)
     admitted = inventory.shapes_admitting(placement)
-    gpu = sum(1 for s in admitted if is_gpu_shape(s, nodes=nodes, resources=resources))
-    reach = Reach.NONE if not gpu else Reach.ONLY if gpu == len(admitted) else Reach.SOME
+    members = [memo.members[id(s)] for s in admitted]
+    gpu = any(some for some, _ in members)
+    other = any(not every for _, every in members)
+    reach = Reach.NONE if not gpu else Reach.SOME if other else Reach.ONLY
     answer = GPUNodeReach(reach, tolerated, _selects(placement))
     if len(memo.answers) >= _MEMO_SIZE:
         memo.answers = {}

@@ -18,6 +18,9 @@ each over the whole cluster admits pods no node can hold (the plain GPUs on one 
 claim's devices on another). Node classes group nodes with equal allocatable, labels and
 taints; within a class, nodes are grouped by their DRA devices (``Profile``), so the cost
 follows the number of distinct nodes, memoised per snapshot.
+
+The same per-node rule, summed over the cluster, is what a workload's pods together can get
+of such a resource (``served_total``, for ``clusterCapacity``).
 """
 
 from __future__ import annotations
@@ -27,8 +30,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.kube.selectors import terms_match
-from webhook.engine.policy.decision import Finding
-from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, Profile, SubRequest
+from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.resources.devices import (
+    ALLOCATION_RESULTS_MAX_SIZE,
+    ClaimSpec,
+    Device,
+    DeviceInventory,
+    DeviceRequest,
+    Profile,
+    SubRequest,
+)
 from webhook.engine.resources.fit import Demand, shortfalls
 from webhook.engine.resources.inventory import Inventory, Placement, Shape
 from webhook.engine.scheduling.dra import (
@@ -37,9 +48,12 @@ from webhook.engine.scheduling.dra import (
     FitAnswer,
     PodClaim,
     PodClaims,
+    _eligible,
     _finding,
+    _Matcher,
     candidates,
     device_counts,
+    fit,
     fits_somewhere,
     shortfall,
     unevaluated_selector,
@@ -349,11 +363,203 @@ def served_capacity(
     return ServedCapacity(resource, device_class, counts.usable, counts.example)
 
 
+@dataclass(frozen=True, slots=True)
+class ServedTotal:
+    """All of an extended resource that a device class serves, cluster-wide (KEP-5004)."""
+
+    resource: str
+    device_class: str
+    plugin: int  # allocatable on the nodes whose device plugin serves it
+    devices: int  # pods' units the class's devices give on the nodes without it
+    unlimited: bool = False  # a device serves any number of pods (no capacity to share)
+    unknown: str = ""  # why there may be more than counted ("": the count is all there is)
+
+    @property
+    def have(self) -> int:
+        return self.plugin + self.devices
+
+
+def served_total(
+    resource: str, *, devices: DeviceInventory, nodes: Inventory
+) -> ServedTotal | None:
+    """The cluster's whole capacity for ``resource`` when a device class serves it, or None.
+
+    As the scheduler serves it per node (``filterExtendedResources``): a node whose
+    allocatable has the resource gives that (its device plugin, NodeResourcesFit); every
+    other node gives the class's devices there, each as one unit (the claim the scheduler
+    makes, ``createRequestsAndMappings``: an ``ExactCount`` request of the class, its
+    selectors only, no tolerations, so a device tainted ``NoSchedule``/``NoExecute`` is no
+    capacity). A device several nodes reach (``allNodes``, a node selector) counts once. A
+    device that allows multiple allocations gives as many units as its capacity holds of
+    what one allocation takes (its ``requestPolicy`` default, else all of it), and without
+    capacity any number. Partitions of one GPU (``consumesCounters``) count as many as fit
+    together (``_most_together``). Where a count cannot be exact it errs high, never low:
+    this total only ever warns of a shortfall that is real.
+
+    ``unknown`` says what could add more: devices not listed (no ResourceSlices known), a
+    node pool whose devices are unknown, a pool of unknown size, or a selector this
+    webhook cannot evaluate (``deviceselectors``)."""
+    device_class = devices.extended_class(resource)
+    if device_class is None:
+        return None
+    key = ("served-total", resource, id(nodes))
+    memo = devices._memo
+    known = memo.get(key)
+    if known is not None and known[0] is nodes:
+        return known[1]  # type: ignore[no-any-return]
+    answer = _served_total(resource, device_class, devices=devices, nodes=nodes)
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    memo[key] = (nodes, answer)
+    return answer
+
+
+def _served_total(
+    resource: str, device_class: str, *, devices: DeviceInventory, nodes: Inventory
+) -> ServedTotal:
+    plugin = nodes.total(resource)
+    unknown = "" if devices.complete else "the cluster's ResourceSlices are not known"
+    sub = SubRequest(name=resource, device_class=device_class)
+    matcher = _Matcher(devices)
+    seen: set[int] = set()
+    together: dict[tuple[object, ...], int] = {}
+    units = 0
+    unlimited = False
+    for shape in nodes.shapes:
+        if shape.allocatable.get(resource, 0) > 0:
+            continue
+        if shape.pool:
+            unknown = unknown or f"node pool {shape.pool} may add nodes whose devices are not known"
+            continue
+        for node in shape.members:
+            found = [d for d in devices.devices_for(node) if id(d) not in seen]
+            seen.update(id(d) for d in found)
+            eligible, problem, cannot_tell = _eligible(sub, found, devices.classes, matcher)
+            if cannot_tell:
+                unknown = unknown or problem
+            chosen = [found[i] for i in eligible]
+            if any(d.consumes for d in chosen) and not any(d.shared for d in chosen):
+                units += _most_together(chosen, device_class, devices, known=together)
+                continue
+            for device in chosen:
+                share = _allocations(device)
+                if share is None:
+                    unlimited = True
+                else:
+                    units += share
+    if nodes.unbounded and not unknown:
+        unknown = nodes.unbounded[0].describe() + " may add nodes"
+    return ServedTotal(resource, device_class, plugin, units, unlimited, unknown)
+
+
+def _most_together(
+    chosen: Sequence[Device],
+    device_class: str,
+    devices: DeviceInventory,
+    *,
+    known: dict[tuple[object, ...], int],
+) -> int:
+    """Of one node's devices of the class, some consuming shared counters (partitions of a
+    GPU), the most the allocator gives at once (``checkAvailableCounters``). Devices that
+    share no counter set are independent, so each group of counter sets (one GPU's, as
+    drivers publish them) is searched alone: the largest k for which k one-device claims
+    fit together. A search it cannot finish keeps the group's size (too high, never too
+    low); alike groups share the answer."""
+    groups: dict[tuple[str, str, str], list[Device]] = {}
+    total = 0
+    for device in chosen:
+        if not device.consumes:
+            total += _allocations(device) or 0
+            continue
+        # Devices consuming several sets join the group of their first (drivers publish a
+        # partition against its own GPU's set).
+        first = (device.driver, device.pool, device.consumes[0][0])
+        groups.setdefault(first, []).append(device)
+    for (driver, pool, _), group in groups.items():
+        sets = sorted({name for d in group for name, _ in d.consumes})
+        available = devices.counters.get((driver, pool), {})
+        # By amounts, not names: every GPU of a node has a counter set of its own name.
+        key = (
+            tuple(sorted(tuple(sorted(c for _, cs in d.consumes for c in cs)) for d in group)),
+            tuple(sorted(tuple(sorted(available.get(n, {}).items())) for n in sets)),
+        )
+        hit = known.get(key)
+        if hit is None:
+            hit = known[key] = _most_of(group, device_class, devices)
+        total += hit
+    return total
+
+
+def _most_of(group: Sequence[Device], device_class: str, devices: DeviceInventory) -> int:
+    """One request of k devices: the search tries sets of devices, not orders of them."""
+    fits, bound = 0, len(group)
+    if bound > ALLOCATION_RESULTS_MAX_SIZE:
+        return bound  # more than one claim may hold: not searched, the bound stays
+    while fits < bound:
+        k = (fits + bound + 1) // 2
+        sub = SubRequest(name="r", device_class=device_class, count=k)
+        answer = fit((ClaimSpec((DeviceRequest("r", (sub,)),)),), group, devices)
+        if answer.fits is None:
+            break
+        if answer.fits:
+            fits = k
+        else:
+            bound = k - 1
+    return bound
+
+
+def _allocations(device: Device) -> int | None:
+    """How many of the scheduler's one-device claims ``device`` can hold; None: any number."""
+    if not device.shared:
+        return 1
+    taken = device.consumption(())
+    if not taken:
+        return None
+    values = {(d, n): v for d, n, v in device.capacity}
+    counts = [int(values[k] // v) for k, v in taken.items() if v > 0]
+    return min(counts) if counts else None
+
+
+def cluster_capacity_finding(served: ServedTotal, *, need: int, action: str) -> Finding | None:
+    """``clusterCapacity`` for a resource a device class serves: the pods of a workload
+    together need more than the cluster holds. Where more may exist than is known, a
+    warning that says what the webhook could not see."""
+    if served.unlimited or need <= served.have or not (served.have or served.unknown):
+        return None  # nothing at all offers it: the pod's own check says so
+    parts = []
+    if served.plugin:
+        parts.append(f"{served.plugin} allocatable on nodes with a device plugin")
+    parts.append(
+        f"{served.devices} via DeviceClass {served.device_class} on the nodes without"
+        if parts
+        else f"{served.devices} via DeviceClass {served.device_class}"
+    )
+    have = " and ".join(parts)
+    message = (
+        f"all pods of this workload together request {need} {served.resource}, but the whole "
+        f"cluster has {served.have} ({have}); not every pod can run at once. Lower replicas "
+        "or GPUs per pod, or add nodes."
+    )
+    summary = f"workload needs {need} {served.resource}, cluster has {served.have}"
+    verdict = action_of(action)
+    if served.unknown:
+        message += (
+            f" But the webhook cannot count all of them ({served.unknown}), so this is "
+            "only a warning."
+        )
+        summary += f" (or more: {served.unknown})"
+        verdict = "warn" if verdict == "deny" else verdict
+    return Finding("builtin", "clusterCapacity", verdict, message, summary)
+
+
 __all__ = [
     "FitAnswer",
     "ServedCapacity",
+    "ServedTotal",
+    "cluster_capacity_finding",
     "needs_whole_pod",
     "served_capacity",
+    "served_total",
     "whole_pod_findings",
     "whole_pod_fit",
 ]

@@ -1,0 +1,143 @@
+"""Which extended resources are GPUs once DRA serves them, and which nodes DRA gives GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from webhook.engine.demand.gpus import pod_gpus
+from webhook.engine.policy.ruleset import DEFAULT_GPU_DEVICE_CLASSES, GPUResources, glob_matcher
+from webhook.engine.resources.inventory import Node
+from webhook.engine.scheduling.dra import (
+    NO_CLAIMS,
+    extended_resource_claims,
+    gpu_class_matcher,
+    served_gpu_resources,
+    serves_gpus,
+)
+from webhook.files.inventoryfile import load_inventory_file
+
+INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
+DEVICES = load_inventory_file(str(INVENTORIES / "dra-driver-only.yaml")).view().devices
+assert DEVICES is not None
+GPU_CLASSES = glob_matcher(DEFAULT_GPU_DEVICE_CLASSES)
+POLICY = GPUResources()
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu"),
+    [
+        pytest.param("deviceclass.resource.kubernetes.io/gpu.nvidia.com", True, id="implicit"),
+        pytest.param("deviceclass.resource.kubernetes.io/mig.nvidia.com", True, id="MIG class"),
+        pytest.param("nvidia.com/gpu", True, id="extendedResourceName"),
+        pytest.param("deviceclass.resource.kubernetes.io/multinic", False, id="a NIC class"),
+        pytest.param("deviceclass.resource.kubernetes.io/nosuch", False, id="no such class"),
+        pytest.param("example.com/fpga", False, id="served by nothing"),
+    ],
+)
+def test_a_name_a_gpu_device_class_serves_is_a_gpu_resource(name: str, gpu: bool) -> None:
+    resources = served_gpu_resources(POLICY, devices=DEVICES, is_gpu_class=GPU_CLASSES)
+    assert resources.is_gpu(name) is gpu
+
+
+def test_the_policys_own_resources_stay_as_they_are() -> None:
+    resources = served_gpu_resources(POLICY, devices=DEVICES, is_gpu_class=GPU_CLASSES)
+    assert resources.is_shared("nvidia.com/gpu.shared")
+    assert resources is served_gpu_resources(POLICY, devices=DEVICES, is_gpu_class=GPU_CLASSES)
+    assert served_gpu_resources(POLICY, devices=None, is_gpu_class=GPU_CLASSES) is POLICY
+
+
+@pytest.mark.parametrize(
+    ("node", "gpus"),
+    [
+        pytest.param("dra-h100-0", True, id="NVIDIA's driver publishes two H100s"),
+        pytest.param("nic-0", False, id="dranet's network interfaces"),
+        pytest.param("cpu-0", False, id="no slice"),
+    ],
+)
+def test_a_node_serves_gpus_when_a_gpu_class_selects_one_of_its_devices(
+    node: str, gpus: bool
+) -> None:
+    assert serves_gpus(DEVICES, Node(name=node), GPU_CLASSES) is gpus
+
+
+MIG_DEMO = load_inventory_file(str(INVENTORIES / "dra-gh200-mig-1g12gb.yaml")).view().devices
+assert MIG_DEMO is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu"),
+    [
+        pytest.param(
+            "deviceclass.resource.kubernetes.io/mig-1g-12gb.gpu.nvidia.com",
+            True,
+            id="a class serving a GPU resource (NVIDIA's per-profile class)",
+        ),
+        pytest.param(
+            "deviceclass.resource.kubernetes.io/mig.nvidia.com",
+            False,
+            id="a class named nowhere and serving no GPU resource",
+        ),
+    ],
+)
+def test_a_class_whose_extended_resource_is_a_gpu_is_a_gpu_class_under_any_name(
+    name: str, gpu: bool
+) -> None:
+    nothing = glob_matcher([])
+    resources = served_gpu_resources(POLICY, devices=MIG_DEMO, is_gpu_class=nothing)
+    assert resources.is_gpu(name) is gpu
+    is_gpu_class = gpu_class_matcher(MIG_DEMO, is_gpu_class=nothing, resources=POLICY)
+    assert is_gpu_class(name.rpartition("/")[2]) is gpu
+
+
+def _container(name: str, gpus: int, **extra: object) -> dict[str, object]:
+    return {"name": name, "resources": {"limits": {"nvidia.com/gpu": gpus}}, **extra}
+
+
+@pytest.mark.parametrize(
+    ("spec", "counts"),
+    [
+        pytest.param(
+            {"containers": [_container("a", 1), _container("b", 1)]},
+            {"container-0": 1, "container-1": 1},
+            id="a request per app container",
+        ),
+        pytest.param(
+            {"initContainers": [_container("init", 4)], "containers": [_container("a", 2)]},
+            {"container-0": 2, "container-1": 2},
+            id="an init container reuses the app container's and asks for the rest",
+        ),
+        pytest.param(
+            {"initContainers": [_container("init", 1)], "containers": [_container("a", 2)]},
+            {"container-1": 2},
+            id="an init container within what the app containers ask",
+        ),
+        pytest.param(
+            {
+                "initContainers": [
+                    _container("sidecar", 1, restartPolicy="Always"),
+                    _container("init", 3),
+                ],
+                "containers": [_container("a", 1)],
+            },
+            {"container-0": 1, "container-1": 2, "container-2": 1},
+            id="a sidecar is long-lived; the init after it reuses only what comes later",
+        ),
+    ],
+)
+def test_the_schedulers_claim_for_a_served_resource_has_its_requests_per_container(
+    spec: dict[str, object], counts: dict[str, int]
+) -> None:
+    """createRequestsAndMappings: per long-lived container, and the most an init container
+    needs beyond the long-lived containers after it; together the effective request."""
+    pod = pod_gpus(spec, POLICY)
+    _, claims = extended_resource_claims(pod, NO_CLAIMS, devices=DEVICES)
+    (served,) = claims.claims
+    assert served.claim is not None
+    got = {
+        r.name.removesuffix("-nvidia.com/gpu"): r.alternatives[0].count
+        for r in served.claim.spec.requests
+    }
+    assert got == counts
+    assert served.gpu_count == sum(counts.values()) == pod.effective["nvidia.com/gpu"]
