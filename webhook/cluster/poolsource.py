@@ -116,6 +116,7 @@ class PoolCacheState:
             pools=found.pools,
             autoscalers=found.autoscalers + blind,
             node_classes=found.node_classes,
+            compute_classes=found.compute_classes,
         )
 
 

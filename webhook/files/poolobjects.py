@@ -17,10 +17,11 @@ from webhook.engine.resources.nodepools import (
     CA_STATUS_NAME,
     CA_STATUS_NAMESPACE,
     Autoscaler,
+    GKEComputeClass,
     KarpenterPool,
     PoolInventory,
     cluster_autoscaler_groups,
-    compute_class,
+    compute_class_from_json,
     karpenter_pool_from_json,
     node_overlay,
 )
@@ -83,13 +84,14 @@ def pool_inventory(
     access to them passes False); by default, whether ``objects`` hold any."""
     pools: list[KarpenterPool] = []
     autoscalers: list[Autoscaler] = []
+    compute_classes: list[GKEComputeClass] = []
     classes: set[tuple[str, str, str]] = set()
     for obj in objects:
         group, kind = _group_kind(obj)
         if (group, kind) == ("karpenter.sh", "NodePool"):
             pools.append(karpenter_pool_from_json(obj))
         elif (group, kind) == ("cloud.google.com", "ComputeClass"):
-            autoscalers.append(compute_class(obj))
+            compute_classes.append(compute_class_from_json(obj))
         elif (group, kind) == ("karpenter.sh", "NodeOverlay"):
             overlay = node_overlay(obj)
             if overlay is not None:
@@ -104,4 +106,5 @@ def pool_inventory(
         pools=tuple(pools),
         autoscalers=tuple(autoscalers),
         node_classes=frozenset(classes) if read else None,
+        compute_classes=tuple(compute_classes),
     )

@@ -22,7 +22,11 @@ from webhook.files.catalogue import shipped_catalogue
 
 DATA = Path(__file__).resolve().parents[3] / "webhook" / "data" / "instance-types.json"
 ROWS: list[dict[str, Any]] = json.loads(DATA.read_text())["types"]
-SPEC_PAGES = ("https://aws.amazon.com/ec2/instance-types/", "https://learn.microsoft.com/azure/")
+SPEC_PAGES = (
+    "https://aws.amazon.com/ec2/instance-types/",
+    "https://learn.microsoft.com/azure/",
+    "https://cloud.google.com/compute/docs/gpus",
+)
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r["name"]) for r in ROWS])

@@ -56,7 +56,7 @@ from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
-from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement, UnboundedPool
+from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
 from webhook.engine.resources.nodepools import PoolInventory, gke_auto_provisioning
 from webhook.engine.resources.quotas import Quotas
 from webhook.engine.scheduling.dra import (
@@ -68,8 +68,9 @@ from webhook.engine.scheduling.dra import (
     with_claim_gpus,
 )
 from webhook.engine.scheduling.gangs import gang_findings
+from webhook.engine.scheduling.gke import nap_pools
 from webhook.engine.scheduling.gpunodes import bound_node_reach
-from webhook.engine.scheduling.karpenter import PoolSizing, autoscaler_admits, size_pools
+from webhook.engine.scheduling.karpenter import PoolSizing, size_pools
 from webhook.engine.scheduling.wholepod import needs_whole_pod, whole_pod_findings
 
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
@@ -108,10 +109,15 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
             _sized = sized = (policy, live, sizing)
         sizing = sized[2]
         unbounded = list(sizing.unbounded)
+        added = list(sizing.nodes)
         nap = gke_auto_provisioning([shape.labels for shape in view.snapshot.shapes])
         if nap is not None and nap.name not in {n.pool for n in declared}:
-            unbounded.append(UnboundedPool(nap.name, nap.kind, nap.reason, autoscaler_admits(nap)))
-        combined = combined.with_nodes(sizing.nodes, unbounded=unbounded)
+            nap_nodes, nap_unbounded = nap_pools(
+                nap, catalogue=policy.catalogue, allowance=policy.settings.allowance
+            )
+            added.extend(nap_nodes)
+            unbounded.append(nap_unbounded)
+        combined = combined.with_nodes(added, unbounded=unbounded)
     _with_pools = (view.snapshot, policy, live, combined)
     return combined
 

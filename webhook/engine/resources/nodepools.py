@@ -187,23 +187,6 @@ def _int(value: object) -> int:
         return -1
 
 
-def compute_class(raw: Mapping[str, Any]) -> Autoscaler:
-    """A GKE ``ComputeClass`` (cloud.google.com/v1): pods that select it with the
-    ``cloud.google.com/compute-class`` label get nodes GKE creates from its priorities
-    (cloud.google.com/kubernetes-engine/docs/concepts/about-custom-compute-classes)."""
-    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
-    name = str((meta or {}).get("name", ""))
-    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
-    auto = ((spec or {}).get("nodePoolAutoCreation") or {}).get("enabled")
-    how = "creates node pools" if auto else "scales its node pools"
-    return Autoscaler(
-        "GKE ComputeClass",
-        name,
-        f"GKE {how} for it from its priorities, which the webhook does not size",
-        selector={COMPUTE_CLASS_LABEL: name},
-    )
-
-
 def node_overlay(raw: Mapping[str, Any]) -> Autoscaler | None:
     """A Karpenter ``NodeOverlay`` (karpenter.sh/v1alpha1, kubernetes-sigs/karpenter
     pkg/apis/v1alpha1/nodeoverlay.go) that adds ``spec.capacity`` to the instance types its
@@ -225,6 +208,94 @@ def node_overlay(raw: Mapping[str, Any]) -> Autoscaler | None:
 
 
 @dataclass(frozen=True, slots=True)
+class ComputeClassPriority:
+    """One ``spec.priorities`` rule of a GKE ComputeClass, as far as it shapes a node
+    (cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass): ``unsized``
+    says why GKE's choice for it is not knowable (a node pool list, a TPU, a rule that
+    leaves the machine to GKE)."""
+
+    machine_family: str = ""
+    machine_type: str = ""
+    gpu_type: str = ""
+    gpu_count: int = 0  # 0: any count
+    min_cores: int = 0
+    min_memory_gb: int = 0
+    unsized: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GKEComputeClass:
+    """A GKE ``ComputeClass``: the nodes GKE creates for pods that select it."""
+
+    name: str
+    priorities: tuple[ComputeClassPriority, ...] = ()
+    # Only ``whenUnsatisfiable: DoNotScaleUp`` keeps GKE to the priorities; otherwise it
+    # may create nodes of its own choosing when none can be had.
+    do_not_scale_up: bool = False
+    auto_creation: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)  # nodePoolConfig.nodeLabels
+    taints: tuple[Taint, ...] = ()  # nodePoolConfig.taints
+
+    def autoscaler(self, why: str) -> Autoscaler:
+        how = "creates node pools" if self.auto_creation else "scales its node pools"
+        return Autoscaler(
+            "GKE ComputeClass",
+            self.name,
+            f"GKE {how} for it from its priorities, which the webhook cannot size: {why}",
+            selector={COMPUTE_CLASS_LABEL: self.name},
+        )
+
+
+_SHAPING = {"machineFamily", "machineType", "gpu", "minCores", "minMemoryGb"}
+
+
+def compute_class_from_json(raw: Mapping[str, Any]) -> GKEComputeClass:
+    """Read a ComputeClass tolerantly: a part that cannot be read makes its rule unsized."""
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+    spec = spec or {}
+    priorities: list[ComputeClassPriority] = []
+    for index, rule in enumerate(spec.get("priorities") or []):
+        priorities.append(_priority(rule, index))
+    config = spec.get("nodePoolConfig") if isinstance(spec.get("nodePoolConfig"), dict) else {}
+    labels = (config or {}).get("nodeLabels")
+    auto = spec.get("nodePoolAutoCreation")
+    return GKEComputeClass(
+        name=str((meta or {}).get("name", "")),
+        priorities=tuple(priorities),
+        do_not_scale_up=spec.get("whenUnsatisfiable") == "DoNotScaleUp",
+        auto_creation=bool(isinstance(auto, dict) and auto.get("enabled")),
+        labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+        taints=taints_from_json((config or {}).get("taints")),
+    )
+
+
+def _priority(rule: object, index: int) -> ComputeClassPriority:
+    where = f"priorities[{index}]"
+    if not isinstance(rule, dict):
+        return ComputeClassPriority(unsized=f"{where} is malformed")
+    for key, what in (("nodepools", "names node pools"), ("tpu", "asks for TPUs")):
+        if rule.get(key):
+            return ComputeClassPriority(
+                unsized=f"{where} {what}, whose machines the API does not show"
+            )
+    if not _SHAPING & rule.keys():
+        return ComputeClassPriority(unsized=f"{where} leaves the machine type to GKE")
+    gpu = rule.get("gpu") if isinstance(rule.get("gpu"), dict) else {}
+    try:
+        return ComputeClassPriority(
+            machine_family=str(rule.get("machineFamily") or ""),
+            machine_type=str(rule.get("machineType") or ""),
+            gpu_type=str((gpu or {}).get("type") or ""),
+            gpu_count=int((gpu or {}).get("count") or 0),
+            min_cores=int(rule.get("minCores") or 0),
+            min_memory_gb=int(rule.get("minMemoryGb") or 0),
+        )
+    except (TypeError, ValueError):
+        return ComputeClassPriority(unsized=f"{where} has a count that is not a number")
+
+
+@dataclass(frozen=True, slots=True)
 class PoolInventory:
     """Everything the API says about nodes that could exist, as read (not yet sized).
 
@@ -234,9 +305,10 @@ class PoolInventory:
     pools: tuple[KarpenterPool, ...] = ()
     autoscalers: tuple[Autoscaler, ...] = ()
     node_classes: frozenset[tuple[str, str, str]] | None = None
+    compute_classes: tuple[GKEComputeClass, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.pools or self.autoscalers)
+        return bool(self.pools or self.autoscalers or self.compute_classes)
 
 
 NO_POOLS = PoolInventory()

@@ -666,14 +666,26 @@ def size_pools(
             )
         elif sized.types:
             nodes.extend(pool_nodes(sized, pool))
+    from webhook.engine.scheduling.gke import nap_pools, size_compute_classes
+
+    gke = size_compute_classes(
+        pools.compute_classes, catalogue=catalogue, allowance=allowance, declared=declared
+    )
+    resolved.extend(gke.resolved)
+    nodes.extend(gke.nodes)
+    unbounded.extend(gke.unbounded)
     autoscalers = [a for a in pools.autoscalers if a.name not in declared]
-    nap = gke_auto_provisioning(node_labels)
-    if nap is not None and nap.name not in declared:
-        autoscalers.append(nap)
     for autoscaler in autoscalers:
         unbounded.append(
             UnboundedPool(
                 autoscaler.name, autoscaler.kind, autoscaler.reason, autoscaler_admits(autoscaler)
             )
         )
+    autoscalers.extend(gke.autoscalers)
+    nap = gke_auto_provisioning(node_labels)
+    if nap is not None and nap.name not in declared:
+        autoscalers.append(nap)
+        nap_nodes, nap_unbounded = nap_pools(nap, catalogue=catalogue, allowance=allowance)
+        nodes.extend(nap_nodes)
+        unbounded.append(nap_unbounded)
     return PoolSizing(tuple(resolved), tuple(autoscalers), tuple(nodes), tuple(unbounded))
