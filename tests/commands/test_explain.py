@@ -240,3 +240,39 @@ def test_explain_lists_the_pools_and_whether_each_could_take_the_pod(
     assert "Node pools (nodes that could exist):" in out
     assert "pool h100 (Karpenter on AWS, p5.48xlarge: 8 x NVIDIA H100 80GB" in out
     assert "excluded: requirements, labels or taints" in out
+
+
+@pytest.mark.parametrize(
+    ("case", "nap"),
+    [
+        pytest.param(
+            "gke-auto-provisioning-selected-accelerator-too-many-denied",
+            "too small: no instance type holds the whole pod",
+            id="accelerator-selected",
+        ),
+        pytest.param(
+            "gke-auto-provisioning-nothing-selected-warns",
+            "may take it (size unknown)",
+            id="nothing-selected",
+        ),
+    ],
+)
+def test_explain_judges_gke_auto_provisioning_as_the_webhook_does(
+    capsys: pytest.CaptureFixture[str], case: str, nap: str
+) -> None:
+    cases = Path(__file__).resolve().parents[1] / "cases"
+    main(
+        [
+            "explain",
+            "-f",
+            str(cases / case / "object.yaml"),
+            "--inventory",
+            str(cases / "_inventories" / "gke-sized.yaml"),
+            "--rules",
+            str(RULES),
+        ]
+    )
+    out = capsys.readouterr().out
+    line = next(row for row in out.splitlines() if row.lstrip().startswith("pool node auto-"))
+    assert line.endswith(nap)
+    assert "pool l4-serving (GKE ComputeClass, g2-standard-96: 8 x NVIDIA L4 24GB" in out

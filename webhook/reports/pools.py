@@ -117,13 +117,24 @@ def pool_answers(
                 [n for n in found.nodes if n.pool == pool.name], placement, demand
             )
         answers.append(PoolAnswer(pool.name, text, verdict))
+    # The engine's own pools of unknown size: GKE node auto-provisioning's takes only the
+    # pods whose selection does not keep it to listed machine types.
+    unknown = {u.name: u for u in found.unbounded}
     for autoscaler in found.autoscalers:
-        admits = autoscaler_admits(autoscaler)(placement)
+        pool = unknown.get(autoscaler.name)
+        admits = pool.admits if pool is not None else autoscaler_admits(autoscaler)
+        bounded = [n for n in found.nodes if n.pool == autoscaler.name]
+        if admits(placement):
+            verdict = "may take it (size unknown)"
+        elif bounded:
+            verdict = _fit_verdict(bounded, placement, demand)
+        else:
+            verdict = "excluded: its selector"
         answers.append(
             PoolAnswer(
                 autoscaler.name,
                 f"pool {autoscaler.name} ({autoscaler.kind}, size unknown: {autoscaler.reason})",
-                "may take it (size unknown)" if admits else "excluded: its selector",
+                verdict,
             )
         )
     return tuple(answers)

@@ -325,6 +325,7 @@ def gke_auto_provisioning(node_labels: Sequence[Mapping[str, str]]) -> Autoscale
                 "GKE node auto-provisioning",
                 "node auto-provisioning",
                 f"node pool {pool} was auto-provisioned: GKE may create pools of any "
-                "machine type its limits allow",
+                "machine type its limits allow (a pod that selects a catalogued accelerator, "
+                "machine family or type is judged against those machine types)",
             )
     return None
