@@ -121,8 +121,8 @@ def pool_answers(
     # pods whose selection does not keep it to listed machine types.
     unknown = {u.name: u for u in found.unbounded}
     for autoscaler in found.autoscalers:
-        pool = unknown.get(autoscaler.name)
-        admits = pool.admits if pool is not None else autoscaler_admits(autoscaler)
+        sized = unknown.get(autoscaler.name)
+        admits = sized.admits if sized is not None else autoscaler_admits(autoscaler)
         bounded = [n for n in found.nodes if n.pool == autoscaler.name]
         if admits(placement):
             verdict = "may take it (size unknown)"
