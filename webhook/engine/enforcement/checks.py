@@ -22,6 +22,7 @@ from webhook.engine.resources.gpufacts import (
     mig_profile_gpus,
 )
 from webhook.engine.resources.inventory import (
+    MIN_VALUES,
     Fit,
     FitAnswer,
     Inventory,
@@ -283,6 +284,12 @@ def _amount_text(resource: str, amount: int) -> str:
 
 
 def _short_text(short: Shortfall) -> str:
+    if short.resource.startswith(MIN_VALUES):
+        key = short.resource.removeprefix(MIN_VALUES).strip()
+        return (
+            f"{short.have} distinct {key} among the instance types that hold the pod, and "
+            f"the pool's minValues asks for {short.need}"
+        )
     if short.refused:
         return (
             f"a device plugin that refuses a container more than 1 {short.resource} slot, "
@@ -323,6 +330,14 @@ def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
         fixes.append(
             "no node offers these GPU resources together: ask for one kind of GPU resource, "
             "or put the containers in separate pods"
+        )
+    if any(k.startswith(MIN_VALUES) for k in kinds):
+        # kubernetes-sigs/karpenter pkg/cloudprovider/types.go SatisfiesMinValues: with
+        # --min-values-policy Strict (the default) Karpenter launches none of them.
+        fixes.append(
+            "Karpenter launches no node when fewer instance types than the pool's minValues "
+            "hold the pod: lower minValues, let the pool allow more such instance types, or "
+            "ask for less"
         )
     if kinds & {"cpu", "memory"}:
         fixes.append(

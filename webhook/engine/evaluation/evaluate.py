@@ -105,6 +105,7 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
                 catalogue=policy.catalogue,
                 allowance=policy.settings.allowance,
                 declared=frozenset(n.pool for n in declared),
+                min_values=policy.settings.min_values_policy == "Strict",
             )
             _sized = sized = (policy, live, sizing)
         sizing = sized[2]

@@ -324,6 +324,9 @@ class Settings:
     ignored_resources: Callable[[str], bool] = field(default_factory=lambda: glob_matcher(()))
     # Issue 26: what CUDA images are built on (the shipped table and cudaImages mappings).
     cuda_images: CudaImages = field(default_factory=CudaImages)
+    # --- issue 23, rest: Karpenter's --min-values-policy (Strict, its default, or
+    # BestEffort, which relaxes minValues rather than launch nothing).
+    min_values_policy: Literal["Strict", "BestEffort"] = "Strict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,6 +449,7 @@ def _compile_settings(
         allowance=_compile_allowance(spec.get("systemReserved") or {}),
         **_compile_device_plugin(spec),
         cuda_images=_compile_cuda_images(spec.get("cudaImages") or (), cuda_table, ref, problems),
+        min_values_policy=spec.get("minValuesPolicy", "Strict"),
     )
 
 

@@ -470,6 +470,13 @@ _SETTINGS = _obj(
                 required=["image", "cuda"],
             ),
         },
+        # Issue 23, rest: how the Karpenter controller treats minValues.
+        "minValuesPolicy": {
+            "enum": ["Strict", "BestEffort"],
+            "description": "Karpenter's --min-values-policy: Strict (its default) launches "
+            "no node for a pod when fewer than minValues distinct values remain among the "
+            "instance types that hold it; BestEffort relaxes minValues instead.",
+        },
     }
 )
 _NODE_POOL = _obj(

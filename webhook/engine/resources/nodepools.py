@@ -33,6 +33,7 @@ class NodeRequirement:
     key: str
     operator: str
     values: tuple[str, ...] = ()
+    min_values: int | None = None  # Karpenter's NodeSelectorRequirementWithMinValues
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +80,15 @@ def karpenter_pool_from_json(raw: Mapping[str, Any]) -> KarpenterPool:
             problems.append(f"spec.template.spec.requirements[{index}] is malformed")
             continue
         values = entry.get("values") or []
+        least = entry.get("minValues")
         requirements.append(
             NodeRequirement(
                 key=str(entry["key"]),
                 operator=str(entry["operator"]),
                 values=tuple(str(v) for v in values) if isinstance(values, list) else (),
+                min_values=least
+                if isinstance(least, int) and not isinstance(least, bool)
+                else None,
             )
         )
     labels = (tmeta or {}).get("labels") if isinstance(tmeta, dict) else None

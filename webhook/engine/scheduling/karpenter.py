@@ -568,15 +568,26 @@ def _admits(
     return admits
 
 
-def pool_nodes(resolved: ResolvedPool, pool: KarpenterPool) -> list[Node]:
+def pool_nodes(
+    resolved: ResolvedPool, pool: KarpenterPool, *, min_values: bool = True
+) -> list[Node]:
     """One node per instance type, as ``Inventory.with_nodes`` takes them: labelled as
-    Karpenter would label it, and admitting pods by Karpenter's rules, not by labels."""
+    Karpenter would label it, and admitting pods by Karpenter's rules, not by labels.
+
+    ``min_values``: judge the pool's ``minValues`` (Karpenter's ``Strict`` policy, its
+    default); only keys the catalogue's labels model are counted, since the values of
+    others (zones, capacity types) are offerings the webhook cannot see."""
     provider = PROVIDERS[pool.provider_group]
     base = _pool_requirements(pool)
     well_known = _well_known(provider)
     nodes = []
     rows = [t.instance for t in resolved.types]
     modelled = {key for row in rows for key in row.labels}
+    least = tuple(
+        (key, r.min_values)
+        for r in pool.requirements
+        if min_values and r.min_values and (key := NORMALIZED.get(r.key, r.key)) in modelled
+    )
     fixed = {
         k: next(iter(r.values)) for k, r in base.items() if not r.complement and len(r.values) == 1
     }
@@ -592,6 +603,7 @@ def pool_nodes(resolved: ResolvedPool, pool: KarpenterPool) -> list[Node]:
                 pool=pool.name,
                 count=kind.nodes,
                 admits=_admits(pool.taints, base, row_reqs, well_known),
+                min_values=least,
             )
         )
     return nodes
@@ -646,6 +658,7 @@ def size_pools(
     allowance: Allowance,
     declared: frozenset[str] = frozenset(),
     node_labels: Sequence[Mapping[str, str]] = (),
+    min_values: bool = True,
 ) -> PoolSizing:
     """Karpenter pools sized through the catalogue, and every autoscaler the webhook
     cannot size as a pool of unknown size. An autoscaler pool that a declared ``NodePool``
@@ -665,7 +678,7 @@ def size_pools(
                 UnboundedPool(sized.name, sized.provider, sized.unbounded, sized.admits)
             )
         elif sized.types:
-            nodes.extend(pool_nodes(sized, pool))
+            nodes.extend(pool_nodes(sized, pool, min_values=min_values))
     from webhook.engine.scheduling.gke import nap_pools, size_compute_classes
 
     gke = size_compute_classes(
