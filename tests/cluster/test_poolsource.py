@@ -16,9 +16,10 @@ from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, f
 from webhook.cluster.apiclient import ApiEndpoint
 from webhook.cluster.feedsource import FeedInventorySource
 from webhook.cluster.inventorysource import LiveInventorySource
-from webhook.cluster.poolsource import CA_STATUS_PATH, KINDS, PoolCache
+from webhook.cluster.poolsource import CA_STATUS_PATH, KINDS, PoolCache, trim
 from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.nodepools import PoolInventory
+from webhook.files.poolobjects import pool_inventory
 
 NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
 
@@ -229,3 +230,42 @@ def test_a_status_rewrite_that_changes_only_its_timestamp_is_no_change() -> None
     assert len(changes) == 1
     cache.set_status(status("12:00:20", 1))
     assert len(changes) == 2
+
+
+def test_what_is_kept_of_each_object_is_what_the_engine_reads() -> None:
+    kinds = {kind.kind: kind for kind in KINDS}
+    pool = trim(
+        kinds["NodePool"],
+        {
+            "metadata": {"name": "gpu", "uid": "u", "managedFields": [{}]},
+            "spec": {"limits": {"nvidia.com/gpu": "16"}},
+            "status": {"resources": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready"}]},
+        },
+    )
+    assert pool == {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "gpu"},
+        "spec": {"limits": {"nvidia.com/gpu": "16"}},
+        "status": {"resources": {"nvidia.com/gpu": "8"}},
+    }
+    node_class = trim(
+        kinds["EC2NodeClass"],
+        {
+            "metadata": {"name": "reserved"},
+            "spec": {"role": "KarpenterNodeRole"},
+            "status": {
+                "capacityReservations": [
+                    {"id": "cr-1", "instanceType": "p5.48xlarge", "ownerID": "1"},
+                    {"id": "cr-2", "instanceType": "p5.4xlarge", "state": "expiring"},
+                ]
+            },
+        },
+    )
+    found = pool_inventory([pool, node_class])
+    assert found.pools[0].usage == {"nvidia.com/gpu": 8}
+    assert found.reservations == {
+        ("karpenter.k8s.aws", "EC2NodeClass", "reserved"): frozenset({"p5.48xlarge"})
+    }
+    unread = trim(kinds["EC2NodeClass"], {"metadata": {"name": "other"}})
+    assert pool_inventory([unread]).reservations == {}

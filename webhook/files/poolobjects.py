@@ -86,6 +86,7 @@ def pool_inventory(
     autoscalers: list[Autoscaler] = []
     compute_classes: list[GKEComputeClass] = []
     classes: set[tuple[str, str, str]] = set()
+    reservations: dict[tuple[str, str, str], frozenset[str]] = {}
     for obj in objects:
         group, kind = _group_kind(obj)
         if (group, kind) == ("karpenter.sh", "NodePool"):
@@ -98,7 +99,11 @@ def pool_inventory(
                 autoscalers.append(overlay)
         elif (group, kind) in NODE_CLASS_KINDS:
             meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-            classes.add((group, kind, str((meta or {}).get("name", ""))))
+            ref = (group, kind, str((meta or {}).get("name", "")))
+            classes.add(ref)
+            held = reserved_types(obj)
+            if held is not None:
+                reservations[ref] = held
         elif kind == "ConfigMap" and _is_ca_status(obj):
             autoscalers.extend(cluster_autoscaler_groups(status_of(obj)))
     read = bool(classes) if node_classes_read is None else node_classes_read
@@ -107,4 +112,22 @@ def pool_inventory(
         autoscalers=tuple(autoscalers),
         node_classes=frozenset(classes) if read else None,
         compute_classes=tuple(compute_classes),
+        reservations=reservations,
+    )
+
+
+def reserved_types(node_class: Mapping[str, Any]) -> frozenset[str] | None:
+    """Instance types an EC2NodeClass's capacity reservations can launch, or None when its
+    status was not read. aws/karpenter-provider-aws pkg/providers/instancetype/offering/
+    reserved_capacity_resolver.go makes a reserved offering for each reservation's
+    ``instanceType``, unavailable while it is ``expiring``."""
+    if _group_kind(node_class) != ("karpenter.k8s.aws", "EC2NodeClass"):
+        return None
+    status = node_class.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    return frozenset(
+        str(r.get("instanceType", ""))
+        for r in status.get("capacityReservations") or ()
+        if isinstance(r, Mapping) and r.get("state", "active") != "expiring"
     )

@@ -248,6 +248,13 @@ def fit_warnings(scope: Scope, settings: Settings) -> Iterator[Finding]:
             "Pending until one is ready and schedulable again (a cordon or a bad condition "
             "passes, so this is no reason to deny it)."
         )
+        if all(shape.example.unavailable for shape, _ in waiting):
+            # A pool's use of its limits (status.resources) passes too.
+            message = (
+                f"the pod fits only nodes that its pools cannot create right now: {states}. "
+                "It stays Pending until enough of the pool's nodes are removed, or its limits "
+                "are raised (use comes and goes, so this is no reason to deny it)."
+            )
         yield Finding(
             "builtin",
             "capacity",

@@ -76,6 +76,9 @@ class Node:
     # A Karpenter pool's ``minValues``: (label key, N) that the instance types holding a
     # pod must show at least N distinct values of, or the pool launches none of them.
     min_values: tuple[tuple[str, int], ...] = ()
+    # Why an autoscaler cannot create such a node right now (a pool at its limits): a
+    # transient state, as a cordon is, never a reason to deny.
+    unavailable: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +249,8 @@ class Placement:
     def transient_state(self, node: Node, taints: Sequence[Taint] | None = None) -> str:
         """What keeps the pod off ``node`` now, when only a transient state does: "cordoned",
         "not ready", or the condition taint; empty when the node takes it now."""
+        if node.unavailable:
+            return node.unavailable
         if node.unschedulable and not self.may_use_cordoned:
             return "cordoned"
         for taint in node.taints if taints is None else taints:

@@ -49,6 +49,9 @@ class KarpenterPool:
     limits: Mapping[str, int] = field(default_factory=dict)
     # Why the object could not be read in full; a pool with a problem is never sized.
     problem: str = ""
+    # status.resources: what its nodes hold now (as limits count it). Transient: it can
+    # only delay a pod, never be a reason to deny one.
+    usage: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def provider_group(self) -> str:
@@ -100,6 +103,15 @@ def karpenter_pool_from_json(raw: Mapping[str, Any]) -> KarpenterPool:
             problems.append(f"spec.limits.{resource}: {quantity!r} is not a quantity")
             continue
         limits[str(resource)] = int(amount * 1000) if resource == "cpu" else int(amount)
+    status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+    usage: dict[str, int] = {}
+    resources = (status or {}).get("resources")
+    for resource, quantity in (resources if isinstance(resources, dict) else {}).items():
+        try:
+            amount = parse_quantity(quantity)
+        except QuantityError:
+            continue  # usage only ever adds a warning: an unreadable entry adds none
+        usage[str(resource)] = int(amount * 1000) if resource == "cpu" else int(amount)
     return KarpenterPool(
         name=name,
         node_class=node_class,
@@ -109,6 +121,7 @@ def karpenter_pool_from_json(raw: Mapping[str, Any]) -> KarpenterPool:
         taints=taints_from_json(tspec.get("taints")),
         limits=limits,
         problem="; ".join(problems),
+        usage=usage,
     )
 
 
@@ -311,6 +324,9 @@ class PoolInventory:
     autoscalers: tuple[Autoscaler, ...] = ()
     node_classes: frozenset[tuple[str, str, str]] | None = None
     compute_classes: tuple[GKEComputeClass, ...] = ()
+    # Instance types of each EC2NodeClass's active capacity reservations
+    # (status.capacityReservations), for the node classes whose status was read.
+    reservations: Mapping[tuple[str, str, str], frozenset[str]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.pools or self.autoscalers or self.compute_classes)

@@ -372,6 +372,8 @@ class ResolvedPool:
     excluded: tuple[tuple[str, str], ...] = ()  # (instance type, why it is never launched)
     limits: Mapping[str, int] = field(default_factory=dict)
     admits: Callable[[Placement], bool] = field(default=lambda _placement: True)
+    # Instance types its node class's capacity reservations hold; None: not known.
+    reserved: frozenset[str] | None = None
 
     @property
     def gpu_limit(self) -> int | None:
@@ -385,7 +387,10 @@ def resolve_pool(
     catalogue: Catalogue,
     allowance: Allowance,
     node_classes: frozenset[tuple[str, str, str]] | None = None,
+    reserved: frozenset[str] | None = None,
 ) -> ResolvedPool:
+    """``reserved``: the instance types of its EC2NodeClass's capacity reservations
+    (``status.capacityReservations``), when that status was read."""
     provider = PROVIDERS.get(pool.provider_group)
     name = provider.name if provider else (pool.provider_group or "unknown provider")
     base = _pool_requirements(pool)
@@ -422,10 +427,22 @@ def resolve_pool(
     unlisted = _unlisted(base, provider, rows, complete=provider.catalogue in catalogue.complete)
     if unlisted:
         return unbounded(unlisted)
+    capacity = base.get(CAPACITY_TYPE)
+    if (
+        capacity is not None
+        and not any(capacity.has(t) for t in CAPACITY_TYPES if t != "reserved")
+        and capacity.has("reserved")
+        and reserved is None
+    ):
+        group, kind, cls = pool.node_class
+        return unbounded(
+            f"it launches reserved capacity only, and the capacity reservations of its "
+            f"{kind or 'node class'} {cls!r} (status.capacityReservations) were not read"
+        )
     types: list[PoolType] = []
     excluded: list[tuple[str, str]] = []
     for row in rows:
-        row_reqs = _row_requirements(row, modelled)
+        row_reqs = _row_requirements(row, modelled, reserved)
         if intersects(row_reqs, base) is not None:
             continue
         nodes, why = _nodes_within(row, pool.limits)
@@ -441,6 +458,7 @@ def resolve_pool(
         excluded=tuple(excluded),
         limits=pool.limits,
         admits=pool_admits,
+        reserved=reserved,
     )
 
 
@@ -477,14 +495,24 @@ def _pool_requirements(pool: KarpenterPool) -> Requirements:
     return reqs
 
 
-def _row_requirements(row: InstanceType, modelled: set[str]) -> Requirements:
+def _row_requirements(
+    row: InstanceType, modelled: set[str], reserved: frozenset[str] | None = None
+) -> Requirements:
     """An instance type's requirements: its labels, and ``DoesNotExist`` for every label
-    of its provider it lacks (aws types.go starts every GPU label as DoesNotExist)."""
+    of its provider it lacks (aws types.go starts every GPU label as DoesNotExist).
+
+    ``reserved``: where the node class's capacity reservations are known, only their
+    instance types have ``reserved`` offerings (reserved_capacity_resolver.go)."""
     reqs = from_labels(row.labels)
     for key in modelled - reqs.keys():
         reqs[key] = Requirement(key, complement=False)
     # Offerings come in Karpenter's known capacity types only (WellKnownValuesForRequirements).
-    reqs.setdefault(CAPACITY_TYPE, Requirement.of(CAPACITY_TYPE, "In", CAPACITY_TYPES))
+    kinds = (
+        CAPACITY_TYPES
+        if reserved is None or row.name in reserved
+        else tuple(t for t in CAPACITY_TYPES if t != "reserved")
+    )
+    reqs.setdefault(CAPACITY_TYPE, Requirement.of(CAPACITY_TYPE, "In", kinds))
     return reqs
 
 
@@ -592,7 +620,7 @@ def pool_nodes(
         k: next(iter(r.values)) for k, r in base.items() if not r.complement and len(r.values) == 1
     }
     for kind in resolved.types:
-        row_reqs = _row_requirements(kind.instance, modelled)
+        row_reqs = _row_requirements(kind.instance, modelled, resolved.reserved)
         nodes.append(
             Node(
                 name=f"nodepool/{pool.name}/{kind.instance.name}",
@@ -604,9 +632,27 @@ def pool_nodes(
                 count=kind.nodes,
                 admits=_admits(pool.taints, base, row_reqs, well_known),
                 min_values=least,
+                unavailable=_at_limits_now(kind.instance, pool),
             )
         )
     return nodes
+
+
+def _at_limits_now(row: InstanceType, pool: KarpenterPool) -> str:
+    """Why the pool cannot launch ``row`` now, as its ``status.resources`` stand: Karpenter
+    subtracts its nodes' capacity (what ``status.resources`` sums) from ``spec.limits`` and
+    launches no instance type larger than what is left (scheduler.go
+    ``filterByRemainingResources``, and no node at all when ``nodes`` is used up). Usage
+    comes and goes: only ever a warning."""
+    capacity = row.capacity
+    for resource, limit in sorted(pool.limits.items()):
+        used = pool.usage.get(resource)
+        if used is None:
+            continue
+        need = 1 if resource == "nodes" else capacity.get(resource, 0)
+        if need and used + need > limit:
+            return f"at its limits now ({used} of its {limit} {resource} in use)"
+    return ""
 
 
 def autoscaler_admits(autoscaler: Autoscaler) -> Callable[[Placement], bool]:
@@ -670,7 +716,11 @@ def size_pools(
         if pool.name in declared:
             continue
         sized = resolve_pool(
-            pool, catalogue=catalogue, allowance=allowance, node_classes=pools.node_classes
+            pool,
+            catalogue=catalogue,
+            allowance=allowance,
+            node_classes=pools.node_classes,
+            reserved=pools.reservations.get(pool.node_class),
         )
         resolved.append(sized)
         if sized.unbounded:
