@@ -299,8 +299,11 @@ def test_the_nodes_a_pod_can_land_on_are_the_ones_the_schedulers_filters_keep(
 # karpenter.sh/nodepool label and each capacity type the pool allows. A pod can use the pool
 # when one such node passes the scheduler's filters above (every pool taint tolerated, as
 # Karpenter's Taints.ToleratesPod asks) and Karpenter's published allocatable for the type
-# (the catalogue's karpenterAllocatable, not the webhook's allowance) holds its request.
-# No requirement algebra is shared with webhook/engine/scheduling/karpenter.py.
+# (the catalogue's karpenterAllocatable, not the webhook's allowance) holds its request,
+# and, where a requirement has minValues N, the nodes of the pool that pass show N distinct
+# values of its key (SatisfiesMinValues). What the pool uses now (status.resources) never
+# decides: usage passes. No requirement algebra is shared with
+# webhook/engine/scheduling/karpenter.py.
 
 CATALOGUE_FILE = Path(__file__).resolve().parents[3] / "webhook" / "data" / "instance-types.json"
 AWS_ROWS = [
@@ -331,6 +334,19 @@ def nodepools(draw: st.DrawFn, index: int) -> dict[str, Any]:
             ),
         }
     ]
+    least = draw(st.sampled_from([None, 1, 2, 3, 5]))
+    if least is not None:
+        requirements.append(
+            {
+                "key": draw(
+                    st.sampled_from(
+                        ["node.kubernetes.io/instance-type", "karpenter.k8s.aws/instance-family"]
+                    )
+                ),
+                "operator": "Exists",
+                "minValues": least,
+            }
+        )
     if draw(st.booleans()):
         requirements.append(
             {
@@ -357,21 +373,26 @@ def nodepools(draw: st.DrawFn, index: int) -> dict[str, Any]:
         limits["cpu"] = draw(st.sampled_from(["8", "64", "1000"]))
     if limits:
         spec["limits"] = limits
-    return {
+    pool = {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
         "metadata": {"name": f"pool-{index}"},
         "spec": spec,
     }
+    if draw(st.booleans()):
+        pool["status"] = {"resources": {GPU: str(draw(st.sampled_from([0, 8, 64])))}}
+    return pool
 
 
 def pool_candidates(pool: dict[str, Any]) -> list[GeneratedNode]:
     """Every node the pool may create, with concrete labels and Karpenter's allocatable."""
     spec = pool["spec"]
     template = spec["template"]
-    wanted = {r["key"]: r["values"] for r in template["spec"]["requirements"]}
+    wanted = {
+        r["key"]: r["values"] for r in template["spec"]["requirements"] if r["operator"] == "In"
+    }
     limits = {k: quantity(v) for k, v in (spec.get("limits") or {}).items()}
-    out = []
+    out: list[GeneratedNode] = []
     for row in AWS_ROWS:
         if (
             row["labels"]["karpenter.k8s.aws/instance-family"]
@@ -550,8 +571,13 @@ def test_a_gpu_pod_is_denied_exactly_when_no_node_and_no_pool_can_hold_it(
 
     assert decision.mutated is not None
     spec = dict(decision.mutated)["spec"]
-    candidates = [CPU_NODE, *(node for pool in pools for node in pool_candidates(pool))]
-    fits = [n.name for n in candidates if node_passes(n, spec, DEFAULT_PLUGIN)]
+    fits = [n.name for n in [CPU_NODE] if node_passes(n, spec, DEFAULT_PLUGIN)]
+    for pool in pools:
+        passing = [n for n in pool_candidates(pool) if node_passes(n, spec, DEFAULT_PLUGIN)]
+        for r in pool["spec"]["template"]["spec"]["requirements"]:
+            if r.get("minValues") and len({n.labels[r["key"]] for n in passing}) < r["minValues"]:
+                passing = []
+        fits += [n.name for n in passing]
     denied = [f for f in decision.findings if f.check in CAPACITY_CHECKS and f.action == "deny"]
     assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])
 
