@@ -653,3 +653,159 @@ def test_with_a_class_serving_nvidia_gpu_a_pod_is_admitted_exactly_when_some_nod
     checks = CAPACITY_CHECKS | {"deviceClaims"}
     denied = [f for f in decision.findings if f.check in checks and f.action == "deny"]
     assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])
+
+
+# --- GKE: ComputeClasses and node auto-provisioning ----------------------------------------
+#
+# The reference enumerates the nodes GKE may create: for a ComputeClass that says
+# whenUnsatisfiable: DoNotScaleUp, the catalogue's GCP rows each priority rule names (by
+# machineType, machineFamily, gpu type and count), labelled with the class; for node
+# auto-provisioning, every GCP row, for a pod that selects a listed accelerator and no
+# class. A class without DoNotScaleUp, a rule naming node pools, and NAP for any other pod
+# may bring machines of any shape: a pod such a one may take is never denied. Allocatable is
+# GKE's published reservation, computed here on its own (25/20/10/6/2 % memory tiers).
+
+GCP_ROWS = [
+    row for row in json.loads(CATALOGUE_FILE.read_text())["types"] if row["provider"] == "gcp"
+]
+ACCELERATORS = sorted({row["labels"]["cloud.google.com/gke-accelerator"] for row in GCP_ROWS})
+GKE_RULES: list[dict[str, Any]] = [
+    {"machineType": "a3-highgpu-8g"},
+    {"machineType": "g2-standard-4"},
+    {"machineType": "a2-highgpu-2g"},
+    {"machineFamily": "g2"},
+    {"machineFamily": "a2", "gpu": {"type": "nvidia-a100-80gb", "count": 4}},
+    {"gpu": {"type": "nvidia-l4", "count": 1}},
+    {"gpu": {"type": "nvidia-h100-80gb", "count": 2}},
+    {"machineFamily": "n4"},
+    {"nodepools": ["gpu-pool"]},
+]
+
+
+def gke_reserved_mib(memory_mib: int) -> float:
+    left, reserved = float(memory_mib), 0.0
+    for size, share in ((4096, 0.25), (4096, 0.2), (8192, 0.1), (114688, 0.06)):
+        part = min(left, size)
+        reserved, left = reserved + part * share, left - part
+    return reserved + left * 0.02 + 100
+
+
+def gke_node(row: dict[str, Any], name: str, labels: dict[str, str]) -> GeneratedNode:
+    memory = row["memoryMiB"] - gke_reserved_mib(row["memoryMiB"])
+    return GeneratedNode(
+        name=name,
+        labels={**row["labels"], "node.kubernetes.io/instance-type": row["name"], **labels},
+        allocatable={
+            "cpu": str(row["vcpu"] - 1),
+            "memory": f"{int(memory)}Mi",
+            GPU: str(row["gpu"]["count"]),
+        },
+    )
+
+
+def rule_rows(rule: dict[str, Any]) -> list[dict[str, Any]] | None:
+    if "nodepools" in rule:
+        return None
+    gpu = rule.get("gpu") or {}
+    return [
+        row
+        for row in GCP_ROWS
+        if rule.get("machineType", row["name"]) == row["name"]
+        and rule.get("machineFamily", row["labels"]["cloud.google.com/machine-family"])
+        == row["labels"]["cloud.google.com/machine-family"]
+        and gpu.get("type", row["labels"]["cloud.google.com/gke-accelerator"])
+        == row["labels"]["cloud.google.com/gke-accelerator"]
+        and gpu.get("count", row["gpu"]["count"]) == row["gpu"]["count"]
+    ]
+
+
+@st.composite
+def compute_classes(draw: st.DrawFn, index: int) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "priorities": draw(
+            st.lists(st.sampled_from(GKE_RULES), min_size=1, max_size=3, unique_by=str)
+        )
+    }
+    if draw(st.integers(0, 3)):
+        spec["whenUnsatisfiable"] = "DoNotScaleUp"
+    return {
+        "apiVersion": "cloud.google.com/v1",
+        "kind": "ComputeClass",
+        "metadata": {"name": f"class-{index}"},
+        "spec": spec,
+    }
+
+
+@st.composite
+def gke_pods(draw: st.DrawFn) -> dict[str, Any]:
+    limits: dict[str, Any] = {GPU: draw(st.sampled_from([1, 2, 4, 8, 16]))}
+    memory = draw(st.sampled_from([None, "10Gi", "300Gi", "1000Gi"]))
+    if memory:
+        limits["memory"] = memory
+    selector = {}
+    chosen = draw(st.sampled_from([None, "class-0", "class-1", "other"]))
+    if chosen:
+        selector["cloud.google.com/compute-class"] = chosen
+    accelerator = draw(st.sampled_from([None, *ACCELERATORS, "nvidia-tesla-t4"]))
+    if accelerator:
+        selector["cloud.google.com/gke-accelerator"] = accelerator
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]
+    }
+    if selector:
+        spec["nodeSelector"] = selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    classes=st.integers(min_value=0, max_value=2).flatmap(
+        lambda n: st.tuples(*(compute_classes(i) for i in range(n)))
+    ),
+    nap=st.booleans(),
+    pod=gke_pods(),
+)
+def test_on_gke_a_gpu_pod_is_denied_exactly_when_no_machine_gke_may_create_holds_it(
+    classes: tuple[dict[str, Any], ...], nap: bool, pod: dict[str, Any]
+) -> None:
+    cpu = GeneratedNode(
+        name="gke-cpu-0",
+        labels={
+            "kubernetes.io/hostname": "gke-cpu-0",
+            "cloud.google.com/gke-nodepool": "nap-e2-standard-8-x" if nap else "default-pool",
+        },
+        allocatable={"cpu": "7910m", "memory": "29317Mi"},
+    )
+    view = InventoryView(Inventory([node_from_json(cpu.as_json())]), pools=pool_inventory(classes))
+
+    decision = evaluate(Request(pod), policy=POOL_POLICY, inventory=view)
+
+    assert decision.mutated is not None
+    spec = dict(decision.mutated)["spec"]
+    selector = spec.get("nodeSelector") or {}
+    chosen = selector.get("cloud.google.com/compute-class")
+    unknown = False
+    candidates: list[GeneratedNode] = []
+    for cls in classes:
+        name = cls["metadata"]["name"]
+        if chosen not in (None, name):
+            continue
+        found = [rule_rows(rule) for rule in cls["spec"]["priorities"]]
+        if cls["spec"].get("whenUnsatisfiable") != "DoNotScaleUp" or None in found:
+            unknown = True
+            continue
+        label = {"cloud.google.com/compute-class": name}
+        candidates += [
+            gke_node(row, f"{name}/{row['name']}", label) for rows in found for row in rows or ()
+        ]
+    if nap and chosen is None:
+        if selector.get("cloud.google.com/gke-accelerator") in ACCELERATORS:
+            candidates += [gke_node(row, f"nap/{row['name']}", {}) for row in GCP_ROWS]
+        else:
+            unknown = True
+    fits = [n.name for n in candidates if node_passes(n, spec, DEFAULT_PLUGIN)]
+    denied = [f for f in decision.findings if f.check in CAPACITY_CHECKS and f.action == "deny"]
+    if unknown:
+        assert not denied, [f.message for f in decision.findings]
+    else:
+        assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])

@@ -57,7 +57,7 @@ from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
-from webhook.engine.resources.nodepools import PoolInventory, gke_auto_provisioning
+from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory, gke_auto_provisioning
 from webhook.engine.resources.quotas import Quotas
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
@@ -89,7 +89,9 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
         return None if view.problem else view.snapshot
     mode = policy.settings.autoscaling
     declared = policy.node_pools if mode != "off" else ()
-    live = view.pools if mode == "detect" and view.pools else None
+    # Detect with no autoscaler objects still looks for GKE node auto-provisioning, which
+    # only the nodes show (an empty PoolInventory is falsy: not a reason to skip it).
+    live = (view.pools or NO_POOLS) if mode == "detect" else None
     if not declared and live is None:
         return view.snapshot
     memo = _with_pools
