@@ -281,9 +281,24 @@ def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
                 f"{_node_text(fit).removeprefix('node ')}, has {fit.amount} allocatable."
             )
         tainted = _tainted_fit(scope, inventory, resource, fit.amount)
-        text += _remedy(need, fit, best) if tainted is None else _taint_text(need, *tainted)
+        if tainted is not None:
+            text += _taint_text(need, *tainted)
+        elif best.amount == 0 and _pools_only(inventory, resource):
+            # Nodes an autoscaler may create take only the pods their rules allow (GKE
+            # node auto-provisioning: a pod that selects their accelerator), not any pod.
+            text += (
+                " Only node pools offer it, to pods whose node selection they allow: "
+                "gpu-webhook explain lists each pool and what it takes."
+            )
+        else:
+            text += _remedy(need, fit, best)
         return text, f"{need} {resource} requested, largest usable node has {fit.amount}"
     return None
+
+
+def _pools_only(inventory: Inventory, resource: str) -> bool:
+    offering = [s for s in inventory.shapes if s.allocatable.get(resource)]
+    return bool(offering) and all(s.example.admits is not None for s in offering)
 
 
 def _amount_text(resource: str, amount: int) -> str:
