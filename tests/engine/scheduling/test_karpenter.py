@@ -196,3 +196,18 @@ def test_min_values_are_judged_only_on_keys_the_catalogue_models(key: str, count
     assert {n.min_values for n in nodes} == ({((key, 2),)} if counted else {()})
     relaxed = pool_nodes(_pool(raw), pool, min_values=False)
     assert {n.min_values for n in relaxed} == {()}
+
+
+def test_a_static_pool_counts_its_replicas_and_says_it_creates_none_for_pods() -> None:
+    raw = p5_pool()
+    raw["spec"]["replicas"] = 2
+    resolved = _pool(raw)
+    assert [(t.instance.name, t.nodes) for t in resolved.types] == [
+        ("p5.48xlarge", 2),
+        ("p5.4xlarge", 2),
+    ]
+    assert "static: 2 nodes, none created for pending pods, no GPU limit)" in describe_pool(
+        resolved
+    )
+    raw["spec"]["replicas"] = 0
+    assert not _pool(raw).types

@@ -52,6 +52,9 @@ class KarpenterPool:
     # status.resources: what its nodes hold now (as limits count it). Transient: it can
     # only delay a pod, never be a reason to deny one.
     usage: Mapping[str, int] = field(default_factory=dict)
+    # spec.replicas: a static pool keeps this many nodes and creates none for pending pods
+    # (kubernetes-sigs/karpenter provisioner.go NewScheduler filters static pools out).
+    replicas: int | None = None
 
     @property
     def provider_group(self) -> str:
@@ -122,7 +125,12 @@ def karpenter_pool_from_json(raw: Mapping[str, Any]) -> KarpenterPool:
         limits=limits,
         problem="; ".join(problems),
         usage=usage,
+        replicas=_replicas((spec or {}).get("replicas")),
     )
+
+
+def _replicas(raw: object) -> int | None:
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -374,6 +374,7 @@ class ResolvedPool:
     admits: Callable[[Placement], bool] = field(default=lambda _placement: True)
     # Instance types its node class's capacity reservations hold; None: not known.
     reserved: frozenset[str] | None = None
+    replicas: int | None = None  # a static pool's spec.replicas
 
     @property
     def gpu_limit(self) -> int | None:
@@ -449,6 +450,13 @@ def resolve_pool(
         if why:
             excluded.append((row.name, why))
             continue
+        if pool.replicas is not None:
+            # Static: its nodes are the cluster's own (or about to be); it launches no
+            # other for a pod. Kept as its types, at most ``replicas`` nodes of each.
+            nodes = min(nodes, pool.replicas)
+            if nodes < 1:
+                excluded.append((row.name, "the pool is static with 0 replicas"))
+                continue
         types.append(PoolType(row, allowance.allocatable(row), nodes))
     types.sort(key=lambda t: (-t.instance.gpu_count, -t.instance.memory_mib, t.instance.name))
     return ResolvedPool(
@@ -459,6 +467,7 @@ def resolve_pool(
         limits=pool.limits,
         admits=pool_admits,
         reserved=reserved,
+        replicas=pool.replicas,
     )
 
 
@@ -684,7 +693,12 @@ def describe_pool(resolved: ResolvedPool) -> str:
     more = f" and {len(resolved.types) - 3} more types" if len(resolved.types) > 3 else ""
     gpus = resolved.gpu_limit
     limit = f", limit {gpus} GPUs" if gpus is not None else ", no GPU limit"
-    return f"pool {resolved.name} ({resolved.provider}, {shown}{more}, scales from 0{limit})"
+    scales = (
+        "scales from 0"
+        if resolved.replicas is None
+        else f"static: {resolved.replicas} nodes, none created for pending pods"
+    )
+    return f"pool {resolved.name} ({resolved.provider}, {shown}{more}, {scales}{limit})"
 
 
 @dataclass(frozen=True, slots=True)
