@@ -409,7 +409,8 @@ _SETTINGS = _obj(
                     "minimum": 0,
                     "maximum": 100,
                     "description": "Share of an instance's memory the hypervisor keeps "
-                    "(Karpenter's --vm-memory-overhead-percent); default 7.5.",
+                    "(Karpenter's --vm-memory-overhead-percent; AWS and Azure rows, GCP "
+                    "rows use GKE's own reservation); default 7.5.",
                 },
                 "cpu": {
                     **_QUANTITY,
