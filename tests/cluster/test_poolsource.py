@@ -269,3 +269,60 @@ def test_what_is_kept_of_each_object_is_what_the_engine_reads() -> None:
     }
     unread = trim(kinds["EC2NodeClass"], {"metadata": {"name": "other"}})
     assert pool_inventory([unread]).reservations == {}
+
+
+COMPUTECLASSES = "/apis/cloud.google.com/v1/computeclasses"
+
+
+def compute_class(name: str, machine: str, rv: str) -> dict[str, Any]:
+    """A ComputeClass as the API server lists it, shaped as GKE's CRD reference
+    (cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass)."""
+    return {
+        "metadata": {"name": name, "resourceVersion": rv, "uid": f"uid-{name}"},
+        "spec": {
+            "whenUnsatisfiable": "DoNotScaleUp",
+            "nodePoolAutoCreation": {"enabled": True},
+            "priorities": [{"machineType": machine}],
+        },
+    }
+
+
+def test_compute_classes_are_listed_then_watched_and_sized() -> None:
+    server = ReplayServer().start()
+    gate = threading.Event()
+    server.lists.append(Body(fixture("node-list.json")))
+    server.routes["/apis/cloud.google.com/v1"] = deque(
+        [discovery("cloud.google.com/v1", "computeclasses")]
+    )
+    server.collection_lists[COMPUTECLASSES] = deque(
+        [listing([compute_class("h100", "a3-highgpu-8g", "20")], "20")]
+    )
+    added = {
+        "type": "ADDED",
+        "object": {
+            "apiVersion": "cloud.google.com/v1",
+            "kind": "ComputeClass",
+            **compute_class("l4", "g2-standard-96", "21"),
+        },
+    }
+    server.collection_watches[COMPUTECLASSES] = deque(
+        [Stream([gate, json.dumps(added).encode() + b"\n"], end="hold")]
+    )
+    source = live(server)
+
+    def classes() -> list[tuple[str, str]]:
+        pools = source.pools()
+        return sorted(
+            (c.name, c.priorities[0].machine_type) for c in (pools.compute_classes if pools else ())
+        )
+
+    try:
+        source.start()
+        eventually(source.ready, timeout=10)
+        assert classes() == [("h100", "a3-highgpu-8g")]
+        gate.set()
+        eventually(lambda: len(classes()) == 2, timeout=10)
+    finally:
+        source.stop()
+        server.stop()
+    assert classes() == [("h100", "a3-highgpu-8g"), ("l4", "g2-standard-96")]
