@@ -276,3 +276,40 @@ def test_explain_judges_gke_auto_provisioning_as_the_webhook_does(
     line = next(row for row in out.splitlines() if row.lstrip().startswith("pool node auto-"))
     assert line.endswith(nap)
     assert "pool l4-serving (GKE ComputeClass, g2-standard-96: 8 x NVIDIA L4 24GB" in out
+
+
+@pytest.mark.parametrize(
+    ("case", "inventory", "verdict"),
+    [
+        pytest.param(
+            "pool-karpenter-min-values-too-few-types-hold-the-pod-denied",
+            "karpenter-min-values",
+            "excluded: 1 distinct node.kubernetes.io/instance-type hold the pod, and its "
+            "minValues asks for 3",
+            id="min-values",
+        ),
+        pytest.param(
+            "pool-karpenter-at-its-limits-now-warns",
+            "karpenter-reservations-usage",
+            "fits (p5.48xlarge), but the pool is at its limits now (16 of its 16 "
+            "nvidia.com/gpu in use)",
+            id="at-its-limits-now",
+        ),
+    ],
+)
+def test_explain_says_what_a_pool_decides_as_the_webhook_does(
+    capsys: pytest.CaptureFixture[str], case: str, inventory: str, verdict: str
+) -> None:
+    cases = Path(__file__).resolve().parents[1] / "cases"
+    main(
+        [
+            "explain",
+            "-f",
+            str(cases / case / "object.yaml"),
+            "--inventory",
+            str(cases / "_inventories" / f"{inventory}.yaml"),
+            "--rules",
+            str(RULES),
+        ]
+    )
+    assert any(line.endswith(verdict) for line in capsys.readouterr().out.splitlines())

@@ -142,11 +142,27 @@ def pool_answers(
 
 
 def _fit_verdict(nodes: Sequence[Node], placement: Placement, demand: Demand) -> str:
+    """As ``Inventory.fit`` judges the pool's nodes: the first that holds the pod, unless
+    the pool's ``minValues`` are not met by all that hold it; a node the pool cannot
+    create now (at its limits) is said so."""
     usable = [n for n in nodes if n.admits is None or n.admits(placement)]
     if not usable:
         return "excluded: no instance type matches the pod's selection"
-    for node in usable:
-        if not shortfalls(node.allocatable, gpu_facts(node.labels, node.allocatable), demand):
-            kind = node.labels.get("node.kubernetes.io/instance-type", node.name)
-            return f"fits ({kind})"
-    return "too small: no instance type holds the whole pod"
+    holding = [
+        n
+        for n in usable
+        if not shortfalls(n.allocatable, gpu_facts(n.labels, n.allocatable), demand)
+    ]
+    if not holding:
+        return "too small: no instance type holds the whole pod"
+    for key, need in holding[0].min_values:
+        have = len({n.labels[key] for n in holding if key in n.labels})
+        if have < need:
+            return (
+                f"excluded: {have} distinct {key} hold the pod, and its minValues asks for {need}"
+            )
+    node = holding[0]
+    kind = node.labels.get("node.kubernetes.io/instance-type", node.name)
+    if all(n.unavailable for n in holding):
+        return f"fits ({kind}), but the pool is {node.unavailable}"
+    return f"fits ({kind})"
