@@ -663,7 +663,8 @@ def test_with_a_class_serving_nvidia_gpu_a_pod_is_admitted_exactly_when_some_nod
 # auto-provisioning, every GCP row, for a pod that selects a listed accelerator and no
 # class. A class without DoNotScaleUp, a rule naming node pools, and NAP for any other pod
 # may bring machines of any shape: a pod such a one may take is never denied. Allocatable is
-# GKE's published reservation, computed here on its own (25/20/10/6/2 % memory tiers).
+# GKE's published reservation, computed here on its own (25/20/10/6/2 % memory tiers, or
+# 15 MiB per pod from GKE 1.37, whichever is less).
 
 GCP_ROWS = [
     row for row in json.loads(CATALOGUE_FILE.read_text())["types"] if row["provider"] == "gcp"
@@ -687,7 +688,8 @@ def gke_reserved_mib(memory_mib: int) -> float:
     for size, share in ((4096, 0.25), (4096, 0.2), (8192, 0.1), (114688, 0.06)):
         part = min(left, size)
         reserved, left = reserved + part * share, left - part
-    return reserved + left * 0.02 + 100
+    # From GKE 1.37: at most 15 MiB per pod (110) plus a base; the lesser of the two.
+    return min(reserved + left * 0.02, 15 * 110) + 100
 
 
 def gke_node(row: dict[str, Any], name: str, labels: dict[str, str]) -> GeneratedNode:

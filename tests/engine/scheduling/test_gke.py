@@ -185,7 +185,12 @@ def test_gke_nodes_keep_back_what_gke_reserves_not_what_karpenter_on_aws_would()
     assert row is not None
     allocatable = Allowance().allocatable(row)
     gib = 2**30
-    # 1,872 GiB: GKE keeps 1 + 0.8 + 0.8 + 6.72 GiB and 2 % of the other 1,744 (34.88 GiB),
-    # and 100 MiB for eviction; Karpenter's 7.5 % alone would keep back 140 GiB.
-    assert 1826 * gib < allocatable["memory"] < 1828 * gib
+    # 1,872 GiB: GKE up to 1.36 keeps 1 + 0.8 + 0.8 + 6.72 GiB and 2 % of the other 1,744
+    # (34.88 GiB); from 1.37 at most 15 MiB x 110 pods plus a base: the lesser, 1,650 MiB,
+    # and 100 MiB for eviction. Karpenter's 7.5 % alone would keep back 140 GiB.
+    assert allocatable["memory"] == 1872 * gib - (1650 + 100) * 2**20
+    small = CATALOGUE.get("gcp", "g2-standard-4")
+    assert small is not None
+    # 16 GiB: the tiers keep 1 + 0.8 + 0.8 GiB = 2,662 MiB, more than 1,650: the lesser.
+    assert Allowance().allocatable(small)["memory"] == (16384 - 1650 - 100) * 2**20
     assert allocatable["cpu"] == 208_000 - 60 - 10 - 10 - 510

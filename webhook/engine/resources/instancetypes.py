@@ -87,7 +87,9 @@ class Allowance:
         if self.memory is not None:
             reserved = self.memory
         elif gke:
-            reserved = _gke_reserved_memory(instance.memory_mib) + self.eviction_memory
+            reserved = (
+                _gke_reserved_memory(instance.memory_mib, instance.pods) + self.eviction_memory
+            )
         else:
             reserved = (11 * instance.pods + 255) * MIB + self.eviction_memory
         return {
@@ -97,12 +99,14 @@ class Allowance:
         }
 
 
-def _gke_reserved_memory(memory_mib: int) -> int:
-    """Bytes GKE reserves on a Standard node: 25 % of the first 4 GiB, 20 % of the next 4,
-    10 % of the next 8, 6 % of the next 112 and 2 % of the rest (cloud.google.com/
-    kubernetes-engine/docs/concepts/plan-node-sizes, "Memory and CPU reservations"; its
-    CPU tiers are ``_kube_reserved_cpu``'s). The guest kernel keeps a little more than
-    this: a pod asking within that margin is admitted and may wait, never denied."""
+def _gke_reserved_memory(memory_mib: int, pods: int) -> int:
+    """Bytes GKE reserves on a Standard node, at least: 25 % of the first 4 GiB, 20 % of the
+    next 4, 10 % of the next 8, 6 % of the next 112 and 2 % of the rest (cloud.google.com/
+    kubernetes-engine/docs/concepts/plan-node-sizes, "Memory and CPU reservations"; its CPU
+    tiers are ``_kube_reserved_cpu``'s); from GKE 1.37 the lesser of that and 15 MiB per
+    pod plus a base, so the lesser of the two without the base is what any version keeps
+    at least. The guest kernel keeps a little more: a pod asking within that margin is
+    admitted and may wait, never denied."""
     tiers = ((4096, 0.25), (4096, 0.20), (8192, 0.10), (112 * 1024, 0.06))
     left, reserved = float(memory_mib), 0.0
     for size, share in tiers:
@@ -110,7 +114,7 @@ def _gke_reserved_memory(memory_mib: int) -> int:
         reserved += part * share
         left -= part
     reserved += left * 0.02
-    return math.floor(reserved) * MIB
+    return math.floor(min(reserved, 15.0 * pods)) * MIB
 
 
 def _kube_reserved_cpu(vcpu: int) -> int:
