@@ -194,3 +194,35 @@ def test_gke_nodes_keep_back_what_gke_reserves_not_what_karpenter_on_aws_would()
     # 16 GiB: the tiers keep 1 + 0.8 + 0.8 GiB = 2,662 MiB, more than 1,650: the lesser.
     assert Allowance().allocatable(small)["memory"] == (16384 - 1650 - 100) * 2**20
     assert allocatable["cpu"] == 208_000 - 60 - 10 - 10 - 510
+
+
+def test_an_instance_type_row_for_an_unlisted_family_makes_its_rules_sizable() -> None:
+    from webhook.engine.resources.instancetypes import instance_type_from_data
+
+    g4 = instance_type_from_data(
+        {
+            "provider": "gcp",
+            "name": "g4-standard-48",
+            "gpu": {
+                "resource": "nvidia.com/gpu",
+                "model": "NVIDIA RTX PRO 6000",
+                "count": 1,
+                "memoryMiB": 98304,
+            },
+            "vcpu": 48,
+            "memoryMiB": 184320,
+            "labels": {
+                "cloud.google.com/machine-family": "g4",
+                "cloud.google.com/gke-accelerator": "nvidia-rtx-pro-6000",
+                "cloud.google.com/gke-accelerator-count": "1",
+            },
+            "source": "https://cloud.google.com/compute/docs/gpus",
+        },
+        where="test",
+    )
+    spec = {"whenUnsatisfiable": "DoNotScaleUp", "priorities": [{"machineFamily": "g4"}]}
+    assert sized(spec).unbounded
+    found = size_compute_classes(
+        [compute_class(spec)], catalogue=CATALOGUE.extended([g4]), allowance=Allowance()
+    )
+    assert [n.name for n in found.nodes] == ["nodepool/gpu/g4-standard-48"]
