@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from webhook.engine.resources.instancetypes import Allowance
+from webhook.engine.resources.instancetypes import Allowance, instance_type_from_data
 from webhook.engine.resources.inventory import Placement
 from webhook.engine.resources.nodepools import Autoscaler, compute_class_from_json
 from webhook.engine.scheduling.gke import nap_pools, size_compute_classes
@@ -197,8 +197,6 @@ def test_gke_nodes_keep_back_what_gke_reserves_not_what_karpenter_on_aws_would()
 
 
 def test_an_instance_type_row_for_an_unlisted_family_makes_its_rules_sizable() -> None:
-    from webhook.engine.resources.instancetypes import instance_type_from_data
-
     g4 = instance_type_from_data(
         {
             "provider": "gcp",
