@@ -66,3 +66,46 @@ def test_audit_counts_each_kind_of_failure_after_admission(
     ) in text
     report = json.loads(_run(capsys, tmp_path, "audit", "-o", "json", objs=objs))
     assert report["summary"]["afterAdmission"] == {"gangFit": 1, "cudaDriver": 1, "gpuQuota": 3}
+
+
+SCOPED = CASES / "_inventories" / "two-driver-pools-with-scoped-quotas.yaml"
+DRA_GANG = CASES / "_inventories" / "dra-gang.yaml"
+
+
+def test_check_reads_scoped_quotas_from_the_one_list_kubectl_prints(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``kubectl get nodes,resourcequotas -A -o yaml`` is one List of both kinds."""
+    objs = [
+        _object("quota-scoped-to-a-priority-class-over-warned"),
+        _object("quota-scoped-to-other-pods-untouched"),
+    ]
+    path = tmp_path / "objects.yaml"
+    path.write_text(yaml.safe_dump_all(objs))
+    main(["check", "--rules", str(RULES), "-f", str(path), "--inventory", str(SCOPED)])
+    out, _ = capsys.readouterr()
+    assert out.count("builtin/gpuQuota") == 1
+    assert "ResourceQuota research/high-priority-gpus (scopes PriorityClass In [high])" in out
+
+
+def test_audit_counts_a_dra_gang_that_cannot_run_at_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    objs = [_object("gang-dra-nine-of-four-denied"), _object("gang-dra-eight-of-four-fits")]
+    path = tmp_path / "objects.yaml"
+    path.write_text(yaml.safe_dump_all(objs))
+    main(
+        [
+            "audit",
+            "-o",
+            "json",
+            "--rules",
+            str(RULES),
+            "-f",
+            str(path),
+            "--inventory",
+            str(DRA_GANG),
+        ]
+    )
+    out, _ = capsys.readouterr()
+    assert json.loads(out)["summary"]["afterAdmission"]["gangFit"] == 1

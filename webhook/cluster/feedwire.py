@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from webhook.engine.resources.inventory import Node, Taint
-from webhook.engine.resources.quotas import Quota, Quotas
+from webhook.engine.resources.quotas import Quota, Quotas, Scope
 
 Message = dict[str, Any]
 # About 50 KB of JSON for realistic GPU nodes: well under a millisecond to decode.
@@ -144,7 +144,13 @@ def quota_records(quotas: Iterable[Quota] | None) -> list[dict[str, Any]] | None
     if quotas is None:
         return None
     return [
-        {"ns": q.namespace, "name": q.name, "hard": q.hard, "used": q.used, "scoped": q.scoped}
+        {
+            "ns": q.namespace,
+            "name": q.name,
+            "hard": q.hard,
+            "used": q.used,
+            "scopes": [[s.name, s.operator, list(s.values)] for s in q.scopes],
+        }
         for q in quotas
     ]
 
@@ -158,7 +164,7 @@ def quotas_from_records(records: list[Mapping[str, Any]] | None) -> Quotas | Non
             name=str(r["name"]),
             hard={str(k): int(v) for k, v in r["hard"].items()},
             used={str(k): int(v) for k, v in r["used"].items()},
-            scoped=bool(r["scoped"]),
+            scopes=tuple(Scope(str(n), str(op), tuple(map(str, v))) for n, op, v in r["scopes"]),
         )
         for r in records
     )

@@ -11,6 +11,7 @@ from webhook.engine.demand.cuda import (
     DriverFacts,
     Verdict,
     container_needs,
+    cuda_unknowns,
     parse_requirement,
 )
 from webhook.engine.resources.cudatable import CudaImages
@@ -52,6 +53,10 @@ H100_550 = _node("12.4", "550.90.07")
 T4_520 = _node("11.8", "520.61.05")
 T4_470 = _node("11.4", "470.256.02")
 L4_535 = _node("12.2", "535.183.01")
+T4_460 = _node("11.2", "460.106.00")  # a branch no image lists as forward compatible
+H100_570 = _node("12.8", "570.124.06")
+H100_560 = _node("12.6", "560.35.03")
+T4_440 = _node("10.2", "440.118.02")
 
 
 @pytest.mark.parametrize(
@@ -96,7 +101,7 @@ L4_535 = _node("12.2", "535.183.01")
             "unknown",
             id="release-without-listed-branches-is-never-too-old",
         ),
-        pytest.param("registry.corp/ml/train:7", {}, T4_520, "too-old", id="rule-file-mapping"),
+        pytest.param("registry.corp/ml/train:7", {}, T4_460, "too-old", id="rule-file-mapping"),
         pytest.param(
             "unknown/image:1",
             {"NVIDIA_REQUIRE_CUDA": "cuda>=12.6"},
@@ -131,6 +136,103 @@ L4_535 = _node("12.2", "535.183.01")
             T4_520,
             "ok",
             id="the-pods-variable-replaces-the-images",
+        ),
+        pytest.param(
+            "nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04",
+            {},
+            T4_460,
+            "too-old",
+            id="cudnn-runtime-tag-says-12-4",
+        ),
+        pytest.param(
+            "nvidia/cuda:12.4.1-devel-ubuntu22.04", {}, L4_535, "possible", id="devel-tag"
+        ),
+        pytest.param("nvidia/cuda:12.4.1-base-ubi9", {}, H100_550, "ok", id="ubi-tag"),
+        pytest.param(
+            "nvidia/cuda:12.6.3-runtime-rockylinux9", {}, T4_460, "too-old", id="rockylinux-tag"
+        ),
+        pytest.param(
+            "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu24.04", {}, T4_460, "too-old", id="nvcr-cuda"
+        ),
+        pytest.param(
+            "docker.io/nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04",
+            {},
+            T4_470,
+            "possible",
+            id="docker-io-cuda-11-8-on-470-by-minor-version-compatibility",
+        ),
+        pytest.param(
+            "nvcr.io/nvidia/tritonserver:24.08-py3",
+            {},
+            L4_535,
+            "possible",
+            id="triton-24-08-cuda-12-6-on-535-minor-version",
+        ),
+        pytest.param(
+            "nvcr.io/nvidia/tritonserver:24.08-trtllm-python-py3",
+            {},
+            T4_520,
+            None,
+            id="a-variant-the-notes-do-not-describe-is-unknown",
+        ),
+        pytest.param(
+            "nvcr.io/nvidia/tritonserver:25.08-py3",
+            {},
+            H100_570,
+            "unknown",
+            id="triton-25-08-cuda-13-branches-not-read-so-never-too-old",
+        ),
+        pytest.param(
+            "nvcr.io/nvidia/tritonserver:25.01-py3",
+            {},
+            T4_520,
+            "too-old",
+            id="triton-25-01-cuda-12-8-on-unlisted-r520",
+        ),
+        pytest.param(
+            "nvcr.io/nvidia/tensorflow:23.01-tf2-py3",
+            {},
+            T4_470,
+            "possible",
+            id="tensorflow-23-01-on-r470",
+        ),
+        pytest.param(
+            "nvcr.io/nvidia/mxnet:24.05-py3", {}, T4_520, "too-old", id="mxnet-24-05-on-r520"
+        ),
+        pytest.param(
+            "nvidia/cuda:12.0.1-base-ubuntu22.04",
+            {},
+            T4_520,
+            "possible",
+            id="cuda-12-0-images-list-r520",
+        ),
+        pytest.param(
+            "nvidia/cuda:13.0.2-base-ubuntu24.04",
+            {},
+            H100_570,
+            "possible",
+            id="cuda-13-0-images-list-r570",
+        ),
+        pytest.param(
+            "nvidia/cuda:13.0.2-base-ubuntu24.04",
+            {},
+            H100_560,
+            "too-old",
+            id="cuda-13-0-images-do-not-list-r560",
+        ),
+        pytest.param(
+            "nvidia/cuda:12.4.1-base-ubuntu22.04",
+            {},
+            T4_520,
+            "possible",
+            id="an-unlisted-version-gets-every-branch-of-its-major",
+        ),
+        pytest.param(
+            "nvidia/cuda:11.8.0-base-ubuntu22.04",
+            {},
+            T4_440,
+            "unknown",
+            id="a-major-without-lists-calls-no-older-driver-too-old",
         ),
         pytest.param("unknown/image:1", {}, T4_520, None, id="unknown-image-no-need"),
         pytest.param("nvidia/cuda:latest", {}, T4_520, None, id="a-tag-without-version"),
@@ -171,6 +273,9 @@ def test_a_requirement_from_a_config_map_is_not_guessed() -> None:
         },
     )
     assert container_needs([container], IMAGES) == []
+    ((why, need),) = cuda_unknowns([container], IMAGES)
+    assert "NVIDIA_REQUIRE_CUDA is set by valueFrom" in why
+    assert need.wanted == "CUDA 12.2.2"
 
 
 def test_requirements_parse_as_the_toolkit_splits_them() -> None:
@@ -180,3 +285,76 @@ def test_requirements_parse_as_the_toolkit_splits_them() -> None:
         [("brand", "=", "tesla"), ("driver", ">=", "470"), ("driver", "<", "471")],
         [("arch", "=", "x86")],
     ]
+
+
+def _from(*sources: dict[str, Any], **env: str) -> tuple[str, dict[str, Any]]:
+    name, body = _container("nvidia/cuda:12.6.3-base-ubuntu24.04", **env)
+    return name, {**body, "envFrom": list(sources)}
+
+
+CONFIG_MAP = {"configMapRef": {"name": "cuda-env"}}
+
+
+@pytest.mark.parametrize(
+    ("container", "needs", "unknown"),
+    [
+        pytest.param(_from(CONFIG_MAP), [], 1, id="envfrom-may-set-the-requirement"),
+        pytest.param(
+            _from({"secretRef": {"name": "s"}, "prefix": "NVIDIA_"}),
+            [],
+            1,
+            id="a-prefix-that-can-begin-the-name",
+        ),
+        pytest.param(
+            _from({"configMapRef": {"name": "app"}, "prefix": "APP_"}),
+            ["CUDA 12.6.3"],
+            0,
+            id="a-prefix-that-cannot-begin-it-is-no-doubt",
+        ),
+        pytest.param(
+            _from(CONFIG_MAP, NVIDIA_REQUIRE_CUDA="cuda>=12.8", NVIDIA_DISABLE_REQUIRE="false"),
+            ["NVIDIA_REQUIRE_CUDA=cuda>=12.8"],
+            0,
+            id="explicit-env-wins-over-envfrom",
+        ),
+        pytest.param(
+            _from(CONFIG_MAP, NVIDIA_REQUIRE_CUDA="cuda>=12.8"),
+            [],
+            1,
+            id="envfrom-may-still-disable-the-explicit-requirement",
+        ),
+        pytest.param(
+            _from(CONFIG_MAP, NVIDIA_DISABLE_REQUIRE="true"),
+            ["CUDA 12.6.3"],
+            0,
+            id="disabled-explicitly-leaves-the-image",
+        ),
+    ],
+)
+def test_env_from_makes_the_requirement_unknowable_unless_env_says_it(
+    container: tuple[str, dict[str, Any]], needs: list[str], unknown: int
+) -> None:
+    assert [n.wanted for n in container_needs([container], IMAGES)] == needs
+    unknowns = cuda_unknowns([container], IMAGES)
+    assert len(unknowns) == unknown
+    for why, need in unknowns:
+        assert "envFrom" in why
+        assert need.wanted == "CUDA 12.6.3"
+
+
+def test_env_from_on_an_image_the_tables_do_not_know_says_nothing() -> None:
+    container = ("main", {"image": "unknown/image:1", "envFrom": [CONFIG_MAP]})
+    assert container_needs([container], IMAGES) == []
+    assert cuda_unknowns([container], IMAGES) == []
+
+
+def test_every_release_row_cites_nvidias_notes_and_parses() -> None:
+    table = cuda_table()
+    rows = table["releases"]
+    assert len(rows) >= 12
+    for row in rows:
+        assert str(row["source"]).startswith("https://docs.nvidia.com/"), row
+        image = f"{row['repository']}:{row['release']}{(row.get('tags') or ['-py3'])[0]}"
+        found = IMAGES.lookup(image)
+        assert found is not None, image
+        assert found.source == row["source"], image

@@ -12,7 +12,7 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy
 from webhook.engine.resources.devices import DeviceInventory
-from webhook.engine.resources.quotas import Quota, Quotas
+from webhook.engine.resources.quotas import Quota, Quotas, Scope
 from webhook.files.cudaimages import cuda_table
 from webhook.files.inventoryfile import load_inventory_file
 
@@ -107,11 +107,108 @@ def test_a_pod_over_what_is_left_of_its_quota_is_allowed_with_a_notice() -> None
     assert "requests.nvidia.com/gpu hard 4, 2 used now; this pod asks 3 more" in notice
 
 
-def test_a_scoped_quota_is_not_judged() -> None:
-    scoped = Quota("ml", "q", {"requests.nvidia.com/gpu": 1}, scoped=True)
+def _scoped(*scopes: Scope, hard: int = 1) -> InventoryView:
     inventory = view()
-    inventory.quotas = Quotas.of([scoped])
-    decision = evaluate(Request(deployment(4, 2)), policy=settings(), inventory=inventory)
+    inventory.quotas = Quotas.of([Quota("ml", "q", {"requests.nvidia.com/gpu": hard}, {}, scopes)])
+    return inventory
+
+
+@pytest.mark.parametrize(
+    ("scopes", "priority", "action"),
+    [
+        pytest.param((Scope("PriorityClass", "In", ("high",)),), "high", "deny", id="matches"),
+        pytest.param((Scope("PriorityClass", "In", ("high",)),), "low", None, id="other-class"),
+        pytest.param(
+            (Scope("PriorityClass", "In", ("high",)),),
+            None,
+            "warn",
+            id="no-class-yet-may-get-the-default-so-only-warned",
+        ),
+        pytest.param((Scope("Terminating"),), "high", None, id="not-terminating"),
+        pytest.param(
+            (Scope("NotTerminating"), Scope("PriorityClass", "Exists")), "x", "deny", id="anded"
+        ),
+        pytest.param((Scope("BestEffort"),), "high", "warn", id="best-effort-unknown"),
+    ],
+)
+def test_a_scoped_quota_counts_only_the_pods_its_scopes_match(
+    scopes: tuple[Scope, ...], priority: str | None, action: str | None
+) -> None:
+    obj = deployment(4, 2)
+    if priority:
+        obj["spec"]["template"]["spec"]["priorityClassName"] = priority
+    decision = evaluate(
+        Request(obj), policy=settings(checks={"gpuQuota": "deny"}), inventory=_scoped(*scopes)
+    )
+    found = [f.action for f in decision.findings if f.check == "gpuQuota"]
+    assert found == ([action] if action else [])
+
+
+def _claim_template(*requests: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpus", "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": list(requests)}}},
+    }
+
+
+def _dra_deployment(replicas: int) -> dict[str, Any]:
+    job = deployment(replicas, 0)
+    spec = job["spec"]["template"]["spec"]
+    spec["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "gpus"}]
+    return job
+
+
+GPU_CLASS = "gpu.nvidia.com"
+MIG_CLASS = "mig.nvidia.com"
+
+
+@pytest.mark.parametrize(
+    ("request_", "charged"),
+    [
+        pytest.param(
+            {"name": "g", "exactly": {"deviceClassName": GPU_CLASS, "allocationMode": "All"}},
+            {GPU_CLASS: 32},
+            id="all-is-charged-allocation-results-max-size",
+        ),
+        pytest.param(
+            {
+                "name": "g",
+                "firstAvailable": [
+                    {"name": "big", "deviceClassName": GPU_CLASS, "count": 2},
+                    {"name": "small", "deviceClassName": GPU_CLASS, "count": 1},
+                    {"name": "mig", "deviceClassName": MIG_CLASS, "count": 3},
+                ],
+            },
+            {GPU_CLASS: 2, MIG_CLASS: 3},
+            id="first-available-the-largest-per-class",
+        ),
+    ],
+)
+def test_device_quota_counts_claims_as_the_claim_evaluator_charges_them(
+    request_: dict[str, Any], charged: dict[str, int]
+) -> None:
+    inventory = view()
+    inventory.devices = DeviceInventory.of([_claim_template(request_)], complete=False)
+    hard = {f"{c}.deviceclass.resource.k8s.io/devices": n * 2 - 1 for c, n in charged.items()}
+    inventory.quotas = Quotas.of([Quota("ml", "dq", hard)])
+    decision = evaluate(Request(_dra_deployment(2)), policy=settings(), inventory=inventory)
+    messages = [f.message for f in decision.findings if f.check == "gpuQuota"]
+    assert len(messages) == len(charged)
+    for device_class, n in charged.items():
+        wanted = f"request {n * 2} {device_class}.deviceclass.resource.k8s.io/devices"
+        assert any(wanted in m for m in messages), messages
+
+
+def test_a_scoped_quota_never_limits_dra_devices() -> None:
+    inventory = view()
+    request_ = {"name": "g", "exactly": {"deviceClassName": GPU_CLASS, "count": 2}}
+    inventory.devices = DeviceInventory.of([_claim_template(request_)], complete=False)
+    key = f"{GPU_CLASS}.deviceclass.resource.k8s.io/devices"
+    inventory.quotas = Quotas.of([Quota("ml", "dq", {key: 1}, {}, (Scope("NotTerminating"),))])
+    decision = evaluate(Request(_dra_deployment(2)), policy=settings(), inventory=inventory)
     assert [f.check for f in decision.findings] == []
 
 
@@ -166,3 +263,21 @@ def test_rules_can_exempt_pods_from_the_cuda_check_and_its_affinity(
     assert decision.allowed is not denied
     affinity = [op for op in decision.patch if "affinity" in op["path"]]
     assert bool(affinity) is patched
+
+
+def test_env_from_leaves_the_image_unjudged_and_says_why() -> None:
+    obj = pod(1, "nvidia/cuda:12.2.2-runtime-ubuntu22.04")
+    obj["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "cuda-env"}}]
+    decision = evaluate(Request(obj), policy=settings(), inventory=view())
+    assert decision.allowed
+    assert not [op for op in decision.patch if "affinity" in op["path"]]
+    (notice,) = [n for n in decision.notices if "envFrom" in n]
+    assert "NVIDIA_REQUIRE_CUDA or NVIDIA_DISABLE_REQUIRE may be set by envFrom" in notice
+    assert "(ConfigMap cuda-env)" in notice
+
+
+def test_an_explicit_requirement_beside_env_from_is_judged() -> None:
+    obj = pod(1, NVIDIA_REQUIRE_CUDA="cuda>=12.6", NVIDIA_DISABLE_REQUIRE="false")
+    obj["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "cuda-env"}}]
+    decision = evaluate(Request(obj), policy=settings(), inventory=view())
+    assert [f.check for f in decision.findings] == ["cudaDriver"]

@@ -49,7 +49,9 @@ from webhook.engine.resources.cudatable import (
 
 Verdict = Literal["ok", "possible", "too-old", "unknown"]
 REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
-REQUIRE_JETPACK = "NVIDIA_REQUIRE_JETPACK"  # Tegra only: the toolkit leaves it out
+# Tegra only: the toolkit leaves out every name with this prefix (``CUDA.GetRequirements``
+# in internal/config/image/cuda_image.go).
+REQUIRE_JETPACK = "NVIDIA_REQUIRE_JETPACK"
 DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
 # The least driver of each CUDA major release that minor version compatibility covers.
 MAJOR_MINIMUM: Mapping[int, Version] = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580,)}
@@ -249,25 +251,108 @@ def container_needs(
     """The needs of the GPU containers (name, body) that say or imply one."""
     needs = []
     for name, body in containers:
-        image = body.get("image")
-        image = image if isinstance(image, str) else ""
-        env, opaque = _literal_env(body.get("env"))
-        if any(n.startswith(REQUIRE_PREFIX) or n == DISABLE_REQUIRE for n in opaque):
-            continue  # set from a ConfigMap, Secret or field: the webhook cannot read it
-        requirements: tuple[tuple[str, Requirement], ...] = ()
-        if not _true(env.get(DISABLE_REQUIRE)):
-            requirements = tuple(
-                (f"{key}={value}", parse_requirement(value))
-                for key, value in sorted(env.items())
-                if key.startswith(REQUIRE_PREFIX) and key != REQUIRE_JETPACK and value.strip()
-            )
-        if requirements:
-            needs.append(CudaNeed(name, image, requirements=requirements))
-            continue
-        built_on = images.lookup(image) if image else None
-        if built_on is not None:
-            needs.append(CudaNeed(name, image, built_on=built_on))
+        need = _need(name, body, images)
+        if isinstance(need, CudaNeed):
+            needs.append(need)
     return needs
+
+
+def cuda_unknowns(
+    containers: Sequence[tuple[str, Mapping[str, Any]]], images: CudaImages
+) -> list[tuple[str, CudaNeed]]:
+    """Containers whose image the tables know but whose need cannot be read from the pod
+    (its variables may come from a ConfigMap or Secret): why, and what the image alone
+    would need. Said, never judged."""
+    out = []
+    for name, body in containers:
+        if not body.get("envFrom") and not _any_value_from(body.get("env")):
+            continue  # every variable is literal: nothing hidden (the common case, cheaply)
+        found = _need(name, body, images)
+        if isinstance(found, tuple):
+            out.append(found)
+    return out
+
+
+def _any_value_from(raw: object) -> bool:
+    return isinstance(raw, list) and any(isinstance(i, dict) and "valueFrom" in i for i in raw)
+
+
+def _need(
+    name: str, body: Mapping[str, Any], images: CudaImages
+) -> CudaNeed | tuple[str, CudaNeed] | None:
+    """The container's need; why it cannot be known (with the image's own need); or None
+    when it has none the webhook can see."""
+    image = body.get("image")
+    image = image if isinstance(image, str) else ""
+    env, opaque = _literal_env(body.get("env"))
+    hidden = sorted(n for n in opaque if n.startswith(REQUIRE_PREFIX) or n == DISABLE_REQUIRE)
+    if hidden:
+        # Set from a ConfigMap, Secret or field (valueFrom): the webhook cannot read it.
+        verb = "is" if len(hidden) == 1 else "are"
+        return _unknowable(name, image, f"{' and '.join(hidden)} {verb} set by valueFrom", images)
+    from_sources = _env_from_sources(body.get("envFrom"))
+    if from_sources and DISABLE_REQUIRE not in env:
+        # envFrom may set NVIDIA_DISABLE_REQUIRE: no requirement of any kind is known.
+        set_here = any(k.startswith(REQUIRE_PREFIX) for k in env)
+        variable = DISABLE_REQUIRE if set_here else f"{REQUIRE_PREFIX}CUDA or {DISABLE_REQUIRE}"
+        return _unknowable(name, image, _may_set(variable, from_sources), images)
+    requirements: tuple[tuple[str, Requirement], ...] = ()
+    if not _true(env.get(DISABLE_REQUIRE)):
+        requirements = tuple(
+            (f"{key}={value}", parse_requirement(value))
+            for key, value in sorted(env.items())
+            if key.startswith(REQUIRE_PREFIX)
+            and not key.startswith(REQUIRE_JETPACK)
+            and value.strip()
+        )
+    if requirements:
+        # An explicit variable wins over envFrom (env is applied after it, below).
+        return CudaNeed(name, image, requirements=requirements)
+    if from_sources and not _true(env.get(DISABLE_REQUIRE)):
+        # envFrom may set NVIDIA_REQUIRE_CUDA, replacing the image's own: unknown.
+        return _unknowable(name, image, _may_set(REQUIRE_PREFIX + "CUDA", from_sources), images)
+    built_on = images.lookup(image) if image else None
+    return CudaNeed(name, image, built_on=built_on) if built_on is not None else None
+
+
+def _may_set(variable: str, sources: Sequence[str]) -> str:
+    return f"{variable} may be set by envFrom ({', '.join(sources)})"
+
+
+def _unknowable(name: str, image: str, why: str, images: CudaImages) -> tuple[str, CudaNeed] | None:
+    built_on = images.lookup(image) if image else None
+    if built_on is None:
+        return None  # nothing would have been judged: nothing to say
+    sentence = (
+        f'container "{name}": its CUDA need was not checked: {why}, which the webhook does not read'
+    )
+    return sentence, CudaNeed(name, image, built_on=built_on)
+
+
+# The kubelet builds a container's environment from envFrom first (each key behind its
+# prefix), then from env, whose entries replace any of the same name
+# (pkg/kubelet/kubelet_pods.go, makeEnvironmentVariables). An envFrom source can set a
+# requirement variable only if its prefix can begin one.
+_REQUIRE_NAMES = (REQUIRE_PREFIX, DISABLE_REQUIRE)
+
+
+def _env_from_sources(raw: object) -> list[str]:
+    """The envFrom ConfigMaps and Secrets that may set a requirement variable."""
+    sources: list[str] = []
+    if not isinstance(raw, list):
+        return sources
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        prefix = item.get("prefix")
+        prefix = prefix if isinstance(prefix, str) else ""
+        if not any(n.startswith(prefix) or prefix.startswith(n) for n in _REQUIRE_NAMES):
+            continue
+        for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
+            ref = item.get(key)
+            if isinstance(ref, dict):
+                sources.append(f"{kind} {ref.get('name', '')}".strip())
+    return sources
 
 
 def _literal_env(raw: object) -> tuple[dict[str, str], set[str]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.engine.demand.cuda import CudaNeed, DriverFacts, container_needs
+from webhook.engine.demand.cuda import CudaNeed, DriverFacts, container_needs, cuda_unknowns
 from webhook.engine.demand.gpus import PodGPUs
 from webhook.engine.enforcement.mutators import add_required_affinity
 from webhook.engine.kube.patch import Editor
@@ -45,12 +45,43 @@ def _facts(shape: Shape) -> DriverFacts:
     return facts
 
 
+# Whether some class a fit answer holds has a known driver, held with the answer (as _SORTED).
+_KNOWN: dict[int, tuple[FitAnswer, bool]] = {}
+
+
+def drivers_known(fit: FitAnswer) -> bool:
+    """Some fitting class's driver is labelled: without one no need can be judged (every
+    verdict is "unknown"), so the pod's needs are not worked out at all."""
+    hit = _KNOWN.get(id(fit))
+    if hit is not None and hit[0] is fit:
+        return hit[1]
+    known = any(_facts(shape).known for shape in fit.fitting)
+    if len(_KNOWN) >= 4096:
+        _KNOWN.clear()
+    _KNOWN[id(fit)] = (fit, known)
+    return known
+
+
 def gpu_needs(
     pod: PodGPUs, settings: Settings, holders: frozenset[Path] = frozenset()
 ) -> list[CudaNeed]:
     """What the pod's GPU containers (and those holding GPU claims) need of the driver."""
     containers = [(c.name, c.body) for c in pod.containers if c.gpu_count > 0 or c.path in holders]
     return container_needs(containers, settings.cuda_images) if containers else []
+
+
+def cuda_notices(pod: PodGPUs, settings: Settings, fit: FitAnswer) -> list[str]:
+    """GPU containers whose need envFrom may change (``demand.cuda.cuda_unknowns``) and whose
+    image alone would be too old for some node they fit: not judged, but said, so that
+    ``explain`` shows why no affinity or denial came."""
+    containers = [(c.name, c.body) for c in pod.containers if c.gpu_count > 0]
+    if not containers or not fit.fitting:
+        return []
+    return [
+        why
+        for why, need in cuda_unknowns(containers, settings.cuda_images)
+        if any(need.verdict(_facts(shape)) == "too-old" for shape in fit.fitting)
+    ]
 
 
 def cuda_findings(

@@ -31,7 +31,13 @@ from webhook.engine.enforcement.checks import (
     rule_findings,
     whole_gpus,
 )
-from webhook.engine.enforcement.cudadrivers import cuda_findings, dra_cuda_findings, gpu_needs
+from webhook.engine.enforcement.cudadrivers import (
+    cuda_findings,
+    cuda_notices,
+    dra_cuda_findings,
+    drivers_known,
+    gpu_needs,
+)
 from webhook.engine.enforcement.mutators import (
     apply_containers,
     apply_placement,
@@ -67,7 +73,8 @@ from webhook.engine.scheduling.dra import (
     pod_claims,
     with_claim_gpus,
 )
-from webhook.engine.scheduling.gangs import gang_findings
+from webhook.engine.scheduling.gangdevices import pod_devices
+from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
 from webhook.engine.scheduling.gke import nap_pools
 from webhook.engine.scheduling.gpunodes import bound_node_reach
 from webhook.engine.scheduling.karpenter import PoolSizing, size_pools
@@ -201,12 +208,14 @@ def _evaluate_object(
         )
         per_pod.append((template, pod))
         classes.append(claims.gpu_classes)
-        counted.append((template, pod))
-        counted_classes.append(claims.gpu_classes)
+        if floor is not None:
+            counted.append((template, pod))
+            counted_classes.append(claims.gpu_classes)
         judged.append((template, pod, claims, fit))
-        devices = inventory.devices
-        if claims.claims and (devices is None or not devices.complete) and not inventory.problem:
-            notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
+        if claims.claims and not inventory.problem:
+            devices = inventory.devices
+            if devices is None or not devices.complete:
+                notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
     warnings: list[str] = []
     if any(p.total or p.problems for _, p in per_pod):
         if inventory.problem:
@@ -232,6 +241,7 @@ def _evaluate_object(
             judged,
             snapshot=snapshot,
             quotas=inventory.quotas,
+            devices=None if inventory.problem else inventory.devices,
             policy=policy,
             findings=findings,
             notices=notices,
@@ -252,20 +262,27 @@ def _after_admission(
     *,
     snapshot: Inventory | None,
     quotas: Quotas | None,
+    devices: DeviceInventory | None,
     policy: Policy,
     findings: list[Finding],
     notices: list[str],
 ) -> None:
     """Issue 26: gangs that cannot run at once, and GPU quota."""
     fits = [(t, fit) for t, _, _, fit in judged if fit is not None]
-    asked = [(t, pod, claims) for t, pod, claims, _ in judged]
-    if fits and snapshot is not None:
+    if fits and snapshot is not None and may_be_gang(request.object, fits):
+        # Templates whose GPUs come from DRA claims: their gang is counted from the devices.
+        by_devices = {
+            id(t): found
+            for t, _, claims, fit in judged
+            if fit is not None and (found := pod_devices(claims, devices)) is not None
+        }
         action = policy.settings.actions.get("gangFit", "deny")
         if snapshot.unbounded and action == "deny":
             # A pool of unknown size may bring the nodes the gang needs: never a guess.
             action = "warn"
-        findings.extend(gang_findings(request.object, fits, action=action))
+        findings.extend(gang_findings(request.object, fits, action=action, devices=by_devices))
     if quotas is not None:
+        asked = [(t, pod, claims) for t, pod, claims, _ in judged]
         workload = bool(asked) and bool(asked[0][0].path)
         _quota(
             request,
@@ -689,9 +706,12 @@ def _evaluate_template(
     findings.extend(_gpu_findings(scope, snapshot))
     if scope.fit is not None and scope.fit.fitting:
         findings.extend(_cuda(editor, scope, access, mutated_by, mutate=mutate))
-    findings.extend(
-        _claims_findings(claims, scope, access, snapshot=snapshot, view=view, context=context)
-    )
+        if drivers_known(scope.fit):
+            context.notices.extend(cuda_notices(scope.pod, settings, scope.fit))
+    if claims.claims or claims.gpu_classes:
+        findings.extend(
+            _claims_findings(claims, scope, access, snapshot=snapshot, view=view, context=context)
+        )
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
@@ -719,8 +739,10 @@ def _cuda(
 ) -> list[Finding]:
     """The cudaDriver check, and its affinity (credited for the log line) unless the
     object is judged as it is (``mutate`` False: a Pod's update)."""
+    if scope.fit is None or not drivers_known(scope.fit):
+        return []
     needs = gpu_needs(scope.pod, scope.settings)
-    if not needs or scope.fit is None:
+    if not needs:
         return []
     before = len(editor.ops)
     found = cuda_findings(
@@ -884,11 +906,12 @@ def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
     # A pod that fits some class has no unknown resource either: nothing to report.
     if snapshot is not None and scope.fit is not None and not scope.fit.fitting:
         found.extend(capacity_findings(scope, snapshot, settings))
-    elif scope.fit is not None:
+    elif scope.fit is not None and (scope.fit.refused or scope.fit.waiting()):
         found.extend(fit_warnings(scope, settings))
     if pod.crowded and not whole_gpus(scope):
         found.extend(device_findings(scope, snapshot, settings))
-    found.extend(misspelled_findings(scope, snapshot, settings))
+    if any(c.others for c in pod.containers):
+        found.extend(misspelled_findings(scope, snapshot, settings))
     return found
 
 

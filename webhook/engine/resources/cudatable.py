@@ -9,10 +9,12 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Version = tuple[int, ...]
+# The tag NGC gives a framework release's main container (``nvcr.io/nvidia/pytorch:24.08-py3``).
+DEFAULT_RELEASE_TAGS = ("-py3",)
 _TAG_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-|$)")
 
 
@@ -47,11 +49,52 @@ class ImageCUDA:
 
 
 @dataclass(frozen=True, slots=True)
+class ForwardBranches:
+    """The driver branches official CUDA images may still run on by forward compatibility,
+    by the CUDA version (major.minor) of the image: the ``brand=...,driver>=N,driver<N+1``
+    clauses of its ``NVIDIA_REQUIRE_CUDA``, which the toolkit ORs with ``cuda>=X.Y``.
+
+    A version the table does not list gets every branch listed for its major release (the
+    lists only shrink as versions grow, so that is never too few); a major with no list
+    gets None (not known: no older major is called too old)."""
+
+    by_version: Mapping[tuple[int, int], tuple[Version, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, raw: object) -> ForwardBranches:
+        found: dict[tuple[int, int], tuple[Version, ...]] = {}
+        if isinstance(raw, Mapping):
+            for key, branches in raw.items():
+                version = parse_version(str(key))
+                if version is None or len(version) < 2 or not isinstance(branches, list):
+                    continue
+                found[(version[0], version[1])] = tuple(
+                    v for v in (parse_version(str(b)) for b in branches) if v
+                )
+        return cls(found)
+
+    def of_version(self, version: Version) -> tuple[Version, ...] | None:
+        if len(version) < 2:
+            version = (*version, 0)
+        listed = self.by_version.get((version[0], version[1]))
+        if listed is not None:
+            return listed
+        same_major = [
+            b for (major, _), bs in self.by_version.items() if major == version[0] for b in bs
+        ]
+        return tuple(sorted(set(same_major))) if same_major else None
+
+
+@dataclass(frozen=True, slots=True)
 class CudaImages:
     """The shipped table of public images plus a rule file's mappings (which come first)."""
 
     rules: tuple[tuple[str, ImageCUDA], ...] = ()  # image glob -> CUDA
-    tagged: tuple[tuple[frozenset[str], tuple[Version, ...], str], ...] = ()
+    # Repositories whose tag says the version, their forward-compatible branches by the
+    # version the tag names, and the source.
+    tagged: tuple[tuple[frozenset[str], ForwardBranches, str], ...] = ()
+    # (repository, tag) -> CUDA: only the tags a release's notes describe (``24.08-py3``),
+    # not variants built otherwise (``24.08-trtllm-python-py3``, ``-igpu``).
     releases: Mapping[tuple[str, str], ImageCUDA] | None = None
 
     @classmethod
@@ -61,39 +104,37 @@ class CudaImages:
         tagged = tuple(
             (
                 frozenset(str(repo) for repo in row.get("repositories") or ()),
-                tuple(v for v in (parse_version(f) for f in row.get("forward") or ()) if v),
+                ForwardBranches.of(row.get("forward")),
                 str(row.get("source", "")),
             )
             for row in table.get("tagged") or ()
         )
         # A private image is most often built FROM an official CUDA image and keeps its
         # forward-compatibility clauses: the same branches count (none known: None).
-        inherited = tagged[0][1] if tagged else None
-        compiled_rules = tuple(
-            (
-                str(r["image"]),
-                ImageCUDA(
-                    parse_version(str(r["cuda"])) or (0,),
-                    inherited,
-                    f"rule file cudaImages {r['image']}",
-                ),
+        inherited = tagged[0][1] if tagged else ForwardBranches()
+        compiled_rules = []
+        for r in rules:
+            wanted = parse_version(str(r["cuda"])) or (0,)
+            found = ImageCUDA(
+                wanted, inherited.of_version(wanted), f"rule file cudaImages {r['image']}"
             )
-            for r in rules
-        )
+            compiled_rules.append((str(r["image"]), found))
         releases = {}
         for row in table.get("releases") or ():
             version = parse_version(str(row.get("cuda")))
             if version is None:
                 continue
             forward = row.get("forward")
-            releases[(str(row["repository"]), str(row["release"]))] = ImageCUDA(
+            found = ImageCUDA(
                 version,
                 None
                 if forward is None
                 else tuple(v for v in (parse_version(f) for f in forward) if v),
                 str(row.get("source", "")),
             )
-        return cls(compiled_rules, tagged, releases)
+            for suffix in row.get("tags") or DEFAULT_RELEASE_TAGS:
+                releases[(str(row["repository"]), f"{row['release']}{suffix}")] = found
+        return cls(tuple(compiled_rules), tagged, releases)
 
     def lookup(self, image: str) -> ImageCUDA | None:
         """The image's CUDA, memoised per table and image (pods repeat a few images)."""
@@ -119,10 +160,9 @@ class CudaImages:
                 match = _TAG_VERSION.match(tag)
                 if match:
                     version = tuple(int(g) for g in match.groups() if g is not None)
-                    return ImageCUDA(version, forward, f"{image}: {source}")
+                    return ImageCUDA(version, forward.of_version(version), f"{image}: {source}")
         if self.releases:
-            release = tag.split("-", 1)[0]
-            return self.releases.get((repository, release))
+            return self.releases.get((repository, tag))
         return None
 
 

@@ -27,7 +27,7 @@ group's announced total of copies of the pod) and only ever warned about.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
@@ -36,6 +36,13 @@ from webhook.engine.kube.workloads import PodTemplate
 from webhook.engine.policy.decision import Finding, action_of
 from webhook.engine.resources.fit import Demand, pods_per_node, quantity_text
 from webhook.engine.resources.inventory import FitAnswer, Shape
+from webhook.engine.scheduling.gangdevices import (
+    PodDevices,
+    device_capacity,
+    placed_together,
+)
+
+Devices = Mapping[int, PodDevices]  # by id() of the PodTemplate
 
 # Kinds whose every pod is one gang (all replicas of all replica specs).
 KUBEFLOW_KINDS = frozenset({"PyTorchJob", "TFJob", "MPIJob", "PaddleJob", "XGBoostJob"})
@@ -55,11 +62,13 @@ _PLACEMENT_BUDGET = 200_000
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """Pods of one template (or several alike) in a gang, and where they fit."""
+    """Pods of one template (or several alike) in a gang, and where they fit; ``devices``
+    when its GPUs come from DRA claims (``webhook.engine.scheduling.gangdevices``)."""
 
     name: str
     count: int
     fit: FitAnswer
+    devices: PodDevices | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,25 +115,39 @@ def capacity(fit: FitAnswer) -> int | None:
 # --- which pods form gangs -----------------------------------------------------------------
 
 
+def may_be_gang(obj: Mapping[str, Any], templates: Sequence[tuple[PodTemplate, FitAnswer]]) -> bool:
+    """Whether ``gangs_of`` can find anything: a lone Pod is in a gang only as a member of a
+    Kueue pod group, the one grouping whose size the pod itself states (every admission of
+    a plain pod would otherwise pay for the whole look)."""
+    if not templates or templates[0][0].path:
+        return bool(templates)
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return isinstance(labels, dict) and bool(labels.get(KUEUE_GROUP_LABEL))
+
+
 def gangs_of(
-    obj: Mapping[str, Any], templates: Sequence[tuple[PodTemplate, FitAnswer]]
+    obj: Mapping[str, Any],
+    templates: Sequence[tuple[PodTemplate, FitAnswer]],
+    devices: Devices | None = None,
 ) -> list[Gang]:
     """The gangs of ``obj`` among its templates that have a fit answer (GPU templates)."""
     if not templates:
         return []
+    devices = devices or {}
     group = str(obj.get("apiVersion", "")).rpartition("/")[0]
     kind = str(obj.get("kind", ""))
     if group == "kubeflow.org" and kind in KUBEFLOW_KINDS:
-        return _whole(kind, obj, templates, need=_min_available(obj, "runPolicy"))
+        return _whole(kind, obj, templates, devices, need=_min_available(obj, "runPolicy"))
     if group == "jobset.x-k8s.io" and kind == "JobSet":
-        return _whole(kind, obj, templates, need=None)
+        return _whole(kind, obj, templates, devices, need=None)
     if group == "batch.volcano.sh" and kind == "Job":
-        return _whole("Volcano Job", obj, templates, need=_min_available(obj, ""))
+        return _whole("Volcano Job", obj, templates, devices, need=_min_available(obj, ""))
     if group == "leaderworkerset.x-k8s.io" and kind == "LeaderWorkerSet":
-        return _lws_group(obj, templates)
+        return _lws_group(obj, templates, devices)
     if group == "ray.io":
-        return list(_ray_hosts(obj, templates))
-    return _labelled(templates)
+        return list(_ray_hosts(obj, templates, devices))
+    return _labelled(templates, devices)
 
 
 def _member_name(template: PodTemplate) -> str:
@@ -133,15 +156,20 @@ def _member_name(template: PodTemplate) -> str:
 
 
 def _members(
-    templates: Iterable[tuple[PodTemplate, FitAnswer, int]],
+    templates: Iterable[tuple[PodTemplate, FitAnswer, int]], devices: Devices
 ) -> tuple[Member, ...]:
-    return tuple(Member(_member_name(t), count, fit) for t, fit, count in templates if count > 0)
+    return tuple(
+        Member(_member_name(t), count, fit, devices.get(id(t)))
+        for t, fit, count in templates
+        if count > 0
+    )
 
 
 def _whole(
     why: str,
     obj: Mapping[str, Any],
     templates: Sequence[tuple[PodTemplate, FitAnswer]],
+    devices: Devices,
     *,
     need: int | None,
 ) -> list[Gang]:
@@ -154,7 +182,7 @@ def _whole(
         if _int(elastic) is not None and "Worker" in template.path:
             count = min(count, max(_int(elastic) or 0, 0))
         rows.append((template, fit, count))
-    members = _members(rows)
+    members = _members(rows, devices)
     return [Gang(why, members, need=need)] if members else []
 
 
@@ -173,7 +201,7 @@ def _int(value: object) -> int | None:
 
 
 def _lws_group(
-    obj: Mapping[str, Any], templates: Sequence[tuple[PodTemplate, FitAnswer]]
+    obj: Mapping[str, Any], templates: Sequence[tuple[PodTemplate, FitAnswer]], devices: Devices
 ) -> list[Gang]:
     """One LeaderWorkerSet group: groups start independently, a group's pods together
     (the leader waits for its workers); the templates' replicas are for all groups."""
@@ -182,12 +210,12 @@ def _lws_group(
     if groups <= 0:
         return []
     rows = [(t, f, (t.replicas or 0) // groups) for t, f in templates]
-    members = _members(rows)
+    members = _members(rows, devices)
     return [Gang("LeaderWorkerSet group", members)] if members else []
 
 
 def _ray_hosts(
-    obj: Mapping[str, Any], templates: Sequence[tuple[PodTemplate, FitAnswer]]
+    obj: Mapping[str, Any], templates: Sequence[tuple[PodTemplate, FitAnswer]], devices: Devices
 ) -> Iterator[Gang]:
     """A KubeRay worker group with ``numOfHosts`` > 1 makes that many pods per replica, one
     multi-host unit (ray-operator ``WorkerGroupSpec.NumOfHosts``)."""
@@ -198,19 +226,21 @@ def _ray_hosts(
             name = str(group.get("groupName") or _member_name(template))
             yield Gang(
                 f"Ray worker group {name} (numOfHosts {hosts})",
-                (Member(name, hosts, fit),),
+                (Member(name, hosts, fit, devices.get(id(template))),),
             )
 
 
-def _labelled(templates: Sequence[tuple[PodTemplate, FitAnswer]]) -> list[Gang]:
+def _labelled(templates: Sequence[tuple[PodTemplate, FitAnswer]], devices: Devices) -> list[Gang]:
     """Pods that a gang scheduler groups by label or annotation: the group's size is in an
     object the webhook does not see, so the gang is only ever warned about."""
     for template, fit in templates:
         raw = template.template.get("metadata") if not template.pod_spec else None
         meta: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
         labels: Mapping[str, Any] = _map(meta.get("labels"))
-        notes: Mapping[str, Any] = _map(meta.get("annotations"))
         count = template.replicas if template.replicas is not None else 1
+        if count <= 1 and not labels.get(KUEUE_GROUP_LABEL):
+            continue  # one pod alone is no gang (only Kueue's annotation can say otherwise)
+        notes: Mapping[str, Any] = _map(meta.get("annotations"))
         why = ""
         if labels.get(KUEUE_GROUP_LABEL):
             total = _count(notes.get(KUEUE_TOTAL_ANNOTATION))
@@ -224,7 +254,8 @@ def _labelled(templates: Sequence[tuple[PodTemplate, FitAnswer]]) -> list[Gang]:
             if named:
                 why = f"Volcano PodGroup {named}"
         if why and count > 1:
-            return [Gang(why, (Member(_member_name(template), count, fit),), certain=False)]
+            member = Member(_member_name(template), count, fit, devices.get(id(template)))
+            return [Gang(why, (member,), certain=False)]
     return []
 
 
@@ -245,12 +276,14 @@ def _count(raw: object) -> int | None:
 
 def _merged(members: Sequence[Member]) -> list[Member]:
     """Templates with the same placement and vector are one set of identical pods."""
-    by_key: dict[tuple[bytes, Demand], Member] = {}
+    by_key: dict[tuple[bytes, Demand, Any], Member] = {}
     for m in members:
-        key = (m.fit.placement.key(), m.fit.demand)
+        key = (m.fit.placement.key(), m.fit.demand, m.devices.claims if m.devices else None)
         seen = by_key.get(key)
         by_key[key] = (
-            m if seen is None else Member(f"{seen.name}+{m.name}", seen.count + m.count, m.fit)
+            m
+            if seen is None
+            else Member(f"{seen.name}+{m.name}", seen.count + m.count, m.fit, m.devices)
         )
     return list(by_key.values())
 
@@ -260,6 +293,8 @@ def judge(gang: Gang) -> Verdict | None:
     groups = _merged(gang.members)
     if any(not g.fit.fitting for g in groups):
         return None  # a pod that fits no node at all: the pod's own capacity check says so
+    if any(g.devices is not None for g in groups):
+        return _judge_devices(gang, groups)
     required = gang.required
     caps = [capacity(g.fit) for g in groups]
     if len(groups) == 1:
@@ -292,6 +327,60 @@ def judge(gang: Gang) -> Verdict | None:
         f"a first-fit placement ran {placed} of the {required} pods together"
         if placed is not None
         else "the gang is too large to place pod by pod"
+    )
+    return Verdict(gang, False, alone, -1 if placed is None else placed, reason)
+
+
+def _judge_devices(gang: Gang, groups: Sequence[Member]) -> Verdict | None:
+    """``judge`` for gangs with DRA-claimed GPUs: counts from the nodes' devices
+    (``gangdevices``); a count that is not exact (some node's devices could not be
+    counted) is never a proof."""
+    required = gang.required
+    caps: list[tuple[int | None, bool]] = []
+    for g in groups:
+        if g.devices is None:
+            caps.append((capacity(g.fit), True))
+        else:
+            counted = device_capacity(g.fit, g.devices, unbounded=False)
+            caps.append((counted.known, counted.exact))
+    if len(groups) == 1:
+        cap, exact = caps[0]
+        if cap is None or cap >= required:
+            return None
+        if exact:
+            reason = (
+                f"at most {cap} of its {required} pods can run at once: the DRA devices of "
+                "the nodes they can use hold that many sets of their claims"
+            )
+            return Verdict(gang, True, cap, cap, reason)
+        reason = (
+            f"the nodes whose DRA devices the webhook can count hold {cap} of them at once, "
+            "and the devices of the other nodes they can use could not be counted"
+        )
+        return Verdict(gang, False, cap, cap, reason)
+    alone = sum(
+        g.count if c is None else min(g.count, c) for g, (c, _) in zip(groups, caps, strict=True)
+    )
+    for g, (c, exact) in zip(groups, caps, strict=True):
+        if exact and c is not None and c < g.count and required == gang.size:
+            reason = (
+                f"{g.count} {g.name} pods need to run at once, but only {c} fit the nodes "
+                "and devices they can use"
+            )
+            return Verdict(gang, True, alone, -1, reason)
+    if alone < required and all(exact for _, exact in caps):
+        reason = f"{required} of them must run at once, but at most {alone} fit"
+        return Verdict(gang, True, alone, -1, reason)
+    placed = None
+    if all(g.devices is not None for g in groups):
+        rows = [(g.fit, g.devices, g.count) for g in groups if g.devices is not None]
+        placed = placed_together(rows, required=required)
+    if placed is not None and placed >= required:
+        return None
+    reason = (
+        f"a first-fit placement of their DRA claims ran {placed} of the {required} pods together"
+        if placed is not None
+        else "the webhook cannot place DRA claims of these templates together"
     )
     return Verdict(gang, False, alone, -1 if placed is None else placed, reason)
 
@@ -394,10 +483,11 @@ def gang_findings(
     templates: Sequence[tuple[PodTemplate, FitAnswer]],
     *,
     action: str,
+    devices: Devices | None = None,
 ) -> list[Finding]:
     """``gangFit`` findings: a proof denies (by default), anything short of one warns."""
     findings = []
-    for gang in gangs_of(obj, templates):
+    for gang in gangs_of(obj, templates, devices):
         verdict = judge(gang)
         if verdict is None:
             continue
