@@ -48,7 +48,6 @@ from webhook.engine.scheduling.karpenter import (
 )
 
 ACCELERATOR = "cloud.google.com/gke-accelerator"
-ACCELERATOR_COUNT = "cloud.google.com/gke-accelerator-count"
 MACHINE_FAMILY = "cloud.google.com/machine-family"
 # Compute Engine series whose machines come with GPUs attached (cloud.google.com/compute/
 # docs/gpus): one of them that the catalogue lacks may be any size. N1 takes attached
