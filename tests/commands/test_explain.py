@@ -282,7 +282,7 @@ def test_explain_judges_gke_auto_provisioning_as_the_webhook_does(
     ("case", "inventory", "verdict"),
     [
         pytest.param(
-            "pool-karpenter-min-values-too-few-types-hold-the-pod-denied",
+            "pool-karpenter-min-values-too-few-types-hold-the-pod-warns",
             "karpenter-min-values",
             "excluded: 1 distinct node.kubernetes.io/instance-type hold the pod, and its "
             "minValues asks for 3",

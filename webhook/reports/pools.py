@@ -55,7 +55,7 @@ def sizing(
         allowance=policy.settings.allowance,
         declared=frozenset(n.pool for n in policy.node_pools),
         node_labels=[s.labels for s in inventory.shapes] if inventory is not None else (),
-        min_values=policy.settings.min_values_policy == "Strict",
+        min_values=policy.settings.min_values_policy != "BestEffort",
     )
 
 

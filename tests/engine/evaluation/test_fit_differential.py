@@ -49,6 +49,7 @@ memory limits, which Kubernetes copies into unset requests; affinity off refusin
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -585,7 +586,8 @@ def test_a_gpu_pod_is_denied_exactly_when_no_node_and_no_pool_can_hold_it(
 POOL_POLICY = policy(tolerate=True, memory=None)
 POOL_POLICY = type(POOL_POLICY)(
     rules=POOL_POLICY.rules,
-    settings=POOL_POLICY.settings,
+    # The controller's --min-values-policy declared as Karpenter's default: minValues deny.
+    settings=replace(POOL_POLICY.settings, min_values_policy="Strict"),
     node_pools=POOL_POLICY.node_pools,
     kinds=POOL_POLICY.kinds,
     catalogue=shipped_catalogue(),

@@ -198,6 +198,15 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
     ):
         text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
         action = action_of(settings.actions["capacity"])
+        if not settings.min_values_policy and _min_values_only(answer):
+            # The controller's --min-values-policy is not in the API: Strict (its default)
+            # launches none of these, BestEffort would. Not known: not denied.
+            text += (
+                " Karpenter launches such a node only under --min-values-policy BestEffort; "
+                "its default, Strict, launches none: not denied, since the webhook cannot "
+                "see the flag (declare GPUSettings.minValuesPolicy to have this judged)."
+            )
+            action = "warn" if action == "deny" else action
         found.append(Finding("builtin", "capacity", action, text, summary, scope.where))
     unknowable = inventory.unbounded_for(scope.placement) if found else ()
     for finding in found:
@@ -294,6 +303,14 @@ def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
             text += _remedy(need, fit, best)
         return text, f"{need} {resource} requested, largest usable node has {fit.amount}"
     return None
+
+
+def _min_values_only(answer: FitAnswer) -> bool:
+    """Whether some node class holds the pod and only a pool's minValues keeps it off."""
+    return any(
+        short and all(s.resource.startswith(MIN_VALUES) for s in short)
+        for _, short in answer.missing
+    )
 
 
 def _pools_only(inventory: Inventory, resource: str) -> bool:

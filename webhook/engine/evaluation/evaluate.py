@@ -114,7 +114,7 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
                 catalogue=policy.catalogue,
                 allowance=policy.settings.allowance,
                 declared=frozenset(n.pool for n in declared),
-                min_values=policy.settings.min_values_policy == "Strict",
+                min_values=policy.settings.min_values_policy != "BestEffort",
             )
             _sized = sized = (policy, live, sizing)
         sizing = sized[2]

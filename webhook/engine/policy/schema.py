@@ -474,9 +474,11 @@ _SETTINGS = _obj(
         # Issue 23, rest: how the Karpenter controller treats minValues.
         "minValuesPolicy": {
             "enum": ["Strict", "BestEffort"],
-            "description": "Karpenter's --min-values-policy: Strict (its default) launches "
-            "no node for a pod when fewer than minValues distinct values remain among the "
-            "instance types that hold it; BestEffort relaxes minValues instead.",
+            "description": "Karpenter's --min-values-policy, as the controller runs: Strict "
+            "(its default) launches no node for a pod when fewer than minValues distinct "
+            "values remain among the instance types that hold it, and such a pod is denied; "
+            "BestEffort relaxes minValues. Not set: judged as Strict, but warned, not denied "
+            "(the flag is not in the API).",
         },
     }
 )
