@@ -106,9 +106,9 @@ def test_a_class_that_keeps_gke_to_its_priorities_is_sized_by_them(
             id="n1-attached-gpus",
         ),
         pytest.param(
-            {"whenUnsatisfiable": "DoNotScaleUp", "priorities": [{"machineFamily": "g4"}]},
-            "machine family g4 is not in the catalogue",
-            id="unlisted-gpu-family",
+            {"whenUnsatisfiable": "DoNotScaleUp", "priorities": [{"machineType": "g4-standard-6"}]},
+            "machine type g4-standard-6 is not in the catalogue",
+            id="unlisted-gpu-machine-type",
         ),
     ],
 )
@@ -196,19 +196,19 @@ def test_gke_nodes_keep_back_what_gke_reserves_not_what_karpenter_on_aws_would()
     assert allocatable["cpu"] == 208_000 - 60 - 10 - 10 - 510
 
 
-def test_an_instance_type_row_for_an_unlisted_family_makes_its_rules_sizable() -> None:
-    g4 = instance_type_from_data(
+def test_an_instance_type_row_for_an_unlisted_machine_makes_its_rules_sizable() -> None:
+    share = instance_type_from_data(
         {
             "provider": "gcp",
-            "name": "g4-standard-48",
+            "name": "g4-standard-6",
             "gpu": {
                 "resource": "nvidia.com/gpu",
-                "model": "NVIDIA RTX PRO 6000",
+                "model": "NVIDIA RTX PRO 6000 (1/8)",
                 "count": 1,
-                "memoryMiB": 98304,
+                "memoryMiB": 12288,
             },
-            "vcpu": 48,
-            "memoryMiB": 184320,
+            "vcpu": 6,
+            "memoryMiB": 22528,
             "labels": {
                 "cloud.google.com/machine-family": "g4",
                 "cloud.google.com/gke-accelerator": "nvidia-rtx-pro-6000",
@@ -218,9 +218,9 @@ def test_an_instance_type_row_for_an_unlisted_family_makes_its_rules_sizable() -
         },
         where="test",
     )
-    spec = {"whenUnsatisfiable": "DoNotScaleUp", "priorities": [{"machineFamily": "g4"}]}
+    spec = {"whenUnsatisfiable": "DoNotScaleUp", "priorities": [{"machineType": "g4-standard-6"}]}
     assert sized(spec).unbounded
     found = size_compute_classes(
-        [compute_class(spec)], catalogue=CATALOGUE.extended([g4]), allowance=Allowance()
+        [compute_class(spec)], catalogue=CATALOGUE.extended([share]), allowance=Allowance()
     )
-    assert [n.name for n in found.nodes] == ["nodepool/gpu/g4-standard-48"]
+    assert [n.name for n in found.nodes] == ["nodepool/gpu/g4-standard-6"]
