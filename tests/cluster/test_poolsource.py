@@ -16,9 +16,10 @@ from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, f
 from webhook.cluster.apiclient import ApiEndpoint
 from webhook.cluster.feedsource import FeedInventorySource
 from webhook.cluster.inventorysource import LiveInventorySource
-from webhook.cluster.poolsource import CA_STATUS_PATH, KINDS, PoolCache
+from webhook.cluster.poolsource import CA_STATUS_PATH, KINDS, PoolCache, trim
 from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.nodepools import PoolInventory
+from webhook.files.poolobjects import pool_inventory
 
 NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
 
@@ -229,3 +230,99 @@ def test_a_status_rewrite_that_changes_only_its_timestamp_is_no_change() -> None
     assert len(changes) == 1
     cache.set_status(status("12:00:20", 1))
     assert len(changes) == 2
+
+
+def test_what_is_kept_of_each_object_is_what_the_engine_reads() -> None:
+    kinds = {kind.kind: kind for kind in KINDS}
+    pool = trim(
+        kinds["NodePool"],
+        {
+            "metadata": {"name": "gpu", "uid": "u", "managedFields": [{}]},
+            "spec": {"limits": {"nvidia.com/gpu": "16"}},
+            "status": {"resources": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready"}]},
+        },
+    )
+    assert pool == {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "gpu"},
+        "spec": {"limits": {"nvidia.com/gpu": "16"}},
+        "status": {"resources": {"nvidia.com/gpu": "8"}},
+    }
+    node_class = trim(
+        kinds["EC2NodeClass"],
+        {
+            "metadata": {"name": "reserved"},
+            "spec": {"role": "KarpenterNodeRole"},
+            "status": {
+                "capacityReservations": [
+                    {"id": "cr-1", "instanceType": "p5.48xlarge", "ownerID": "1"},
+                    {"id": "cr-2", "instanceType": "p5.4xlarge", "state": "expiring"},
+                ]
+            },
+        },
+    )
+    found = pool_inventory([pool, node_class])
+    assert found.pools[0].usage == {"nvidia.com/gpu": 8}
+    assert found.reservations == {
+        ("karpenter.k8s.aws", "EC2NodeClass", "reserved"): frozenset({"p5.48xlarge"})
+    }
+    unread = trim(kinds["EC2NodeClass"], {"metadata": {"name": "other"}})
+    assert pool_inventory([unread]).reservations == {}
+
+
+COMPUTECLASSES = "/apis/cloud.google.com/v1/computeclasses"
+
+
+def compute_class(name: str, machine: str, rv: str) -> dict[str, Any]:
+    """A ComputeClass as the API server lists it, shaped as GKE's CRD reference
+    (cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass)."""
+    return {
+        "metadata": {"name": name, "resourceVersion": rv, "uid": f"uid-{name}"},
+        "spec": {
+            "whenUnsatisfiable": "DoNotScaleUp",
+            "nodePoolAutoCreation": {"enabled": True},
+            "priorities": [{"machineType": machine}],
+        },
+    }
+
+
+def test_compute_classes_are_listed_then_watched_and_sized() -> None:
+    server = ReplayServer().start()
+    gate = threading.Event()
+    server.lists.append(Body(fixture("node-list.json")))
+    server.routes["/apis/cloud.google.com/v1"] = deque(
+        [discovery("cloud.google.com/v1", "computeclasses")]
+    )
+    server.collection_lists[COMPUTECLASSES] = deque(
+        [listing([compute_class("h100", "a3-highgpu-8g", "20")], "20")]
+    )
+    added = {
+        "type": "ADDED",
+        "object": {
+            "apiVersion": "cloud.google.com/v1",
+            "kind": "ComputeClass",
+            **compute_class("l4", "g2-standard-96", "21"),
+        },
+    }
+    server.collection_watches[COMPUTECLASSES] = deque(
+        [Stream([gate, json.dumps(added).encode() + b"\n"], end="hold")]
+    )
+    source = live(server)
+
+    def classes() -> list[tuple[str, str]]:
+        pools = source.pools()
+        return sorted(
+            (c.name, c.priorities[0].machine_type) for c in (pools.compute_classes if pools else ())
+        )
+
+    try:
+        source.start()
+        eventually(source.ready, timeout=10)
+        assert classes() == [("h100", "a3-highgpu-8g")]
+        gate.set()
+        eventually(lambda: len(classes()) == 2, timeout=10)
+    finally:
+        source.stop()
+        server.stop()
+    assert classes() == [("h100", "a3-highgpu-8g"), ("l4", "g2-standard-96")]

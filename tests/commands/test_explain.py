@@ -240,3 +240,76 @@ def test_explain_lists_the_pools_and_whether_each_could_take_the_pod(
     assert "Node pools (nodes that could exist):" in out
     assert "pool h100 (Karpenter on AWS, p5.48xlarge: 8 x NVIDIA H100 80GB" in out
     assert "excluded: requirements, labels or taints" in out
+
+
+@pytest.mark.parametrize(
+    ("case", "nap"),
+    [
+        pytest.param(
+            "gke-auto-provisioning-selected-accelerator-too-many-denied",
+            "too small: no instance type holds the whole pod",
+            id="accelerator-selected",
+        ),
+        pytest.param(
+            "gke-auto-provisioning-nothing-selected-warns",
+            "may take it (size unknown)",
+            id="nothing-selected",
+        ),
+    ],
+)
+def test_explain_judges_gke_auto_provisioning_as_the_webhook_does(
+    capsys: pytest.CaptureFixture[str], case: str, nap: str
+) -> None:
+    cases = Path(__file__).resolve().parents[1] / "cases"
+    main(
+        [
+            "explain",
+            "-f",
+            str(cases / case / "object.yaml"),
+            "--inventory",
+            str(cases / "_inventories" / "gke-sized.yaml"),
+            "--rules",
+            str(RULES),
+        ]
+    )
+    out = capsys.readouterr().out
+    line = next(row for row in out.splitlines() if row.lstrip().startswith("pool node auto-"))
+    assert line.endswith(nap)
+    assert "pool l4-serving (GKE ComputeClass, g2-standard-96: 8 x NVIDIA L4 24GB" in out
+
+
+@pytest.mark.parametrize(
+    ("case", "inventory", "verdict"),
+    [
+        pytest.param(
+            "pool-karpenter-min-values-too-few-types-hold-the-pod-warns",
+            "karpenter-min-values",
+            "excluded: 1 distinct node.kubernetes.io/instance-type hold the pod, and its "
+            "minValues asks for 3",
+            id="min-values",
+        ),
+        pytest.param(
+            "pool-karpenter-at-its-limits-now-warns",
+            "karpenter-reservations-usage",
+            "fits (p5.48xlarge), but the pool is at its limits now (16 of its 16 "
+            "nvidia.com/gpu in use)",
+            id="at-its-limits-now",
+        ),
+    ],
+)
+def test_explain_says_what_a_pool_decides_as_the_webhook_does(
+    capsys: pytest.CaptureFixture[str], case: str, inventory: str, verdict: str
+) -> None:
+    cases = Path(__file__).resolve().parents[1] / "cases"
+    main(
+        [
+            "explain",
+            "-f",
+            str(cases / case / "object.yaml"),
+            "--inventory",
+            str(cases / "_inventories" / f"{inventory}.yaml"),
+            "--rules",
+            str(RULES),
+        ]
+    )
+    assert any(line.endswith(verdict) for line in capsys.readouterr().out.splitlines())

@@ -266,3 +266,20 @@ def test_pools_of_unknown_size_are_listed_with_the_reason(
         == "its instance type p3.16xlarge, p3.8xlarge is not in the catalogue"
     )
     assert "not list" in pools["azure-gpu"]["reason"]
+
+
+def test_gke_compute_classes_that_keep_to_their_priorities_are_listed_sized(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gke = str(ROOT / "tests" / "cases" / "_inventories" / "gke-sized.yaml")
+    assert main(["inventory", "--inventory", gke, "-o", "json"]) == 0
+    pools = {p["name"]: p for p in json.loads(capsys.readouterr().out)["pools"]}
+    assert pools["h100-training"] == {
+        "name": "h100-training",
+        "kind": "GKE ComputeClass",
+        "text": "pool h100-training (GKE ComputeClass, a3-highgpu-8g: 8 x NVIDIA H100 80GB, "
+        "a3-megagpu-8g: 8 x NVIDIA H100 80GB, scales from 0, no GPU limit)",
+        "bounded": True,
+        "reason": "",
+    }
+    assert pools["node auto-provisioning"]["bounded"] is False

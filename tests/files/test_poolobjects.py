@@ -44,19 +44,36 @@ def test_an_unreadable_status_is_an_autoscaler_of_unknown_groups() -> None:
     assert "node groups unknown" in only.reason
 
 
-def test_a_compute_class_takes_pods_that_select_it() -> None:
+def test_a_compute_class_is_read_with_its_priorities_labels_and_taints() -> None:
     found = pool_inventory(
         [
             {
                 "apiVersion": "cloud.google.com/v1",
                 "kind": "ComputeClass",
                 "metadata": {"name": "l4"},
-                "spec": {},
+                "spec": {
+                    "whenUnsatisfiable": "DoNotScaleUp",
+                    "priorities": [
+                        {"machineFamily": "g2", "gpu": {"type": "nvidia-l4", "count": 2}},
+                        {"nodepools": ["existing"]},
+                    ],
+                    "nodePoolConfig": {
+                        "nodeLabels": {"team": "ml"},
+                        "taints": [{"key": "ml", "value": "x", "effect": "NoSchedule"}],
+                    },
+                },
             }
         ]
     )
-    (only,) = found.autoscalers
-    assert only.selector == {"cloud.google.com/compute-class": "l4"}
+    assert found
+    assert not found.autoscalers
+    (only,) = found.compute_classes
+    assert only.do_not_scale_up
+    assert only.labels == {"team": "ml"}
+    assert only.priorities[0].gpu_count == 2
+    assert only.priorities[0].machine_family == "g2"
+    assert "names node pools" in only.priorities[1].unsized
+    assert only.autoscaler("why").selector == {"cloud.google.com/compute-class": "l4"}
 
 
 def test_node_classes_are_known_only_when_some_are_listed() -> None:

@@ -65,8 +65,20 @@ def trim(kind: PoolKind, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         "kind": kind.kind,
         "metadata": {"name": meta.get("name", "")},
     }
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else None
     if not kind.node_class:
         kept["spec"] = obj.get("spec") or {}
+        if kind.kind == "NodePool" and status is not None and "resources" in status:
+            kept["status"] = {"resources": status["resources"]}
+    elif kind.kind == "EC2NodeClass" and status is not None:
+        # The instance types its capacity reservations hold, for reserved-only pools.
+        kept["status"] = {
+            "capacityReservations": [
+                {"instanceType": r.get("instanceType", ""), "state": r.get("state", "active")}
+                for r in status.get("capacityReservations") or ()
+                if isinstance(r, Mapping)
+            ]
+        }
     return kept
 
 
@@ -116,6 +128,7 @@ class PoolCacheState:
             pools=found.pools,
             autoscalers=found.autoscalers + blind,
             node_classes=found.node_classes,
+            compute_classes=found.compute_classes,
         )
 
 

@@ -17,10 +17,11 @@ from webhook.engine.resources.nodepools import (
     CA_STATUS_NAME,
     CA_STATUS_NAMESPACE,
     Autoscaler,
+    GKEComputeClass,
     KarpenterPool,
     PoolInventory,
     cluster_autoscaler_groups,
-    compute_class,
+    compute_class_from_json,
     karpenter_pool_from_json,
     node_overlay,
 )
@@ -83,20 +84,26 @@ def pool_inventory(
     access to them passes False); by default, whether ``objects`` hold any."""
     pools: list[KarpenterPool] = []
     autoscalers: list[Autoscaler] = []
+    compute_classes: list[GKEComputeClass] = []
     classes: set[tuple[str, str, str]] = set()
+    reservations: dict[tuple[str, str, str], frozenset[str]] = {}
     for obj in objects:
         group, kind = _group_kind(obj)
         if (group, kind) == ("karpenter.sh", "NodePool"):
             pools.append(karpenter_pool_from_json(obj))
         elif (group, kind) == ("cloud.google.com", "ComputeClass"):
-            autoscalers.append(compute_class(obj))
+            compute_classes.append(compute_class_from_json(obj))
         elif (group, kind) == ("karpenter.sh", "NodeOverlay"):
             overlay = node_overlay(obj)
             if overlay is not None:
                 autoscalers.append(overlay)
         elif (group, kind) in NODE_CLASS_KINDS:
             meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-            classes.add((group, kind, str((meta or {}).get("name", ""))))
+            ref = (group, kind, str((meta or {}).get("name", "")))
+            classes.add(ref)
+            held = reserved_types(obj)
+            if held is not None:
+                reservations[ref] = held
         elif kind == "ConfigMap" and _is_ca_status(obj):
             autoscalers.extend(cluster_autoscaler_groups(status_of(obj)))
     read = bool(classes) if node_classes_read is None else node_classes_read
@@ -104,4 +111,23 @@ def pool_inventory(
         pools=tuple(pools),
         autoscalers=tuple(autoscalers),
         node_classes=frozenset(classes) if read else None,
+        compute_classes=tuple(compute_classes),
+        reservations=reservations,
+    )
+
+
+def reserved_types(node_class: Mapping[str, Any]) -> frozenset[str] | None:
+    """Instance types an EC2NodeClass's capacity reservations can launch, or None when its
+    status was not read. aws/karpenter-provider-aws pkg/providers/instancetype/offering/
+    reserved_capacity_resolver.go makes a reserved offering for each reservation's
+    ``instanceType``, unavailable while it is ``expiring``."""
+    if _group_kind(node_class) != ("karpenter.k8s.aws", "EC2NodeClass"):
+        return None
+    status = node_class.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    return frozenset(
+        str(r.get("instanceType", ""))
+        for r in status.get("capacityReservations") or ()
+        if isinstance(r, Mapping) and r.get("state", "active") != "expiring"
     )

@@ -55,6 +55,7 @@ def sizing(
         allowance=policy.settings.allowance,
         declared=frozenset(n.pool for n in policy.node_pools),
         node_labels=[s.labels for s in inventory.shapes] if inventory is not None else (),
+        min_values=policy.settings.min_values_policy != "BestEffort",
     )
 
 
@@ -117,24 +118,51 @@ def pool_answers(
                 [n for n in found.nodes if n.pool == pool.name], placement, demand
             )
         answers.append(PoolAnswer(pool.name, text, verdict))
+    # The engine's own pools of unknown size: GKE node auto-provisioning's takes only the
+    # pods whose selection does not keep it to listed machine types.
+    unknown = {u.name: u for u in found.unbounded}
     for autoscaler in found.autoscalers:
-        admits = autoscaler_admits(autoscaler)(placement)
+        sized = unknown.get(autoscaler.name)
+        admits = sized.admits if sized is not None else autoscaler_admits(autoscaler)
+        bounded = [n for n in found.nodes if n.pool == autoscaler.name]
+        if admits(placement):
+            verdict = "may take it (size unknown)"
+        elif bounded:
+            verdict = _fit_verdict(bounded, placement, demand)
+        else:
+            verdict = "excluded: its selector"
         answers.append(
             PoolAnswer(
                 autoscaler.name,
                 f"pool {autoscaler.name} ({autoscaler.kind}, size unknown: {autoscaler.reason})",
-                "may take it (size unknown)" if admits else "excluded: its selector",
+                verdict,
             )
         )
     return tuple(answers)
 
 
 def _fit_verdict(nodes: Sequence[Node], placement: Placement, demand: Demand) -> str:
+    """As ``Inventory.fit`` judges the pool's nodes: the first that holds the pod, unless
+    the pool's ``minValues`` are not met by all that hold it; a node the pool cannot
+    create now (at its limits) is said so."""
     usable = [n for n in nodes if n.admits is None or n.admits(placement)]
     if not usable:
         return "excluded: no instance type matches the pod's selection"
-    for node in usable:
-        if not shortfalls(node.allocatable, gpu_facts(node.labels, node.allocatable), demand):
-            kind = node.labels.get("node.kubernetes.io/instance-type", node.name)
-            return f"fits ({kind})"
-    return "too small: no instance type holds the whole pod"
+    holding = [
+        n
+        for n in usable
+        if not shortfalls(n.allocatable, gpu_facts(n.labels, n.allocatable), demand)
+    ]
+    if not holding:
+        return "too small: no instance type holds the whole pod"
+    for key, need in holding[0].min_values:
+        have = len({n.labels[key] for n in holding if key in n.labels})
+        if have < need:
+            return (
+                f"excluded: {have} distinct {key} hold the pod, and its minValues asks for {need}"
+            )
+    node = holding[0]
+    kind = node.labels.get("node.kubernetes.io/instance-type", node.name)
+    if all(n.unavailable for n in holding):
+        return f"fits ({kind}), but the pool is {node.unavailable}"
+    return f"fits ({kind})"

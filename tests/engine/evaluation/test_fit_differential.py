@@ -49,6 +49,7 @@ memory limits, which Kubernetes copies into unset requests; affinity off refusin
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -299,8 +300,11 @@ def test_the_nodes_a_pod_can_land_on_are_the_ones_the_schedulers_filters_keep(
 # karpenter.sh/nodepool label and each capacity type the pool allows. A pod can use the pool
 # when one such node passes the scheduler's filters above (every pool taint tolerated, as
 # Karpenter's Taints.ToleratesPod asks) and Karpenter's published allocatable for the type
-# (the catalogue's karpenterAllocatable, not the webhook's allowance) holds its request.
-# No requirement algebra is shared with webhook/engine/scheduling/karpenter.py.
+# (the catalogue's karpenterAllocatable, not the webhook's allowance) holds its request,
+# and, where a requirement has minValues N, the nodes of the pool that pass show N distinct
+# values of its key (SatisfiesMinValues). What the pool uses now (status.resources) never
+# decides: usage passes. No requirement algebra is shared with
+# webhook/engine/scheduling/karpenter.py.
 
 CATALOGUE_FILE = Path(__file__).resolve().parents[3] / "webhook" / "data" / "instance-types.json"
 AWS_ROWS = [
@@ -331,6 +335,19 @@ def nodepools(draw: st.DrawFn, index: int) -> dict[str, Any]:
             ),
         }
     ]
+    least = draw(st.sampled_from([None, 1, 2, 3, 5]))
+    if least is not None:
+        requirements.append(
+            {
+                "key": draw(
+                    st.sampled_from(
+                        ["node.kubernetes.io/instance-type", "karpenter.k8s.aws/instance-family"]
+                    )
+                ),
+                "operator": "Exists",
+                "minValues": least,
+            }
+        )
     if draw(st.booleans()):
         requirements.append(
             {
@@ -357,21 +374,26 @@ def nodepools(draw: st.DrawFn, index: int) -> dict[str, Any]:
         limits["cpu"] = draw(st.sampled_from(["8", "64", "1000"]))
     if limits:
         spec["limits"] = limits
-    return {
+    pool = {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
         "metadata": {"name": f"pool-{index}"},
         "spec": spec,
     }
+    if draw(st.booleans()):
+        pool["status"] = {"resources": {GPU: str(draw(st.sampled_from([0, 8, 64])))}}
+    return pool
 
 
 def pool_candidates(pool: dict[str, Any]) -> list[GeneratedNode]:
     """Every node the pool may create, with concrete labels and Karpenter's allocatable."""
     spec = pool["spec"]
     template = spec["template"]
-    wanted = {r["key"]: r["values"] for r in template["spec"]["requirements"]}
+    wanted = {
+        r["key"]: r["values"] for r in template["spec"]["requirements"] if r["operator"] == "In"
+    }
     limits = {k: quantity(v) for k, v in (spec.get("limits") or {}).items()}
-    out = []
+    out: list[GeneratedNode] = []
     for row in AWS_ROWS:
         if (
             row["labels"]["karpenter.k8s.aws/instance-family"]
@@ -550,8 +572,13 @@ def test_a_gpu_pod_is_denied_exactly_when_no_node_and_no_pool_can_hold_it(
 
     assert decision.mutated is not None
     spec = dict(decision.mutated)["spec"]
-    candidates = [CPU_NODE, *(node for pool in pools for node in pool_candidates(pool))]
-    fits = [n.name for n in candidates if node_passes(n, spec, DEFAULT_PLUGIN)]
+    fits = [n.name for n in [CPU_NODE] if node_passes(n, spec, DEFAULT_PLUGIN)]
+    for pool in pools:
+        passing = [n for n in pool_candidates(pool) if node_passes(n, spec, DEFAULT_PLUGIN)]
+        for r in pool["spec"]["template"]["spec"]["requirements"]:
+            if r.get("minValues") and len({n.labels[r["key"]] for n in passing}) < r["minValues"]:
+                passing = []
+        fits += [n.name for n in passing]
     denied = [f for f in decision.findings if f.check in CAPACITY_CHECKS and f.action == "deny"]
     assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])
 
@@ -559,7 +586,8 @@ def test_a_gpu_pod_is_denied_exactly_when_no_node_and_no_pool_can_hold_it(
 POOL_POLICY = policy(tolerate=True, memory=None)
 POOL_POLICY = type(POOL_POLICY)(
     rules=POOL_POLICY.rules,
-    settings=POOL_POLICY.settings,
+    # The controller's --min-values-policy declared as Karpenter's default: minValues deny.
+    settings=replace(POOL_POLICY.settings, min_values_policy="Strict"),
     node_pools=POOL_POLICY.node_pools,
     kinds=POOL_POLICY.kinds,
     catalogue=shipped_catalogue(),
@@ -699,3 +727,161 @@ def test_a_workloads_gpus_are_warned_exactly_when_they_exceed_what_serves_them_c
     assert bool(warned) == (have > 0 and need > have), (need, have, [f.message for f in warned])
     if warned:
         assert f"the whole cluster has {have} " in warned[0].message
+
+
+# --- GKE: ComputeClasses and node auto-provisioning ----------------------------------------
+#
+# The reference enumerates the nodes GKE may create: for a ComputeClass that says
+# whenUnsatisfiable: DoNotScaleUp, the catalogue's GCP rows each priority rule names (by
+# machineType, machineFamily, gpu type and count), labelled with the class; for node
+# auto-provisioning, every GCP row, for a pod that selects a listed accelerator and no
+# class. A class without DoNotScaleUp, a rule naming node pools, and NAP for any other pod
+# may bring machines of any shape: a pod such a one may take is never denied. Allocatable is
+# GKE's published reservation, computed here on its own (25/20/10/6/2 % memory tiers, or
+# 15 MiB per pod from GKE 1.37, whichever is less).
+
+GCP_ROWS = [
+    row for row in json.loads(CATALOGUE_FILE.read_text())["types"] if row["provider"] == "gcp"
+]
+ACCELERATORS = sorted({row["labels"]["cloud.google.com/gke-accelerator"] for row in GCP_ROWS})
+GKE_RULES: list[dict[str, Any]] = [
+    {"machineType": "a3-highgpu-8g"},
+    {"machineType": "g2-standard-4"},
+    {"machineType": "a2-highgpu-2g"},
+    {"machineFamily": "g2"},
+    {"machineFamily": "a2", "gpu": {"type": "nvidia-a100-80gb", "count": 4}},
+    {"gpu": {"type": "nvidia-l4", "count": 1}},
+    {"gpu": {"type": "nvidia-h100-80gb", "count": 2}},
+    {"machineFamily": "n4"},
+    {"nodepools": ["gpu-pool"]},
+]
+
+
+def gke_reserved_mib(memory_mib: int) -> float:
+    left, reserved = float(memory_mib), 0.0
+    for size, share in ((4096, 0.25), (4096, 0.2), (8192, 0.1), (114688, 0.06)):
+        part = min(left, size)
+        reserved, left = reserved + part * share, left - part
+    # From GKE 1.37: at most 15 MiB per pod (110) plus a base; the lesser of the two.
+    return min(reserved + left * 0.02, 15 * 110) + 100
+
+
+def gke_node(row: dict[str, Any], name: str, labels: dict[str, str]) -> GeneratedNode:
+    memory = row["memoryMiB"] - gke_reserved_mib(row["memoryMiB"])
+    return GeneratedNode(
+        name=name,
+        labels={**row["labels"], "node.kubernetes.io/instance-type": row["name"], **labels},
+        allocatable={
+            "cpu": str(row["vcpu"] - 1),
+            "memory": f"{int(memory)}Mi",
+            GPU: str(row["gpu"]["count"]),
+        },
+    )
+
+
+def rule_rows(rule: dict[str, Any]) -> list[dict[str, Any]] | None:
+    if "nodepools" in rule:
+        return None
+    gpu = rule.get("gpu") or {}
+    return [
+        row
+        for row in GCP_ROWS
+        if rule.get("machineType", row["name"]) == row["name"]
+        and rule.get("machineFamily", row["labels"]["cloud.google.com/machine-family"])
+        == row["labels"]["cloud.google.com/machine-family"]
+        and gpu.get("type", row["labels"]["cloud.google.com/gke-accelerator"])
+        == row["labels"]["cloud.google.com/gke-accelerator"]
+        and gpu.get("count", row["gpu"]["count"]) == row["gpu"]["count"]
+    ]
+
+
+@st.composite
+def compute_classes(draw: st.DrawFn, index: int) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "priorities": draw(
+            st.lists(st.sampled_from(GKE_RULES), min_size=1, max_size=3, unique_by=str)
+        )
+    }
+    if draw(st.integers(0, 3)):
+        spec["whenUnsatisfiable"] = "DoNotScaleUp"
+    return {
+        "apiVersion": "cloud.google.com/v1",
+        "kind": "ComputeClass",
+        "metadata": {"name": f"class-{index}"},
+        "spec": spec,
+    }
+
+
+@st.composite
+def gke_pods(draw: st.DrawFn) -> dict[str, Any]:
+    limits: dict[str, Any] = {GPU: draw(st.sampled_from([1, 2, 4, 8, 16]))}
+    memory = draw(st.sampled_from([None, "10Gi", "300Gi", "1000Gi"]))
+    if memory:
+        limits["memory"] = memory
+    selector = {}
+    chosen = draw(st.sampled_from([None, "class-0", "class-1", "other"]))
+    if chosen:
+        selector["cloud.google.com/compute-class"] = chosen
+    accelerator = draw(st.sampled_from([None, *ACCELERATORS, "nvidia-tesla-t4"]))
+    if accelerator:
+        selector["cloud.google.com/gke-accelerator"] = accelerator
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]
+    }
+    if selector:
+        spec["nodeSelector"] = selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    classes=st.integers(min_value=0, max_value=2).flatmap(
+        lambda n: st.tuples(*(compute_classes(i) for i in range(n)))
+    ),
+    nap=st.booleans(),
+    pod=gke_pods(),
+)
+def test_on_gke_a_gpu_pod_is_denied_exactly_when_no_machine_gke_may_create_holds_it(
+    classes: tuple[dict[str, Any], ...], nap: bool, pod: dict[str, Any]
+) -> None:
+    cpu = GeneratedNode(
+        name="gke-cpu-0",
+        labels={
+            "kubernetes.io/hostname": "gke-cpu-0",
+            "cloud.google.com/gke-nodepool": "nap-e2-standard-8-x" if nap else "default-pool",
+        },
+        allocatable={"cpu": "7910m", "memory": "29317Mi"},
+    )
+    view = InventoryView(Inventory([node_from_json(cpu.as_json())]), pools=pool_inventory(classes))
+
+    decision = evaluate(Request(pod), policy=POOL_POLICY, inventory=view)
+
+    assert decision.mutated is not None
+    spec = dict(decision.mutated)["spec"]
+    selector = spec.get("nodeSelector") or {}
+    chosen = selector.get("cloud.google.com/compute-class")
+    unknown = False
+    candidates: list[GeneratedNode] = []
+    for cls in classes:
+        name = cls["metadata"]["name"]
+        if chosen not in (None, name):
+            continue
+        found = [rule_rows(rule) for rule in cls["spec"]["priorities"]]
+        if cls["spec"].get("whenUnsatisfiable") != "DoNotScaleUp" or None in found:
+            unknown = True
+            continue
+        label = {"cloud.google.com/compute-class": name}
+        candidates += [
+            gke_node(row, f"{name}/{row['name']}", label) for rows in found for row in rows or ()
+        ]
+    if nap and chosen is None:
+        if selector.get("cloud.google.com/gke-accelerator") in ACCELERATORS:
+            candidates += [gke_node(row, f"nap/{row['name']}", {}) for row in GCP_ROWS]
+        else:
+            unknown = True
+    fits = [n.name for n in candidates if node_passes(n, spec, DEFAULT_PLUGIN)]
+    denied = [f for f in decision.findings if f.check in CAPACITY_CHECKS and f.action == "deny"]
+    if unknown:
+        assert not denied, [f.message for f in decision.findings]
+    else:
+        assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])

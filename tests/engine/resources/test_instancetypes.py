@@ -22,7 +22,11 @@ from webhook.files.catalogue import shipped_catalogue
 
 DATA = Path(__file__).resolve().parents[3] / "webhook" / "data" / "instance-types.json"
 ROWS: list[dict[str, Any]] = json.loads(DATA.read_text())["types"]
-SPEC_PAGES = ("https://aws.amazon.com/ec2/instance-types/", "https://learn.microsoft.com/azure/")
+SPEC_PAGES = (
+    "https://aws.amazon.com/ec2/instance-types/",
+    "https://learn.microsoft.com/azure/",
+    "https://cloud.google.com/compute/docs/gpus",
+)
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r["name"]) for r in ROWS])
@@ -48,6 +52,48 @@ def test_the_catalogue_covers_the_main_gpu_families() -> None:
         "Standard_NC4as_T4_v3",
     } <= names
     assert shipped_catalogue().complete == frozenset({"aws"})
+
+
+def test_gcp_lists_the_accelerator_optimized_machine_types_with_gkes_labels() -> None:
+    gcp = {r["name"]: r for r in ROWS if r["provider"] == "gcp"}
+    assert {
+        "a2-highgpu-1g",
+        "a2-megagpu-16g",
+        "a2-ultragpu-8g",
+        "a3-highgpu-8g",
+        "a3-megagpu-8g",
+        "a3-edgegpu-8g",
+        "a3-ultragpu-8g",
+        "a4-highgpu-8g",
+        "g2-standard-4",
+        "g2-standard-96",
+    } <= set(gcp)
+    for row in gcp.values():
+        labels = row["labels"]
+        assert labels["cloud.google.com/gke-accelerator-count"] == str(row["gpu"]["count"])
+        assert labels["cloud.google.com/machine-family"] == row["name"].split("-")[0]
+        assert labels["cloud.google.com/gke-accelerator"].startswith("nvidia-")
+    # Compute Engine's "GB" is GiB: a2-highgpu-1g, 85 GB, has memoryMb 87040.
+    assert gcp["a2-highgpu-1g"]["memoryMiB"] == 87040
+    assert gcp["a2-megagpu-16g"]["gpu"]["count"] == 16
+
+
+@pytest.mark.parametrize(
+    ("name", "share"),
+    [
+        ("Standard_NV6ads_A10_v5", "1/6"),
+        ("Standard_NV12ads_A10_v5", "1/3"),
+        ("Standard_NV18ads_A10_v5", "1/2"),
+    ],
+)
+def test_a_partial_gpu_azure_size_is_one_gpu_resource_as_karpenter_counts_it(
+    name: str, share: str
+) -> None:
+    (row,) = [r for r in ROWS if r["name"] == name]
+    assert row["gpu"]["count"] == 1
+    assert row["labels"]["karpenter.azure.com/sku-gpu-count"] == "1"
+    assert row["partialGPU"] == share
+    assert share in row["gpu"]["model"]
 
 
 AWS = [r for r in ROWS if r["provider"] == "aws"]

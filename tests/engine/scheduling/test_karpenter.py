@@ -18,6 +18,7 @@ from webhook.engine.scheduling.karpenter import (
     describe_pool,
     from_labels,
     intersects,
+    pool_nodes,
     resolve_pool,
 )
 from webhook.files.catalogue import shipped_catalogue
@@ -173,3 +174,40 @@ def test_a_pool_takes_a_pod_by_karpenters_rules_not_by_labels() -> None:
     custom = Placement.of({"nodeSelector": {"team": "ml"}})
     assert resolved.admits(spot)
     assert not resolved.admits(custom)
+
+
+@pytest.mark.parametrize(
+    ("key", "counted"),
+    [
+        pytest.param("node.kubernetes.io/instance-type", True, id="instance-type"),
+        pytest.param("karpenter.k8s.aws/instance-family", True, id="family"),
+        pytest.param("topology.kubernetes.io/zone", False, id="zone-an-offering"),
+        pytest.param("karpenter.sh/capacity-type", False, id="capacity-type-an-offering"),
+    ],
+)
+def test_min_values_are_judged_only_on_keys_the_catalogue_models(key: str, counted: bool) -> None:
+    raw = p5_pool()
+    raw["spec"]["template"]["spec"]["requirements"].append(
+        {"key": key, "operator": "Exists", "minValues": 2}
+    )
+    pool = karpenter_pool_from_json(raw)
+    assert pool.requirements[-1].min_values == 2
+    nodes = pool_nodes(_pool(raw), pool)
+    assert {n.min_values for n in nodes} == ({((key, 2),)} if counted else {()})
+    relaxed = pool_nodes(_pool(raw), pool, min_values=False)
+    assert {n.min_values for n in relaxed} == {()}
+
+
+def test_a_static_pool_counts_its_replicas_and_says_it_creates_none_for_pods() -> None:
+    raw = p5_pool()
+    raw["spec"]["replicas"] = 2
+    resolved = _pool(raw)
+    assert [(t.instance.name, t.nodes) for t in resolved.types] == [
+        ("p5.48xlarge", 2),
+        ("p5.4xlarge", 2),
+    ]
+    assert "static: 2 nodes, none created for pending pods, no GPU limit)" in describe_pool(
+        resolved
+    )
+    raw["spec"]["replicas"] = 0
+    assert not _pool(raw).types

@@ -22,6 +22,7 @@ from webhook.engine.resources.gpufacts import (
     mig_profile_gpus,
 )
 from webhook.engine.resources.inventory import (
+    MIN_VALUES,
     Fit,
     FitAnswer,
     Inventory,
@@ -198,6 +199,15 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
     ):
         text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
         action = action_of(settings.actions["capacity"])
+        if not settings.min_values_policy and _min_values_only(answer):
+            # The controller's --min-values-policy is not in the API: Strict (its default)
+            # launches none of these, BestEffort would. Not known: not denied.
+            text += (
+                " Karpenter launches such a node only under --min-values-policy BestEffort; "
+                "its default, Strict, launches none: not denied, since the webhook cannot "
+                "see the flag (declare GPUSettings.minValuesPolicy to have this judged)."
+            )
+            action = "warn" if action == "deny" else action
         found.append(Finding("builtin", "capacity", action, text, summary, scope.where))
     unknowable = inventory.unbounded_for(scope.placement) if found else ()
     for finding in found:
@@ -248,6 +258,13 @@ def fit_warnings(scope: Scope, settings: Settings) -> Iterator[Finding]:
             "Pending until one is ready and schedulable again (a cordon or a bad condition "
             "passes, so this is no reason to deny it)."
         )
+        if all(shape.example.unavailable for shape, _ in waiting):
+            # A pool's use of its limits (status.resources) passes too.
+            message = (
+                f"the pod fits only nodes that its pools cannot create right now: {states}. "
+                "It stays Pending until enough of the pool's nodes are removed, or its limits "
+                "are raised (use comes and goes, so this is no reason to deny it)."
+            )
         yield Finding(
             "builtin",
             "capacity",
@@ -274,9 +291,32 @@ def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
                 f"{_node_text(fit).removeprefix('node ')}, has {fit.amount} allocatable."
             )
         tainted = _tainted_fit(scope, inventory, resource, fit.amount)
-        text += _remedy(need, fit, best) if tainted is None else _taint_text(need, *tainted)
+        if tainted is not None:
+            text += _taint_text(need, *tainted)
+        elif best.amount == 0 and _pools_only(inventory, resource):
+            # Nodes an autoscaler may create take only the pods their rules allow (GKE
+            # node auto-provisioning: a pod that selects their accelerator), not any pod.
+            text += (
+                " Only node pools offer it, to pods whose node selection they allow: "
+                "gpu-webhook explain lists each pool and what it takes."
+            )
+        else:
+            text += _remedy(need, fit, best)
         return text, f"{need} {resource} requested, largest usable node has {fit.amount}"
     return None
+
+
+def _min_values_only(answer: FitAnswer) -> bool:
+    """Whether some node class holds the pod and only a pool's minValues keeps it off."""
+    return any(
+        short and all(s.resource.startswith(MIN_VALUES) for s in short)
+        for _, short in answer.missing
+    )
+
+
+def _pools_only(inventory: Inventory, resource: str) -> bool:
+    offering = [s for s in inventory.shapes if s.allocatable.get(resource)]
+    return bool(offering) and all(s.example.admits is not None for s in offering)
 
 
 def _amount_text(resource: str, amount: int) -> str:
@@ -284,6 +324,12 @@ def _amount_text(resource: str, amount: int) -> str:
 
 
 def _short_text(short: Shortfall) -> str:
+    if short.resource.startswith(MIN_VALUES):
+        key = short.resource.removeprefix(MIN_VALUES).strip()
+        return (
+            f"{short.have} distinct {key} among the instance types that hold the pod, and "
+            f"the pool's minValues asks for {short.need}"
+        )
     if short.refused:
         return (
             f"a device plugin that refuses a container more than 1 {short.resource} slot, "
@@ -324,6 +370,14 @@ def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
         fixes.append(
             "no node offers these GPU resources together: ask for one kind of GPU resource, "
             "or put the containers in separate pods"
+        )
+    if any(k.startswith(MIN_VALUES) for k in kinds):
+        # kubernetes-sigs/karpenter pkg/cloudprovider/types.go SatisfiesMinValues: with
+        # --min-values-policy Strict (the default) Karpenter launches none of them.
+        fixes.append(
+            "Karpenter launches no node when fewer instance types than the pool's minValues "
+            "hold the pod: lower minValues, let the pool allow more such instance types, or "
+            "ask for less"
         )
     if kinds & {"cpu", "memory"}:
         fixes.append(

@@ -64,8 +64,8 @@ from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
-from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement, UnboundedPool
-from webhook.engine.resources.nodepools import PoolInventory, gke_auto_provisioning
+from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
+from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory, gke_auto_provisioning
 from webhook.engine.resources.quotas import Quotas
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
@@ -79,8 +79,9 @@ from webhook.engine.scheduling.dra import (
 )
 from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
+from webhook.engine.scheduling.gke import nap_pools
 from webhook.engine.scheduling.gpunodes import bound_node_reach
-from webhook.engine.scheduling.karpenter import PoolSizing, autoscaler_admits, size_pools
+from webhook.engine.scheduling.karpenter import PoolSizing, size_pools
 from webhook.engine.scheduling.wholepod import (
     cluster_capacity_finding,
     needs_whole_pod,
@@ -104,7 +105,9 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
         return None if view.problem else view.snapshot
     mode = policy.settings.autoscaling
     declared = policy.node_pools if mode != "off" else ()
-    live = view.pools if mode == "detect" and view.pools else None
+    # Detect with no autoscaler objects still looks for GKE node auto-provisioning, which
+    # only the nodes show (an empty PoolInventory is falsy: not a reason to skip it).
+    live = (view.pools or NO_POOLS) if mode == "detect" else None
     if not declared and live is None:
         return view.snapshot
     memo = _with_pools
@@ -120,14 +123,20 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
                 catalogue=policy.catalogue,
                 allowance=policy.settings.allowance,
                 declared=frozenset(n.pool for n in declared),
+                min_values=policy.settings.min_values_policy != "BestEffort",
             )
             _sized = sized = (policy, live, sizing)
         sizing = sized[2]
         unbounded = list(sizing.unbounded)
+        added = list(sizing.nodes)
         nap = gke_auto_provisioning([shape.labels for shape in view.snapshot.shapes])
         if nap is not None and nap.name not in {n.pool for n in declared}:
-            unbounded.append(UnboundedPool(nap.name, nap.kind, nap.reason, autoscaler_admits(nap)))
-        combined = combined.with_nodes(sizing.nodes, unbounded=unbounded)
+            nap_nodes, nap_unbounded = nap_pools(
+                nap, catalogue=policy.catalogue, allowance=policy.settings.allowance
+            )
+            added.extend(nap_nodes)
+            unbounded.append(nap_unbounded)
+        combined = combined.with_nodes(added, unbounded=unbounded)
     _with_pools = (view.snapshot, policy, live, combined)
     return combined
 

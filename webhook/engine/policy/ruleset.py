@@ -324,6 +324,10 @@ class Settings:
     ignored_resources: Callable[[str], bool] = field(default_factory=lambda: glob_matcher(()))
     # Issue 26: what CUDA images are built on (the shipped table and cudaImages mappings).
     cuda_images: CudaImages = field(default_factory=CudaImages)
+    # --- issue 23, rest: Karpenter's --min-values-policy as the admin declares it: Strict
+    # (the controller's default) denies what minValues keeps off every pool, BestEffort
+    # relaxes minValues; undeclared (""), judged as Strict but warned, never denied.
+    min_values_policy: Literal["Strict", "BestEffort", ""] = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,6 +450,7 @@ def _compile_settings(
         allowance=_compile_allowance(spec.get("systemReserved") or {}),
         **_compile_device_plugin(spec),
         cuda_images=_compile_cuda_images(spec.get("cudaImages") or (), cuda_table, ref, problems),
+        min_values_policy=spec.get("minValuesPolicy", ""),
     )
 
 

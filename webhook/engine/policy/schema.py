@@ -410,7 +410,8 @@ _SETTINGS = _obj(
                     "minimum": 0,
                     "maximum": 100,
                     "description": "Share of an instance's memory the hypervisor keeps "
-                    "(Karpenter's --vm-memory-overhead-percent); default 7.5.",
+                    "(Karpenter's --vm-memory-overhead-percent; AWS and Azure rows, GCP "
+                    "rows use GKE's own reservation); default 7.5.",
                 },
                 "cpu": {
                     **_QUANTITY,
@@ -470,6 +471,15 @@ _SETTINGS = _obj(
                 },
                 required=["image", "cuda"],
             ),
+        },
+        # Issue 23, rest: how the Karpenter controller treats minValues.
+        "minValuesPolicy": {
+            "enum": ["Strict", "BestEffort"],
+            "description": "Karpenter's --min-values-policy, as the controller runs: Strict "
+            "(its default) launches no node for a pod when fewer than minValues distinct "
+            "values remain among the instance types that hold it, and such a pod is denied; "
+            "BestEffort relaxes minValues. Not set: judged as Strict, but warned, not denied "
+            "(the flag is not in the API).",
         },
     }
 )

@@ -78,17 +78,43 @@ class Allowance:
             self.cpu if self.cpu is not None else _kube_reserved_cpu(instance.vcpu)
         )
         total = instance.memory_mib * MIB
-        overhead = math.ceil(instance.memory_mib * self.memory_overhead_percent / 100) * MIB
-        reserved = (
-            self.memory
-            if self.memory is not None
-            else (11 * instance.pods + 255) * MIB + self.eviction_memory
-        )
+        gke = instance.provider == "gcp"
+        # GKE nodes: no hypervisor share is hidden from the guest the way EC2's is, and
+        # GKE reserves by its own tiers (_gke_reserved_memory): Karpenter's AWS estimate
+        # would keep back more than GKE does on large machines and deny pods that fit.
+        percent = 0.0 if gke else self.memory_overhead_percent
+        overhead = math.ceil(instance.memory_mib * percent / 100) * MIB
+        if self.memory is not None:
+            reserved = self.memory
+        elif gke:
+            reserved = (
+                _gke_reserved_memory(instance.memory_mib, instance.pods) + self.eviction_memory
+            )
+        else:
+            reserved = (11 * instance.pods + 255) * MIB + self.eviction_memory
         return {
             "cpu": max(0, cpu),
             "memory": max(0, total - overhead - reserved),
             instance.gpu_resource: instance.gpu_count,
         }
+
+
+def _gke_reserved_memory(memory_mib: int, pods: int) -> int:
+    """Bytes GKE reserves on a Standard node, at least: 25 % of the first 4 GiB, 20 % of the
+    next 4, 10 % of the next 8, 6 % of the next 112 and 2 % of the rest (cloud.google.com/
+    kubernetes-engine/docs/concepts/plan-node-sizes, "Memory and CPU reservations"; its CPU
+    tiers are ``_kube_reserved_cpu``'s); from GKE 1.37 the lesser of that and 15 MiB per
+    pod plus a base, so the lesser of the two without the base is what any version keeps
+    at least. The guest kernel keeps a little more: a pod asking within that margin is
+    admitted and may wait, never denied."""
+    tiers = ((4096, 0.25), (4096, 0.20), (8192, 0.10), (112 * 1024, 0.06))
+    left, reserved = float(memory_mib), 0.0
+    for size, share in tiers:
+        part = min(left, size)
+        reserved += part * share
+        left -= part
+    reserved += left * 0.02
+    return math.floor(min(reserved, 15.0 * pods)) * MIB
 
 
 def _kube_reserved_cpu(vcpu: int) -> int:

@@ -73,6 +73,12 @@ class Node:
     # Set for a node an autoscaler may create (``scheduling.karpenter``): whether it takes
     # a pod is its autoscaler's rule, not a match of labels.
     admits: Callable[[Placement], bool] | None = field(default=None, compare=False, repr=False)
+    # A Karpenter pool's ``minValues``: (label key, N) that the instance types holding a
+    # pod must show at least N distinct values of, or the pool launches none of them.
+    min_values: tuple[tuple[str, int], ...] = ()
+    # Why an autoscaler cannot create such a node right now (a pool at its limits): a
+    # transient state, as a cordon is, never a reason to deny.
+    unavailable: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +249,8 @@ class Placement:
     def transient_state(self, node: Node, taints: Sequence[Taint] | None = None) -> str:
         """What keeps the pod off ``node`` now, when only a transient state does: "cordoned",
         "not ready", or the condition taint; empty when the node takes it now."""
+        if node.unavailable:
+            return node.unavailable
         if node.unschedulable and not self.may_use_cordoned:
             return "cordoned"
         for taint in node.taints if taints is None else taints:
@@ -649,6 +657,8 @@ class Inventory:
                 missing.append((shape, short))
             else:
                 fitting.append(shape)
+        if any(shape.example.min_values for shape in fitting):
+            fitting = _within_min_values(fitting, missing)
         answer = FitAnswer(placement, demand, tuple(fitting), tuple(missing), refusal)
         if len(self._fits) >= _PLACEMENT_CACHE_SIZE:
             self._fits = {}
@@ -770,6 +780,35 @@ class _Answer:
     placement: Placement
     fit: Fit
     shapes: tuple[Shape, ...]
+
+
+MIN_VALUES = "minValues"
+
+
+def _within_min_values(
+    fitting: list[Shape], missing: list[tuple[Shape, tuple[Shortfall, ...]]]
+) -> list[Shape]:
+    """Karpenter's ``minValues`` (kubernetes-sigs/karpenter pkg/controllers/provisioning/
+    scheduling/nodeclaim.go ``filterInstanceTypesByRequirements``, then
+    ``InstanceTypes.SatisfiesMinValues`` in pkg/cloudprovider/types.go): of the instance
+    types that are compatible with the pod and hold its requests, the distinct values of
+    each key with ``minValues: N`` must number N, or (``--min-values-policy Strict``, the
+    default) the pool launches no node for the pod. A pool's shapes that fail it move to
+    ``missing`` with a shortfall naming the key (resource ``minValues <key>``)."""
+    by_pool: dict[str, list[Shape]] = {}
+    for shape in fitting:
+        if shape.example.min_values:
+            by_pool.setdefault(shape.pool, []).append(shape)
+    failed: set[int] = set()
+    for shapes in by_pool.values():
+        for key, need in shapes[0].example.min_values:
+            have = len({s.labels[key] for s in shapes if key in s.labels})
+            if have < need:
+                short = (Shortfall(f"{MIN_VALUES} {key}", need, have),)
+                missing.extend((s, short) for s in shapes)
+                failed.update(id(s) for s in shapes)
+                break
+    return [s for s in fitting if id(s) not in failed]
 
 
 def _largest_first(shapes: Sequence[Shape], resource: str) -> tuple[int, ...]:

@@ -33,6 +33,7 @@ class NodeRequirement:
     key: str
     operator: str
     values: tuple[str, ...] = ()
+    min_values: int | None = None  # Karpenter's NodeSelectorRequirementWithMinValues
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,12 @@ class KarpenterPool:
     limits: Mapping[str, int] = field(default_factory=dict)
     # Why the object could not be read in full; a pool with a problem is never sized.
     problem: str = ""
+    # status.resources: what its nodes hold now (as limits count it). Transient: it can
+    # only delay a pod, never be a reason to deny one.
+    usage: Mapping[str, int] = field(default_factory=dict)
+    # spec.replicas: a static pool keeps this many nodes and creates none for pending pods
+    # (kubernetes-sigs/karpenter provisioner.go NewScheduler filters static pools out).
+    replicas: int | None = None
 
     @property
     def provider_group(self) -> str:
@@ -79,11 +86,15 @@ def karpenter_pool_from_json(raw: Mapping[str, Any]) -> KarpenterPool:
             problems.append(f"spec.template.spec.requirements[{index}] is malformed")
             continue
         values = entry.get("values") or []
+        least = entry.get("minValues")
         requirements.append(
             NodeRequirement(
                 key=str(entry["key"]),
                 operator=str(entry["operator"]),
                 values=tuple(str(v) for v in values) if isinstance(values, list) else (),
+                min_values=least
+                if isinstance(least, int) and not isinstance(least, bool)
+                else None,
             )
         )
     labels = (tmeta or {}).get("labels") if isinstance(tmeta, dict) else None
@@ -95,6 +106,15 @@ def karpenter_pool_from_json(raw: Mapping[str, Any]) -> KarpenterPool:
             problems.append(f"spec.limits.{resource}: {quantity!r} is not a quantity")
             continue
         limits[str(resource)] = int(amount * 1000) if resource == "cpu" else int(amount)
+    status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+    usage: dict[str, int] = {}
+    resources = (status or {}).get("resources")
+    for resource, quantity in (resources if isinstance(resources, dict) else {}).items():
+        try:
+            amount = parse_quantity(quantity)
+        except QuantityError:
+            continue  # usage only ever adds a warning: an unreadable entry adds none
+        usage[str(resource)] = int(amount * 1000) if resource == "cpu" else int(amount)
     return KarpenterPool(
         name=name,
         node_class=node_class,
@@ -104,7 +124,13 @@ def karpenter_pool_from_json(raw: Mapping[str, Any]) -> KarpenterPool:
         taints=taints_from_json(tspec.get("taints")),
         limits=limits,
         problem="; ".join(problems),
+        usage=usage,
+        replicas=_replicas((spec or {}).get("replicas")),
     )
+
+
+def _replicas(raw: object) -> int | None:
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,23 +213,6 @@ def _int(value: object) -> int:
         return -1
 
 
-def compute_class(raw: Mapping[str, Any]) -> Autoscaler:
-    """A GKE ``ComputeClass`` (cloud.google.com/v1): pods that select it with the
-    ``cloud.google.com/compute-class`` label get nodes GKE creates from its priorities
-    (cloud.google.com/kubernetes-engine/docs/concepts/about-custom-compute-classes)."""
-    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
-    name = str((meta or {}).get("name", ""))
-    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
-    auto = ((spec or {}).get("nodePoolAutoCreation") or {}).get("enabled")
-    how = "creates node pools" if auto else "scales its node pools"
-    return Autoscaler(
-        "GKE ComputeClass",
-        name,
-        f"GKE {how} for it from its priorities, which the webhook does not size",
-        selector={COMPUTE_CLASS_LABEL: name},
-    )
-
-
 def node_overlay(raw: Mapping[str, Any]) -> Autoscaler | None:
     """A Karpenter ``NodeOverlay`` (karpenter.sh/v1alpha1, kubernetes-sigs/karpenter
     pkg/apis/v1alpha1/nodeoverlay.go) that adds ``spec.capacity`` to the instance types its
@@ -225,6 +234,94 @@ def node_overlay(raw: Mapping[str, Any]) -> Autoscaler | None:
 
 
 @dataclass(frozen=True, slots=True)
+class ComputeClassPriority:
+    """One ``spec.priorities`` rule of a GKE ComputeClass, as far as it shapes a node
+    (cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass): ``unsized``
+    says why GKE's choice for it is not knowable (a node pool list, a TPU, a rule that
+    leaves the machine to GKE)."""
+
+    machine_family: str = ""
+    machine_type: str = ""
+    gpu_type: str = ""
+    gpu_count: int = 0  # 0: any count
+    min_cores: int = 0
+    min_memory_gb: int = 0
+    unsized: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GKEComputeClass:
+    """A GKE ``ComputeClass``: the nodes GKE creates for pods that select it."""
+
+    name: str
+    priorities: tuple[ComputeClassPriority, ...] = ()
+    # Only ``whenUnsatisfiable: DoNotScaleUp`` keeps GKE to the priorities; otherwise it
+    # may create nodes of its own choosing when none can be had.
+    do_not_scale_up: bool = False
+    auto_creation: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)  # nodePoolConfig.nodeLabels
+    taints: tuple[Taint, ...] = ()  # nodePoolConfig.taints
+
+    def autoscaler(self, why: str) -> Autoscaler:
+        how = "creates node pools" if self.auto_creation else "scales its node pools"
+        return Autoscaler(
+            "GKE ComputeClass",
+            self.name,
+            f"GKE {how} for it from its priorities, which the webhook cannot size: {why}",
+            selector={COMPUTE_CLASS_LABEL: self.name},
+        )
+
+
+_SHAPING = {"machineFamily", "machineType", "gpu", "minCores", "minMemoryGb"}
+
+
+def compute_class_from_json(raw: Mapping[str, Any]) -> GKEComputeClass:
+    """Read a ComputeClass tolerantly: a part that cannot be read makes its rule unsized."""
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+    spec = spec or {}
+    priorities: list[ComputeClassPriority] = []
+    for index, rule in enumerate(spec.get("priorities") or []):
+        priorities.append(_priority(rule, index))
+    config = spec.get("nodePoolConfig") if isinstance(spec.get("nodePoolConfig"), dict) else {}
+    labels = (config or {}).get("nodeLabels")
+    auto = spec.get("nodePoolAutoCreation")
+    return GKEComputeClass(
+        name=str((meta or {}).get("name", "")),
+        priorities=tuple(priorities),
+        do_not_scale_up=spec.get("whenUnsatisfiable") == "DoNotScaleUp",
+        auto_creation=bool(isinstance(auto, dict) and auto.get("enabled")),
+        labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+        taints=taints_from_json((config or {}).get("taints")),
+    )
+
+
+def _priority(rule: object, index: int) -> ComputeClassPriority:
+    where = f"priorities[{index}]"
+    if not isinstance(rule, dict):
+        return ComputeClassPriority(unsized=f"{where} is malformed")
+    for key, what in (("nodepools", "names node pools"), ("tpu", "asks for TPUs")):
+        if rule.get(key):
+            return ComputeClassPriority(
+                unsized=f"{where} {what}, whose machines the API does not show"
+            )
+    if not _SHAPING & rule.keys():
+        return ComputeClassPriority(unsized=f"{where} leaves the machine type to GKE")
+    gpu = rule.get("gpu") if isinstance(rule.get("gpu"), dict) else {}
+    try:
+        return ComputeClassPriority(
+            machine_family=str(rule.get("machineFamily") or ""),
+            machine_type=str(rule.get("machineType") or ""),
+            gpu_type=str((gpu or {}).get("type") or ""),
+            gpu_count=int((gpu or {}).get("count") or 0),
+            min_cores=int(rule.get("minCores") or 0),
+            min_memory_gb=int(rule.get("minMemoryGb") or 0),
+        )
+    except (TypeError, ValueError):
+        return ComputeClassPriority(unsized=f"{where} has a count that is not a number")
+
+
+@dataclass(frozen=True, slots=True)
 class PoolInventory:
     """Everything the API says about nodes that could exist, as read (not yet sized).
 
@@ -234,9 +331,13 @@ class PoolInventory:
     pools: tuple[KarpenterPool, ...] = ()
     autoscalers: tuple[Autoscaler, ...] = ()
     node_classes: frozenset[tuple[str, str, str]] | None = None
+    compute_classes: tuple[GKEComputeClass, ...] = ()
+    # Instance types of each EC2NodeClass's active capacity reservations
+    # (status.capacityReservations), for the node classes whose status was read.
+    reservations: Mapping[tuple[str, str, str], frozenset[str]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.pools or self.autoscalers)
+        return bool(self.pools or self.autoscalers or self.compute_classes)
 
 
 NO_POOLS = PoolInventory()
@@ -253,6 +354,7 @@ def gke_auto_provisioning(node_labels: Sequence[Mapping[str, str]]) -> Autoscale
                 "GKE node auto-provisioning",
                 "node auto-provisioning",
                 f"node pool {pool} was auto-provisioned: GKE may create pools of any "
-                "machine type its limits allow",
+                "machine type its limits allow (a pod that selects a catalogued accelerator, "
+                "machine family or type is judged against those machine types)",
             )
     return None

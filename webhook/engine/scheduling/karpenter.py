@@ -372,6 +372,9 @@ class ResolvedPool:
     excluded: tuple[tuple[str, str], ...] = ()  # (instance type, why it is never launched)
     limits: Mapping[str, int] = field(default_factory=dict)
     admits: Callable[[Placement], bool] = field(default=lambda _placement: True)
+    # Instance types its node class's capacity reservations hold; None: not known.
+    reserved: frozenset[str] | None = None
+    replicas: int | None = None  # a static pool's spec.replicas
 
     @property
     def gpu_limit(self) -> int | None:
@@ -385,7 +388,10 @@ def resolve_pool(
     catalogue: Catalogue,
     allowance: Allowance,
     node_classes: frozenset[tuple[str, str, str]] | None = None,
+    reserved: frozenset[str] | None = None,
 ) -> ResolvedPool:
+    """``reserved``: the instance types of its EC2NodeClass's capacity reservations
+    (``status.capacityReservations``), when that status was read."""
     provider = PROVIDERS.get(pool.provider_group)
     name = provider.name if provider else (pool.provider_group or "unknown provider")
     base = _pool_requirements(pool)
@@ -422,16 +428,35 @@ def resolve_pool(
     unlisted = _unlisted(base, provider, rows, complete=provider.catalogue in catalogue.complete)
     if unlisted:
         return unbounded(unlisted)
+    capacity = base.get(CAPACITY_TYPE)
+    if (
+        capacity is not None
+        and not any(capacity.has(t) for t in CAPACITY_TYPES if t != "reserved")
+        and capacity.has("reserved")
+        and reserved is None
+    ):
+        group, kind, cls = pool.node_class
+        return unbounded(
+            f"it launches reserved capacity only, and the capacity reservations of its "
+            f"{kind or 'node class'} {cls!r} (status.capacityReservations) were not read"
+        )
     types: list[PoolType] = []
     excluded: list[tuple[str, str]] = []
     for row in rows:
-        row_reqs = _row_requirements(row, modelled)
+        row_reqs = _row_requirements(row, modelled, reserved)
         if intersects(row_reqs, base) is not None:
             continue
         nodes, why = _nodes_within(row, pool.limits)
         if why:
             excluded.append((row.name, why))
             continue
+        if pool.replicas is not None:
+            # Static: its nodes are the cluster's own (or about to be); it launches no
+            # other for a pod. Kept as its types, at most ``replicas`` nodes of each.
+            nodes = min(nodes, pool.replicas)
+            if nodes < 1:
+                excluded.append((row.name, "the pool is static with 0 replicas"))
+                continue
         types.append(PoolType(row, allowance.allocatable(row), nodes))
     types.sort(key=lambda t: (-t.instance.gpu_count, -t.instance.memory_mib, t.instance.name))
     return ResolvedPool(
@@ -441,6 +466,8 @@ def resolve_pool(
         excluded=tuple(excluded),
         limits=pool.limits,
         admits=pool_admits,
+        reserved=reserved,
+        replicas=pool.replicas,
     )
 
 
@@ -477,14 +504,24 @@ def _pool_requirements(pool: KarpenterPool) -> Requirements:
     return reqs
 
 
-def _row_requirements(row: InstanceType, modelled: set[str]) -> Requirements:
+def _row_requirements(
+    row: InstanceType, modelled: set[str], reserved: frozenset[str] | None = None
+) -> Requirements:
     """An instance type's requirements: its labels, and ``DoesNotExist`` for every label
-    of its provider it lacks (aws types.go starts every GPU label as DoesNotExist)."""
+    of its provider it lacks (aws types.go starts every GPU label as DoesNotExist).
+
+    ``reserved``: where the node class's capacity reservations are known, only their
+    instance types have ``reserved`` offerings (reserved_capacity_resolver.go)."""
     reqs = from_labels(row.labels)
     for key in modelled - reqs.keys():
         reqs[key] = Requirement(key, complement=False)
     # Offerings come in Karpenter's known capacity types only (WellKnownValuesForRequirements).
-    reqs.setdefault(CAPACITY_TYPE, Requirement.of(CAPACITY_TYPE, "In", CAPACITY_TYPES))
+    kinds = (
+        CAPACITY_TYPES
+        if reserved is None or row.name in reserved
+        else tuple(t for t in CAPACITY_TYPES if t != "reserved")
+    )
+    reqs.setdefault(CAPACITY_TYPE, Requirement.of(CAPACITY_TYPE, "In", kinds))
     return reqs
 
 
@@ -568,20 +605,31 @@ def _admits(
     return admits
 
 
-def pool_nodes(resolved: ResolvedPool, pool: KarpenterPool) -> list[Node]:
+def pool_nodes(
+    resolved: ResolvedPool, pool: KarpenterPool, *, min_values: bool = True
+) -> list[Node]:
     """One node per instance type, as ``Inventory.with_nodes`` takes them: labelled as
-    Karpenter would label it, and admitting pods by Karpenter's rules, not by labels."""
+    Karpenter would label it, and admitting pods by Karpenter's rules, not by labels.
+
+    ``min_values``: judge the pool's ``minValues`` (Karpenter's ``Strict`` policy, its
+    default); only keys the catalogue's labels model are counted, since the values of
+    others (zones, capacity types) are offerings the webhook cannot see."""
     provider = PROVIDERS[pool.provider_group]
     base = _pool_requirements(pool)
     well_known = _well_known(provider)
     nodes = []
     rows = [t.instance for t in resolved.types]
     modelled = {key for row in rows for key in row.labels}
+    least = tuple(
+        (key, r.min_values)
+        for r in pool.requirements
+        if min_values and r.min_values and (key := NORMALIZED.get(r.key, r.key)) in modelled
+    )
     fixed = {
         k: next(iter(r.values)) for k, r in base.items() if not r.complement and len(r.values) == 1
     }
     for kind in resolved.types:
-        row_reqs = _row_requirements(kind.instance, modelled)
+        row_reqs = _row_requirements(kind.instance, modelled, resolved.reserved)
         nodes.append(
             Node(
                 name=f"nodepool/{pool.name}/{kind.instance.name}",
@@ -592,9 +640,28 @@ def pool_nodes(resolved: ResolvedPool, pool: KarpenterPool) -> list[Node]:
                 pool=pool.name,
                 count=kind.nodes,
                 admits=_admits(pool.taints, base, row_reqs, well_known),
+                min_values=least,
+                unavailable=_at_limits_now(kind.instance, pool),
             )
         )
     return nodes
+
+
+def _at_limits_now(row: InstanceType, pool: KarpenterPool) -> str:
+    """Why the pool cannot launch ``row`` now, as its ``status.resources`` stand: Karpenter
+    subtracts its nodes' capacity (what ``status.resources`` sums) from ``spec.limits`` and
+    launches no instance type larger than what is left (scheduler.go
+    ``filterByRemainingResources``, and no node at all when ``nodes`` is used up). Usage
+    comes and goes: only ever a warning."""
+    capacity = row.capacity
+    for resource, limit in sorted(pool.limits.items()):
+        used = pool.usage.get(resource)
+        if used is None:
+            continue
+        need = 1 if resource == "nodes" else capacity.get(resource, 0)
+        if need and used + need > limit:
+            return f"at its limits now ({used} of its {limit} {resource} in use)"
+    return ""
 
 
 def autoscaler_admits(autoscaler: Autoscaler) -> Callable[[Placement], bool]:
@@ -626,7 +693,12 @@ def describe_pool(resolved: ResolvedPool) -> str:
     more = f" and {len(resolved.types) - 3} more types" if len(resolved.types) > 3 else ""
     gpus = resolved.gpu_limit
     limit = f", limit {gpus} GPUs" if gpus is not None else ", no GPU limit"
-    return f"pool {resolved.name} ({resolved.provider}, {shown}{more}, scales from 0{limit})"
+    scales = (
+        "scales from 0"
+        if resolved.replicas is None
+        else f"static: {resolved.replicas} nodes, none created for pending pods"
+    )
+    return f"pool {resolved.name} ({resolved.provider}, {shown}{more}, {scales}{limit})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -646,6 +718,7 @@ def size_pools(
     allowance: Allowance,
     declared: frozenset[str] = frozenset(),
     node_labels: Sequence[Mapping[str, str]] = (),
+    min_values: bool = True,
 ) -> PoolSizing:
     """Karpenter pools sized through the catalogue, and every autoscaler the webhook
     cannot size as a pool of unknown size. An autoscaler pool that a declared ``NodePool``
@@ -657,7 +730,11 @@ def size_pools(
         if pool.name in declared:
             continue
         sized = resolve_pool(
-            pool, catalogue=catalogue, allowance=allowance, node_classes=pools.node_classes
+            pool,
+            catalogue=catalogue,
+            allowance=allowance,
+            node_classes=pools.node_classes,
+            reserved=pools.reservations.get(pool.node_class),
         )
         resolved.append(sized)
         if sized.unbounded:
@@ -665,15 +742,27 @@ def size_pools(
                 UnboundedPool(sized.name, sized.provider, sized.unbounded, sized.admits)
             )
         elif sized.types:
-            nodes.extend(pool_nodes(sized, pool))
+            nodes.extend(pool_nodes(sized, pool, min_values=min_values))
+    from webhook.engine.scheduling.gke import nap_pools, size_compute_classes
+
+    gke = size_compute_classes(
+        pools.compute_classes, catalogue=catalogue, allowance=allowance, declared=declared
+    )
+    resolved.extend(gke.resolved)
+    nodes.extend(gke.nodes)
+    unbounded.extend(gke.unbounded)
     autoscalers = [a for a in pools.autoscalers if a.name not in declared]
-    nap = gke_auto_provisioning(node_labels)
-    if nap is not None and nap.name not in declared:
-        autoscalers.append(nap)
     for autoscaler in autoscalers:
         unbounded.append(
             UnboundedPool(
                 autoscaler.name, autoscaler.kind, autoscaler.reason, autoscaler_admits(autoscaler)
             )
         )
+    autoscalers.extend(gke.autoscalers)
+    nap = gke_auto_provisioning(node_labels)
+    if nap is not None and nap.name not in declared:
+        autoscalers.append(nap)
+        nap_nodes, nap_unbounded = nap_pools(nap, catalogue=catalogue, allowance=allowance)
+        nodes.extend(nap_nodes)
+        unbounded.append(nap_unbounded)
     return PoolSizing(tuple(resolved), tuple(autoscalers), tuple(nodes), tuple(unbounded))
