@@ -199,7 +199,7 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
     ):
         text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
         action = action_of(settings.actions["capacity"])
-        if not settings.min_values_policy and _min_values_only(answer):
+        if not settings.min_values_policy and min_values_only(answer):
             # The controller's --min-values-policy is not in the API: Strict (its default)
             # launches none of these, BestEffort would. Not known: not denied.
             text += (
@@ -306,7 +306,7 @@ def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
     return None
 
 
-def _min_values_only(answer: FitAnswer) -> bool:
+def min_values_only(answer: FitAnswer) -> bool:
     """Whether some node class holds the pod and only a pool's minValues keeps it off."""
     return any(
         short and all(s.resource.startswith(MIN_VALUES) for s in short)

@@ -28,6 +28,7 @@ from webhook.engine.enforcement.checks import (
     capacity_findings,
     device_findings,
     fit_warnings,
+    min_values_only,
     misspelled_findings,
     quantity_findings,
     rule_findings,
@@ -269,6 +270,21 @@ def _evaluate_object(
     )
 
 
+def _gang_unsure(
+    fits: list[tuple[PodTemplate, FitAnswer]], snapshot: Inventory, settings: Settings
+) -> str:
+    """What may bring nodes a gang's count cannot see: a proof then warns, never a guess."""
+    if snapshot.unbounded:
+        return "a node pool of unknown size may bring the nodes it needs"
+    if not settings.min_values_policy and any(min_values_only(fit) for _, fit in fits):
+        return (
+            "a pool's minValues keeps its nodes out of the count, and Karpenter launches them "
+            "under --min-values-policy BestEffort, a flag the webhook cannot see (declare "
+            "GPUSettings.minValuesPolicy to have this judged)"
+        )
+    return ""
+
+
 def _after_admission(
     request: Request,
     judged: list[tuple[PodTemplate, PodGPUs, PodClaims, FitAnswer | None]],
@@ -290,10 +306,10 @@ def _after_admission(
             if fit is not None and (found := pod_devices(claims, devices)) is not None
         }
         action = policy.settings.actions.get("gangFit", "deny")
-        if snapshot.unbounded and action == "deny":
-            # A pool of unknown size may bring the nodes the gang needs: never a guess.
-            action = "warn"
-        findings.extend(gang_findings(request.object, fits, action=action, devices=by_devices))
+        unsure = _gang_unsure(fits, snapshot, policy.settings)
+        findings.extend(
+            gang_findings(request.object, fits, action=action, devices=by_devices, unsure=unsure)
+        )
     if quotas is not None:
         asked = [(t, pod, claims) for t, pod, claims, _ in judged]
         workload = bool(asked) and bool(asked[0][0].path)

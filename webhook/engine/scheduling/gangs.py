@@ -484,23 +484,34 @@ def gang_findings(
     *,
     action: str,
     devices: Devices | None = None,
+    unsure: str = "",
 ) -> list[Finding]:
-    """``gangFit`` findings: a proof denies (by default), anything short of one warns."""
+    """``gangFit`` findings: a proof denies (by default), anything short of one warns.
+    ``unsure`` says what may bring nodes the count cannot see (a proof then only warns)."""
     findings = []
     for gang in gangs_of(obj, templates, devices):
         verdict = judge(gang)
         if verdict is None:
             continue
-        findings.append(_finding(verdict, action))
+        findings.append(_finding(verdict, action, unsure))
     return findings
 
 
-def _finding(verdict: Verdict, action: str) -> Finding:
+def _finding(verdict: Verdict, action: str, unsure: str = "") -> Finding:
     gang = verdict.gang
     who = f"{gang.why}: {gang.required} pods must run at once"
+    if gang.certain and verdict.proven and unsure:
+        message = f"{who}, but {verdict.reason}, so the job may never start. Not denied: {unsure}."
+        return Finding(
+            "builtin",
+            "gangFit",
+            "warn" if action == "deny" else action_of(action),
+            message,
+            f"gang of {gang.required} pods may not run at once",
+        )
     if gang.certain and verdict.proven:
         if verdict.placed >= 0 and verdict.at_once == verdict.placed:
-            largest = f"the largest group that fits at once is {verdict.placed} pods"
+            largest = f"the largest group that fits at once is {_pods(verdict.placed)}"
         elif verdict.placed >= 0:
             largest = f"a first-fit placement runs {verdict.placed} of them at once"
         else:
@@ -530,3 +541,7 @@ def _finding(verdict: Verdict, action: str) -> Finding:
         message,
         f"gang of {gang.required} pods may not run at once",
     )
+
+
+def _pods(count: int) -> str:
+    return f"{count} pod" if count == 1 else f"{count} pods"
