@@ -755,10 +755,9 @@ def _evaluate_template(
         devices=None if view.problem else view.devices,
     )
     findings.extend(_gpu_findings(scope, snapshot))
-    if scope.fit is not None and scope.fit.fitting:
+    if scope.fit is not None and scope.fit.fitting and drivers_known(scope.fit):
         findings.extend(_cuda(editor, scope, access, mutated_by, mutate=mutate))
-        if drivers_known(scope.fit):
-            context.notices.extend(cuda_notices(scope.pod, settings, scope.fit))
+        context.notices.extend(cuda_notices(scope.pod, settings, scope.fit))
     if claims.claims or claims.gpu_classes:
         findings.extend(
             _claims_findings(claims, scope, access, snapshot=snapshot, view=view, context=context)
@@ -790,7 +789,7 @@ def _cuda(
 ) -> list[Finding]:
     """The cudaDriver check, and its affinity (credited for the log line) unless the
     object is judged as it is (``mutate`` False: a Pod's update)."""
-    if scope.fit is None or not drivers_known(scope.fit):
+    if scope.fit is None:
         return []
     needs = gpu_needs(scope.pod, scope.settings)
     if not needs:
