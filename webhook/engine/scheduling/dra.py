@@ -616,17 +616,25 @@ def candidates(
     return answer
 
 
-def fits_somewhere(
-    claims: tuple[ClaimSpec, ...], found: Candidates, inventory: DeviceInventory
-) -> FitAnswer:
-    """True as soon as one candidate node fits; unknown if one cannot be told."""
-    exact = any(
-        _Matcher(inventory).exact(e)
+def reads_identity(claims: Sequence[ClaimSpec], inventory: DeviceInventory) -> bool:
+    """Whether the claims' selectors (their classes' too) or constraints read devices'
+    identity attributes: nodes of one profile key may then answer differently, so each
+    node is asked on its own."""
+    matcher = _Matcher(inventory)
+    return any(
+        matcher.exact(e)
         for claim in claims
         for r in claim.requests
         for a in r.alternatives
         for e in (*a.selectors, *getattr(inventory.classes.get(a.device_class), "selectors", ()))
     ) or any(c.attribute in inventory.identity for claim in claims for c in claim.constraints)
+
+
+def fits_somewhere(
+    claims: tuple[ClaimSpec, ...], found: Candidates, inventory: DeviceInventory
+) -> FitAnswer:
+    """True as soon as one candidate node fits; unknown if one cannot be told."""
+    exact = reads_identity(claims, inventory)
     unknown: FitAnswer | None = None
     last = FitAnswer(False)
     for profile in found.profiles:

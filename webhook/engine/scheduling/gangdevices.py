@@ -28,7 +28,7 @@ from typing import Any
 from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, Profile
 from webhook.engine.resources.fit import pods_per_node
 from webhook.engine.resources.inventory import FitAnswer, Node, Shape
-from webhook.engine.scheduling.dra import PodClaims, _Matcher, fit
+from webhook.engine.scheduling.dra import PodClaims, fit, reads_identity
 
 # Allocations tried for one gang check (each a ``dra.fit`` of k copies of the claims).
 _FIT_BUDGET = 400
@@ -54,22 +54,11 @@ class PodDevices:
     _counts: dict[tuple[Any, ...], int | None] = field(default_factory=dict)
     budget: list[int] = field(default_factory=lambda: [_FIT_BUDGET])
     # Selectors or constraints that read devices' identity attributes: nodes of one
-    # profile key may then answer differently (as in ``dra.fits_somewhere``).
+    # profile key may then answer differently (``dra.reads_identity``).
     by_node: bool = False
 
     def __post_init__(self) -> None:
-        matcher = _Matcher(self.inventory)
-        classes = self.inventory.classes
-        self.by_node = any(
-            matcher.exact(expression)
-            for claim in self.claims
-            for request in claim.requests
-            for sub in request.alternatives
-            for expression in (
-                *sub.selectors,
-                *getattr(classes.get(sub.device_class), "selectors", ()),
-            )
-        ) or any(c.attribute in self.inventory.identity for s in self.claims for c in s.constraints)
+        self.by_node = reads_identity(self.claims, self.inventory)
 
     def on(self, profile: Profile, *, limit: int) -> int | None:
         """The most copies of the claims the node's devices hold together (at most
