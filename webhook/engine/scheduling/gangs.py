@@ -341,8 +341,7 @@ def _judge_devices(gang: Gang, groups: Sequence[Member]) -> Verdict | None:
         if g.devices is None:
             caps.append((capacity(g.fit), True))
         else:
-            counted = device_capacity(g.fit, g.devices, unbounded=False)
-            caps.append((counted.known, counted.exact))
+            caps.append(device_capacity(g.fit, g.devices))
     if len(groups) == 1:
         cap, exact = caps[0]
         if cap is None or cap >= required:
