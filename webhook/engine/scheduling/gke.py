@@ -25,7 +25,7 @@ selection on them is not judged (as Karpenter lets undefined well-known labels p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from webhook.engine.resources.instancetypes import Allowance, Catalogue, InstanceType
@@ -115,17 +115,10 @@ def priority_rows(
     return chosen, ""
 
 
-def _requirements(row: InstanceType, extra: Mapping[str, str]) -> Requirements:
-    return from_labels({**row.labels, **extra})
-
-
-def _admits(
-    taints: tuple[Taint, ...], reqs: Requirements | None, selector: Mapping[str, str]
-) -> Callable[[Placement], bool]:
-    """Karpenter's compatibility over GKE's labels: keys the node is known to carry must
-    match, other GKE and topology keys are not judged, any other key the pod requires is
-    a label such a node does not have. ``reqs`` None: only ``selector``'s keys are known."""
-    known = reqs if reqs is not None else from_labels(selector)
+def _admits(taints: tuple[Taint, ...], known: Requirements) -> Callable[[Placement], bool]:
+    """Karpenter's compatibility over GKE's labels: keys the node is known to carry
+    (``known``) must match, other GKE and topology keys are not judged, any other key the
+    pod requires is a label such a node does not have."""
 
     def admits(placement: Placement) -> bool:
         if not tolerates_all(taints, placement.tolerations):
@@ -170,7 +163,7 @@ def size_compute_classes(
                     cls.name,
                     PROVIDER,
                     autoscaler.reason,
-                    _admits((), None, {COMPUTE_CLASS_LABEL: cls.name}),
+                    _admits((), from_labels({COMPUTE_CLASS_LABEL: cls.name})),
                 )
             )
             continue
@@ -182,16 +175,17 @@ def size_compute_classes(
         resolved.append(ResolvedPool(cls.name, PROVIDER, types=tuple(types)))
         for kind in types:
             row = kind.instance
+            labels = {**row.labels, **extra}
             nodes.append(
                 Node(
                     name=f"nodepool/{cls.name}/{row.name}",
-                    labels={**row.labels, **extra},
+                    labels=labels,
                     taints=cls.taints,
                     allocatable=dict(kind.allocatable),
                     capacity=row.capacity,
                     pool=cls.name,
                     count=kind.nodes,
-                    admits=_admits(cls.taints, _requirements(row, extra), {}),
+                    admits=_admits(cls.taints, from_labels(labels)),
                 )
             )
     return GKESizing(tuple(resolved), tuple(autoscalers), tuple(nodes), tuple(unbounded))
