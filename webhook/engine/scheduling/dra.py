@@ -759,7 +759,13 @@ def class_devices(inventory: DeviceInventory, profile: Profile) -> tuple[tuple[s
 @dataclass(frozen=True, slots=True)
 class GPUDevices:
     """Where a snapshot's GPUs are (devices a GPU class selects): the nodes slices name, and
-    the node selectors of GPUs that several nodes may use."""
+    the node selectors of GPUs that several nodes may use.
+
+    A node ``holds`` GPUs when its ResourceSlices hold a device that a GPU class
+    (``gpuDeviceClasses``) selects: a DRA driver serves GPUs there, device plugin or not.
+    Taints do not matter (a tainted GPU is still in the node); a selector this webhook
+    cannot evaluate selects nothing here, since calling a node a GPU node only ever adds
+    findings."""
 
     named: frozenset[str]
     reachable: tuple[tuple[bool, tuple[Mapping[str, Any], ...] | None], ...]
@@ -773,18 +779,8 @@ class GPUDevices:
         )
 
 
-def serves_gpus(
-    inventory: DeviceInventory, node: Node, is_gpu_class: Callable[[str], bool]
-) -> bool:
-    """Whether the node's ResourceSlices hold a device that a GPU class (``gpuDeviceClasses``)
-    selects: a DRA driver serves GPUs there, device plugin or not. Taints do not matter (a
-    tainted GPU is still in the node); a selector this webhook cannot evaluate selects
-    nothing here, since calling a node a GPU node only ever adds findings."""
-    return gpu_devices(inventory, is_gpu_class).holds(node)
-
-
 def gpu_devices(inventory: DeviceInventory, is_gpu_class: Callable[[str], bool]) -> GPUDevices:
-    """Where the snapshot's GPUs are (``serves_gpus``), once per snapshot and matcher: the
+    """Where the snapshot's GPUs are (``GPUDevices``), once per snapshot and matcher: the
     cost follows the slices, not the nodes, most of which have none. Snapshots that differ
     only in claims share the answer (they share the memo)."""
     key = ("gpu-devices", id(is_gpu_class))
