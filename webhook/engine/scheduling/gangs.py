@@ -499,16 +499,7 @@ def gang_findings(
 def _finding(verdict: Verdict, action: str, unsure: str = "") -> Finding:
     gang = verdict.gang
     who = f"{gang.why}: {gang.required} pods must run at once"
-    if gang.certain and verdict.proven and unsure:
-        message = f"{who}, but {verdict.reason}, so the job may never start. Not denied: {unsure}."
-        return Finding(
-            "builtin",
-            "gangFit",
-            "warn" if action == "deny" else action_of(action),
-            message,
-            f"gang of {gang.required} pods may not run at once",
-        )
-    if gang.certain and verdict.proven:
+    if gang.certain and verdict.proven and not unsure:
         if verdict.placed >= 0 and verdict.at_once == verdict.placed:
             largest = f"the largest group that fits at once is {_pods(verdict.placed)}"
         elif verdict.placed >= 0:
@@ -527,12 +518,15 @@ def _finding(verdict: Verdict, action: str, unsure: str = "") -> Finding:
             message,
             f"gang of {gang.required} pods cannot run at once ({largest})",
         )
-    if verdict.proven:
-        text = f"{verdict.reason}; at most {verdict.at_once} can run at once"
+    if gang.certain and verdict.proven:
+        message = f"{who}, but {verdict.reason}, so the job may never start. Not denied: {unsure}."
     else:
-        text = f"could not confirm they fit together: {verdict.reason}"
-    size = "" if gang.certain else " (the group's size is set outside this object)"
-    message = f"{who}{size}; {text}. If they must all start together, the job may never start."
+        if verdict.proven:
+            text = f"{verdict.reason}; at most {verdict.at_once} can run at once"
+        else:
+            text = f"could not confirm they fit together: {verdict.reason}"
+        size = "" if gang.certain else " (the group's size is set outside this object)"
+        message = f"{who}{size}; {text}. If they must all start together, the job may never start."
     return Finding(
         "builtin",
         "gangFit",
