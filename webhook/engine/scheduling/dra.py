@@ -1149,18 +1149,15 @@ def _served_requests(pod: PodGPUs, resource: str, device_class: str) -> tuple[De
     requests of the long-lived containers after it, which it reuses. Together they count
     the pod's effective request; apart, two of them may share a device that allows
     multiple allocations, as one request never does."""
+
+    def request(index: int, count: int) -> DeviceRequest:
+        name = f"container-{index}-{resource}"
+        sub = SubRequest(name=name, device_class=device_class, count=count)
+        return DeviceRequest(name=name, alternatives=(sub,))
+
     counts = [c.gpus.get(resource, 0) for c in pod.containers]
     short = [c.section == "initContainers" and not c.sidecar for c in pod.containers]
-    requests = [
-        DeviceRequest(
-            name=f"container-{i}-{resource}",
-            alternatives=(
-                SubRequest(name=f"container-{i}-{resource}", device_class=device_class, count=n),
-            ),
-        )
-        for i, n in enumerate(counts)
-        if n and not short[i]
-    ]
+    requests = [request(i, n) for i, n in enumerate(counts) if n and not short[i]]
     most, where = 0, -1
     for i, n in enumerate(counts):
         if n and short[i]:
@@ -1168,9 +1165,7 @@ def _served_requests(pod: PodGPUs, resource: str, device_class: str) -> tuple[De
             if n - later > most:
                 most, where = n - later, i
     if most:
-        name = f"container-{where}-{resource}"
-        sub = SubRequest(name=name, device_class=device_class, count=most)
-        requests.append(DeviceRequest(name=name, alternatives=(sub,)))
+        requests.append(request(where, most))
     return tuple(sorted(requests, key=lambda r: r.name))
 
 
