@@ -220,21 +220,26 @@ def test_the_readme_shows_a_real_explain_output() -> None:
     assert golden in readme
 
 
-def test_explain_lists_the_pools_and_whether_each_could_take_the_pod(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def _explain_case(case: str, inventory: str) -> int:
+    """``explain`` of a golden case's object against one of the shared inventories."""
     cases = Path(__file__).resolve().parents[1] / "cases"
-    code = main(
+    return main(
         [
             "explain",
             "-f",
-            str(cases / "pool-karpenter-taint-not-tolerated-denied" / "object.yaml"),
+            str(cases / case / "object.yaml"),
             "--inventory",
-            str(cases / "_inventories" / "karpenter-aws.yaml"),
+            str(cases / "_inventories" / f"{inventory}.yaml"),
             "--rules",
             str(RULES),
         ]
     )
+
+
+def test_explain_lists_the_pools_and_whether_each_could_take_the_pod(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = _explain_case("pool-karpenter-taint-not-tolerated-denied", "karpenter-aws")
     out = capsys.readouterr().out
     assert code == 1
     assert "Node pools (nodes that could exist):" in out
@@ -260,18 +265,7 @@ def test_explain_lists_the_pools_and_whether_each_could_take_the_pod(
 def test_explain_judges_gke_auto_provisioning_as_the_webhook_does(
     capsys: pytest.CaptureFixture[str], case: str, nap: str
 ) -> None:
-    cases = Path(__file__).resolve().parents[1] / "cases"
-    main(
-        [
-            "explain",
-            "-f",
-            str(cases / case / "object.yaml"),
-            "--inventory",
-            str(cases / "_inventories" / "gke-sized.yaml"),
-            "--rules",
-            str(RULES),
-        ]
-    )
+    _explain_case(case, "gke-sized")
     out = capsys.readouterr().out
     line = next(row for row in out.splitlines() if row.lstrip().startswith("pool node auto-"))
     assert line.endswith(nap)
@@ -300,16 +294,5 @@ def test_explain_judges_gke_auto_provisioning_as_the_webhook_does(
 def test_explain_says_what_a_pool_decides_as_the_webhook_does(
     capsys: pytest.CaptureFixture[str], case: str, inventory: str, verdict: str
 ) -> None:
-    cases = Path(__file__).resolve().parents[1] / "cases"
-    main(
-        [
-            "explain",
-            "-f",
-            str(cases / case / "object.yaml"),
-            "--inventory",
-            str(cases / "_inventories" / f"{inventory}.yaml"),
-            "--rules",
-            str(RULES),
-        ]
-    )
+    _explain_case(case, inventory)
     assert any(line.endswith(verdict) for line in capsys.readouterr().out.splitlines())

@@ -220,7 +220,7 @@ class Audit:
             inventory=self.inventory,
         )
         # With a finding it is reported anyway; only a clean object is asked about GPUs.
-        gpu = bool(decision.findings) or self._asks_for_gpus(obj)
+        gpu = bool(decision.findings) or self._asks_for_gpus(obj, namespace)
         entry = _entry(ref, source=source, decision=decision, gpu=gpu, owner=owner)
         if not entry.reportable and kind.kind == "Pod" and (self._owners_complete or not owner):
             # A bare CPU-only pod that passes: nothing owns it and nothing can be folded
@@ -231,7 +231,7 @@ class Audit:
         for key in _own_keys(ref):
             self._by_key[key] = entry
 
-    def _asks_for_gpus(self, obj: Mapping[str, Any]) -> bool:
+    def _asks_for_gpus(self, obj: Mapping[str, Any], namespace: str) -> bool:
         settings = self.policy.settings
         # A name a GPU device class serves (KEP-5004) asks for GPUs too.
         gpus = served_gpu_resources(
@@ -239,8 +239,6 @@ class Audit:
             devices=self.inventory.devices,
             is_gpu_class=settings.gpu_device_classes,
         )
-        meta = obj.get("metadata")
-        namespace = str(meta.get("namespace") or "default") if isinstance(meta, dict) else "default"
         return any(
             (p := pod_gpus(t.spec, gpus)).total
             or p.problems

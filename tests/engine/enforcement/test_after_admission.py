@@ -153,6 +153,13 @@ def _claim_template(*requests: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _with_template(*requests: dict[str, Any]) -> InventoryView:
+    """The cluster with ``_claim_template`` (claims and templates only, as ``check`` has)."""
+    inventory = view()
+    inventory.devices = DeviceInventory.of([_claim_template(*requests)], complete=False)
+    return inventory
+
+
 def _dra_deployment(replicas: int) -> dict[str, Any]:
     job = deployment(replicas, 0)
     spec = job["spec"]["template"]["spec"]
@@ -190,8 +197,7 @@ MIG_CLASS = "mig.nvidia.com"
 def test_device_quota_counts_claims_as_the_claim_evaluator_charges_them(
     request_: dict[str, Any], charged: dict[str, int]
 ) -> None:
-    inventory = view()
-    inventory.devices = DeviceInventory.of([_claim_template(request_)], complete=False)
+    inventory = _with_template(request_)
     hard = {f"{c}.deviceclass.resource.k8s.io/devices": n * 2 - 1 for c, n in charged.items()}
     inventory.quotas = Quotas.of([Quota("ml", "dq", hard)])
     decision = evaluate(Request(_dra_deployment(2)), policy=settings(), inventory=inventory)
@@ -203,9 +209,7 @@ def test_device_quota_counts_claims_as_the_claim_evaluator_charges_them(
 
 
 def test_a_scoped_quota_never_limits_dra_devices() -> None:
-    inventory = view()
-    request_ = {"name": "g", "exactly": {"deviceClassName": GPU_CLASS, "count": 2}}
-    inventory.devices = DeviceInventory.of([_claim_template(request_)], complete=False)
+    inventory = _with_template({"name": "g", "exactly": {"deviceClassName": GPU_CLASS, "count": 2}})
     key = f"{GPU_CLASS}.deviceclass.resource.k8s.io/devices"
     inventory.quotas = Quotas.of([Quota("ml", "dq", {key: 1}, {}, (Scope("NotTerminating"),))])
     decision = evaluate(Request(_dra_deployment(2)), policy=settings(), inventory=inventory)
@@ -213,30 +217,10 @@ def test_a_scoped_quota_never_limits_dra_devices() -> None:
 
 
 def test_dra_devices_from_claim_templates_count_against_the_device_class_quota() -> None:
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "two-gpus", "namespace": "ml"},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2},
-                        }
-                    ]
-                }
-            }
-        },
-    }
-    inventory = view()
-    inventory.devices = DeviceInventory.of([template], complete=False)
-    job = deployment(2, 0)
-    spec = job["spec"]["template"]["spec"]
-    spec["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
-    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]
-    decision = evaluate(Request(job), policy=settings(), inventory=inventory)
+    inventory = _with_template(
+        {"name": "gpu", "exactly": {"deviceClassName": GPU_CLASS, "count": 2}}
+    )
+    decision = evaluate(Request(_dra_deployment(2)), policy=settings(), inventory=inventory)
     found = [f for f in decision.findings if f.check == "gpuQuota"]
     assert len(found) == 1
     assert "4 gpu.nvidia.com.deviceclass.resource.k8s.io/devices" in found[0].message

@@ -499,6 +499,28 @@ def dra_slice(node: str, devices: int, tainted: int) -> dict[str, Any]:
     }
 
 
+def served_by_dra(
+    nodes: list[GeneratedNode], dra: list[tuple[bool, int, int]]
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """A mixed cluster from drawn ``(by DRA, devices, tainted)`` per node: a node served by
+    DRA loses nvidia.com/gpu (and its shared slots) from allocatable and gets a slice; a
+    plugin node gets DRA devices as well, now and then. The slices, and each node's
+    untainted devices."""
+    slices = []
+    for node, (by_dra, devices, tainted) in zip(nodes, dra, strict=False):
+        if by_dra:
+            node.allocatable.pop(GPU, None)
+            if node.shared is not None and node.shared[0] == GPU:
+                node.shared = None
+        if by_dra or devices % 2:
+            slices.append(dra_slice(node.name, devices, min(tainted, devices)))
+    untainted = {
+        s["spec"]["nodeName"]: sum(1 for d in s["spec"]["devices"] if "taints" not in d)
+        for s in slices
+    }
+    return slices, untainted
+
+
 def served_node(node: GeneratedNode, untainted: int) -> GeneratedNode:
     """The node as DynamicResources and NodeResourcesFit see it together when a class
     serves nvidia.com/gpu and the node's allocatable lacks it (``filterExtendedResources``):
@@ -617,19 +639,8 @@ def test_with_a_class_serving_nvidia_gpu_a_pod_is_admitted_exactly_when_some_nod
     assume(any(pod_request(pod["spec"], name) for name in GPU_NAMES) or alternatives)
     if alternatives:
         pod = with_claim(pod)
-    slices = []
-    for node, (by_dra, devices, tainted) in zip(nodes, dra, strict=False):
-        if by_dra:
-            node.allocatable.pop(GPU, None)
-            if node.shared is not None and node.shared[0] == GPU:
-                node.shared = None
-        if by_dra or devices % 2:  # a plugin node with DRA devices as well, now and then
-            slices.append(dra_slice(node.name, devices, min(tainted, devices)))
+    slices, untainted = served_by_dra(nodes, dra)
     inventory = Inventory([node_from_json(n.as_json()) for n in nodes])
-    untainted = {
-        s["spec"]["nodeName"]: sum(1 for d in s["spec"]["devices"] if "taints" not in d)
-        for s in slices
-    }
     objects = [DRA_CLASS, *slices, *([claim_template(alternatives)] if alternatives else [])]
 
     decision = evaluate(
@@ -680,18 +691,7 @@ def test_a_workloads_gpus_are_warned_exactly_when_they_exceed_what_serves_them_c
     the resource gives that, every other node its untainted devices of the class, one unit
     each (the scheduler's claim has no tolerations). The implicit name is in no node's
     allocatable, so only devices serve it, on device-plugin nodes too."""
-    slices = []
-    for node, (by_dra, devices, tainted) in zip(nodes, dra, strict=False):
-        if by_dra:
-            node.allocatable.pop(GPU, None)
-            if node.shared is not None and node.shared[0] == GPU:
-                node.shared = None
-        if by_dra or devices % 2:
-            slices.append(dra_slice(node.name, devices, min(tainted, devices)))
-    untainted = {
-        s["spec"]["nodeName"]: sum(1 for d in s["spec"]["devices"] if "taints" not in d)
-        for s in slices
-    }
+    slices, untainted = served_by_dra(nodes, dra)
     have = 0
     for node in nodes:
         plugin = int(Fraction(node.allocatable.get(resource, "0")))

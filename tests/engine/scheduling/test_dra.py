@@ -13,8 +13,8 @@ from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
     extended_resource_claims,
     gpu_class_matcher,
+    gpu_devices,
     served_gpu_resources,
-    serves_gpus,
 )
 from webhook.files.inventoryfile import load_inventory_file
 
@@ -59,7 +59,7 @@ def test_the_policys_own_resources_stay_as_they_are() -> None:
 def test_a_node_serves_gpus_when_a_gpu_class_selects_one_of_its_devices(
     node: str, gpus: bool
 ) -> None:
-    assert serves_gpus(DEVICES, Node(name=node), GPU_CLASSES) is gpus
+    assert gpu_devices(DEVICES, GPU_CLASSES).holds(Node(name=node)) is gpus
 
 
 MIG_DEMO = load_inventory_file(str(INVENTORIES / "dra-gh200-mig-1g12gb.yaml")).view().devices

@@ -296,8 +296,9 @@ def _need(
         set_here = any(k.startswith(REQUIRE_PREFIX) for k in env)
         variable = DISABLE_REQUIRE if set_here else f"{REQUIRE_PREFIX}CUDA or {DISABLE_REQUIRE}"
         return _unknowable(name, image, _may_set(variable, from_sources), images)
+    disabled = _true(env.get(DISABLE_REQUIRE))
     requirements: tuple[tuple[str, Requirement], ...] = ()
-    if not _true(env.get(DISABLE_REQUIRE)):
+    if not disabled:
         requirements = tuple(
             (f"{key}={value}", parse_requirement(value))
             for key, value in sorted(env.items())
@@ -308,7 +309,7 @@ def _need(
     if requirements:
         # An explicit variable wins over envFrom (env is applied after it, below).
         return CudaNeed(name, image, requirements=requirements)
-    if from_sources and not _true(env.get(DISABLE_REQUIRE)):
+    if from_sources and not disabled:
         # envFrom may set NVIDIA_REQUIRE_CUDA, replacing the image's own: unknown.
         return _unknowable(name, image, _may_set(REQUIRE_PREFIX + "CUDA", from_sources), images)
     built_on = images.lookup(image) if image else None

@@ -129,7 +129,7 @@ def workload_quota_findings(
 
 
 def _finding(namespace: str, c: _Charge, need: int, action: Action, *, certain: bool) -> Finding:
-    scope = "" if not c.quota.scoped else f" (scopes {_scopes(c.quota)})"
+    scope = _scopes(c.quota)
     doubt = (
         ""
         if certain
@@ -164,7 +164,7 @@ def pod_quota_notices(
         if c.used + need <= c.hard:
             continue
         never = " (more than the quota allows at all)" if need > c.hard else ""
-        scope = "" if not c.quota.scoped else f" (scopes {_scopes(c.quota)})"
+        scope = _scopes(c.quota)
         may = "refuses" if not c.maybe else "refuses, if its scopes apply to the pod,"
         notices.append(
             f"ResourceQuota {namespace}/{c.quota.name}{scope}: {c.key} hard {c.hard}, "
@@ -175,7 +175,10 @@ def pod_quota_notices(
 
 
 def _scopes(quota: Quota) -> str:
-    return ", ".join(s.describe() for s in quota.scopes)
+    """What follows a quota's name in messages: its scopes, when it has any."""
+    if not quota.scoped:
+        return ""
+    return f" (scopes {', '.join(s.describe() for s in quota.scopes)})"
 
 
 def _what(key: str) -> str:

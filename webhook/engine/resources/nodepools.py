@@ -98,23 +98,13 @@ def karpenter_pool_from_json(raw: Mapping[str, Any]) -> KarpenterPool:
             )
         )
     labels = (tmeta or {}).get("labels") if isinstance(tmeta, dict) else None
-    limits: dict[str, int] = {}
-    for resource, quantity in ((spec or {}).get("limits") or {}).items():
-        try:
-            amount = parse_quantity(quantity)
-        except QuantityError:
-            problems.append(f"spec.limits.{resource}: {quantity!r} is not a quantity")
-            continue
-        limits[str(resource)] = int(amount * 1000) if resource == "cpu" else int(amount)
+    limits = _amounts((spec or {}).get("limits") or {}, where="spec.limits", problems=problems)
     status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
-    usage: dict[str, int] = {}
     resources = (status or {}).get("resources")
-    for resource, quantity in (resources if isinstance(resources, dict) else {}).items():
-        try:
-            amount = parse_quantity(quantity)
-        except QuantityError:
-            continue  # usage only ever adds a warning: an unreadable entry adds none
-        usage[str(resource)] = int(amount * 1000) if resource == "cpu" else int(amount)
+    # Usage only ever adds a warning: an unreadable entry adds none, and is no problem.
+    usage = _amounts(
+        resources if isinstance(resources, dict) else {}, where="status.resources", problems=[]
+    )
     return KarpenterPool(
         name=name,
         node_class=node_class,
@@ -127,6 +117,20 @@ def karpenter_pool_from_json(raw: Mapping[str, Any]) -> KarpenterPool:
         usage=usage,
         replicas=_replicas((spec or {}).get("replicas")),
     )
+
+
+def _amounts(raw: Mapping[str, Any], *, where: str, problems: list[str]) -> dict[str, int]:
+    """Resource quantities as limits count them (CPU in millicores); an entry that is not
+    a quantity is left out and said in ``problems``."""
+    amounts: dict[str, int] = {}
+    for resource, quantity in raw.items():
+        try:
+            amount = parse_quantity(quantity)
+        except QuantityError:
+            problems.append(f"{where}.{resource}: {quantity!r} is not a quantity")
+            continue
+        amounts[str(resource)] = int(amount * 1000) if resource == "cpu" else int(amount)
+    return amounts
 
 
 def _replicas(raw: object) -> int | None:

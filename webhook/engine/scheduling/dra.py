@@ -616,17 +616,25 @@ def candidates(
     return answer
 
 
-def fits_somewhere(
-    claims: tuple[ClaimSpec, ...], found: Candidates, inventory: DeviceInventory
-) -> FitAnswer:
-    """True as soon as one candidate node fits; unknown if one cannot be told."""
-    exact = any(
-        _Matcher(inventory).exact(e)
+def reads_identity(claims: Sequence[ClaimSpec], inventory: DeviceInventory) -> bool:
+    """Whether the claims' selectors (their classes' too) or constraints read devices'
+    identity attributes: nodes of one profile key may then answer differently, so each
+    node is asked on its own."""
+    matcher = _Matcher(inventory)
+    return any(
+        matcher.exact(e)
         for claim in claims
         for r in claim.requests
         for a in r.alternatives
         for e in (*a.selectors, *getattr(inventory.classes.get(a.device_class), "selectors", ()))
     ) or any(c.attribute in inventory.identity for claim in claims for c in claim.constraints)
+
+
+def fits_somewhere(
+    claims: tuple[ClaimSpec, ...], found: Candidates, inventory: DeviceInventory
+) -> FitAnswer:
+    """True as soon as one candidate node fits; unknown if one cannot be told."""
+    exact = reads_identity(claims, inventory)
     unknown: FitAnswer | None = None
     last = FitAnswer(False)
     for profile in found.profiles:
@@ -751,7 +759,13 @@ def class_devices(inventory: DeviceInventory, profile: Profile) -> tuple[tuple[s
 @dataclass(frozen=True, slots=True)
 class GPUDevices:
     """Where a snapshot's GPUs are (devices a GPU class selects): the nodes slices name, and
-    the node selectors of GPUs that several nodes may use."""
+    the node selectors of GPUs that several nodes may use.
+
+    A node ``holds`` GPUs when its ResourceSlices hold a device that a GPU class
+    (``gpuDeviceClasses``) selects: a DRA driver serves GPUs there, device plugin or not.
+    Taints do not matter (a tainted GPU is still in the node); a selector this webhook
+    cannot evaluate selects nothing here, since calling a node a GPU node only ever adds
+    findings."""
 
     named: frozenset[str]
     reachable: tuple[tuple[bool, tuple[Mapping[str, Any], ...] | None], ...]
@@ -765,18 +779,8 @@ class GPUDevices:
         )
 
 
-def serves_gpus(
-    inventory: DeviceInventory, node: Node, is_gpu_class: Callable[[str], bool]
-) -> bool:
-    """Whether the node's ResourceSlices hold a device that a GPU class (``gpuDeviceClasses``)
-    selects: a DRA driver serves GPUs there, device plugin or not. Taints do not matter (a
-    tainted GPU is still in the node); a selector this webhook cannot evaluate selects
-    nothing here, since calling a node a GPU node only ever adds findings."""
-    return gpu_devices(inventory, is_gpu_class).holds(node)
-
-
 def gpu_devices(inventory: DeviceInventory, is_gpu_class: Callable[[str], bool]) -> GPUDevices:
-    """Where the snapshot's GPUs are (``serves_gpus``), once per snapshot and matcher: the
+    """Where the snapshot's GPUs are (``GPUDevices``), once per snapshot and matcher: the
     cost follows the slices, not the nodes, most of which have none. Snapshots that differ
     only in claims share the answer (they share the memo)."""
     key = ("gpu-devices", id(is_gpu_class))
@@ -1145,18 +1149,15 @@ def _served_requests(pod: PodGPUs, resource: str, device_class: str) -> tuple[De
     requests of the long-lived containers after it, which it reuses. Together they count
     the pod's effective request; apart, two of them may share a device that allows
     multiple allocations, as one request never does."""
+
+    def request(index: int, count: int) -> DeviceRequest:
+        name = f"container-{index}-{resource}"
+        sub = SubRequest(name=name, device_class=device_class, count=count)
+        return DeviceRequest(name=name, alternatives=(sub,))
+
     counts = [c.gpus.get(resource, 0) for c in pod.containers]
     short = [c.section == "initContainers" and not c.sidecar for c in pod.containers]
-    requests = [
-        DeviceRequest(
-            name=f"container-{i}-{resource}",
-            alternatives=(
-                SubRequest(name=f"container-{i}-{resource}", device_class=device_class, count=n),
-            ),
-        )
-        for i, n in enumerate(counts)
-        if n and not short[i]
-    ]
+    requests = [request(i, n) for i, n in enumerate(counts) if n and not short[i]]
     most, where = 0, -1
     for i, n in enumerate(counts):
         if n and short[i]:
@@ -1164,9 +1165,7 @@ def _served_requests(pod: PodGPUs, resource: str, device_class: str) -> tuple[De
             if n - later > most:
                 most, where = n - later, i
     if most:
-        name = f"container-{where}-{resource}"
-        sub = SubRequest(name=name, device_class=device_class, count=most)
-        requests.append(DeviceRequest(name=name, alternatives=(sub,)))
+        requests.append(request(where, most))
     return tuple(sorted(requests, key=lambda r: r.name))
 
 

@@ -27,21 +27,12 @@ from typing import Any
 
 from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, Profile
 from webhook.engine.resources.fit import pods_per_node
-from webhook.engine.resources.inventory import FitAnswer, Node, Shape
-from webhook.engine.scheduling.dra import PodClaims, _Matcher, fit
+from webhook.engine.resources.inventory import FitAnswer, Node
+from webhook.engine.scheduling.dra import PodClaims, fit, reads_identity
 
 # Allocations tried for one gang check (each a ``dra.fit`` of k copies of the claims).
 _FIT_BUDGET = 400
 _ORDERS = 6  # orders of the templates a joint placement tries
-
-
-@dataclass(frozen=True, slots=True)
-class NodeCount:
-    """Pods of one template a node holds at once; ``None``: not known."""
-
-    node: Node
-    shape: Shape
-    pods: int | None
 
 
 @dataclass(slots=True)
@@ -54,22 +45,11 @@ class PodDevices:
     _counts: dict[tuple[Any, ...], int | None] = field(default_factory=dict)
     budget: list[int] = field(default_factory=lambda: [_FIT_BUDGET])
     # Selectors or constraints that read devices' identity attributes: nodes of one
-    # profile key may then answer differently (as in ``dra.fits_somewhere``).
+    # profile key may then answer differently (``dra.reads_identity``).
     by_node: bool = False
 
     def __post_init__(self) -> None:
-        matcher = _Matcher(self.inventory)
-        classes = self.inventory.classes
-        self.by_node = any(
-            matcher.exact(expression)
-            for claim in self.claims
-            for request in claim.requests
-            for sub in request.alternatives
-            for expression in (
-                *sub.selectors,
-                *getattr(classes.get(sub.device_class), "selectors", ()),
-            )
-        ) or any(c.attribute in self.inventory.identity for s in self.claims for c in s.constraints)
+        self.by_node = reads_identity(self.claims, self.inventory)
 
     def on(self, profile: Profile, *, limit: int) -> int | None:
         """The most copies of the claims the node's devices hold together (at most
@@ -123,13 +103,13 @@ def pod_devices(claims: PodClaims, inventory: DeviceInventory | None) -> PodDevi
     return PodDevices(tuple(own), inventory, frozenset(r for r, _ in claims.served))
 
 
-def node_counts(answer: FitAnswer, devices: PodDevices) -> Iterator[NodeCount]:
+def node_counts(answer: FitAnswer, devices: PodDevices) -> Iterator[int | None]:
     """Per node the pod can land on and whose allocatable holds the rest of its request:
     how many of its pods it holds at once. A pool's nodes are not known (None)."""
     placement = answer.placement.healed()
     for shape in answer.fitting:
         if shape.pool:
-            yield NodeCount(shape.example, shape, None)
+            yield None
             continue
         others = pods_per_node(shape.allocatable, shape.gpu, answer.demand)
         served_by_plugin = any(r in shape.allocatable for r in devices.served)
@@ -137,36 +117,21 @@ def node_counts(answer: FitAnswer, devices: PodDevices) -> Iterator[NodeCount]:
             if not placement.admits(node.labels, node.name, shape.taints):
                 continue
             if served_by_plugin:
-                yield NodeCount(node, shape, None)
+                yield None
                 continue
             profile = devices.inventory.profile(node)
             count = devices.on(profile, limit=len(profile.devices)) if profile.devices else 0
             if count is not None and others is not None:
                 count = min(count, others)
-            yield NodeCount(node, shape, count)
+            yield count
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceCapacity:
-    """Pods of one template that can run at once, counted from the nodes' devices."""
-
-    known: int  # on the nodes whose answer is known
-    exact: bool  # every node's answer is known
-    example: str = ""  # a node that holds some, for messages
-
-
-def device_capacity(answer: FitAnswer, devices: PodDevices, *, unbounded: bool) -> DeviceCapacity:
-    known = 0
-    exact = not unbounded
-    example = ""
-    for counted in node_counts(answer, devices):
-        if counted.pods is None:
-            exact = False
-            continue
-        known += counted.pods
-        if counted.pods and not example:
-            example = counted.node.name
-    return DeviceCapacity(known, exact, example)
+def device_capacity(answer: FitAnswer, devices: PodDevices) -> tuple[int, bool]:
+    """Pods of one template that can run at once, counted from the nodes' devices: the
+    count on the nodes whose answer is known, and whether every node's answer is."""
+    counts = list(node_counts(answer, devices))
+    known = [c for c in counts if c is not None]
+    return sum(known), len(known) == len(counts)
 
 
 def placed_together(

@@ -341,8 +341,7 @@ def _judge_devices(gang: Gang, groups: Sequence[Member]) -> Verdict | None:
         if g.devices is None:
             caps.append((capacity(g.fit), True))
         else:
-            counted = device_capacity(g.fit, g.devices, unbounded=False)
-            caps.append((counted.known, counted.exact))
+            caps.append(device_capacity(g.fit, g.devices))
     if len(groups) == 1:
         cap, exact = caps[0]
         if cap is None or cap >= required:
@@ -500,16 +499,7 @@ def gang_findings(
 def _finding(verdict: Verdict, action: str, unsure: str = "") -> Finding:
     gang = verdict.gang
     who = f"{gang.why}: {gang.required} pods must run at once"
-    if gang.certain and verdict.proven and unsure:
-        message = f"{who}, but {verdict.reason}, so the job may never start. Not denied: {unsure}."
-        return Finding(
-            "builtin",
-            "gangFit",
-            "warn" if action == "deny" else action_of(action),
-            message,
-            f"gang of {gang.required} pods may not run at once",
-        )
-    if gang.certain and verdict.proven:
+    if gang.certain and verdict.proven and not unsure:
         if verdict.placed >= 0 and verdict.at_once == verdict.placed:
             largest = f"the largest group that fits at once is {_pods(verdict.placed)}"
         elif verdict.placed >= 0:
@@ -528,12 +518,15 @@ def _finding(verdict: Verdict, action: str, unsure: str = "") -> Finding:
             message,
             f"gang of {gang.required} pods cannot run at once ({largest})",
         )
-    if verdict.proven:
-        text = f"{verdict.reason}; at most {verdict.at_once} can run at once"
+    if gang.certain and verdict.proven:
+        message = f"{who}, but {verdict.reason}, so the job may never start. Not denied: {unsure}."
     else:
-        text = f"could not confirm they fit together: {verdict.reason}"
-    size = "" if gang.certain else " (the group's size is set outside this object)"
-    message = f"{who}{size}; {text}. If they must all start together, the job may never start."
+        if verdict.proven:
+            text = f"{verdict.reason}; at most {verdict.at_once} can run at once"
+        else:
+            text = f"could not confirm they fit together: {verdict.reason}"
+        size = "" if gang.certain else " (the group's size is set outside this object)"
+        message = f"{who}{size}; {text}. If they must all start together, the job may never start."
     return Finding(
         "builtin",
         "gangFit",

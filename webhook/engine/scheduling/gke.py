@@ -25,7 +25,7 @@ selection on them is not judged (as Karpenter lets undefined well-known labels p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from webhook.engine.resources.instancetypes import Allowance, Catalogue, InstanceType
@@ -66,22 +66,37 @@ def _family(machine: str) -> str:
     return machine.split("-", 1)[0]
 
 
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """The accelerators, machine families and machine types the catalogue's GCP rows name,
+    read once per sizing rather than per rule or per pod."""
+
+    accelerators: frozenset[str]
+    families: frozenset[str]
+    names: frozenset[str]
+
+    @classmethod
+    def of(cls, rows: Sequence[InstanceType]) -> _Listed:
+        return cls(
+            accelerators=frozenset(row.labels.get(ACCELERATOR, "") for row in rows),
+            families=frozenset(row.labels.get(MACHINE_FAMILY, "") for row in rows),
+            names=frozenset(row.name for row in rows),
+        )
+
+
 def priority_rows(
-    rule: ComputeClassPriority, rows: Sequence[InstanceType]
+    rule: ComputeClassPriority, rows: Sequence[InstanceType], listed: _Listed
 ) -> tuple[tuple[InstanceType, ...], str]:
     """The listed machine types GKE may create for one rule, or why it cannot be known."""
     if rule.unsized:
         return (), rule.unsized
-    listed_types = {row.name for row in rows}
-    accelerators = {row.labels.get(ACCELERATOR, "") for row in rows}
-    families = {row.labels.get(MACHINE_FAMILY, "") for row in rows}
-    if rule.gpu_type and rule.gpu_type not in accelerators:
+    if rule.gpu_type and rule.gpu_type not in listed.accelerators:
         return (), f"its GPU type {rule.gpu_type} is on machine types the catalogue lacks"
-    if rule.machine_type and rule.machine_type not in listed_types:
+    if rule.machine_type and rule.machine_type not in listed.names:
         if rule.gpu_type or _family(rule.machine_type) in GPU_FAMILIES:
             return (), f"its machine type {rule.machine_type} is not in the catalogue"
         return (), ""  # a machine without GPUs: nothing for a GPU pod
-    if rule.machine_family and rule.machine_family not in families:
+    if rule.machine_family and rule.machine_family not in listed.families:
         if rule.gpu_type or rule.machine_family in GPU_FAMILIES:
             return (), f"its machine family {rule.machine_family} is not in the catalogue"
         return (), ""
@@ -100,17 +115,10 @@ def priority_rows(
     return chosen, ""
 
 
-def _requirements(row: InstanceType, extra: Mapping[str, str]) -> Requirements:
-    return from_labels({**row.labels, **extra})
-
-
-def _admits(
-    taints: tuple[Taint, ...], reqs: Requirements | None, selector: Mapping[str, str]
-) -> Callable[[Placement], bool]:
-    """Karpenter's compatibility over GKE's labels: keys the node is known to carry must
-    match, other GKE and topology keys are not judged, any other key the pod requires is
-    a label such a node does not have. ``reqs`` None: only ``selector``'s keys are known."""
-    known = reqs if reqs is not None else from_labels(selector)
+def _admits(taints: tuple[Taint, ...], known: Requirements) -> Callable[[Placement], bool]:
+    """Karpenter's compatibility over GKE's labels: keys the node is known to carry
+    (``known``) must match, other GKE and topology keys are not judged, any other key the
+    pod requires is a label such a node does not have."""
 
     def admits(placement: Placement) -> bool:
         if not tolerates_all(taints, placement.tolerations):
@@ -155,7 +163,7 @@ def size_compute_classes(
                     cls.name,
                     PROVIDER,
                     autoscaler.reason,
-                    _admits((), None, {COMPUTE_CLASS_LABEL: cls.name}),
+                    _admits((), from_labels({COMPUTE_CLASS_LABEL: cls.name})),
                 )
             )
             continue
@@ -167,16 +175,17 @@ def size_compute_classes(
         resolved.append(ResolvedPool(cls.name, PROVIDER, types=tuple(types)))
         for kind in types:
             row = kind.instance
+            labels = {**row.labels, **extra}
             nodes.append(
                 Node(
                     name=f"nodepool/{cls.name}/{row.name}",
-                    labels={**row.labels, **extra},
+                    labels=labels,
                     taints=cls.taints,
                     allocatable=dict(kind.allocatable),
                     capacity=row.capacity,
                     pool=cls.name,
                     count=kind.nodes,
-                    admits=_admits(cls.taints, _requirements(row, extra), {}),
+                    admits=_admits(cls.taints, from_labels(labels)),
                 )
             )
     return GKESizing(tuple(resolved), tuple(autoscalers), tuple(nodes), tuple(unbounded))
@@ -192,8 +201,9 @@ def _class_rows(
     if not cls.do_not_scale_up:
         return (), ("without whenUnsatisfiable: DoNotScaleUp, GKE may create nodes outside them")
     chosen: dict[str, InstanceType] = {}
+    listed = _Listed.of(rows)
     for rule in cls.priorities:
-        found, why = priority_rows(rule, rows)
+        found, why = priority_rows(rule, rows, listed)
         if why:
             return (), why
         chosen.update((row.name, row) for row in found)
@@ -209,21 +219,18 @@ def _class_selected(pod: Requirements) -> bool:
     return req is not None and not req.complement and bool(req.values)
 
 
-def _pinned(pod: Requirements, rows: Sequence[InstanceType]) -> bool:
+def _pinned(pod: Requirements, listed: _Listed) -> bool:
     """Whether a pod's requirement set keeps NAP to listed machine types: it selects only
     accelerators, families or machine types that no unlisted machine has."""
-    accelerators = {row.labels.get(ACCELERATOR, "") for row in rows}
-    families = {row.labels.get(MACHINE_FAMILY, "") for row in rows}
-    names = {row.name for row in rows}
-    for key, listed in (
-        (ACCELERATOR, accelerators),
-        (MACHINE_FAMILY, families),
-        (INSTANCE_TYPE, names),
+    for key, values in (
+        (ACCELERATOR, listed.accelerators),
+        (MACHINE_FAMILY, listed.families),
+        (INSTANCE_TYPE, listed.names),
     ):
         req = pod.get(key)
         # The accelerators listed come attached to listed machine types only (N1's
         # attachable T4, P4, V100 and P100 are not listed), so selecting one pins NAP too.
-        if req is not None and not req.complement and req.values and req.values <= listed:
+        if req is not None and not req.complement and req.values and req.values <= values:
             return True
     return False
 
@@ -234,6 +241,7 @@ def nap_pools(
     """NAP as nodes of every listed machine type, for pods whose selection keeps NAP to
     them, and as a pool of unknown size for every other pod."""
     rows = catalogue.of("gcp")
+    listed = _Listed.of(rows)
     nodes = [
         Node(
             name=f"nodepool/{nap.name}/{row.name}",
@@ -242,7 +250,7 @@ def nap_pools(
             capacity=row.capacity,
             pool=nap.name,
             count=1_000_000,
-            admits=_nap_admits(row, rows),
+            admits=_nap_admits(row, listed),
         )
         for row in rows
     ]
@@ -250,19 +258,19 @@ def nap_pools(
     def unpinned(placement: Placement) -> bool:
         sets = pod_requirements(placement)
         return sets is None or any(
-            not _pinned(pod, rows) and not _class_selected(pod) for pod in sets
+            not _pinned(pod, listed) and not _class_selected(pod) for pod in sets
         )
 
     return nodes, UnboundedPool(nap.name, nap.kind, nap.reason, unpinned)
 
 
-def _nap_admits(row: InstanceType, rows: Sequence[InstanceType]) -> Callable[[Placement], bool]:
+def _nap_admits(row: InstanceType, listed: _Listed) -> Callable[[Placement], bool]:
     reqs = from_labels(row.labels)
 
     def admits(placement: Placement) -> bool:
         for pod in pod_requirements(placement) or ():
             if (
-                _pinned(pod, rows)
+                _pinned(pod, listed)
                 and not _class_selected(pod)
                 and compatible(reqs, pod, well_known=_well_known) is None
             ):
