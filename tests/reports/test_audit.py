@@ -160,7 +160,23 @@ def test_a_passing_pod_is_a_gpu_pod_when_a_gpu_device_class_serves_what_it_asks(
     assert all(e.verdict == "pass" for e in entries)
 
 
-def test_a_passing_pod_with_a_gpu_claim_is_a_gpu_pod() -> None:
+GH200_MIG = load_inventory_file(str(CASES / "_inventories" / "dra-gh200-mig-1g12gb.yaml")).view()
+
+
+@pytest.mark.parametrize(
+    ("inventory", "device_class"),
+    [
+        pytest.param(DRA_ONLY, "gpu.nvidia.com", id="a class gpuDeviceClasses names"),
+        pytest.param(
+            GH200_MIG,
+            "mig-1g-12gb.gpu.nvidia.com",
+            id="a class that is a GPU class by the GPU resource it serves",
+        ),
+    ],
+)
+def test_a_passing_pod_with_a_gpu_claim_is_a_gpu_pod(
+    inventory: InventoryView, device_class: str
+) -> None:
     template = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -168,13 +184,13 @@ def test_a_passing_pod_with_a_gpu_claim_is_a_gpu_pod() -> None:
         "spec": {
             "spec": {
                 "devices": {
-                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]
                 }
             }
         },
     }
-    assert DRA_ONLY.devices is not None
-    view = InventoryView(DRA_ONLY.snapshot, devices=DRA_ONLY.devices.with_claims([template]))
+    assert inventory.devices is not None
+    view = InventoryView(inventory.snapshot, devices=inventory.devices.with_claims([template]))
     obj = _asking(claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
     obj["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     entries = audit_of(obj, inventory=view).entries()

@@ -22,7 +22,8 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.decision import Decision, Finding
 from webhook.engine.policy.ruleset import Policy
-from webhook.engine.scheduling.dra import pod_claims, served_gpu_resources
+from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.scheduling.dra import gpu_names, pod_claims
 from webhook.reports.inventory import table
 
 Verdict = Literal["deny", "warn", "audit", "pass"]
@@ -233,16 +234,16 @@ class Audit:
 
     def _asks_for_gpus(self, obj: Mapping[str, Any], namespace: str) -> bool:
         settings = self.policy.settings
-        # A name a GPU device class serves (KEP-5004) asks for GPUs too.
-        gpus = served_gpu_resources(
-            settings.gpu_resources,
-            devices=self.inventory.devices,
-            is_gpu_class=settings.gpu_device_classes,
+        # A name a GPU device class serves (KEP-5004) asks for GPUs too, and a class that
+        # serves a GPU name is a GPU class: as the engine reads them.
+        devices = None if self.inventory.problem else self.inventory.devices
+        gpus, is_gpu_class = gpu_names(
+            settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
         )
         return any(
             (p := pod_gpus(t.spec, gpus)).total
             or p.problems
-            or _claims_gpus(t.spec, namespace, self.inventory, settings.gpu_device_classes)
+            or _claims_gpus(t.spec, namespace, devices, is_gpu_class)
             for t in self.policy.kinds.templates(obj) or ()
             if t.spec
         )
@@ -298,15 +299,13 @@ class Audit:
 def _claims_gpus(
     spec: Mapping[str, Any],
     namespace: str,
-    inventory: InventoryView,
+    devices: DeviceInventory | None,
     is_gpu_class: Callable[[str], bool],
 ) -> bool:
     """Whether the template's DRA claims ask for GPUs (as far as the inventory knows them)."""
     if not spec.get("resourceClaims"):
         return False
-    claims = pod_claims(
-        spec, namespace=namespace, devices=inventory.devices, is_gpu_class=is_gpu_class
-    )
+    claims = pod_claims(spec, namespace=namespace, devices=devices, is_gpu_class=is_gpu_class)
     return bool(claims.gpu_count)
 
 

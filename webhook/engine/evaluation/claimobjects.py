@@ -22,7 +22,7 @@ from webhook.engine.scheduling.dra import (
     candidates,
     class_findings,
     fits_somewhere,
-    gpu_class_matcher,
+    gpu_names,
     gpu_share,
     looks_like_gpu_class,
     shortfall,
@@ -72,10 +72,9 @@ def evaluate_claim_object(
     claim = claim_from_json(obj)
     settings = policy.settings
     devices = view.devices
-    is_gpu_class = settings.gpu_device_classes
-    if devices is not None:
-        resources = settings.gpu_resources
-        is_gpu_class = gpu_class_matcher(devices, is_gpu_class=is_gpu_class, resources=resources)
+    _, is_gpu_class = gpu_names(
+        settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
+    )
     count, _, classes = gpu_share(claim.spec, is_gpu_class)
     typo = (
         devices is not None

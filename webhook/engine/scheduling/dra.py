@@ -1062,6 +1062,21 @@ def gpu_class_matcher(
     return answer
 
 
+def gpu_names(
+    resources: GPUResources,
+    *,
+    is_gpu_class: Callable[[str], bool],
+    devices: DeviceInventory | None,
+) -> tuple[GPUResources, Callable[[str], bool]]:
+    """The GPU resources and GPU device classes with what DRA adds to them (the names GPU
+    classes serve, the classes that serve GPU names): one answer for every reader of a
+    review, so that a pod is a GPU pod to the audit exactly when it is to the engine."""
+    if devices is None:
+        return resources, is_gpu_class
+    gpus = served_gpu_resources(resources, devices=devices, is_gpu_class=is_gpu_class)
+    return gpus, gpu_class_matcher(devices, is_gpu_class=is_gpu_class, resources=gpus)
+
+
 def served_gpu_resources(
     resources: GPUResources,
     *,
