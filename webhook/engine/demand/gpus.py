@@ -184,10 +184,28 @@ def _other(container: Container, resource: object) -> None:
             container.others.append(resource)
 
 
+# Device counts by their text ("4": 4; -1 where not a whole count): the API server sends
+# quantities as strings, and a cluster's pods repeat a few of them.
+_COUNTS: dict[str, int] = {}
+
+
+def _count(raw: object) -> int | None:
+    """``whole_quantity``, remembered by text."""
+    if type(raw) is not str:
+        return whole_quantity(raw)
+    hit = _COUNTS.get(raw)
+    if hit is None:
+        whole = whole_quantity(raw)
+        hit = -1 if whole is None else whole
+        if len(_COUNTS) < 1024 and len(raw) <= 32:
+            _COUNTS[raw] = hit
+    return None if hit < 0 else hit
+
+
 def _read(container: Container, name: str, raw_request: object, raw_limit: object) -> None:
     if raw_limit is not None and (raw_request is None or raw_request == raw_limit):
         # The common, valid case: a whole limit, and no request or the same one.
-        whole = whole_quantity(raw_limit)
+        whole = _count(raw_limit)
         if whole is not None:
             if whole:
                 container.gpus[name] = whole
