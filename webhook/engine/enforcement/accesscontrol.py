@@ -125,11 +125,12 @@ class PodReach:
 
     __slots__ = ("_answer", "_devices", "_inventory", "_placement", "_settings", "_spec")
 
+    # Not keyword-only: built on every review, where a class called with keywords costs
+    # twice as much.
     def __init__(
         self,
         spec: Mapping[str, Any],
         placement: Placement,
-        *,
         settings: Settings,
         inventory: Inventory | None,
         devices: DeviceInventory | None = None,

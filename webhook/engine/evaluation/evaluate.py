@@ -177,12 +177,9 @@ def _evaluate_object(
     obj = request.object
     snapshot = _inventory(inventory, policy)
     kind = str(obj.get("kind", ""))
-    context = _Context(
-        kind=kind,
-        # The one per-node kind (workloads.BUILTIN_KINDS).
-        daemon=kind == "DaemonSet" and str(obj.get("apiVersion", "")).startswith("apps/"),
-        runtime_classes=inventory.runtime_classes,
-    )
+    # The one per-node kind (workloads.BUILTIN_KINDS).
+    daemon = kind == "DaemonSet" and str(obj.get("apiVersion", "")).startswith("apps/")
+    context = _Context(kind, daemon, inventory.runtime_classes, [])
     editor = Editor(obj)
     findings: list[Finding] = []
     mutated_by: dict[str, None] = {}
@@ -692,13 +689,14 @@ def _evaluate_template(
         if mutations.hide_gpus == "gpuNodes":
             hides_on_gpu_nodes = True
         exempting = exempting or bool(rule.exempt)
+    # Built by position here, on every review: a keyword call costs twice as much.
     access = Template(
-        spec_path=spec_path,
-        template=template,
-        pod=pod,
-        exempt=exemptions(rules) if exempting else NO_EXEMPTIONS,
-        daemon=context.daemon,
-        asks=pod_asks_for_gpu(pod),
+        spec_path,
+        template,
+        pod,
+        exemptions(rules) if exempting else NO_EXEMPTIONS,
+        context.daemon,
+        pod_asks_for_gpu(pod),
     )
     if mutate:
         _mutate(
@@ -714,22 +712,22 @@ def _evaluate_template(
             devices=devices,
         )
     # Container mutations and hiding leave the placement as it is: read it once.
-    placement = Placement.of(editor.get(spec_path))
+    spec = editor.get(spec_path)
+    placement = Placement.of(spec)
     fit = None
     if snapshot is not None and pod.total:
         placement, fit = _fit(
             editor,
             spec_path,
             pod,
+            spec=spec,
             placement=placement,
             snapshot=snapshot,
             settings=settings,
             mutated_by=mutated_by,
             mutate=mutate,
         )
-    reach = PodReach(
-        editor.get(spec_path), placement, settings=settings, inventory=snapshot, devices=devices
-    )
+    reach = PodReach(editor.get(spec_path), placement, settings, snapshot, devices)
     if hides_on_gpu_nodes and not mutate:
         findings.extend(
             unhidden_findings(
@@ -743,17 +741,8 @@ def _evaluate_template(
             editor, before, mutated_by, (r for r in rules if r.mutations.hide_gpus == "gpuNodes")
         )
     spec = editor.get(spec_path)
-    scope = Scope(
-        where=".".join(map(str, spec_path)),
-        spec=spec,
-        labels=template.labels,
-        pod=pod,
-        placement=placement,
-        settings=settings,
-        fit=fit,
-        kind=context.kind,
-        devices=None if view.problem else view.devices,
-    )
+    where, labels = ".".join(map(str, spec_path)), template.labels
+    scope = Scope(where, spec, labels, pod, placement, settings, fit, context.kind, devices)
     findings.extend(_gpu_findings(scope, snapshot))
     if scope.fit is not None and scope.fit.fitting and drivers_known(scope.fit):
         findings.extend(_cuda(editor, scope, access, mutated_by, mutate=mutate))
@@ -814,6 +803,7 @@ def _fit(
     spec_path: WorkloadPath,
     pod: PodGPUs,
     *,
+    spec: Mapping[str, Any],
     placement: Placement,
     snapshot: Inventory,
     settings: Settings,
@@ -823,7 +813,7 @@ def _fit(
     """Where the pod's whole request fits; when some nodes it can land on would fail it at
     the device plugin and others would not, it is first kept off the former (issue 21), unless
     the object may not be patched (a Pod UPDATE)."""
-    demand = demand_of(editor.get(spec_path), pod.vector, pod.per_container, pod.containers)
+    demand = demand_of(spec, pod.vector, pod.per_container, pod.containers)
     fit = snapshot.fit(placement, demand, settings.device_plugin)
     if mutate and fit.fitting and fit.refused and settings.keep_off_refusing_nodes:
         before = len(editor.ops)
@@ -960,8 +950,10 @@ def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
         found.extend(fit_warnings(scope, settings))
     if pod.crowded and not whole_gpus(scope):
         found.extend(device_findings(scope, snapshot, settings))
-    if any(c.others for c in pod.containers):
-        found.extend(misspelled_findings(scope, snapshot, settings))
+    for c in pod.containers:  # a loop, not any() over a generator: on every review
+        if c.others:
+            found.extend(misspelled_findings(scope, snapshot, settings))
+            break
     return found
 
 

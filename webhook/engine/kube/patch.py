@@ -51,16 +51,16 @@ class Editor:
 
     def _own(self, path: Path) -> Any:
         """The container at ``path`` in the working document, copied once if shared."""
-        if id(self.doc) not in self._owned:
-            self.doc = dict(self.doc)
-            self._owned[id(self.doc)] = self.doc
-        node = self.doc
+        owned, node = self._owned, self.doc
+        if id(node) not in owned:
+            node = self.doc = dict(node)
+            owned[id(node)] = node
         for part in path:
             child = node[part]
-            if id(child) not in self._owned:
+            if id(child) not in owned:
                 child = dict(child) if isinstance(child, dict) else list(child)
                 node[part] = child
-                self._owned[id(child)] = child
+                owned[id(child)] = child
             node = child
         return node
 
@@ -71,7 +71,8 @@ class Editor:
         since RFC 6902 ``add`` fails under a missing parent.
         """
         last = len(path) - 1
-        depth = last if _holds(self.get(path[:-1]), path[-1]) else 0
+        above = path[:-1]
+        depth = last if _holds(lookup(self.doc, above), path[-1]) else 0
         # Otherwise walk down once: ``depth`` ends at the deepest prefix that can hold a key.
         node: Any = self.doc
         while depth < last and _holds(node, path[depth]):
@@ -85,7 +86,8 @@ class Editor:
             path = path[: depth + 1]
             if path[-1] == "-":
                 raise ValueError(f"cannot append under missing list at {pointer(path)}")
-        parent = self._own(path[:-1])
+            above = path[:-1]
+        parent = self._own(above)
         key = path[-1]
         if isinstance(parent, list):
             if key == "-":

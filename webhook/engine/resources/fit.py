@@ -204,6 +204,13 @@ class Requests(Protocol):
     def requests(self) -> tuple[int, int]: ...
 
 
+def _app_only(containers: Sequence[Requests]) -> bool:
+    for c in containers:  # noqa: SIM110 - a generator costs more, on every admission
+        if c.section == "initContainers":
+            return False
+    return True
+
+
 def pod_requests(
     spec: Mapping[str, Any],
     containers: Sequence[Requests],
@@ -214,7 +221,7 @@ def pod_requests(
     (``spec.overhead``, set by a RuntimeClass). ``memory`` replaces the memory of the
     containers at those positions (a limit about to be set where no request is)."""
     extra = memory or {}
-    if not extra and all(c.section != "initContainers" for c in containers):
+    if not extra and _app_only(containers):
         cpu = mem = 0  # the common case: app containers only, whose requests add up
         for c in containers:
             c_cpu, c_mem = c.requests

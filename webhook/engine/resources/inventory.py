@@ -45,6 +45,7 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 _STATES = {NOT_READY_TAINT: "not ready", "node.kubernetes.io/unreachable": "unreachable"}
 ALWAYS_IDENTITY_LABELS = frozenset({"kubernetes.io/hostname"})
 _PLACEMENT_CACHE_SIZE = 2048
+_KEY_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +199,7 @@ class Placement:
     def __post_init__(self) -> None:
         key = orjson.dumps(
             [self.node_selector, self.required_terms, self.tolerations],
-            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+            option=_KEY_OPTIONS,
             default=str,
         )
         if self.cordoned is not None:  # set, not read from the tolerations: another answer
@@ -220,21 +221,25 @@ class Placement:
         if not isinstance(spec, dict):
             spec = {}
         selector = spec.get("nodeSelector")
-        terms = clean_terms(
-            dig(spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+        affinity = spec.get("affinity")  # most pods have none: nothing to dig or clean
+        terms = (
+            None
+            if affinity is None
+            else clean_terms(
+                dig(affinity, "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+            )
+        )
+        node_selector = (
+            {str(k): v for k, v in selector.items() if isinstance(v, str)}
+            if isinstance(selector, dict)
+            else {}
         )
         tolerations = spec.get("tolerations")
-        return cls(
-            node_selector=(
-                {str(k): v for k, v in selector.items() if isinstance(v, str)}
-                if isinstance(selector, dict)
-                else {}
-            ),
-            required_terms=terms,
-            tolerations=[t for t in tolerations if isinstance(t, dict)]
-            if isinstance(tolerations, list)
-            else [],
+        tolerations = (
+            [t for t in tolerations if isinstance(t, dict)] if isinstance(tolerations, list) else []
         )
+        # By position: a dataclass called with keywords costs twice as much, per review.
+        return cls(node_selector, terms, tolerations)
 
     def key(self) -> bytes:
         return self._key
@@ -453,7 +458,7 @@ class Inventory:
         # Memos, not state: safe to share between threads (plain dict get/set only).
         self._placements: dict[bytes, frozenset[int]] = {}
         self._answers: dict[tuple[bytes, str], _Answer] = {}
-        self._fits: dict[tuple[bytes, Demand, SlotRefusal], FitAnswer] = {}
+        self._fits: dict[tuple[bytes, Demand, int], FitAnswer] = {}
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -645,7 +650,9 @@ class Inventory:
         placement and vector, so the cost of a request does not grow with the number of
         nodes. Transient states do not count (``healed``): a node cordoned or not ready
         now is a place the pod can run, and ``FitAnswer.waiting`` says so."""
-        key = (placement.key(), demand, refusal)
+        # The refusal by id, as hashing the dataclass costs more than the rest of a hit:
+        # each answer holds its refusal, so no other object takes that id while it lives.
+        key = (placement.key(), demand, id(refusal))
         hit = self._fits.get(key)
         if hit is not None:
             return hit
