@@ -64,10 +64,12 @@ _MEMO_SIZE = 4096
 
 def needs_whole_pod(claims: PodClaims, demand: Demand | None) -> bool:
     """Whether the pod's devices and its request vector must be judged on one node: it has
-    an extended resource that a class serves, or GPU claims beside GPU resources."""
+    an extended resource that a class serves, or GPU claims beside any request (GPU
+    resources, or only CPU and memory: the scheduler's NodeResourcesFit and
+    DynamicResources filters both run on the one node it picks)."""
     if claims.served:
         return True
-    return bool(demand is not None and demand.gpus and claims.gpu_count)
+    return bool(demand is not None and claims.gpu_count)
 
 
 @dataclass(frozen=True, slots=True)
