@@ -73,9 +73,8 @@ from webhook.engine.scheduling.dra import (
     PodClaims,
     claim_findings,
     extended_resource_claims,
-    gpu_class_matcher,
+    gpu_names,
     pod_claims,
-    served_gpu_resources,
     with_claim_gpus,
 )
 from webhook.engine.scheduling.gangdevices import pod_devices
@@ -568,10 +567,10 @@ def _asks(
 ) -> tuple[PodGPUs, PodClaims]:
     """What the template asks of GPUs: resources per container, and DRA claims."""
     devices = view.devices
-    gpus, is_gpu_class = settings.gpu_resources, settings.gpu_device_classes
-    if devices is not None:  # names and classes that serve GPUs (KEP-5004)
-        gpus = served_gpu_resources(gpus, devices=devices, is_gpu_class=is_gpu_class)
-        is_gpu_class = gpu_class_matcher(devices, is_gpu_class=is_gpu_class, resources=gpus)
+    # With the names and classes that serve GPUs (KEP-5004).
+    gpus, is_gpu_class = gpu_names(
+        settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
+    )
     pod = pod_gpus(template.spec, gpus, template.singles)
     claims = (
         pod_claims(
