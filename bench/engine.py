@@ -115,6 +115,24 @@ def many_rules(count: int) -> Policy:
     return compile_policy(docs)
 
 
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], *, rounds: int = 40, batch: int = 50
+) -> dict[str, float]:
+    """The median seconds of each function, sampled in turns of ``batch`` calls: a slow
+    spell of a shared machine then falls on every figure alike, so the ratios between them
+    hold (timed one phase after another, a spell during one phase broke them). A turn of
+    many calls keeps each warm in the caches, as the phase-by-phase timing did."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for turn in range(rounds + 4):
+        for name, fn in fns.items():
+            for _ in range(batch):
+                start = time.perf_counter()
+                fn()
+                if turn >= 4:  # the first turns warm up
+                    samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
 def median_seconds(fn: Callable[[], object], *, repeat: int = 2000) -> float:
     for _ in range(200):
         fn()
@@ -140,13 +158,19 @@ def main() -> int:
     patched = jsonpatch.apply_patch(copy.deepcopy(pod), list(decision.patch))
     assert patched == decision.mutated, "the patch must produce the mutated object"
 
-    t5000 = median_seconds(run(default, views[5000]))
-    t10 = median_seconds(run(default, views[10]))
-    t10000 = median_seconds(run(default, views[10000]))
+    mutated = decision.mutated
+    timed = interleaved_medians(
+        {
+            "5000": run(default, views[5000]),
+            "10": run(default, views[10]),
+            "10000": run(default, views[10000]),
+            "make_patch": lambda: jsonpatch.make_patch(pod, mutated),
+        }
+    )
+    t5000, t10, t10000 = timed["5000"], timed["10"], timed["10000"]
+    t_make_patch = timed["make_patch"]
     rules = many_rules(1000)
     t_rules = median_seconds(run(rules, views[5000]), repeat=300)
-    mutated = decision.mutated
-    t_make_patch = median_seconds(lambda: jsonpatch.make_patch(pod, mutated), repeat=500)
 
     growth = t10000 / t10
     print(
