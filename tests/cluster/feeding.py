@@ -15,6 +15,7 @@ from typing import Any
 from tests.cluster.replayserver import ReplayServer, fixture
 from tests.running import kubeconfig
 from webhook.cluster import feedwire
+from webhook.cluster.feedsource import FeedInventorySource
 from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.cluster.reflector import Backoff
 from webhook.cluster.watcherprocess import WatcherProcess
@@ -43,6 +44,26 @@ def running_watcher(replay: ReplayServer, directory: Path) -> Iterator[WatcherPr
         yield watcher
     finally:
         watcher.stop()
+
+
+@contextmanager
+def fed_worker(watcher: WatcherProcess, *, quick: bool = True) -> Iterator[FeedInventorySource]:
+    """A worker's inventory source reading ``watcher``'s feed, publishing and retrying
+    quickly unless ``quick`` is False (the defaults a worker starts with); always stopped."""
+    options: dict[str, Any] = (
+        {
+            "publish_interval_seconds": 0.01,
+            "backoff": Backoff(initial_seconds=0.02, cap_seconds=0.1),
+        }
+        if quick
+        else {}
+    )
+    worker = FeedInventorySource(socket_path=watcher.socket_path, **options)
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
 
 
 class FeedReader:

@@ -19,12 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.feeding import live_source, running_watcher
+from tests.cluster.feeding import fed_worker, live_source, running_watcher
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually
 from webhook.admission.inventory import InventorySource
 from webhook.cluster.devicesource import PATHS, TAINT_RULE_VERSIONS
-from webhook.cluster.feedsource import FeedInventorySource
-from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Node
 
@@ -229,21 +227,12 @@ def test_a_worker_sees_the_dra_objects_the_watcher_lists_and_watches(tmp_path: P
     replay = ReplayServer().start()
     script(replay)
     try:
-        with running_watcher(replay, tmp_path) as watcher:
-            worker = FeedInventorySource(
-                socket_path=watcher.socket_path,
-                publish_interval_seconds=0.01,
-                backoff=Backoff(initial_seconds=0.02, cap_seconds=0.1),
-            )
-            worker.start()
-            try:
-                with contextlib.suppress(AssertionError):
-                    eventually(lambda: seen(worker) == expected_after_watch(), timeout=30)
-                assert seen(worker) == expected_after_watch()
-                # Readiness also waits for the autoscaler objects' discovery (issue 23).
-                eventually(worker.ready, timeout=10)
-            finally:
-                worker.stop()
+        with running_watcher(replay, tmp_path) as watcher, fed_worker(watcher) as worker:
+            with contextlib.suppress(AssertionError):
+                eventually(lambda: seen(worker) == expected_after_watch(), timeout=30)
+            assert seen(worker) == expected_after_watch()
+            # Readiness also waits for the autoscaler objects' discovery (issue 23).
+            eventually(worker.ready, timeout=10)
     finally:
         replay.stop()
 

@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.feeding import running_watcher
+from tests.cluster.feeding import fed_worker, running_watcher
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture, status_body
 from webhook.cluster.apiclient import ApiEndpoint
-from webhook.cluster.feedsource import FeedInventorySource
 from webhook.cluster.inventorysource import LiveInventorySource
 from webhook.cluster.poolsource import CA_STATUS_PATH, KINDS, PoolCache, trim
 from webhook.cluster.reflector import Backoff
@@ -194,25 +193,16 @@ def test_a_worker_sees_the_nodepools_the_watcher_lists_and_watches(tmp_path: Pat
     serve_karpenter(server, gate=gate)
     server.namespace_lists.append(Body(fixture("namespace-list.json")))
     try:
-        with running_watcher(server, tmp_path) as watcher:
-            worker = FeedInventorySource(
-                socket_path=watcher.socket_path,
-                publish_interval_seconds=0.01,
-                backoff=Backoff(initial_seconds=0.02, cap_seconds=0.1),
+        with running_watcher(server, tmp_path) as watcher, fed_worker(watcher) as worker:
+            eventually(worker.ready, timeout=30)
+            pools = worker.pools()
+            assert pools is not None
+            assert [p.name for p in pools.pools] == ["h100"]
+            gate.set()
+            eventually(
+                lambda: [p.name for p in (worker.pools() or PoolInventory()).pools] == ["l40s"],
+                timeout=30,
             )
-            worker.start()
-            try:
-                eventually(worker.ready, timeout=30)
-                pools = worker.pools()
-                assert pools is not None
-                assert [p.name for p in pools.pools] == ["h100"]
-                gate.set()
-                eventually(
-                    lambda: [p.name for p in (worker.pools() or PoolInventory()).pools] == ["l40s"],
-                    timeout=30,
-                )
-            finally:
-                worker.stop()
     finally:
         server.stop()
 

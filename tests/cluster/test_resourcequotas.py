@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.feeding import live_source, running_watcher
+from tests.cluster.feeding import fed_worker, live_source, running_watcher
 from tests.cluster.replayserver import (
     RESOURCE_QUOTAS,
     Body,
@@ -21,8 +21,6 @@ from tests.cluster.replayserver import (
     status_body,
 )
 from webhook.admission.inventory import view_of
-from webhook.cluster.feedsource import FeedInventorySource
-from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.quotas import Quotas
 
 STARTUP_SECONDS = 30.0
@@ -124,22 +122,9 @@ def test_a_worker_fed_by_the_watcher_sees_the_quotas_and_their_changes(
     gate = threading.Event()
     server.quota_lists.append(Body(quota_list("1")))
     server.quota_watches.append(Stream([gate, event("MODIFIED", "3", "41")], end="hold"))
-    with running_watcher(server, tmp_path) as watcher:
-        worker = FeedInventorySource(
-            socket_path=watcher.socket_path,
-            publish_interval_seconds=0.01,
-            backoff=Backoff(initial_seconds=0.02, cap_seconds=0.1),
-        )
-        worker.start()
-        try:
-            eventually(lambda: used(worker.resource_quotas()) == [(4, 1)], timeout=STARTUP_SECONDS)
-            gate.set()
-            eventually(lambda: used(worker.resource_quotas()) == [(4, 3)])
-            late = FeedInventorySource(socket_path=watcher.socket_path)
-            late.start()
-            try:
-                eventually(lambda: used(late.resource_quotas()) == [(4, 3)])
-            finally:
-                late.stop()
-        finally:
-            worker.stop()
+    with running_watcher(server, tmp_path) as watcher, fed_worker(watcher) as worker:
+        eventually(lambda: used(worker.resource_quotas()) == [(4, 1)], timeout=STARTUP_SECONDS)
+        gate.set()
+        eventually(lambda: used(worker.resource_quotas()) == [(4, 3)])
+        with fed_worker(watcher, quick=False) as late:
+            eventually(lambda: used(late.resource_quotas()) == [(4, 3)])

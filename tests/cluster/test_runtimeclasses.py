@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.feeding import live_source, running_watcher
+from tests.cluster.feeding import fed_worker, live_source, running_watcher
 from tests.cluster.replayserver import (
     RUNTIME_CLASSES,
     Body,
@@ -21,8 +21,6 @@ from tests.cluster.replayserver import (
     status_body,
 )
 from webhook.admission.inventory import view_of
-from webhook.cluster.feedsource import FeedInventorySource
-from webhook.cluster.reflector import Backoff
 
 # A new interpreter that imports the cluster client: slow on a busy machine.
 STARTUP_SECONDS = 30.0
@@ -117,22 +115,9 @@ def test_a_worker_fed_by_the_watcher_sees_the_runtime_classes_and_their_changes(
     gate = threading.Event()
     server.runtime_class_lists.append(Body(runtime_class_list("nvidia")))
     server.runtime_class_watches.append(Stream([gate, event("ADDED", "kata", "41")], end="hold"))
-    with running_watcher(server, tmp_path) as watcher:
-        worker = FeedInventorySource(
-            socket_path=watcher.socket_path,
-            publish_interval_seconds=0.01,
-            backoff=Backoff(initial_seconds=0.02, cap_seconds=0.1),
-        )
-        worker.start()
-        try:
-            eventually(lambda: worker.runtime_classes() == {"nvidia"}, timeout=STARTUP_SECONDS)
-            gate.set()
-            eventually(lambda: worker.runtime_classes() == {"nvidia", "kata"})
-            late = FeedInventorySource(socket_path=watcher.socket_path)
-            late.start()
-            try:
-                eventually(lambda: late.runtime_classes() == {"nvidia", "kata"})
-            finally:
-                late.stop()
-        finally:
-            worker.stop()
+    with running_watcher(server, tmp_path) as watcher, fed_worker(watcher) as worker:
+        eventually(lambda: worker.runtime_classes() == {"nvidia"}, timeout=STARTUP_SECONDS)
+        gate.set()
+        eventually(lambda: worker.runtime_classes() == {"nvidia", "kata"})
+        with fed_worker(watcher, quick=False) as late:
+            eventually(lambda: late.runtime_classes() == {"nvidia", "kata"})
