@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.builders import ROOT
+from tests.builders import ROOT, pod, review
 
 
 def command_line(*args: str | Path) -> list[str]:
@@ -214,6 +214,21 @@ def post(
         return reply.status, json.loads(raw)
     except ValueError:
         return reply.status, raw.decode(errors="replace")
+
+
+def reviews_answered(server: Server, *, count: int, timeout: float) -> list[Any]:
+    """Statuses of ``count`` GPU pod reviews, each on a fresh connection given ``timeout``
+    (an error's repr where none came): what the attack tests ask of a server under attack."""
+    statuses: list[Any] = []
+    for _ in range(count):
+        conn = server.connection()
+        conn.timeout = timeout
+        try:
+            statuses.append(post(conn, "/mutate", review(pod(gpus=1)))[0])
+        except (OSError, http.client.HTTPException) as error:
+            statuses.append(repr(error))
+        conn.close()
+    return statuses
 
 
 def workers_of(master: int) -> list[int]:

@@ -10,7 +10,6 @@ worker pids are read from /proc before and after each attack.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import socket
 import ssl
@@ -21,7 +20,7 @@ import time
 import pytest
 
 from tests.builders import pod, review
-from tests.running import Server, post
+from tests.running import Server, post, reviews_answered
 from webhook.serving.worker import ANSWER_SECONDS
 
 pytestmark = pytest.mark.slow
@@ -36,20 +35,6 @@ def _close_clients():
 @pytest.fixture(scope="module")
 def server(attacked_server):
     return attacked_server
-
-
-def reviews_answered(server, count=4, timeout=10.0):
-    """Statuses of ``count`` reviews, each on a fresh connection, each given ``timeout``."""
-    statuses = []
-    for _ in range(count):
-        conn = server.connection()
-        conn.timeout = timeout
-        try:
-            statuses.append(post(conn, "/mutate", review(pod(gpus=1)))[0])
-        except (OSError, http.client.HTTPException) as error:
-            statuses.append(repr(error))
-        conn.close()
-    return statuses
 
 
 def tcp(server, *, receive_buffer=0):
@@ -222,7 +207,7 @@ def test_a_connection_that_fails_costs_that_connection_and_never_a_worker(server
         with contextlib.suppress(OSError):
             attack(server)
 
-    assert reviews_answered(server) == [200] * 4
+    assert reviews_answered(server, count=4, timeout=10.0) == [200] * 4
     assert set(server.workers()) == server.first_workers, server.log.read_text()[-3000:]
     assert "exited with code" not in server.log.read_text()
 
@@ -251,7 +236,7 @@ def test_resets_at_twenty_a_second_cost_no_review(server):
     attacker = threading.Thread(target=resets)
     attacker.start()
     try:
-        statuses = reviews_answered(server, count=20)
+        statuses = reviews_answered(server, count=20, timeout=10.0)
     finally:
         stop.set()
         attacker.join()

@@ -7,7 +7,6 @@ One real gunicorn over TLS (two workers of four threads, as deployed) serves the
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import socket
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.builders import INVENTORY, RULES, pod, review
-from tests.running import Server, post, rss_kib, threads, wait_until
+from tests.running import Server, post, reviews_answered, rss_kib, threads, wait_until
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.serving.worker import READ_TIMEOUT_SECONDS
 
@@ -35,19 +34,6 @@ def _close_clients():
 @pytest.fixture(scope="module")
 def server(attacked_server):
     return attacked_server
-
-
-def reviews_answered(server, count=10, timeout=5.0):
-    """Statuses of ``count`` reviews, each on a fresh connection, each given ``timeout``."""
-    statuses = []
-    for _ in range(count):
-        conn = server.connection()
-        conn.timeout = timeout
-        try:
-            statuses.append(post(conn, "/mutate", review(pod(gpus=1)))[0])
-        except (OSError, http.client.HTTPException) as error:
-            statuses.append(repr(error))
-    return statuses
 
 
 def tls(server):
@@ -81,7 +67,7 @@ def test_unfinished_handshakes_and_requests_neither_starve_reviews_nor_stay_open
     for sock in slow_body:
         sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{")
     try:
-        assert reviews_answered(server, count=20) == [200] * 20
+        assert reviews_answered(server, count=20, timeout=5.0) == [200] * 20
 
         # Each had READ_TIMEOUT_SECONDS from its first byte (or its accept) to finish.
         time.sleep(READ_TIMEOUT_SECONDS)
@@ -106,9 +92,9 @@ def test_clients_that_never_close_after_connection_close_do_not_stall_a_worker(s
     try:
         for sock in stubborn:
             sock.sendall(request)  # and never read, never close
-        assert reviews_answered(server, count=20) == [200] * 20
+        assert reviews_answered(server, count=20, timeout=5.0) == [200] * 20
         time.sleep(2.5)  # each close lingers 2 s at most, in the poller
-        assert reviews_answered(server, count=4) == [200] * 4
+        assert reviews_answered(server, count=4, timeout=5.0) == [200] * 4
     finally:
         for sock in stubborn:
             sock.close()
