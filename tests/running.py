@@ -263,6 +263,18 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def footprint(server: Server) -> tuple[int, int, list[int], list[int]]:
+    """The master's RSS (KiB) and open descriptors, then each worker's, sorted: what a soak
+    compares before and after."""
+    workers = server.workers()
+    return (
+        rss_kib(server.process.pid),
+        open_fds(server.process.pid),
+        sorted(rss_kib(pid) for pid in workers),
+        sorted(open_fds(pid) for pid in workers),
+    )
+
+
 def wait_until(condition: Any, *, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

@@ -23,7 +23,7 @@ import pytest
 
 from tests.builders import INVENTORY, RULES, pod, review
 from tests.rulesets import quota
-from tests.running import Server, mount, open_fds, post, rss_kib, wait_until
+from tests.running import Server, footprint, mount, post, wait_until
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.serving.worker import CLOSE_LINGER_SECONDS, READ_TIMEOUT_SECONDS
 
@@ -167,15 +167,6 @@ class Soak:
                 mount(self.tmp / "rules", {**self.rules, **edit}, version=str(version))
                 version += 1
 
-    def footprint(self):
-        workers = self.server.workers()
-        return (
-            rss_kib(self.server.process.pid),
-            open_fds(self.server.process.pid),
-            sorted(rss_kib(pid) for pid in workers),
-            sorted(open_fds(pid) for pid in workers),
-        )
-
 
 def test_mixed_traffic_with_worker_kills_and_rule_edits(tmp_path):
     write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=30), tmp_path)
@@ -198,7 +189,7 @@ def test_mixed_traffic_with_worker_kills_and_rule_edits(tmp_path):
         time.sleep(min(10.0, SECONDS / 4))
         soak.hostile.clear()
         time.sleep(QUIET)
-        before = soak.footprint()
+        before = footprint(server)
         chaos.start()
         soak.hostile.set()
         time.sleep(SECONDS)
@@ -209,7 +200,7 @@ def test_mixed_traffic_with_worker_kills_and_rule_edits(tmp_path):
             thread.join(timeout=30)
         wait_until(lambda: len(server.workers()) == 2, timeout=30, what="two workers run")
         time.sleep(QUIET)
-        after = soak.footprint()
+        after = footprint(server)
         alive = server.process.poll() is None
     finally:
         Server.close_clients()

@@ -32,7 +32,7 @@ import time
 import pytest
 
 from tests.builders import INVENTORY, RULES, deployment, pod, review
-from tests.running import Server, open_fds, post, rss_kib
+from tests.running import Server, footprint, post
 from tests.serving.test_attacks import (
     TALL,
     eof_mid_body,
@@ -205,15 +205,6 @@ class AttackSoak:
                 self.count(status)
             time.sleep(0.02)
 
-    def footprint(self):
-        workers = self.server.workers()
-        return (
-            rss_kib(self.server.process.pid),
-            open_fds(self.server.process.pid),
-            sorted(rss_kib(pid) for pid in workers),
-            sorted(open_fds(pid) for pid in workers),
-        )
-
 
 def test_the_second_rounds_attacks_cost_no_worker_and_change_no_decision(tmp_path):
     write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=30), tmp_path)
@@ -236,7 +227,7 @@ def test_the_second_rounds_attacks_cost_no_worker_and_change_no_decision(tmp_pat
         time.sleep(15)
         soak.hostile.clear()
         time.sleep(QUIET + ANSWER_SECONDS)
-        before = soak.footprint()
+        before = footprint(server)
         soak.hostile.set()
         time.sleep(SECONDS)
         soak.hostile.clear()
@@ -244,7 +235,7 @@ def test_the_second_rounds_attacks_cost_no_worker_and_change_no_decision(tmp_pat
         for thread in threads:
             thread.join(timeout=60)
         time.sleep(QUIET)
-        after = soak.footprint()
+        after = footprint(server)
         final = soak.answers()
         last_workers = set(server.workers())
         alive = server.process.poll() is None
