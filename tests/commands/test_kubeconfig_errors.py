@@ -174,19 +174,16 @@ def test_serve_refuses_a_broken_kubeconfig_in_one_line(
     assert_one_line(code, lines, command, str(config), said)
 
 
-@pytest.mark.parametrize("command", COMMANDS)
-def test_context_picks_the_cluster_as_kubectl_does(
-    tmp_path: Path, forbidding: str, command: list[str]
-) -> None:
-    """The current context points at a closed port; ``--context`` at a server that answers
-    (403): the answer proves which one was used."""
+def two_contexts(tmp_path: Path, *, live: str) -> Path:
+    """A kubeconfig whose current context "gone" points at a closed port, and whose context
+    "live" points at ``live``."""
     config = tmp_path / "kubeconfig"
     config.write_text(
         f"""apiVersion: v1
 kind: Config
 clusters:
 - {{name: gone, cluster: {{server: "https://127.0.0.1:{free_port()}"}}}}
-- {{name: live, cluster: {{server: "{forbidding}"}}}}
+- {{name: live, cluster: {{server: "{live}"}}}}
 users: [{{name: viewer, user: {{token: not-a-secret}}}}]
 contexts:
 - {{name: gone, context: {{cluster: gone, user: viewer}}}}
@@ -194,6 +191,16 @@ contexts:
 current-context: gone
 """
     )
+    return config
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_context_picks_the_cluster_as_kubectl_does(
+    tmp_path: Path, forbidding: str, command: list[str]
+) -> None:
+    """The current context points at a closed port; ``--context`` at a server that answers
+    (403): the answer proves which one was used."""
+    config = two_contexts(tmp_path, live=forbidding)
     code, lines = run(tmp_path, command, "--kubeconfig", str(config), "--context", "live")
     assert_one_line(code, lines, command, "403")
 
@@ -212,20 +219,7 @@ def test_serve_watches_the_cluster_of_its_context(tmp_path: Path, forbidding: st
     """The inventory watcher (a process of its own) is started with the context too: it
     says which API server it watches."""
     write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS), tmp_path / "c")
-    config = tmp_path / "kubeconfig"
-    config.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters:
-- {{name: gone, cluster: {{server: "https://127.0.0.1:{free_port()}"}}}}
-- {{name: live, cluster: {{server: "{forbidding}"}}}}
-users: [{{name: viewer, user: {{token: not-a-secret}}}}]
-contexts:
-- {{name: gone, context: {{cluster: gone, user: viewer}}}}
-- {{name: live, context: {{cluster: live, user: viewer}}}}
-current-context: gone
-"""
-    )
+    config = two_contexts(tmp_path, live=forbidding)
     process = subprocess.Popen(
         command_line(
             "serve", "--host", "127.0.0.1", "--port", str(free_port()),
