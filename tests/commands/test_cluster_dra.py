@@ -67,18 +67,26 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]
     return code, json.loads(out)
 
 
-def test_check_sees_gpus_that_a_device_class_serves_on_nodes_without_them(
-    tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _check(
+    tmp_path: Path, cluster: ReplayServer, obj: Any, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, Any]:
+    """``check -f`` of one object against the replayed cluster: the exit code and its result."""
     manifest = tmp_path / "pod.yaml"
-    four = pod(gpus=4)
-    four["spec"]["nodeSelector"] = {"pool": "dra"}
-    manifest.write_text(yaml.safe_dump(four))
+    manifest.write_text(yaml.safe_dump(obj))
     config = kubeconfig(tmp_path, cluster.url)
-
     code, (result,) = _run(
         ["check", "-f", str(manifest), "--kubeconfig", config, "-o", "json"], capsys
     )
+    return code, result
+
+
+def test_check_sees_gpus_that_a_device_class_serves_on_nodes_without_them(
+    tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    four = pod(gpus=4)
+    four["spec"]["nodeSelector"] = {"pool": "dra"}
+
+    code, result = _check(tmp_path, cluster, four, capsys)
 
     assert code == 0, result["messages"]
     assert result["allowed"] is True
@@ -93,13 +101,8 @@ def test_check_sees_gpus_that_a_device_class_serves_on_nodes_without_them(
 def test_check_denies_what_neither_the_plugin_nor_the_class_can_hold_on_one_node(
     tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    manifest = tmp_path / "pod.yaml"
-    manifest.write_text(yaml.safe_dump(pod(gpus=10)))
-    config = kubeconfig(tmp_path, cluster.url)
 
-    code, (result,) = _run(
-        ["check", "-f", str(manifest), "--kubeconfig", config, "-o", "json"], capsys
-    )
+    code, result = _check(tmp_path, cluster, pod(gpus=10), capsys)
 
     assert code == 1
     (message,) = result["messages"]
@@ -110,15 +113,10 @@ def test_check_denies_what_neither_the_plugin_nor_the_class_can_hold_on_one_node
 def test_check_sees_the_cluster_s_device_taint_rules(
     tmp_path: Path, cluster: ReplayServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    manifest = tmp_path / "pod.yaml"
     four = pod(gpus=4)
     four["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "dra-h100-1"}
-    manifest.write_text(yaml.safe_dump(four))
-    config = kubeconfig(tmp_path, cluster.url)
 
-    code, (result,) = _run(
-        ["check", "-f", str(manifest), "--kubeconfig", config, "-o", "json"], capsys
-    )
+    code, result = _check(tmp_path, cluster, four, capsys)
 
     assert code == 1
     assert "tainted gpu.nvidia.com/xid=79:NoSchedule" in result["messages"][0]
@@ -316,13 +314,8 @@ def test_check_counts_a_workloads_gpus_against_the_plugin_and_the_class_together
     template = pod(gpus=1)
     template["spec"]["tolerations"] = [{"operator": "Exists"}]
     workload = deployment(template, replicas=30)
-    manifest = tmp_path / "workers.yaml"
-    manifest.write_text(yaml.safe_dump(workload))
-    config = kubeconfig(tmp_path, cluster.url)
 
-    code, (result,) = _run(
-        ["check", "-f", str(manifest), "--kubeconfig", config, "-o", "json"], capsys
-    )
+    code, result = _check(tmp_path, cluster, workload, capsys)
 
     (finding,) = [f for f in result["findings"] if f["check"] == "clusterCapacity"]
     # 8 in gpu-plugin-0's allocatable; 4 + 3 untainted (the DeviceTaintRule) + 8 shares of
