@@ -236,7 +236,7 @@ class Audit:
         settings = self.policy.settings
         # A name a GPU device class serves (KEP-5004) asks for GPUs too, and a class that
         # serves a GPU name is a GPU class: as the engine reads them.
-        devices = None if self.inventory.problem else self.inventory.devices
+        devices = self.inventory.usable_devices
         gpus, is_gpu_class = gpu_names(
             settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
         )

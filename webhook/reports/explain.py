@@ -548,7 +548,7 @@ def _unoffered(
     declared node pools, DRA device classes), each with what it may have meant."""
     # ``nodes`` holds the nodes of sized autoscaler pools beside the cluster's own.
     snapshot = Inventory(nodes).with_nodes(policy.node_pools)
-    devices = None if view.problem else view.devices
+    devices = view.usable_devices
     notes = []
     for resource in demand:
         if offered(resource, nodes=snapshot, devices=devices):

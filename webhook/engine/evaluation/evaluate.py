@@ -251,7 +251,7 @@ def _evaluate_object(
             judged,
             snapshot=snapshot,
             quotas=inventory.quotas,
-            devices=None if inventory.problem else inventory.devices,
+            devices=inventory.usable_devices,
             policy=policy,
             findings=findings,
             notices=notices,
@@ -492,7 +492,7 @@ def _ephemeral_update(
         asks=pod_asks_for_gpu(pod),
     )
     spec = template.spec
-    devices = None if inventory.problem else inventory.devices
+    devices = inventory.usable_devices
     reach = _running_reach(spec, settings=settings, snapshot=snapshot, devices=devices)
     editor = Editor(obj)
     mutated_by: dict[str, None] = {}
@@ -672,7 +672,7 @@ def _evaluate_template(
     settings = policy.settings
     spec_path = template.spec_path
     pod, claims = _asks(request, template, settings=settings, view=view)
-    devices = None if view.problem else view.devices
+    devices = view.usable_devices
     if not isinstance(editor.get(spec_path), dict):
         return pod, claims, None  # an ill-typed spec: the API server's schema check rejects it
     rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
@@ -1026,7 +1026,7 @@ def _workload_findings(
     needed = _totals(per_pod, claims).needed
     findings = []
     action = policy.settings.actions.get("clusterCapacity", "warn")
-    devices = None if view.problem else view.devices
+    devices = view.usable_devices
     for resource, need in needed.items():
         if floor is not None and need <= floor.needed.get(resource, 0):
             continue

@@ -52,6 +52,11 @@ class InventoryView:
     # The cluster's ResourceQuotas (issue 26); None: not known.
     quotas: Quotas | None = None
 
+    @property
+    def usable_devices(self) -> DeviceInventory | None:
+        """The DRA inventory, unless the inventory is broken: then none is judged on."""
+        return None if self.problem else self.devices
+
 
 NO_INVENTORY = InventoryView(None)
 NO_INVENTORY_NOTICE = "capacity checks skipped: no node inventory given"
