@@ -66,7 +66,7 @@ from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
-from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory, gke_auto_provisioning
+from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory
 from webhook.engine.resources.quotas import Quotas
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
@@ -79,7 +79,7 @@ from webhook.engine.scheduling.dra import (
 )
 from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
-from webhook.engine.scheduling.gke import nap_pools
+from webhook.engine.scheduling.gke import auto_provisioning
 from webhook.engine.scheduling.gpunodes import bound_node_reach
 from webhook.engine.scheduling.karpenter import PoolSizing, size_pools
 from webhook.engine.scheduling.wholepod import (
@@ -129,13 +129,16 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
         sizing = sized[2]
         unbounded = list(sizing.unbounded)
         added = list(sizing.nodes)
-        nap = gke_auto_provisioning([shape.labels for shape in view.snapshot.shapes])
-        if nap is not None and nap.name not in {n.pool for n in declared}:
-            nap_nodes, nap_unbounded = nap_pools(
-                nap, catalogue=policy.catalogue, allowance=policy.settings.allowance
-            )
-            added.extend(nap_nodes)
-            unbounded.append(nap_unbounded)
+        # Per snapshot: a node of a nap-... pool shows GKE may create more.
+        nap = auto_provisioning(
+            [shape.labels for shape in view.snapshot.shapes],
+            catalogue=policy.catalogue,
+            allowance=policy.settings.allowance,
+            declared=frozenset(n.pool for n in declared),
+        )
+        if nap is not None:
+            added.extend(nap[1])
+            unbounded.append(nap[2])
         combined = combined.with_nodes(added, unbounded=unbounded)
     _with_pools = (view.snapshot, policy, live, combined)
     return combined

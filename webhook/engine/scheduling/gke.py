@@ -25,7 +25,7 @@ selection on them is not judged (as Karpenter lets undefined well-known labels p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from webhook.engine.resources.instancetypes import Allowance, Catalogue, InstanceType
@@ -35,6 +35,7 @@ from webhook.engine.resources.nodepools import (
     Autoscaler,
     ComputeClassPriority,
     GKEComputeClass,
+    gke_auto_provisioning,
 )
 from webhook.engine.scheduling.karpenter import (
     INSTANCE_TYPE,
@@ -233,6 +234,22 @@ def _pinned(pod: Requirements, listed: _Listed) -> bool:
         if req is not None and not req.complement and req.values and req.values <= values:
             return True
     return False
+
+
+def auto_provisioning(
+    node_labels: Sequence[Mapping[str, str]],
+    *,
+    catalogue: Catalogue,
+    allowance: Allowance,
+    declared: frozenset[str],
+) -> tuple[Autoscaler, list[Node], UnboundedPool] | None:
+    """GKE node auto-provisioning, where the cluster's nodes show it and no declared
+    ``NodePool`` describes it: the autoscaler, its nodes and its pool of unknown size
+    (``nap_pools``)."""
+    nap = gke_auto_provisioning(node_labels)
+    if nap is None or nap.name in declared:
+        return None
+    return (nap, *nap_pools(nap, catalogue=catalogue, allowance=allowance))
 
 
 def nap_pools(

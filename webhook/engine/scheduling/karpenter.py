@@ -47,7 +47,6 @@ from webhook.engine.resources.nodepools import (
     Autoscaler,
     KarpenterPool,
     PoolInventory,
-    gke_auto_provisioning,
 )
 
 ZONE = "topology.kubernetes.io/zone"
@@ -743,7 +742,7 @@ def size_pools(
             )
         elif sized.types:
             nodes.extend(pool_nodes(sized, pool, min_values=min_values))
-    from webhook.engine.scheduling.gke import nap_pools, size_compute_classes
+    from webhook.engine.scheduling.gke import auto_provisioning, size_compute_classes
 
     gke = size_compute_classes(
         pools.compute_classes, catalogue=catalogue, allowance=allowance, declared=declared
@@ -759,10 +758,11 @@ def size_pools(
             )
         )
     autoscalers.extend(gke.autoscalers)
-    nap = gke_auto_provisioning(node_labels)
-    if nap is not None and nap.name not in declared:
-        autoscalers.append(nap)
-        nap_nodes, nap_unbounded = nap_pools(nap, catalogue=catalogue, allowance=allowance)
-        nodes.extend(nap_nodes)
-        unbounded.append(nap_unbounded)
+    nap = auto_provisioning(
+        node_labels, catalogue=catalogue, allowance=allowance, declared=declared
+    )
+    if nap is not None:
+        autoscalers.append(nap[0])
+        nodes.extend(nap[1])
+        unbounded.append(nap[2])
     return PoolSizing(tuple(resolved), tuple(autoscalers), tuple(nodes), tuple(unbounded))
