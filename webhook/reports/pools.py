@@ -12,7 +12,7 @@ from typing import Any
 from webhook.engine.policy.ruleset import Policy
 from webhook.engine.resources.fit import Demand, shortfalls
 from webhook.engine.resources.gpufacts import gpu_facts
-from webhook.engine.resources.inventory import Inventory, Node, Placement
+from webhook.engine.resources.inventory import Inventory, Node, Placement, min_values_unmet
 from webhook.engine.resources.nodepools import PoolInventory
 from webhook.engine.scheduling.karpenter import (
     PoolSizing,
@@ -155,12 +155,10 @@ def _fit_verdict(nodes: Sequence[Node], placement: Placement, demand: Demand) ->
     ]
     if not holding:
         return "too small: no instance type holds the whole pod"
-    for key, need in holding[0].min_values:
-        have = len({n.labels[key] for n in holding if key in n.labels})
-        if have < need:
-            return (
-                f"excluded: {have} distinct {key} hold the pod, and its minValues asks for {need}"
-            )
+    unmet = min_values_unmet(holding[0].min_values, [n.labels for n in holding])
+    if unmet is not None:
+        key, need, have = unmet
+        return f"excluded: {have} distinct {key} hold the pod, and its minValues asks for {need}"
     node = holding[0]
     kind = node.labels.get("node.kubernetes.io/instance-type", node.name)
     if all(n.unavailable for n in holding):

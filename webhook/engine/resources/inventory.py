@@ -808,14 +808,25 @@ def _within_min_values(
             by_pool.setdefault(shape.pool, []).append(shape)
     failed: set[int] = set()
     for shapes in by_pool.values():
-        for key, need in shapes[0].example.min_values:
-            have = len({s.labels[key] for s in shapes if key in s.labels})
-            if have < need:
-                short = (Shortfall(f"{MIN_VALUES} {key}", need, have),)
-                missing.extend((s, short) for s in shapes)
-                failed.update(id(s) for s in shapes)
-                break
+        unmet = min_values_unmet(shapes[0].example.min_values, [s.labels for s in shapes])
+        if unmet is not None:
+            key, need, have = unmet
+            short = (Shortfall(f"{MIN_VALUES} {key}", need, have),)
+            missing.extend((s, short) for s in shapes)
+            failed.update(id(s) for s in shapes)
     return [s for s in fitting if id(s) not in failed]
+
+
+def min_values_unmet(
+    min_values: Sequence[tuple[str, int]], holding: Sequence[Mapping[str, str]]
+) -> tuple[str, int, int] | None:
+    """The first ``minValues`` key (with N and the distinct values there are) that the
+    labels of the instance types holding the pod do not number N of; None when all do."""
+    for key, need in min_values:
+        have = len({labels[key] for labels in holding if key in labels})
+        if have < need:
+            return key, need, have
+    return None
 
 
 def _largest_first(shapes: Sequence[Shape], resource: str) -> tuple[int, ...]:
