@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from webhook.cluster.apiclient import ApiClient, ApiError, Expired
+from webhook.cluster.watchmetrics import SourceMetrics
 
 log = logging.getLogger("webhook.inventory")
 T = TypeVar("T")
@@ -80,8 +81,16 @@ class Reflector(Generic[T]):
         self.lists = 0
         self.relists = 0
         self._expired_before_events = False
+        self.metrics = SourceMetrics(path)
 
     def run(self, stop: threading.Event) -> None:
+        self.metrics.running(True)
+        try:
+            self._run(stop)
+        finally:
+            self.metrics.running(False)
+
+    def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
                 if not self.resource_version:
@@ -121,6 +130,7 @@ class Reflector(Generic[T]):
                     },
                 )
                 self.handler.failed(error)
+                self.metrics.failed()
                 if stop.wait(delay):
                     return
 
@@ -139,6 +149,7 @@ class Reflector(Generic[T]):
             self.relists += 1
         self.lists += 1
         self.handler.replace(items, resource_version)
+        self.metrics.synced()
         log.info(
             "%s: listed %d items at resource version %s",
             self.path,
@@ -177,6 +188,7 @@ class Reflector(Generic[T]):
             timeout_seconds=self.watch_timeout_seconds(),
         )
         self.handler.progress(self.resource_version)
+        self.metrics.synced()
         for event in events:
             if stop.is_set():
                 break
@@ -193,6 +205,7 @@ class Reflector(Generic[T]):
                 if item is not None:
                     self.handler.apply(kind, item, resource_version)
             self.resource_version = resource_version
+            self.metrics.synced()
             self.backoff.reset()
             self._expired_before_events = False
             # During a burst this thread would otherwise hold the lock for a whole switch

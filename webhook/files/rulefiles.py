@@ -365,7 +365,11 @@ class RuleStore:
         with self._lock:
             files = read_rule_files(self.directory)
             seen = files.fingerprint
-            if seen in (self.current.fingerprint, self.failed_fingerprint):
+            if seen == self.current.fingerprint:
+                # Broken files put back as they were: nothing on disk is rejected any more.
+                self.last_error, self.failed_fingerprint = None, ""
+                return None
+            if seen == self.failed_fingerprint:
                 return None
             try:
                 policy, seen = self._load(files)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 
 from webhook.admission.service import NOT_SYNCED
 from webhook.serving import metrics
@@ -38,8 +39,11 @@ def readiness(ready: bool | None, reason: str = "") -> tuple[int, str]:
     return 503, f"not ready: {why}\n"
 
 
-def answer(method: str, path: str) -> tuple[int, bytes, str]:
-    """Status, body and content type for one request."""
+def answer(
+    method: str, path: str, before_scrape: Callable[[], object] | None = None
+) -> tuple[int, bytes, str]:
+    """Status, body and content type for one request; ``before_scrape`` runs before
+    ``/metrics`` is read (what the master refreshes itself: the certificate's expiry)."""
     if method not in ("GET", "HEAD"):
         return 405, b"method not allowed\n", "text/plain"
     path = path.partition("?")[0]
@@ -49,6 +53,10 @@ def answer(method: str, path: str) -> tuple[int, bytes, str]:
         code, text = readiness(metrics.all_workers_ready())
         return code, text.encode(), "text/plain"
     if path == "/metrics":
+        if before_scrape is not None:
+            # A scrape reports what it can; the TLS context logs its own trouble.
+            with contextlib.suppress(OSError, ValueError):  # ssl.SSLError is an OSError
+                before_scrape()
         body, content_type = metrics.exposition()
         return 200, body, content_type
     return 404, b"not found\n", "text/plain"
@@ -62,7 +70,9 @@ class HealthServer:
         *,
         timeout: float = TIMEOUT_SECONDS,
         max_connections: int = MAX_CONNECTIONS,
+        before_scrape: Callable[[], object] | None = None,
     ) -> None:
+        self.before_scrape = before_scrape
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.create_server((host, port), family=family, backlog=128)
         self.port: int = self._socket.getsockname()[1]
@@ -122,7 +132,7 @@ class HealthServer:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout)
             self._waiting.pop(writer, None)
             method, path = _request_line(head)
-            status, body, content_type = answer(method, path)
+            status, body, content_type = answer(method, path, self.before_scrape)
             writer.write(_response(status, body, content_type, head_only=method == "HEAD"))
             await asyncio.wait_for(writer.drain(), self.timeout)
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):

@@ -24,6 +24,7 @@ from prometheus_client import (
     multiprocess,
 )
 
+from webhook.engine.policy.ruleset import Policy
 from webhook.serving.config import multiprocess_dir
 
 REQUESTS = Counter(
@@ -40,7 +41,9 @@ LATENCY = Histogram(
     "gpu_webhook_request_duration_seconds",
     "Time to answer one admission review, by endpoint",
     ["endpoint"],
-    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+    # Up to the webhooks' timeoutSeconds (deploy/base/webhooks.yaml: 5 s) and past it, so
+    # that a p99 near the timeout is measured, not clipped to the last bucket.
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 4.0, 5.0),
 )
 FINDINGS = Counter(
     "gpu_webhook_findings_total",
@@ -67,6 +70,25 @@ INVENTORY_NODES = Gauge(
     "Nodes in the inventory snapshot",
     multiprocess_mode="livemax",
 )
+RULES_REJECTED = Gauge(
+    "gpu_webhook_rule_files_rejected",
+    "1 while the rule files on disk are rejected and the last good rules stay in force",
+    multiprocess_mode="livemax",
+)
+INVENTORY_UNAVAILABLE = Gauge(
+    "gpu_webhook_inventory_unavailable",
+    "1 while a live inventory has not synced or is stale (the failure mode decides capacity)",
+    multiprocess_mode="livemax",
+)
+CERTIFICATE_EXPIRY = Gauge(
+    "gpu_webhook_certificate_expiry_timestamp_seconds",
+    "When the serving certificate last loaded expires (Unix time); set at every reload",
+    multiprocess_mode="mostrecent",
+)
+WORKER_RESTARTS = Counter(
+    "gpu_webhook_worker_restarts_total",
+    "gunicorn workers that exited (timeout, crash, out of memory, signal) and were replaced",
+)
 READY = Gauge(
     "gpu_webhook_ready",
     "1 when the worker's rules are loaded and its inventory (if live) synced",
@@ -89,6 +111,50 @@ def audit_findings(counts: Mapping[tuple[str, str], int]) -> None:
     for labels, count in counts.items():
         AUDIT_FINDINGS.labels(*labels).set(count)
     _audit_labels.update(counts)
+
+
+ENDPOINT_NAMES = ("mutate", "validate")
+OPERATIONS = ("CREATE", "UPDATE")
+VERDICTS = ("allowed", "denied", "error")
+REFUSALS = ("400", "413", "415")
+
+
+def initialise(policy: Policy) -> None:
+    """Create, at 0, the series that alerts and dashboards read, so that each exists from
+    the first scrape: ``increase()`` sees the first error, denial or failed reload only if
+    the series was there before it (a series born at 1 has no increase). Called at start
+    and after each reload (a reload may add kinds and rules). The label sets stay bounded:
+    the kinds and rules come from the rule files, never from a request."""
+    for result in ("success", "failure"):
+        RELOADS.labels(result)
+    kinds = sorted({kind.kind for kind in policy.kinds} | {"other"})
+    for endpoint in ENDPOINT_NAMES:
+        for code in REFUSALS:
+            MALFORMED.labels(endpoint, code)
+        for kind in kinds:
+            for operation in OPERATIONS:
+                for verdict in VERDICTS:
+                    REQUESTS.labels(endpoint, kind, operation, verdict)
+        for rule, action in finding_labels(policy):
+            FINDINGS.labels(endpoint, rule, action)
+        LATENCY.labels(endpoint)
+
+
+def finding_labels(policy: Policy) -> set[tuple[str, str]]:
+    """(rule, action) of every finding the policy can make as configured: each built-in
+    check and rule check at its action, and at deny and warn (a check that cannot know,
+    such as capacity without an inventory, warns instead of denying)."""
+    configured = [(f"builtin/{check}", action) for check, action in policy.settings.actions.items()]
+    configured += [
+        (f"{rule.name}/{check.kind}", check.action)
+        for rule in policy.rules
+        for check in rule.checks
+    ]
+    labels: set[tuple[str, str]] = set()
+    for rule, action in configured:
+        if action in ("deny", "warn", "audit"):
+            labels.update({(rule, action), (rule, "deny"), (rule, "warn")})
+    return labels
 
 
 class ReviewTally:

@@ -25,6 +25,7 @@ class Reloader:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        metrics.initialise(self.service.rules.current.policy)
         self.tick()
         self._thread = threading.Thread(target=self._run, name="rule-reloader", daemon=True)
         self._thread.start()
@@ -49,6 +50,7 @@ class Reloader:
         store = self.service.rules
         result = store.reload_if_changed()
         if result is True:
+            metrics.initialise(store.current.policy)
             metrics.RELOADS.labels("success").inc()
             log.info(
                 "rules reloaded",
@@ -69,6 +71,7 @@ class Reloader:
 
     def _gauges(self) -> None:
         metrics.RULES_GENERATION.set(self.service.rules.current.generation)
+        metrics.RULES_REJECTED.set(1 if self.service.rules.last_error is not None else 0)
         ready, _ = self.service.ready()
         metrics.READY.set(1 if ready else 0)
         source = self.service.inventory
@@ -77,3 +80,4 @@ class Reloader:
             if status.age_seconds is not None:
                 metrics.INVENTORY_AGE.set(status.age_seconds)
             metrics.INVENTORY_NODES.set(status.node_count)
+            metrics.INVENTORY_UNAVAILABLE.set(0 if status.synced and not status.stale else 1)

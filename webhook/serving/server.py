@@ -247,7 +247,9 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
     def __init__(self, settings: Settings, *, app_factory: AppFactory = webhook_app) -> None:
         self.settings = settings
         self.app_factory = app_factory
-        self._tls = ReloadingContext(settings.cert_file, settings.key_file)
+        self._tls = ReloadingContext(
+            settings.cert_file, settings.key_file, on_load=metrics.CERTIFICATE_EXPIRY.set
+        )
         self._health: HealthServer | None = None
         self._watcher: WatcherProcess | None = None
         self._auditor: AuditorProcess | None = None
@@ -290,7 +292,11 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         if self._auditor is not None:
             self._auditor.start()
         if self.settings.health_port:
-            self._health = HealthServer(self.settings.host, self.settings.health_port)
+            # Each scrape looks at the certificate files (two stats): a rotation shows in
+            # the expiry gauge even while no new connection made a worker reload it.
+            self._health = HealthServer(
+                self.settings.host, self.settings.health_port, before_scrape=self._tls.context
+            )
             self._health.start()
         log.info(
             "serving",
@@ -318,8 +324,10 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         if self._health is not None:
             self._health.stop()
 
-    def _child_exit(self, server: Any, worker: Any) -> None:  # noqa: ARG002
+    def _child_exit(self, server: Any, worker: Any) -> None:
         metrics.worker_exited(worker.pid)
+        if server.LISTENERS:  # emptied by gunicorn's stop: exits at shutdown are no restart
+            metrics.WORKER_RESTARTS.inc()
         self._connections.release(getattr(worker, "slot", FREE))
 
     def _pre_fork(self, server: Any, worker: Any) -> None:

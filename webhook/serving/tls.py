@@ -14,7 +14,10 @@ import logging
 import os
 import ssl
 import threading
+from collections.abc import Callable
 from pathlib import Path
+
+from cryptography import x509
 
 log = logging.getLogger("gpu_webhook.tls")
 Stamp = tuple[tuple[int, int, int], ...]
@@ -44,10 +47,31 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     return context
 
 
+def not_after(cert_file: Path) -> float | None:
+    """When the first certificate of ``cert_file`` (the leaf) expires, as Unix time; None
+    when it does not parse (the TLS context then refused it already)."""
+    try:
+        return x509.load_pem_x509_certificate(
+            cert_file.read_bytes()
+        ).not_valid_after_utc.timestamp()
+    except (OSError, ValueError):
+        return None
+
+
 class ReloadingContext:
-    def __init__(self, cert_file: Path, key_file: Path) -> None:
+    """``on_load`` hears the expiry (Unix time) of every certificate loaded: the server
+    exports it as a gauge, so an alert sees the certificate in force, rotations included."""
+
+    def __init__(
+        self,
+        cert_file: Path,
+        key_file: Path,
+        *,
+        on_load: Callable[[float], None] | None = None,
+    ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.on_load = on_load
         self._lock = threading.Lock()
         self._context: ssl.SSLContext | None = None
         self._stamp: Stamp | None = None
@@ -78,6 +102,9 @@ class ReloadingContext:
                 log.info("TLS certificate reloaded", extra={"cert": str(self.cert_file)})
             self._context = fresh
             self.reloads += 1
+            expiry = not_after(self.cert_file)
+            if self.on_load is not None and expiry is not None:
+                self.on_load(expiry)
         self._stamp = stamp  # a broken pair is tried again only when the files change
 
     def _files_stamp(self) -> Stamp:
