@@ -222,6 +222,19 @@ def test_a_broken_edit_never_replaces_the_last_good_rules(tmp_path: Path) -> Non
     assert store.current.generation == good.generation + 1
 
 
+def test_a_broken_edit_put_back_as_it_was_is_no_longer_reported_rejected(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules)
+    store = RuleStore(str(rules))
+    write(rules, "10-nvidia-tolerations.yaml", "kind: [\n")
+    assert store.reload_if_changed() is False
+    assert store.last_error is not None
+    shutil.copy(ROOT / "rules" / "10-nvidia-tolerations.yaml", rules)
+    assert store.reload_if_changed() is None, "the rules in force are the files on disk again"
+    assert store.last_error is None
+    assert store.current.generation == 1
+
+
 def test_a_configmap_symlink_swap_is_noticed(tmp_path: Path) -> None:
     """Kubernetes mounts ConfigMaps as ..data -> ..<timestamp>/ and swaps the link."""
     rules = tmp_path / "mount"
