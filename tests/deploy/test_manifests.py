@@ -26,19 +26,22 @@ from webhook.engine.kube.workloads import BUILTIN_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-KUSTOMIZATIONS = ["base", "overlays/fail-closed", "overlays/cert-manager", "overlays/audit"]
+KUSTOMIZATIONS = [
+    "base", "overlays/fail-closed", "overlays/cert-manager", "overlays/audit", "overlays/monitoring",
+]  # fmt: skip
 FAILURE_POLICY = {
     "base": "Ignore",
     "overlays/fail-closed": "Fail",
     "overlays/cert-manager": "Ignore",
     "overlays/audit": "Ignore",
+    "overlays/monitoring": "Ignore",
 }
 # What the opt-in background audit adds (tests/deploy/test_audit_overlay.py checks it).
 AUDIT = {"app.kubernetes.io/component": "audit"}
 NAMESPACE = "gpu-webhook"
 OPT_OUT = {"gpu-webhook.io/ignore": "true"}
 # Custom resources with no schema in kubernetes-validate: checked by the tests below instead.
-CRD_GROUPS = {"cert-manager.io"}
+CRD_GROUPS = {"cert-manager.io", "monitoring.coreos.com"}
 
 
 def kubectl() -> str:
@@ -65,7 +68,13 @@ def render(name: str) -> tuple[dict[str, Any], ...]:
 
 def kustomizations() -> list[str]:
     found = sorted(str(p.parent.relative_to(DEPLOY)) for p in DEPLOY.rglob("kustomization.yaml"))
-    return [k for k in found if not k.startswith("base/")]
+    # Components (deploy/monitoring) render only inside an overlay that adds them.
+    return [k for k in found if not k.startswith("base/") and not _component(DEPLOY / k)]
+
+
+def _component(directory: Path) -> bool:
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    return bool(kustomization.get("kind") == "Component")
 
 
 def one(objs: tuple[dict[str, Any], ...], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -440,7 +449,11 @@ def test_the_pods_mount_the_tls_secret_and_the_generated_rules(name):
     objs = render(name)
     volumes = {v["name"]: v for v in one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
     assert volumes["tls"]["secret"]["secretName"] == "gpu-webhook-tls"
-    rules = one(objs, "ConfigMap")
+    dashboard = {"grafana_dashboard": "1"}  # deploy/monitoring's, for Grafana
+    configmaps = tuple(
+        o for o in objs if dashboard.items() - o["metadata"].get("labels", {}).items()
+    )
+    rules = one(configmaps, "ConfigMap")
     assert rules["metadata"]["name"].startswith("gpu-webhook-rules-")
     assert volumes["rules"]["configMap"]["name"] == rules["metadata"]["name"]
 
