@@ -9,6 +9,8 @@ process) the default registry is used.
 from __future__ import annotations
 
 import bisect
+import glob
+import os
 import threading
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
@@ -243,10 +245,13 @@ def all_workers_ready() -> bool | None:
     directory = multiprocess_dir()
     if directory is None:
         return None
-    registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
-    value = registry.get_sample_value("gpu_webhook_ready")
-    return None if value is None else value >= 1
+    # Only the files of livemin gauges: a probe then costs the same however many counter
+    # series the workers keep (reading every file took 2.5 ms with the label sets that
+    # ``initialise`` creates, against 0.1 ms).
+    files = glob.glob(os.path.join(directory, "gauge_livemin_*.db"))
+    merged = multiprocess.MultiProcessCollector.merge(files, accumulate=False)  # type: ignore[no-untyped-call]
+    values = [s.value for m in merged for s in m.samples if s.name == "gpu_webhook_ready"]
+    return None if not values else values[0] >= 1
 
 
 def worker_exited(pid: int) -> None:
