@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from prometheus_client import REGISTRY
 
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture, status_body
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError
+from webhook.cluster.devicesource import GROUP_VERSION_PATH, PATHS, DeviceCache, DeviceWatch
 from webhook.cluster.reflector import Backoff, Reflector
 from webhook.cluster.watchmetrics import source_name
 
@@ -101,3 +103,30 @@ def test_a_failed_list_counts_an_error_and_the_next_list_a_sync(replay: ReplaySe
         client.close()
         thread.join(timeout=10)
     assert sample("gpu_webhook_watch_active", "nodes") == 0
+
+
+def test_a_failing_dra_discovery_counts_an_error_for_every_dra_source(
+    replay: ReplayServer,
+) -> None:
+    replay.routes[GROUP_VERSION_PATH] = deque([Body(status_body(503, "Unavailable", "busy"), 503)])
+    client = ApiClient(ApiEndpoint(host=replay.url))
+    cache = DeviceCache()
+    watch = DeviceWatch(
+        client=client,
+        handlers=cache.handler,
+        on_served=cache.set_served,
+        backoff=lambda: Backoff(initial_seconds=0.01, cap_seconds=0.05),
+    )
+    sources = [source_name(path) for path in PATHS.values()]
+    before = {s: sample("gpu_webhook_watch_errors_total", s) or 0 for s in sources}
+    stop = threading.Event()
+    thread = watch.thread(stop)
+    thread.start()
+    try:
+        eventually(
+            lambda: all(sample("gpu_webhook_watch_errors_total", s) > before[s] for s in sources)
+        )
+    finally:
+        stop.set()
+        client.close()
+        thread.join(timeout=10)

@@ -41,7 +41,7 @@ from webhook.files.certs import DEV_HOSTS, generate, write
 pytestmark = pytest.mark.slow
 
 # What Grafana puts in for the dashboard's variables ("All") and its rate interval.
-GRAFANA = {"$namespace": ".*", "$instance": ".*", "$__rate_interval": "1m"}
+GRAFANA = {"$namespace": ".*", "$instance": ".*", "$__rate_interval": "5m"}
 NAMESPACE = "gpu-webhook"
 
 

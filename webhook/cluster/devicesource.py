@@ -298,6 +298,8 @@ class DeviceWatch:
                     return
                 delay = backoff.next()
                 log.warning("DRA discovery failed, retrying in %.1f s: %s", delay, exc)
+                for reflector in self._reflectors.values():  # none of them can start
+                    reflector.metrics.failed()
                 if stop.wait(delay):
                     return
         else:
