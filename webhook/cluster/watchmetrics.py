@@ -16,8 +16,8 @@ that variable; so the client is imported, and the metrics made, at first use.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import cache
-from typing import Any
 
 
 class _Metrics:
@@ -59,7 +59,7 @@ class SourceMetrics:
     """One source's series, created at 0 when the reflector is made: an ``increase()``
     alert then sees its first error, and a stale-view alert its first silence."""
 
-    def __init__(self, path: str, *, clock: Any = time.time) -> None:
+    def __init__(self, path: str, *, clock: Callable[[], float] = time.time) -> None:
         metrics = _metrics()
         self.name = source_name(path)
         self._clock = clock
