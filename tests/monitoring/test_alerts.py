@@ -10,9 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.builders import ROOT
 from tests.monitoring.tools import HERE, alerts, tool, write_rule_file
+from webhook.serving import metrics
 
 RUNBOOKS = ROOT / "docs" / "monitoring.md"
 SERVER_DOCS = ROOT / "docs" / "server.md"
@@ -69,3 +71,14 @@ def test_an_alert_has_a_severity_a_summary_and_a_runbook_that_exists(rule: dict)
 @pytest.mark.parametrize("name", ALERTS)
 def test_the_server_docs_list_every_alert(name: str) -> None:
     assert f"`{name}`" in SERVER_DOCS.read_text()
+
+
+def test_the_latency_alert_follows_the_webhooks_timeout() -> None:
+    configurations = yaml.safe_load_all((ROOT / "deploy/base/webhooks.yaml").read_text())
+    timeouts = {hook["timeoutSeconds"] for doc in configurations for hook in doc["webhooks"]}
+    (timeout,) = timeouts
+    rule = next(r for r in alerts() if r["alert"] == "GPUWebhookLatencyNearTimeout")
+    threshold = float(rule["expr"].rsplit(">", 1)[1])
+    assert threshold == timeout / 2
+    assert f"the {timeout} s timeout" in rule["annotations"]["summary"]
+    assert timeout in metrics.LATENCY._upper_bounds, "a p99 near the timeout must be measurable"
