@@ -361,3 +361,17 @@ def test_a_killed_worker_counts_as_a_restart(reviewed: Setup) -> None:
         timeout=30,
         what="Prometheus saw the restart",
     )
+
+
+def test_a_killed_inventory_watcher_counts_as_a_restart(reviewed: Setup) -> None:
+    server = reviewed.server
+    restarts = 'sum(gpu_webhook_process_restarts_total{process="inventory-watcher"})'
+    before = counted(reviewed.prometheus, restarts)
+    lines = [json.loads(line) for line in server.log.read_text().splitlines() if line[:1] == "{"]
+    watcher = [line["pid"] for line in lines if line["msg"] == "inventory watcher started"][-1]
+    os.kill(watcher, signal.SIGKILL)
+    wait_until(
+        lambda: counted(reviewed.prometheus, restarts) >= before + 1,
+        timeout=30,
+        what="Prometheus saw the watcher's restart",
+    )

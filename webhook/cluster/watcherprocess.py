@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from webhook.cluster.reflector import Backoff
@@ -49,6 +50,8 @@ class WatcherProcess:
         self.backoff = backoff or Backoff(initial_seconds=0.5, cap_seconds=30.0)
         self.directory = ""
         self.restarts = 0
+        # Called (in the master) each time the process is started again: the server counts.
+        self.on_restart: Callable[[], None] | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -132,3 +135,5 @@ class WatcherProcess:
                     return
                 self._process = self._spawn()
                 self.restarts += 1
+            if self.on_restart is not None:
+                self.on_restart()

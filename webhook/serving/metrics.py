@@ -91,6 +91,13 @@ WORKER_RESTARTS = Counter(
     "gpu_webhook_worker_restarts_total",
     "gunicorn workers that exited (timeout, crash, out of memory, signal) and were replaced",
 )
+PROCESS_RESTARTS = Counter(
+    "gpu_webhook_process_restarts_total",
+    "The pod's helper processes started again after they exited, by process "
+    "(inventory-watcher, auditor)",
+    ["process"],
+)
+HELPER_PROCESSES = ("inventory-watcher", "auditor")
 READY = Gauge(
     "gpu_webhook_ready",
     "1 when the worker's rules are loaded and its inventory (if live) synced",

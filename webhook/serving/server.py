@@ -287,9 +287,12 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         # Importing the metrics made this (master) process a zero-valued "live" member of
         # every gauge; only workers report, so drop the master's files.
         metrics.worker_exited(os.getpid())
+        for process in metrics.HELPER_PROCESSES:  # at 0 from the first scrape
+            metrics.PROCESS_RESTARTS.labels(process)
         self._start_watcher()
         self._auditor = background_auditor(self.settings)
         if self._auditor is not None:
+            self._auditor.on_restart = metrics.PROCESS_RESTARTS.labels("auditor").inc
             self._auditor.start()
         if self.settings.health_port:
             # Each scrape looks at the certificate files (two stats): a rotation shows in
@@ -312,6 +315,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         """Before the first worker is forked, so that every worker finds its socket."""
         self._watcher = inventory_watcher(self.settings)
         if self._watcher is not None:
+            self._watcher.on_restart = metrics.PROCESS_RESTARTS.labels("inventory-watcher").inc
             self._watcher.start()
             feed = Path(self._watcher.socket_path)
             self.settings = replace(self.settings, inventory_feed=feed)
