@@ -51,9 +51,10 @@ class Prometheus:
     url: str
     log: Path
 
-    def query(self, expr: str) -> dict[str, Any]:
-        """``/api/v1/query`` at the current time; the whole answer (status, data)."""
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    def query(self, expr: str, *, at: float | None = None) -> dict[str, Any]:
+        """``/api/v1/query`` now (or at Unix time ``at``); the whole answer (status, data)."""
+        params = {"query": expr} | ({} if at is None else {"time": str(at)})
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode(params)
         try:
             with urllib.request.urlopen(url, timeout=10) as reply:
                 answer: dict[str, Any] = json.loads(reply.read())
@@ -61,8 +62,8 @@ class Prometheus:
             answer = json.loads(error.read())
         return answer
 
-    def result(self, expr: str) -> list[dict[str, Any]]:
-        answer = self.query(expr)
+    def result(self, expr: str, *, at: float | None = None) -> list[dict[str, Any]]:
+        answer = self.query(expr, at=at)
         assert answer["status"] == "success", f"{expr}: {answer}"
         found: list[dict[str, Any]] = answer["data"]["result"]
         return found
@@ -150,19 +151,27 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     rules = tmp / "rules"
     shutil.copytree(RULES, rules)
     write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=20), tmp)
-    server = Server(
-        tmp=tmp,
-        cert_dir=tmp,
-        rules=rules,
-        inventory=None,
-        workers=2,
-        extra=("--kubeconfig", kubeconfig(tmp, replay.url)),
-    )
+    try:
+        server = Server(
+            tmp=tmp,
+            cert_dir=tmp,
+            rules=rules,
+            inventory=None,
+            workers=2,
+            extra=("--kubeconfig", kubeconfig(tmp, replay.url)),
+        )
+    except Exception:
+        replay.stop()
+        raise
     prometheus = None
     try:
         prometheus = start_prometheus(tmp, target=f"127.0.0.1:{server.health_port}")
         wait_until(lambda: _scraped(prometheus), timeout=30, what="Prometheus scraped the server")
-        first = {name: len(prometheus.result(name)) for name in metric_names()}
+        # What Prometheus held right after its first successful scrape (an instant query at
+        # that time sees no later sample).
+        scrapes = prometheus.result('up{job="gpu-webhook"}[5m]')[0]["values"]
+        at = next(float(when) for when, up in scrapes if up == "1")
+        first = {name: len(prometheus.result(name, at=at)) for name in metric_names()}
         yield Setup(server, prometheus, rules, fail, first)
     finally:
         if prometheus is not None:
@@ -332,7 +341,7 @@ def test_the_health_port_serves_what_prometheus_scrapes(reviewed: Setup) -> None
     text = conn.getresponse().read().decode()
     conn.close()
     for name in metric_names():
-        assert f"\n{name}" in text or f"\n{name}_bucket" in text or text.startswith(name), name
+        assert re.search(rf"^{name}[{{ ]", text, flags=re.MULTILINE), name
 
 
 def days_left(prometheus: Prometheus) -> float:
