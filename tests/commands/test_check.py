@@ -168,18 +168,6 @@ def test_text_output_is_coloured_only_on_a_terminal_without_no_color(
 # --- where the rules come from --------------------------------------------------------------
 
 
-def test_without_rules_here_it_says_where_it_looked_and_how_to_pass_them(tmp_path: Path) -> None:
-    path = write(tmp_path, "pod.yaml", gpu_pod("p"))
-    done = gpu_webhook("check", path, cwd=tmp_path, env={"GPU_WEBHOOK_RULES": ""})
-    assert done.returncode == 2
-    assert done.stdout == ""
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert f"the default ./rules in {tmp_path}" in lines[0]
-    assert "--rules DIR" in lines[0]
-    assert "GPU_WEBHOOK_RULES" in lines[0]
-
-
 def test_rules_from_the_environment_are_used(tmp_path: Path) -> None:
     path = write(tmp_path, "pod.yaml", gpu_pod("p"))
     done = gpu_webhook("check", path, cwd=tmp_path, env={"GPU_WEBHOOK_RULES": str(RULES)})
@@ -313,3 +301,26 @@ def test_check_reads_nodepools_from_the_inventory_file_beside_the_nodes(tmp_path
     assert (
         "which no node advertises; this cluster offers no GPU resources at all" in cpu_only.stdout
     )
+
+
+def test_outside_a_checkout_check_uses_the_shipped_rules_and_says_so_once(tmp_path: Path) -> None:
+    """A team that installed the command has no ./rules: the default policy comes with it."""
+    pod = write(tmp_path, "pod.yaml", gpu_pod("train", namespace="team-a", gpu="0.5"))
+    alone = gpu_webhook("check", pod, "-o", "json", cwd=tmp_path)
+    assert alone.returncode == 1  # the shipped policy denies a fraction of a GPU
+    said = [line for line in alone.stderr.splitlines() if "shipped default rules" in line]
+    assert len(said) == 1
+    assert f"no ./rules in {tmp_path}" in said[0]
+    with_rules = gpu_webhook("check", pod, "-o", "json", "--rules", RULES, cwd=tmp_path)
+    assert json.loads(alone.stdout) == json.loads(with_rules.stdout)
+    assert "shipped" not in with_rules.stderr
+
+
+def test_rules_of_your_own_win_over_the_shipped_ones(tmp_path: Path) -> None:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "exempt.yaml").write_text(
+        (RULES / "05-gpu-stack-exempt.yaml").read_text()
+    )
+    pod = write(tmp_path, "pod.yaml", gpu_pod("train", namespace="team-a"))
+    done = gpu_webhook("check", pod, cwd=tmp_path)
+    assert "shipped" not in done.stderr, done.stderr
