@@ -105,11 +105,27 @@ spec:
         pytest.param(0, "spec.containers[0]", 7, id="first-document-container"),
         pytest.param(0, "", 2, id="no-path-is-the-document"),
         pytest.param(1, "spec.jobTemplate.spec.template.spec", 19, id="pod-spec-deep-in-a-cronjob"),
-        pytest.param(1, "spec.jobTemplate.spec.template.spec.containers[1]", 23, id="second-container"),
-        pytest.param(1, "spec.jobTemplate.spec.template.spec.containers[1].resources", 25, id="resources-block"),
-        pytest.param(1, "spec.jobTemplate.spec.template.spec.containers[1].resources.limits.nvidia.com/gpu", 26,
-                     id="a-key-with-dots-stops-at-the-deepest-field-found"),
-        pytest.param(1, "spec.jobTemplate.spec.template.spec.initContainers[0]", 19, id="absent-field-falls-back-to-its-parent"),
+        pytest.param(
+            1, "spec.jobTemplate.spec.template.spec.containers[1]", 23, id="second-container"
+        ),
+        pytest.param(
+            1,
+            "spec.jobTemplate.spec.template.spec.containers[1].resources",
+            25,
+            id="resources-block",
+        ),
+        pytest.param(
+            1,
+            "spec.jobTemplate.spec.template.spec.containers[1].resources.limits.nvidia.com/gpu",
+            26,
+            id="a-key-with-dots-stops-at-the-deepest-field-found",
+        ),
+        pytest.param(
+            1,
+            "spec.jobTemplate.spec.template.spec.initContainers[0]",
+            19,
+            id="absent-field-falls-back-to-its-parent",
+        ),
         pytest.param(1, "spec.replicatedJobs.0.template", 14, id="absent-below-spec-is-spec"),
         pytest.param(1, "status", 10, id="absent-entirely-is-the-document"),
     ],
