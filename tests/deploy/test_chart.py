@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -527,3 +528,25 @@ def test_monitoring_enabled_without_its_copies_renders_nothing_but_the_rest() ->
         pytest.skip("the chart holds deploy/monitoring's copies: the test above covers them")
     objs = rendered(everything)
     assert {o["kind"] for o in objs} == {o["kind"] for o in rendered({})}
+
+
+def _leaves(values: dict[str, Any], prefix: str = "") -> list[str]:
+    found = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key != "resources":
+            found += _leaves(value, f"{path}.")
+        else:
+            found.append(path)
+    return found
+
+
+def test_the_chart_readme_lists_every_value() -> None:
+    readme = (CHART / "README.md").read_text()
+    named = {
+        name
+        for cell in re.findall(r"^\| `([^|]+)` \|", readme, re.M)
+        for name in cell.split("`, `")
+    }
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(_leaves(values)) - named == set()
