@@ -144,7 +144,8 @@ def run_helm(*args: str, chart: Path = CHART, values: dict[str, Any] | None = No
 
 
 def template(values: dict[str, Any] | None = None, **where: Any) -> list[dict[str, Any]]:
-    done = run_helm("template", values=values, **where)
+    """What helm install would create, the chart's crds/ included (validated like the rest)."""
+    done = run_helm("template", "--include-crds", values=values, **where)
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
@@ -242,7 +243,10 @@ def test_the_release_namespace_and_extra_exclusions_are_never_judged() -> None:
 
 def test_the_chart_installs_the_kinds_and_rbac_deploy_base_installs() -> None:
     ours, base = rendered({}), kustomize("base")
-    assert {o["kind"] for o in ours} == {o["kind"] for o in base} - {"Namespace"} | {"Secret"}
+    # helm install --create-namespace makes the namespace; CRDs are compared file by file
+    # (test_the_chart_holds_current_copies_of_its_sources).
+    skip = {"Namespace", "CustomResourceDefinition"}
+    assert {o["kind"] for o in ours} - skip == {o["kind"] for o in base} - skip | {"Secret"}
     for name in ("ClusterRole", "Role"):
         assert sorted(json.dumps(o["rules"]) for o in kind(ours, name)) == sorted(
             json.dumps(o["rules"]) for o in kind(base, name)
@@ -550,3 +554,31 @@ def test_the_chart_readme_lists_every_value() -> None:
     }
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(_leaves(values)) - named == set()
+
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gpupolicies.gpu-webhook.io"},
+    "spec": {
+        "group": "gpu-webhook.io",
+        "names": {"kind": "GPUPolicy", "plural": "gpupolicies", "singular": "gpupolicy"},
+        "scope": "Cluster",
+        "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}  # fmt: skip
+
+
+def test_the_crds_of_deploy_base_are_installed_by_the_chart_once_synced(tmp_path: Path) -> None:
+    """A CRD fixture in deploy/base/crds/, synced into crds/ as the lead will sync the real ones."""
+    root = _repository_copy(tmp_path)
+    (root / "deploy/base/crds").mkdir(exist_ok=True)
+    (root / "deploy/base/crds/gpupolicies.yaml").write_text(yaml.safe_dump(CRD))
+    assert sync_chart(root, "--check").returncode == 1
+    assert sync_chart(root).returncode == 0
+    (installed,) = kind(
+        template(chart=root / "deploy/helm/gpu-webhook"), "CustomResourceDefinition"
+    )
+    assert installed == CRD
+    assert validation_error(installed) is None
