@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -304,14 +305,22 @@ def test_check_reads_nodepools_from_the_inventory_file_beside_the_nodes(tmp_path
 
 
 def test_outside_a_checkout_check_uses_the_shipped_rules_and_says_so_once(tmp_path: Path) -> None:
-    """A team that installed the command has no ./rules: the default policy comes with it."""
-    pod = write(tmp_path, "pod.yaml", gpu_pod("train", namespace="team-a", gpu="0.5"))
-    alone = gpu_webhook("check", pod, "-o", "json", cwd=tmp_path)
-    assert alone.returncode == 1  # the shipped policy denies a fraction of a GPU
+    """A team that installed the command has no ./rules: the default policy comes with it.
+    The package is copied as a wheel installs it (links followed) to a directory of its own,
+    and run from another, so nothing of the checkout is in reach."""
+    site, work = tmp_path / "site", tmp_path / "work"
+    shutil.copytree(
+        ROOT / "webhook", site / "webhook", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    work.mkdir()
+    pod = write(work, "pod.yaml", gpu_pod("train", namespace="team-a", gpu="0.5"))
+    alone = gpu_webhook("check", pod, "-o", "json", cwd=work, env={"PYTHONPATH": str(site)})
+    assert alone.returncode == 1, alone.stderr  # the shipped policy denies half a GPU
     said = [line for line in alone.stderr.splitlines() if "shipped default rules" in line]
     assert len(said) == 1
-    assert f"no ./rules in {tmp_path}" in said[0]
-    with_rules = gpu_webhook("check", pod, "-o", "json", "--rules", RULES, cwd=tmp_path)
+    assert f"no ./rules in {work}" in said[0]
+    assert str(site / "webhook" / "data" / "rules") in said[0]
+    with_rules = gpu_webhook("check", pod, "-o", "json", "--rules", RULES, cwd=work)
     assert json.loads(alone.stdout) == json.loads(with_rules.stdout)
     assert "shipped" not in with_rules.stderr
 
