@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.deploy.chartcluster import ChartCluster, chart_cluster
 from tests.deploy.test_manifests import render as kustomize
 from tests.kubeschema import validation_error
 from webhook.files import certs
@@ -366,21 +367,24 @@ def test_helm_itself_sorts_the_webhook_configurations_as_known_kinds() -> None:
     assert kinds.index("Deployment") < kinds.index("MutatingWebhookConfiguration")
 
 
-def _with_previous_secret(tmp_path: Path, previous: dict[str, Any] | None) -> Path:
-    """The chart with its one ``lookup`` answered by ``previous``, as the API server would
-    answer it on ``helm upgrade`` (helm template has no cluster: lookup returns nothing)."""
-    chart = tmp_path / "gpu-webhook"
-    shutil.copytree(CHART, chart)
-    source = (chart / "templates" / "webhooks.yaml").read_text()
-    call = 'lookup "v1" "Secret" $ns $secretName'
-    assert source.count(call) == 1
-    (chart / "templates" / "webhooks.yaml").write_text(
-        source.replace(call, '(include "test.previous" . | fromJson)')
-    )
-    (chart / "templates" / "_previous.tpl").write_text(
-        '{{- define "test.previous" -}}' + json.dumps(previous or {}) + "{{- end -}}\n"
-    )
-    return chart
+SECRET_PATH = "/api/v1/namespaces/gpu-webhook/secrets/gpu-webhook-tls"
+# What helm install writes on each object of a release; helm refuses to adopt one without.
+RELEASED = {
+    "name": "gpu-webhook", "namespace": "gpu-webhook",
+    "labels": {"app.kubernetes.io/managed-by": "Helm"},
+    "annotations": {"meta.helm.sh/release-name": "gpu-webhook", "meta.helm.sh/release-namespace": "gpu-webhook"},
+}  # fmt: skip
+
+
+def upgrade_against(cluster: ChartCluster, tmp_path: Path) -> list[dict[str, Any]]:
+    """``helm template --dry-run=server``: helm asks the (loopback) cluster, and the chart's
+    ``lookup`` of its Secret gets what the cluster holds, as on ``helm upgrade``."""
+    done = run_helm(
+        "template", "--dry-run=server", "--disable-openapi-validation",
+        "--kubeconfig", str(cluster.kubeconfig(tmp_path)),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
 def _secret_and_bundles(objs: Any) -> tuple[dict[str, str], set[str]]:
@@ -394,29 +398,38 @@ def _secret_and_bundles(objs: Any) -> tuple[dict[str, str], set[str]]:
     return secret["data"], bundles
 
 
-def test_an_upgrade_keeps_the_certificates_a_first_install_made(tmp_path: Path) -> None:
-    first, bundles = _secret_and_bundles(
-        template(chart=_with_previous_secret(tmp_path / "a", None))
-    )
+def test_a_first_install_makes_a_pair_the_renewal_job_keeps(tmp_path: Path) -> None:
+    with chart_cluster() as cluster:
+        first, bundles = _secret_and_bundles(upgrade_against(cluster, tmp_path))
+    assert f"GET {SECRET_PATH}" in cluster.requests  # the chart looked, and found nothing
     assert bundles == {first["ca.crt"]}
     pair = certs.ServingPair(**{k.replace(".", "_"): base64.b64decode(v) for k, v in first.items()})
     report = certs.inspect(pair, required=certs.service_names("gpu-webhook", "gpu-webhook"))
-    assert report.problems == ()  # the renewal job's own check: it keeps this pair
-    previous = {"apiVersion": "v1", "kind": "Secret", "data": first}
-    again, bundles = _secret_and_bundles(
-        template(chart=_with_previous_secret(tmp_path / "b", previous))
-    )
-    assert again == first
-    assert bundles == {first["ca.crt"]}
+    assert report.problems == ()  # `certs install`, the renewal job, keeps this pair
+
+
+def test_an_upgrade_keeps_the_certificates_the_cluster_holds(tmp_path: Path) -> None:
+    installed, _ = _secret_and_bundles(rendered({}))
+    with chart_cluster() as cluster:
+        cluster.objects[SECRET_PATH] = {
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {**RELEASED, "name": "gpu-webhook-tls"}, "data": installed,
+        }  # fmt: skip
+        again, bundles = _secret_and_bundles(upgrade_against(cluster, tmp_path))
+    assert again == installed
+    assert bundles == {installed["ca.crt"]}
 
 
 def test_a_stored_secret_without_its_key_is_replaced_whole(tmp_path: Path) -> None:
-    first, _ = _secret_and_bundles(template(chart=_with_previous_secret(tmp_path / "a", None)))
-    broken = {"data": {k: v for k, v in first.items() if k != "tls.key"}}
-    again, bundles = _secret_and_bundles(
-        template(chart=_with_previous_secret(tmp_path / "b", broken))
-    )
-    assert again["ca.crt"] != first["ca.crt"]
+    installed, _ = _secret_and_bundles(rendered({}))
+    with chart_cluster() as cluster:
+        cluster.objects[SECRET_PATH] = {
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {**RELEASED, "name": "gpu-webhook-tls"},
+            "data": {k: v for k, v in installed.items() if k != "tls.key"},
+        }  # fmt: skip
+        again, bundles = _secret_and_bundles(upgrade_against(cluster, tmp_path))
+    assert again["ca.crt"] != installed["ca.crt"]
     assert set(again) == {"ca.crt", "tls.crt", "tls.key"}
     assert bundles == {again["ca.crt"]}
 
