@@ -139,3 +139,30 @@ def test_every_relative_link_leads_to_a_file_of_the_repository(document: str) ->
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text())
     missing = [t for t in targets if "://" not in t and not (path.parent / t).exists()]
     assert missing == []
+
+
+def test_the_everyday_commands_run_on_the_repository_s_examples() -> None:
+    """Each offline command of "Everyday commands", with the examples for the user's files;
+    those that need a live cluster are only parsed (``--help`` of the same words)."""
+    (block,) = _blocks(_section("Everyday commands"), "sh")
+    ran = 0
+    for line in block.splitlines():
+        command = line.split("#", 1)[0].strip()
+        if not command.startswith("gpu-webhook "):
+            continue
+        words = shlex.split(command)[1:]
+        swap = {
+            "my-manifests/": "examples/",
+            "nodes.yaml": "examples/inventory.yaml",
+            "policy/": "rules/",
+        }
+        words = [swap.get(w, w) for w in words]
+        if "--kubeconfig" in words:
+            done = gpu_webhook(*words[: words.index("--kubeconfig")], "--help")
+            assert done.returncode == 0, (command, done.stderr)
+            continue
+        done = gpu_webhook(*words)
+        assert done.returncode in (0, 1), (command, done.stderr)
+        assert "Traceback" not in done.stderr
+        ran += 1
+    assert ran >= 4

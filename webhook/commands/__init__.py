@@ -68,8 +68,9 @@ def add_ci_options(parser: Any) -> None:
         "--warn-exit-code",
         type=int,
         metavar="N",
-        help="exit N when nothing is denied or unusable but something warns; warnings are "
-        "then failures in -o junit and errors in -o github (default: warnings exit 0)",
+        help="exit N when nothing is denied or unusable but something warns, in every output "
+        "format; warnings are then failures in -o junit and errors in -o github, and keep "
+        "their level in -o sarif (default: warnings exit 0)",
     )
     add_no_color_option(parser)
 
