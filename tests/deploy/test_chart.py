@@ -597,3 +597,62 @@ def test_the_crds_of_deploy_base_are_installed_by_the_chart_once_synced(tmp_path
     )
     assert installed == CRD
     assert validation_error(installed) is None
+
+
+def _names(objs: Any, of: str) -> set[str]:
+    return {o["metadata"]["name"] for o in kind(objs, of)}
+
+
+@pytest.mark.parametrize(
+    ("values", "release", "namespace"),
+    [
+        pytest.param({}, "gpu-webhook", "gpu-webhook", id="defaults"),
+        pytest.param({"fullnameOverride": "gpu-policy"}, "gpu-webhook", "gpu-webhook", id="renamed"),
+        pytest.param({"audit": {"enabled": True}}, "team", "platform", id="other-release-and-namespace"),
+    ],
+)  # fmt: skip
+def test_every_name_an_object_refers_to_is_an_object_of_the_release(
+    values: dict[str, Any], release: str, namespace: str
+) -> None:
+    objs = template(values, release=release, namespace=namespace)
+    (service,) = kind(objs, "Service")
+    (secret,) = kind(objs, "Secret")
+    accounts = _names(objs, "ServiceAccount")
+    for obj in (o for k in WEBHOOK_KINDS for o in kind(objs, k)):
+        (hook,) = obj["webhooks"]
+        assert hook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
+        assert hook["clientConfig"]["service"]["namespace"] == namespace
+    (deployment,) = kind(objs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] in accounts
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == secret["metadata"]["name"]
+    assert volumes["rules"]["configMap"]["name"] in _names(objs, "ConfigMap")
+    assert (
+        deployment["spec"]["selector"]["matchLabels"].items()
+        <= pod.get("labels", deployment["spec"]["template"]["metadata"]["labels"]).items()
+    )
+    for binding in kind(objs, "ClusterRoleBinding") + kind(objs, "RoleBinding"):
+        role_kind = binding["roleRef"]["kind"]
+        assert binding["roleRef"]["name"] in _names(objs, role_kind), binding["metadata"]["name"]
+        for subject in binding["subjects"]:
+            assert (subject["name"], subject["namespace"]) in {(a, namespace) for a in accounts}
+    (job,) = kind(objs, "CronJob")
+    job_pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert job_pod["serviceAccountName"] in accounts
+    args = dict(
+        a.removeprefix("--").split("=", 1) for a in job_pod["containers"][0]["args"] if "=" in a
+    )
+    assert args["secret"] == secret["metadata"]["name"]
+    assert args["namespace"] == namespace
+    assert args["webhook-config"] in _names(objs, "MutatingWebhookConfiguration")
+    assert args["service"] == service["metadata"]["name"]
+    pair = certs.ServingPair(
+        **{k.replace(".", "_"): base64.b64decode(v) for k, v in secret["data"].items()}
+    )
+    required = certs.service_names(service["metadata"]["name"], namespace)
+    assert certs.inspect(pair, required=required).problems == ()
+    certs_role = next(
+        r for r in kind(objs, "Role") if any("secrets" in rule["resources"] for rule in r["rules"])
+    )
+    assert certs_role["rules"][0]["resourceNames"] == [secret["metadata"]["name"]]
