@@ -628,10 +628,11 @@ def test_every_name_an_object_refers_to_is_an_object_of_the_release(
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["tls"]["secret"]["secretName"] == secret["metadata"]["name"]
     assert volumes["rules"]["configMap"]["name"] in _names(objs, "ConfigMap")
-    assert (
-        deployment["spec"]["selector"]["matchLabels"].items()
-        <= pod.get("labels", deployment["spec"]["template"]["metadata"]["labels"]).items()
-    )
+    labels = deployment["spec"]["template"]["metadata"]["labels"].items()
+    selectors = [deployment["spec"]["selector"]["matchLabels"]]
+    selectors += [o["spec"]["selector"]["matchLabels"] for o in kind(objs, "PodDisruptionBudget")]
+    selectors += [o["spec"]["podSelector"]["matchLabels"] for o in kind(objs, "NetworkPolicy")]
+    assert all(selector.items() <= labels for selector in selectors)
     for binding in kind(objs, "ClusterRoleBinding") + kind(objs, "RoleBinding"):
         role_kind = binding["roleRef"]["kind"]
         assert binding["roleRef"]["name"] in _names(objs, role_kind), binding["metadata"]["name"]
