@@ -68,6 +68,7 @@ def _tracked_text_files() -> list[Path]:
         p
         for p in paths
         if p.suffix in {".py", ".sh", ".toml", ".yaml", ".md", ""}
+        and p.is_file()  # webhook/data/rules is a link to a directory (rules/)
         and not any(copy in p.parents for copy in COPIES)
         and "__pycache__" not in p.parts
         and p != Path(__file__)

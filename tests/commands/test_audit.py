@@ -405,7 +405,7 @@ def test_the_progress_line_is_redrawn_on_a_terminal_and_absent_in_a_pipe() -> No
     assert pipe.getvalue() == ""
 
 
-def test_the_readme_shows_what_the_audit_of_the_example_prints(
+def test_the_cli_docs_show_what_the_audit_of_the_example_prints(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = Path(__file__).resolve().parents[2]
@@ -415,4 +415,4 @@ def test_the_readme_shows_what_the_audit_of_the_example_prints(
     )
     assert code == 1
     shown = "".join(("   " + line if line.strip() else "") + "\n" for line in out.splitlines())
-    assert shown in (root / "README.md").read_text()
+    assert shown in (root / "docs" / "cli.md").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -168,18 +169,6 @@ def test_text_output_is_coloured_only_on_a_terminal_without_no_color(
 # --- where the rules come from --------------------------------------------------------------
 
 
-def test_without_rules_here_it_says_where_it_looked_and_how_to_pass_them(tmp_path: Path) -> None:
-    path = write(tmp_path, "pod.yaml", gpu_pod("p"))
-    done = gpu_webhook("check", path, cwd=tmp_path, env={"GPU_WEBHOOK_RULES": ""})
-    assert done.returncode == 2
-    assert done.stdout == ""
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert f"the default ./rules in {tmp_path}" in lines[0]
-    assert "--rules DIR" in lines[0]
-    assert "GPU_WEBHOOK_RULES" in lines[0]
-
-
 def test_rules_from_the_environment_are_used(tmp_path: Path) -> None:
     path = write(tmp_path, "pod.yaml", gpu_pod("p"))
     done = gpu_webhook("check", path, cwd=tmp_path, env={"GPU_WEBHOOK_RULES": str(RULES)})
@@ -313,3 +302,34 @@ def test_check_reads_nodepools_from_the_inventory_file_beside_the_nodes(tmp_path
     assert (
         "which no node advertises; this cluster offers no GPU resources at all" in cpu_only.stdout
     )
+
+
+def test_outside_a_checkout_check_uses_the_shipped_rules_and_says_so_once(tmp_path: Path) -> None:
+    """A team that installed the command has no ./rules: the default policy comes with it.
+    The package is copied as a wheel installs it (links followed) to a directory of its own,
+    and run from another, so nothing of the checkout is in reach."""
+    site, work = tmp_path / "site", tmp_path / "work"
+    shutil.copytree(
+        ROOT / "webhook", site / "webhook", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    work.mkdir()
+    pod = write(work, "pod.yaml", gpu_pod("train", namespace="team-a", gpu="0.5"))
+    alone = gpu_webhook("check", pod, "-o", "json", cwd=work, env={"PYTHONPATH": str(site)})
+    assert alone.returncode == 1, alone.stderr  # the shipped policy denies half a GPU
+    said = [line for line in alone.stderr.splitlines() if "shipped default rules" in line]
+    assert len(said) == 1
+    assert f"no ./rules in {work}" in said[0]
+    assert str(site / "webhook" / "data" / "rules") in said[0]
+    with_rules = gpu_webhook("check", pod, "-o", "json", "--rules", RULES, cwd=work)
+    assert json.loads(alone.stdout) == json.loads(with_rules.stdout)
+    assert "shipped" not in with_rules.stderr
+
+
+def test_rules_of_your_own_win_over_the_shipped_ones(tmp_path: Path) -> None:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "exempt.yaml").write_text(
+        (RULES / "05-gpu-stack-exempt.yaml").read_text()
+    )
+    pod = write(tmp_path, "pod.yaml", gpu_pod("train", namespace="team-a"))
+    done = gpu_webhook("check", pod, cwd=tmp_path)
+    assert "shipped" not in done.stderr, done.stderr

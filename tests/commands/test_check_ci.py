@@ -168,7 +168,8 @@ def test_sarif_is_valid_and_places_each_finding_with_its_rule_and_fix(
     # Outside the working directory: absolute file URIs.
     objects, broken = files["objects"].as_uri(), files["broken"].as_uri()
     assert found == {
-        ("builtin/requestsWithoutLimits", "error", objects, 2),
+        # At the container the finding names (spec.containers[0]), not the document's line 2.
+        ("builtin/requestsWithoutLimits", "error", objects, 7),
         ("builtin/clusterCapacity", "warning", objects, 20),
         ("gpu-webhook/unusable", "error", broken, 4),
     }
@@ -194,7 +195,7 @@ def test_github_annotations_sit_at_file_and_line(files: dict[str, Path]) -> None
     assert code == 1
     lines = out.splitlines()
     assert (
-        f"::error file={files['objects']},line=2,title=builtin/requestsWithoutLimits%3A "
+        f"::error file={files['objects']},line=7,title=builtin/requestsWithoutLimits%3A "
         "Pod team-b/notebook::container" in "\n".join(lines)
     )
     assert any(
@@ -262,7 +263,7 @@ def test_audit_writes_the_ci_formats_too(files: dict[str, Path], output: str) ->
         schema = json.loads((SCHEMAS / "sarif-schema-2.1.0.json").read_text())
         jsonschema.Draft4Validator(schema).validate(json.loads(done.stdout))
     else:
-        assert f"::error file={files['objects']},line=2," in done.stdout
+        assert f"::error file={files['objects']},line=7," in done.stdout
 
 
 def test_yaml_output_marks_denied_objects_in_a_comment_and_stays_loadable(
@@ -324,3 +325,80 @@ def test_audit_of_one_object_says_one_object(files: dict[str, Path]) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1].startswith("1 object audited, 0 folded")
     assert done.stdout.splitlines()[0].split()[-1] == "SOURCE"
+
+
+# A fine pod, then a CronJob whose second container asks for a GPU without a limit: the
+# finding names spec.jobTemplate.spec.template.spec.containers[1], on line 26.
+DEEP = """\
+# two documents; the finding is deep in the second
+apiVersion: v1
+kind: Pod
+metadata: {name: fine, namespace: team-b}
+spec:
+  containers:
+  - name: main
+    image: cuda
+    resources: {limits: {nvidia.com/gpu: 1}}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+  namespace: team-a
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers:
+          - name: sidecar
+            image: busybox
+          - name: train
+            image: cuda
+            resources:
+              requests:
+                nvidia.com/gpu: 1
+"""
+DEEP_LINE = 26  # "- name: train"
+DEEP_DOCUMENT = 11  # "apiVersion: batch/v1"
+
+
+@pytest.fixture
+def deep(tmp_path: Path) -> Path:
+    path = tmp_path / "deep.yaml"
+    path.write_text(DEEP)
+    assert DEEP.splitlines()[DEEP_LINE - 1].strip() == "- name: train"
+    return path
+
+
+@pytest.mark.parametrize("command", ["check", "audit"])
+def test_each_ci_format_points_a_deep_finding_at_its_container_s_line(
+    deep: Path, command: str
+) -> None:
+    args = (command, "-f", deep, "--rules", RULES, "--inventory", INVENTORY)
+    github_out = gpu_webhook(*args, "-o", "github").stdout
+    assert f"::error file={deep},line={DEEP_LINE},title=builtin/requestsWithoutLimits" in github_out
+    log = json.loads(gpu_webhook(*args, "-o", "sarif").stdout)
+    jsonschema.Draft4Validator(
+        json.loads((SCHEMAS / "sarif-schema-2.1.0.json").read_text())
+    ).validate(log)
+    (result,) = [
+        r for r in log["runs"][0]["results"] if r["ruleId"] == "builtin/requestsWithoutLimits"
+    ]
+    assert result["locations"][0]["physicalLocation"]["region"] == {"startLine": DEEP_LINE}
+    report = gpu_webhook(*args, "-o", "junit").stdout
+    xmlschema.XMLSchema(SCHEMAS / "junit-10.xsd").validate(report)
+    (failure,) = ET.fromstring(report).iter("failure")
+    assert failure.text is not None
+    assert failure.text.startswith(f"{deep}:{DEEP_LINE}: deny builtin/requestsWithoutLimits")
+    (case,) = [c for c in ET.fromstring(report).iter("testcase") if "nightly" in c.get("name", "")]
+    assert f"({deep}:{DEEP_DOCUMENT})" in case.get("name", "")  # the object stays at its document
+
+
+def test_a_finding_that_names_no_field_stays_on_the_document_s_line(files: dict[str, Path]) -> None:
+    """clusterCapacity is about the whole workload: the Deployment's first line."""
+    _, out, _ = check(files["objects"], "-o", "github")
+    (warning,) = [ln for ln in out.splitlines() if "builtin/clusterCapacity" in ln]
+    assert f"file={files['objects']},line=20," in warning

@@ -214,8 +214,8 @@ def test_an_empty_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert f"{empty}: no objects: the input is empty" in capsys.readouterr().err
 
 
-def test_the_readme_shows_a_real_explain_output() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_cli_docs_show_a_real_explain_output() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     golden = (CASES / "more-gpus-than-any-node" / "expected.txt").read_text()
     assert golden in readme
 

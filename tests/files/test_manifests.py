@@ -64,3 +64,110 @@ def test_an_inventory_bomb_is_an_inventory_error_naming_the_file(tmp_path):
 
     with pytest.raises(InventoryFileError, match=r"nodes\.yaml: YAML aliases expand"):
         load_inventory(str(path))
+
+
+# --- the line of each field, for CI annotations ------------------------------------------
+
+FIELDS = """\
+# two objects; the second one's container is deep in a CronJob
+apiVersion: v1
+kind: Pod
+metadata: {name: a}
+spec:
+  containers:
+  - name: main
+    image: cuda
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers:
+          - name: sidecar
+            image: busybox
+          - name: train
+            image: cuda
+            resources:
+              limits:
+                nvidia.com/gpu: 1
+"""
+
+
+@pytest.mark.parametrize(
+    ("document", "path", "line"),
+    [
+        pytest.param(0, "spec.containers[0]", 7, id="first-document-container"),
+        pytest.param(0, "", 2, id="no-path-is-the-document"),
+        pytest.param(1, "spec.jobTemplate.spec.template.spec", 19, id="pod-spec-deep-in-a-cronjob"),
+        pytest.param(
+            1, "spec.jobTemplate.spec.template.spec.containers[1]", 23, id="second-container"
+        ),
+        pytest.param(
+            1,
+            "spec.jobTemplate.spec.template.spec.containers[1].resources",
+            25,
+            id="resources-block",
+        ),
+        pytest.param(
+            1,
+            "spec.jobTemplate.spec.template.spec.containers[1].resources.limits.nvidia.com/gpu",
+            26,
+            id="a-key-with-dots-stops-at-the-deepest-field-found",
+        ),
+        pytest.param(
+            1,
+            "spec.jobTemplate.spec.template.spec.initContainers[0]",
+            19,
+            id="absent-field-falls-back-to-its-parent",
+        ),
+        pytest.param(1, "spec.replicatedJobs.0.template", 14, id="absent-below-spec-is-spec"),
+        pytest.param(1, "status", 10, id="absent-entirely-is-the-document"),
+    ],
+)
+def test_a_finding_s_path_is_the_line_of_its_field(document: int, path: str, line: int) -> None:
+    docs, errors = parse_text(FIELDS, "objects.yaml", fields=True)
+
+    assert errors == []
+    assert docs[document].line_of(path) == line
+
+
+def test_list_indexes_joined_with_dots_find_their_item() -> None:
+    text = "kind: JobSet\nspec:\n  replicatedJobs:\n  - name: a\n  - name: b\n    template: {}\n"
+    (doc,), _ = parse_text(text, "jobset.yaml", fields=True)
+
+    assert doc.line_of("spec.replicatedJobs.1.template") == 6
+
+
+def test_the_items_of_a_list_get_their_own_lines() -> None:
+    text = (
+        "apiVersion: v1\nkind: PodList\nitems:\n"
+        "- metadata: {name: a}\n  spec:\n    containers:\n    - name: x\n"
+        "- metadata: {name: b}\n  spec:\n    containers:\n    - name: y\n"
+    )
+    docs, _ = parse_text(text, "list.yaml", fields=True)
+
+    assert [d.line_of("spec.containers[0]") for d in docs] == [7, 11]
+
+
+def test_without_fields_or_from_json_every_path_is_the_document_s_line() -> None:
+    docs, _ = parse_text(FIELDS, "objects.yaml")
+    (json_doc,), _ = parse_text(
+        '{"kind": "Pod", "spec": {"containers": [{"name": "a"}]}}', "p.json", fields=True
+    )
+
+    assert docs[1].line_of("spec.jobTemplate.spec.template.spec.containers[1]") == 10
+    assert json_doc.line_of("spec.containers[0]") == 1
+
+
+def test_a_shared_alias_is_mapped_where_it_was_written() -> None:
+    text = "a: &c {containers: [{name: x}]}\nb: *c\n"
+    (doc,), _ = parse_text(text, "alias.yaml", fields=True)
+
+    assert doc.line_of("a.containers[0]") == 1
+    assert doc.line_of("b.containers[0]") == 2  # the alias itself, the deepest found

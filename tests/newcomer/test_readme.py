@@ -8,11 +8,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.builders import ROOT
+from tests.deploy.test_chart import helm, kind
 from tests.deploy.test_manifests import kubectl, pod_specs
-from tests.newcomer.walkthrough import quick_start_commands
+from tests.newcomer.walkthrough import first_check, quick_start_commands, run_first_check
 from tests.running import gpu_webhook
 
 
@@ -51,9 +53,10 @@ def test_the_command_is_reached_as_the_readme_says_before_it_is_called_bare() ->
 def test_the_deploy_overlay_of_the_readme_points_every_pod_at_the_pushed_image(
     tmp_path: Path,
 ) -> None:
-    (script,) = _blocks(_section("Deploy"), "sh")[:1]
+    first, *others = _blocks(_section("Install in a cluster"), "sh")
+    (script,) = [b for b in others if "<<'EOF'" in b]
     kustomization = script.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
-    pushed = re.search(r"podman push (\S+)", script)
+    pushed = re.search(r"podman push (\S+)", first)
     assert pushed
     shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
     (tmp_path / "my-cluster").mkdir()
@@ -94,3 +97,72 @@ def test_the_ci_examples_are_yaml_that_run_check_with_its_ci_formats(tmp_path: P
         formats.add(args[args.index("-o") + 1])
         assert done.stdout
     assert formats == {"github", "sarif", "junit"}
+
+
+def test_the_quick_start_check_prints_what_the_readme_shows() -> None:
+    """The same step .ci/run's walkthrough takes in a fresh copy, here in the checkout."""
+    readme = (ROOT / "README.md").read_text()
+    command, shown, code = first_check(readme)
+    assert command.startswith(".venv/bin/gpu-webhook check ")
+    assert "DENIED" in shown
+    assert "ALLOWED" in shown
+    assert code == 1
+    run_first_check(readme)
+
+
+def test_the_helm_install_of_the_readme_renders_every_pod_with_the_pushed_image() -> None:
+    """The README's helm install, as helm template with the same arguments (no cluster)."""
+    (script, *_) = _blocks(_section("Install in a cluster"), "sh")
+    pushed = re.search(r"podman push (\S+)", script)
+    install = re.search(r"^helm install (.*?)(?<!\\)$", script.replace("\\\n", " "), re.M)
+    assert pushed
+    assert install
+    words = shlex.split(install.group(1))
+    assert "--create-namespace" in words
+    words.remove("--create-namespace")
+    done = subprocess.run([helm(), "template", *words], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    objs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    pods = [o["spec"]["template"]["spec"] for o in kind(objs, "Deployment")] + [
+        o["spec"]["jobTemplate"]["spec"]["template"]["spec"] for o in kind(objs, "CronJob")
+    ]
+    assert {c["image"] for pod in pods for c in pod["containers"]} == {pushed.group(1)}
+
+
+@pytest.mark.parametrize(
+    "document",
+    ["README.md", "CHANGELOG.md", "deploy/helm/gpu-webhook/README.md",
+     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))],
+)  # fmt: skip
+def test_every_relative_link_leads_to_a_file_of_the_repository(document: str) -> None:
+    path = ROOT / document
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text())
+    missing = [t for t in targets if "://" not in t and not (path.parent / t).exists()]
+    assert missing == []
+
+
+def test_the_everyday_commands_run_on_the_repository_s_examples() -> None:
+    """Each offline command of "Everyday commands", with the examples for the user's files;
+    those that need a live cluster are only parsed (``--help`` of the same words)."""
+    (block,) = _blocks(_section("Everyday commands"), "sh")
+    ran = 0
+    for line in block.splitlines():
+        command = line.split("#", 1)[0].strip()
+        if not command.startswith("gpu-webhook "):
+            continue
+        words = shlex.split(command)[1:]
+        swap = {
+            "my-manifests/": "examples/",
+            "nodes.yaml": "examples/inventory.yaml",
+            "policy/": "rules/",
+        }
+        words = [swap.get(w, w) for w in words]
+        if "--kubeconfig" in words:
+            done = gpu_webhook(*words[: words.index("--kubeconfig")], "--help")
+            assert done.returncode == 0, (command, done.stderr)
+            continue
+        done = gpu_webhook(*words)
+        assert done.returncode in (0, 1), (command, done.stderr)
+        assert "Traceback" not in done.stderr
+        ran += 1
+    assert ran >= 4

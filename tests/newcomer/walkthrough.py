@@ -2,7 +2,8 @@
 """A new user's first minutes, as the README tells them: run by ``.ci/run`` in a fresh copy.
 
 Terminal 1 runs the README's serve command and leaves it running; once it answers,
-terminal 2 runs the README's test command. Then Ctrl-C stops the server. Each step's output
+terminal 2 runs the README's first ``check`` (its output must be what the README shows) and
+then the README's test command. Then Ctrl-C stops the server. Each step's output
 is checked for what the README promises: install progress, the dev banner, a server that
 answers on loopback, the whole check passing, a clean stop. Standard library only: it runs
 before anything is installed.
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import ssl
@@ -45,6 +47,33 @@ def quick_start_commands(readme: str) -> list[str]:
         raise WalkthroughError("the README's Quick start has no ```sh block")
     lines = (line.split("#", 1)[0].strip() for line in block.group(1).splitlines())
     return [line for line in lines if line]
+
+
+def first_check(readme: str) -> tuple[str, str, int]:
+    """The quick start's one ``check``: its command line, the output the README shows, and
+    the exit code it says (``(exit code N)`` after the block)."""
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```console\n\$ (.*?)\n(.*?)```\n(.*)", section, re.S)
+    if block is None:
+        raise WalkthroughError("the README's Quick start shows no check with its output")
+    code = re.search(r"\(exit code (\d+)\)", block.group(3))
+    if code is None:
+        raise WalkthroughError("the README's Quick start does not say the check's exit code")
+    return block.group(1), block.group(2), int(code.group(1))
+
+
+def run_first_check(readme: str) -> None:
+    """The README's first ``check``, run as shown: the output it shows, the exit code it says."""
+    command, shown, code = first_check(readme)
+    done = subprocess.run(
+        shlex.split(command), cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    if done.stdout != shown:
+        raise WalkthroughError(
+            f"{command} printed:\n{done.stdout}\nnot, as the README shows:\n{shown}"
+        )
+    if done.returncode != code:
+        raise WalkthroughError(f"{command} exited {done.returncode}, the README says {code}")
 
 
 def _free(port: int) -> bool:
@@ -190,6 +219,9 @@ def main() -> int:
             try:
                 wait_until_serving(server, log, health_port)
                 check_server(log, port, health_port, installed=installed)
+                readme = (ROOT / "README.md").read_text()
+                print("walkthrough: terminal 2: the quick start's check", flush=True)
+                run_first_check(readme)
                 print(f"walkthrough: serving on {port}; terminal 2: {args.test}", flush=True)
                 run_tests(args.test, args.pytest_args)
             finally:

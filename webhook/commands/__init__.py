@@ -9,7 +9,7 @@ from typing import Any
 
 from webhook.engine.policy.ruleset import Policy, PolicyError
 from webhook.files.manifests import ManifestError
-from webhook.files.rulefiles import load_policy
+from webhook.files.rulefiles import load_policy, shipped_rules
 from webhook.reports.results import Outcome
 
 USAGE_ERROR = 2
@@ -39,7 +39,8 @@ def add_rules_option(parser: Any) -> None:
         "--rules",
         default=None,
         metavar="DIR",
-        help=f"rule file directory (default: ${RULES_ENV}, else ./{DEFAULT_RULES})",
+        help=f"rule file directory (default: ${RULES_ENV}, else ./{DEFAULT_RULES}, else the "
+        "shipped default rules)",
     )
 
 
@@ -67,8 +68,9 @@ def add_ci_options(parser: Any) -> None:
         "--warn-exit-code",
         type=int,
         metavar="N",
-        help="exit N when nothing is denied or unusable but something warns; warnings are "
-        "then failures in -o junit and errors in -o github (default: warnings exit 0)",
+        help="exit N when nothing is denied or unusable but something warns, in every output "
+        "format; warnings are then failures in -o junit and errors in -o github, and keep "
+        "their level in -o sarif (default: warnings exit 0)",
     )
     add_no_color_option(parser)
 
@@ -95,6 +97,13 @@ def rules_or_fail(command: str, given: str | None) -> Policy | int:
     """The policy of ``--rules`` (or its default), or the exit code after saying, in one
     line when the default directory is missing, why it is unusable."""
     directory, origin = rules_directory(given)
+    if origin == "default" and not Path(directory).is_dir() and shipped_rules().is_dir():
+        directory, origin = str(shipped_rules()), "shipped"
+        print(
+            f"gpu-webhook {command}: no ./{DEFAULT_RULES} in {Path.cwd()}: using the shipped "
+            f"default rules ({directory}); pass --rules DIR or set {RULES_ENV} for your own",
+            file=sys.stderr,
+        )
     if origin == "default" and not Path(directory).is_dir():
         return fail(
             command,

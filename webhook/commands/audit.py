@@ -29,7 +29,7 @@ from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.engine.kube.workloads import WorkloadKind
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
-from webhook.files.manifests import load_manifests
+from webhook.files.manifests import Document, load_manifests
 from webhook.reports.audit import Audit, AuditEntry, render_text
 from webhook.reports.policyreport import policy_reports
 from webhook.reports.results import (
@@ -181,7 +181,8 @@ def _offline(
             inventory = load_inventory_file(args.inventory).view()
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
-    documents, errors = load_manifests(args.files)
+    # CI formats point each finding at its field's line: only they pay for the line map.
+    documents, errors = load_manifests(args.files, fields=args.output in CI_FORMATS)
     unusable = unreadable(errors, paths=args.files, read=bool(documents))
     for outcome in unusable:
         print(f"error: {outcome.where}: {outcome.problem}", file=sys.stderr)
@@ -193,7 +194,7 @@ def _offline(
     # Owners first, so that pods fold into them without being judged.
     chosen.sort(key=lambda d: d.obj.get("kind") == "Pod")
     audit.add_all((d.obj, d.where) for d in chosen)
-    return _report(args, audit, policy, unusable=unusable)
+    return _report(args, audit, policy, unusable=unusable, located={d.where: d for d in chosen})
 
 
 def _in_scope(
@@ -239,11 +240,17 @@ def _cluster(
 
 
 def _report(
-    args: argparse.Namespace, audit: Audit, policy: Policy, *, unusable: list[Outcome]
+    args: argparse.Namespace,
+    audit: Audit,
+    policy: Policy,
+    *,
+    unusable: list[Outcome],
+    located: Mapping[str, Document] | None = None,
 ) -> int:
     entries = audit.entries()
     summary = dataclasses.replace(audit.summary(), unusable=len(unusable))
-    outcomes = [*map(outcome_of, entries), *unusable]
+    found = located or {}
+    outcomes = [*(outcome_of(e, doc=found.get(e.source)) for e in entries), *unusable]
     warnings_fail = args.warn_exit_code is not None
     if args.output == "json":
         report: dict[str, Any] = {
@@ -274,9 +281,10 @@ def _report(
     return exit_code(outcomes, warn_exit_code=args.warn_exit_code)
 
 
-def outcome_of(entry: AuditEntry) -> Outcome:
+def outcome_of(entry: AuditEntry, *, doc: Document | None = None) -> Outcome:
     """An audited object for the CI formats: at its file and line when it came from a
-    file, else named by namespace, kind and name."""
+    file (each finding at its field's line in ``doc``), else named by namespace, kind and
+    name."""
     file, _, line = entry.source.rpartition(":")
     if not file or not line.isdigit():
         file, line = f"{entry.ref.namespace}/{entry.ref.kind}/{entry.ref.name}", "0"
@@ -289,6 +297,7 @@ def outcome_of(entry: AuditEntry) -> Outcome:
         name=entry.ref.name,
         findings=entry.findings,
         warnings=entry.warnings,
+        finding_lines=tuple(doc.line_of(f.path) for f in entry.findings) if doc else (),
     )
 
 

@@ -12,7 +12,7 @@ import re
 import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,12 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 # memory than the machine has. go-yaml refuses "excessive aliasing" for the same reason.
 MAX_ALIAS_EXPANSION = 100_000
 _LONG_TEXT = 64
+# A field's place in a document: keys and list indexes from its root.
+FieldPath = tuple[str | int, ...]
+# Findings name fields a few levels into a pod template (spec.jobTemplate.spec.template.spec
+# .containers[0].resources.limits is 9): deeper fields are not mapped.
+MAX_MAPPED_DEPTH = 12
+_SEGMENT = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +42,28 @@ class Document:
     index: int
     obj: Mapping[str, Any]
     line: int = 1
+    # The line of each field, when read with ``fields=True`` (for CI annotations).
+    field_lines: Mapping[FieldPath, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def where(self) -> str:
         """``pods.yaml:12``, as compilers and CI annotations name a place."""
         return f"{self.source}:{self.line}"
+
+    def line_of(self, path: str) -> int:
+        """The line of the field a finding names (``spec.containers[0].resources``), else of
+        the deepest part of it the file holds, else the document's first line."""
+        line = self.line
+        at_path: FieldPath = ()
+        for name, index in _SEGMENT.findall(path):
+            options: tuple[str | int, ...] = (int(index),) if index else (name,)
+            if name.isdigit():
+                options = (int(name), name)  # spec_path joins list indexes with dots
+            step = next(((*at_path, o) for o in options if (*at_path, o) in self.field_lines), None)
+            if step is None:
+                break
+            at_path, line = step, self.field_lines[step]
+        return line
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +118,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def parse_text(text: str, source: str) -> tuple[list[Document], list[ManifestError]]:
-    """All objects in ``text``; ``List`` kinds are expanded into their items."""
+def parse_text(
+    text: str, source: str, *, fields: bool = False
+) -> tuple[list[Document], list[ManifestError]]:
+    """All objects in ``text``; ``List`` kinds are expanded into their items. ``fields``:
+    keep the line of every field of YAML documents (``Document.line_of``), which CI formats
+    need and other readers would only pay memory for."""
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
@@ -107,9 +134,9 @@ def parse_text(text: str, source: str) -> tuple[list[Document], list[ManifestErr
             # JSON is YAML: fall through so that YAML-ish files starting with { still load.
             if stripped.startswith("{") and not _looks_like_yaml(text):
                 return [], [ManifestError(source, f"not valid JSON: {exc.msg}", exc.lineno)]
-            return _parse_yaml(text, source)
-        return _documents(loaded, source, lines=[[1]])
-    return _parse_yaml(text, source)
+            return _parse_yaml(text, source, fields=fields)
+        return _documents(loaded, source, lines=[[1]], fields=[])
+    return _parse_yaml(text, source, fields=fields)
 
 
 _TEMPLATE_ACTION = re.compile(r"\{\{-?\s.*?\}\}|\{\{[.$]")
@@ -127,30 +154,68 @@ def _looks_like_yaml(text: str) -> bool:
     return "\n" in text.strip() and ":" in text.splitlines()[-1]
 
 
-def _load_all(text: str) -> tuple[list[object], list[list[int]]]:
+_Lines = list[list[int]]
+_Fields = list[list[dict[FieldPath, int]]]
+
+
+def _load_all(text: str, *, fields: bool) -> tuple[list[object], _Lines, _Fields]:
     """Every document of ``text``, and per document the line it starts on, then the lines
-    of its ``items`` (for a ``List``): ``yaml.load_all`` with the nodes' marks kept."""
+    of its ``items`` (for a ``List``): ``yaml.load_all`` with the nodes' marks kept. With
+    ``fields``, per document (or per item of a ``List``) the line of each field."""
     loader = _Loader(text)
     loaded: list[object] = []
-    lines: list[list[int]] = []
+    lines: _Lines = []
+    maps: _Fields = []
     try:
         while loader.check_node():
             node = loader.get_node()
             starts = [node.start_mark.line + 1]
+            roots = [node]
             if isinstance(node, yaml.MappingNode):
                 for key, value in node.value:
                     if key.value == "items" and isinstance(value, yaml.SequenceNode):
                         starts += [item.start_mark.line + 1 for item in value.value]
+                        roots = [node, *value.value]
             loaded.append(loader.construct_document(node))
             lines.append(starts)
+            maps.append([field_lines(root) for root in roots] if fields else [])
     finally:
         loader.dispose()
-    return loaded, lines
+    return loaded, lines, maps
 
 
-def _parse_yaml(text: str, source: str) -> tuple[list[Document], list[ManifestError]]:
+def field_lines(root: yaml.Node) -> dict[FieldPath, int]:
+    """The line of each field under ``root``: a key's own line, a list item's first line.
+    A node met again through an alias is mapped once, where it was defined."""
+    found: dict[FieldPath, int] = {}
+    seen: set[int] = set()
+    stack: list[tuple[FieldPath, yaml.Node]] = [((), root)]
+    while stack:
+        path, node = stack.pop()
+        if id(node) in seen or len(path) >= MAX_MAPPED_DEPTH:
+            continue
+        seen.add(id(node))
+        children: list[tuple[FieldPath, yaml.Node]] = []
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    here = (*path, key.value)
+                    found.setdefault(here, key.start_mark.line + 1)
+                    children.append((here, value))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                if isinstance(item, (yaml.MappingNode, yaml.SequenceNode)):
+                    found[(*path, index)] = item.start_mark.line + 1
+                    children.append(((*path, index), item))
+        stack.extend(reversed(children))  # in the file's order: an anchor before its aliases
+    return found
+
+
+def _parse_yaml(
+    text: str, source: str, *, fields: bool
+) -> tuple[list[Document], list[ManifestError]]:
     try:
-        loaded, lines = _load_all(text)
+        loaded, lines, maps = _load_all(text, fields=fields)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -179,7 +244,7 @@ def _parse_yaml(text: str, source: str) -> tuple[list[Document], list[ManifestEr
             f"({extra:,}); write the values out, or use fewer aliases"
         )
         return [], [ManifestError(source, message)]
-    return _documents(loaded, source, lines=lines)
+    return _documents(loaded, source, lines=lines, fields=maps)
 
 
 class AliasLoopError(ValueError):
@@ -233,14 +298,15 @@ def _weight(value: object) -> int:
 
 
 def _documents(
-    loaded: list[object], source: str, *, lines: list[list[int]]
+    loaded: list[object], source: str, *, lines: _Lines, fields: _Fields
 ) -> tuple[list[Document], list[ManifestError]]:
     docs: list[Document] = []
     errors: list[ManifestError] = []
-    for raw, starts in zip(loaded, lines, strict=True):
+    for number, (raw, starts) in enumerate(zip(loaded, lines, strict=True)):
         if raw is None:
             continue
         line = starts[0]
+        maps = fields[number] if number < len(fields) else []
         if not isinstance(raw, Mapping):
             errors.append(
                 ManifestError(
@@ -253,17 +319,19 @@ def _documents(
             # The API server leaves kind and apiVersion out of a typed list's items.
             item_kind = list_kind.removesuffix("List")
             item_lines = starts[1:] if len(starts) == len(raw["items"]) + 1 else []
+            item_maps = maps[1:] if item_lines and len(maps) == len(starts) else []
             for position, item in enumerate(raw["items"]):
                 if not isinstance(item, Mapping):
                     continue
                 at = item_lines[position] if item_lines else line
+                where = item_maps[position] if item_maps else {}
+                obj = item
                 if item_kind and "kind" not in item:
                     filled = {"apiVersion": raw.get("apiVersion", "v1"), "kind": item_kind}
-                    docs.append(Document(source, len(docs) + 1, {**filled, **item}, at))
-                else:
-                    docs.append(Document(source, len(docs) + 1, item, at))
+                    obj = {**filled, **item}
+                docs.append(Document(source, len(docs) + 1, obj, at, where))
             continue
-        docs.append(Document(source, len(docs) + 1, raw, line))
+        docs.append(Document(source, len(docs) + 1, raw, line, maps[0] if maps else {}))
     return docs, errors
 
 
@@ -389,7 +457,10 @@ def _too_large(source: str, limit: int, *, what: str) -> ManifestError:
     )
 
 
-def load_manifests(paths: list[str]) -> tuple[list[Document], list[ManifestError]]:
+def load_manifests(
+    paths: list[str], *, fields: bool = False
+) -> tuple[list[Document], list[ManifestError]]:
+    """Every object of ``paths``; ``fields`` as for ``parse_text``."""
     docs: list[Document] = []
     errors: list[ManifestError] = []
     for source in expand_paths(paths):
@@ -397,7 +468,7 @@ def load_manifests(paths: list[str]) -> tuple[list[Document], list[ManifestError
         if error is not None or text is None:
             errors.append(error or ManifestError(source, "empty"))
             continue
-        found, problems = parse_text(text, source)
+        found, problems = parse_text(text, source, fields=fields)
         docs.extend(found)
         errors.extend(problems)
     return docs, errors

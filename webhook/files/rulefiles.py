@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,13 @@ def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyPro
     said = {p.path for p in problems}
     found = [_problem(e, ref) for e in errors]
     return [*problems, *(p for p in found if p.path not in said)]
+
+
+def shipped_rules() -> Path:
+    """The default policy installed with the command (``webhook/data/rules``, a link to the
+    repository's ``rules/`` that the wheel carries as package data), for use outside a
+    checkout."""
+    return Path(str(resources.files("webhook").joinpath("data", "rules")))
 
 
 def rule_file_paths(directory: str) -> list[Path]:

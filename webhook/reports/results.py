@@ -41,10 +41,22 @@ class Outcome:
     # Warnings that are not a finding's own (a finding's warning is the finding).
     warnings: tuple[str, ...] = ()
     problem: str = ""
+    # Per finding, the line of the field it names (``Finding.path``); empty: ``line``.
+    finding_lines: tuple[int, ...] = ()
 
     @property
     def where(self) -> str:
         return f"{self.file}:{self.line}" if self.line else self.file
+
+    def line_of(self, index: int) -> int:
+        """Where finding ``index`` points: its field's line, else the document's."""
+        if index < len(self.finding_lines) and self.line:
+            return self.finding_lines[index]
+        return self.line
+
+    def where_of(self, index: int) -> str:
+        line = self.line_of(index)
+        return f"{self.file}:{line}" if line else self.file
 
     @property
     def label(self) -> str:
@@ -92,13 +104,14 @@ def junit(outcomes: Sequence[Outcome], *, suite: str, warnings_fail: bool) -> st
             continue
         failed = False
         out: list[str] = []
-        for finding in outcome.findings:
+        for index, finding in enumerate(outcome.findings):
+            said = f"{outcome.where_of(index)}: {finding.action} {finding.id}: {finding.message}"
             if finding.action == "deny" or (finding.action == "warn" and warnings_fail):
                 failed = True
                 failure = ET.SubElement(case, "failure", type=finding.id, message=finding.message)
-                failure.text = f"{outcome.where}: {finding.action} {finding.id}: {finding.message}"
+                failure.text = said
             else:
-                out.append(f"{finding.action} {finding.id}: {finding.message}")
+                out.append(said)
         for warning in outcome.warnings:
             if warnings_fail:
                 failed = True
@@ -126,7 +139,7 @@ def sarif(outcomes: Sequence[Outcome], *, command: str) -> dict[str, Any]:
     rules: dict[str, dict[str, Any]] = {}
     results: list[dict[str, Any]] = []
     for outcome in outcomes:
-        locations = _locations(outcome)
+        locations = _locations(outcome, outcome.line)
         if outcome.status == "unusable":
             rules.setdefault(UNUSABLE_RULE, _rule(UNUSABLE_RULE, "unusable input", ""))
             results.append(
@@ -138,14 +151,14 @@ def sarif(outcomes: Sequence[Outcome], *, command: str) -> dict[str, Any]:
                 }
             )
             continue
-        for finding in outcome.findings:
+        for index, finding in enumerate(outcome.findings):
             rules.setdefault(finding.id, _rule(finding.id, finding.summary, finding.message))
             results.append(
                 {
                     "ruleId": finding.id,
                     "level": _LEVELS.get(finding.action, "note"),
                     "message": {"text": f"{outcome.label}: {finding.message}"},
-                    "locations": locations,
+                    "locations": _locations(outcome, outcome.line_of(index)),
                     "properties": {"action": finding.action, "path": finding.path},
                 }
             )
@@ -184,13 +197,13 @@ def _rule(rule_id: str, summary: str, fix: str) -> dict[str, Any]:
     return rule
 
 
-def _locations(outcome: Outcome) -> list[dict[str, Any]]:
+def _locations(outcome: Outcome, line: int) -> list[dict[str, Any]]:
     """Where to look; none for what no file holds (a kind the cluster would not list)."""
     if not outcome.file:
         return []
     physical: dict[str, Any] = {"artifactLocation": {"uri": artifact_uri(outcome.file)}}
-    if outcome.line:
-        physical["region"] = {"startLine": outcome.line}
+    if line:
+        physical["region"] = {"startLine": line}
     return [{"physicalLocation": physical}]
 
 
@@ -219,24 +232,27 @@ def github(outcomes: Sequence[Outcome], *, warnings_fail: bool) -> str:
     lines: list[str] = []
     for outcome in outcomes:
         if outcome.status == "unusable":
-            lines.append(_annotation("error", outcome, UNUSABLE_RULE, outcome.problem))
+            lines.append(
+                _annotation("error", outcome, UNUSABLE_RULE, outcome.problem, line=outcome.line)
+            )
             continue
-        for finding in outcome.findings:
+        for index, finding in enumerate(outcome.findings):
             level = _COMMANDS.get(finding.action, "notice")
             if level == "warning" and warnings_fail:
                 level = "error"
-            lines.append(_annotation(level, outcome, finding.id, finding.message))
+            line = outcome.line_of(index)
+            lines.append(_annotation(level, outcome, finding.id, finding.message, line=line))
         for warning in outcome.warnings:
             level = "error" if warnings_fail else "warning"
-            lines.append(_annotation(level, outcome, "warning", warning))
+            lines.append(_annotation(level, outcome, "warning", warning, line=outcome.line))
     lines.append(summary_line(outcomes))
     return "\n".join(lines) + "\n"
 
 
-def _annotation(level: str, outcome: Outcome, title: str, message: str) -> str:
+def _annotation(level: str, outcome: Outcome, title: str, message: str, *, line: int) -> str:
     props = [f"file={_property(outcome.file)}"] if outcome.file else []
-    if outcome.file and outcome.line:
-        props.append(f"line={outcome.line}")
+    if outcome.file and line:
+        props.append(f"line={line}")
     props.append(f"title={_property(f'{title}: {outcome.label}')}")
     return f"::{level} {','.join(props)}::{_data(message)}"
 
