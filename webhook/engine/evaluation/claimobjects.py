@@ -24,6 +24,7 @@ from webhook.engine.scheduling.dra import (
     fits_somewhere,
     gpu_names,
     gpu_share,
+    invalid_claim_findings,
     looks_like_gpu_class,
     shortfall,
 )
@@ -85,6 +86,13 @@ def evaluate_claim_object(
     findings: list[Finding] = list(admin_access_findings(request, claim.spec, kind, where))
     if not count and not typo:
         return decide(findings, patch=(), mutated=obj)
+    invalid = list(
+        invalid_claim_findings(
+            claim.spec, actions=settings.actions, where=where, owner=f"this {kind} "
+        )
+    )
+    if invalid:
+        return decide([*findings, *invalid], patch=(), mutated=obj)
     labels = dig(obj, "metadata", "labels")
     for rule in policy.rules:
         if not rule.match.matches(

@@ -496,10 +496,22 @@ def _fit_by_search(
     return FitAnswer(False, error)
 
 
+def least_devices(spec: ClaimSpec) -> int:
+    """The fewest devices any allocation of the claim takes (``All`` at least one)."""
+    return sum(
+        min((1 if a.all_devices else a.count for a in r.alternatives), default=0)
+        for r in spec.requests
+    )
+
+
 def fit(
     claims: Sequence[ClaimSpec], devices: Sequence[Device], inventory: DeviceInventory
 ) -> FitAnswer:
     """Can all ``claims`` be allocated together from ``devices`` (one node's)?"""
+    # A claim gets at most AllocationResultsMaxSize devices whatever the node has: answered
+    # before any work that could grow with a count.
+    if any(least_devices(claim) > ALLOCATION_RESULTS_MAX_SIZE for claim in claims):
+        return FitAnswer(False)
     if (
         any(claim.constraints for claim in claims)
         or any(d.consumes or d.shared for d in devices)
@@ -531,7 +543,11 @@ def fit(
                 unknown = unknown or problem
             need = len(eligible) if sub.all_devices else sub.count
             per_claim[claim_index] += need
-            if sub.all_devices and not eligible:
+            # Before any list as long as the count: a claim past AllocationResultsMaxSize
+            # never fits, so no count past it becomes work.
+            if per_claim[claim_index] > ALLOCATION_RESULTS_MAX_SIZE or (
+                sub.all_devices and not eligible
+            ):
                 failed = True
                 break
             if sub.admin:
@@ -542,8 +558,7 @@ def fit(
                 failed = bool(clash)
             else:
                 slots.extend([eligible] * need)
-            if failed or per_claim[claim_index] > ALLOCATION_RESULTS_MAX_SIZE:
-                failed = True
+            if failed:
                 break
         if not failed and _assign(slots, taken, shared):
             return FitAnswer(True)
@@ -822,6 +837,17 @@ def shortfall(
     for pod_claim in claims:
         if pod_claim.claim is None:
             continue
+        least = least_devices(pod_claim.claim.spec)
+        if least > ALLOCATION_RESULTS_MAX_SIZE and pod_claim.counted:
+            owner = f'claim "{pod_claim.name}" ({pod_claim.source})' if pod_claim.name else "it"
+            return (
+                f"{owner} needs at least {least} devices, and Kubernetes allocates at most "
+                f"{ALLOCATION_RESULTS_MAX_SIZE} devices to one claim (AllocationResultsMaxSize), "
+                "so the scheduler can never allocate it. Ask for at most "
+                f"{ALLOCATION_RESULTS_MAX_SIZE} devices per claim, or spread them over more "
+                "claims.",
+                f"{least} devices in one claim, at most {ALLOCATION_RESULTS_MAX_SIZE} allowed",
+            )
         for request in pod_claim.claim.spec.requests:
             sub = request.alternatives[0] if request.alternatives else None
             if sub is None:
@@ -942,6 +968,24 @@ def unevaluated_selector(reason: str, *, actions: Mapping[str, str], where: str)
     )
 
 
+def invalid_claim_findings(
+    spec: ClaimSpec, *, actions: Mapping[str, str], where: str, owner: str
+) -> Iterator[Finding]:
+    """A spec the API server refuses (a count of zero or past int64, more requests,
+    sub-requests, selectors or tolerations than its validation allows): one finding per
+    field, naming the bound, under ``deviceClaims``. Such a claim is never created, so
+    none of its devices can be allocated."""
+    for problem in spec.invalid[:4]:
+        yield _finding(
+            "deviceClaims",
+            actions.get("deviceClaims", "deny"),
+            f"{owner}is not a valid claim: {problem} (the API server's validation of "
+            "resource.k8s.io refuses it, so its devices are never allocated). Fix the field.",
+            "claim refused by the API server's validation",
+            where,
+        )
+
+
 def claim_findings(
     claims: PodClaims,
     *,
@@ -966,6 +1010,17 @@ def claim_findings(
         )
     known = [c for c in claims.claims if c.claim is not None]
     if not known or not devices.complete:
+        return
+    invalid = False
+    for pod_claim in known:
+        assert pod_claim.claim is not None
+        owner = f'claim "{pod_claim.name}" ({pod_claim.source}) '
+        for finding in invalid_claim_findings(
+            pod_claim.claim.spec, actions=actions, where=where, owner=owner
+        ):
+            invalid = True
+            yield finding
+    if invalid:
         return
     unknown_classes = False
     for pod_claim in known:
