@@ -52,6 +52,7 @@ from webhook.engine.kube.selectors import dig, terms_match
 from webhook.engine.kube.workloads import Path
 from webhook.engine.policy.decision import Finding, action_of
 from webhook.engine.policy.ruleset import GPUResources
+from webhook.engine.resources.celbudget import review_spent
 from webhook.engine.resources.devices import (
     ALLOCATION_RESULTS_MAX_SIZE,
     Claim,
@@ -228,6 +229,8 @@ class _Matcher:
                 result = compiled.matches(device.view())
             except SelectorError as exc:
                 result = exc
+        if isinstance(result, SelectorError) and result.spent:
+            return result  # this review's budget, not the device: asked again next time
         if len(self.memo) >= _MEMO_SIZE:
             self.memo.clear()
         self.memo[key] = result
@@ -657,7 +660,8 @@ def fits_somewhere(
         answer = inventory._memo.get(key)
         if answer is None:
             answer = fit(claims, profile.devices, inventory)
-            inventory._memo[key] = answer
+            if not review_spent():
+                inventory._memo[key] = answer
         if answer.fits:
             return answer
         if answer.fits is None:
@@ -822,7 +826,8 @@ def gpu_devices(inventory: DeviceInventory, is_gpu_class: Callable[[str], bool])
         (every, terms) for device, every, terms in inventory.reachable_devices if gpu(device)
     )
     answer = GPUDevices(named, reachable)
-    inventory._memo[key] = (is_gpu_class, answer)
+    if not review_spent():
+        inventory._memo[key] = (is_gpu_class, answer)
     return answer
 
 
