@@ -27,6 +27,7 @@ from webhook.engine.scheduling.dra import (
     invalid_claim_findings,
     looks_like_gpu_class,
     shortfall,
+    unevaluated_selector,
 )
 
 # resource.DRAAdminNamespaceLabelKey (k8s.io/kubernetes pkg/apis/resource/types.go).
@@ -138,6 +139,12 @@ def evaluate_claim_object(
                     f"no node can ever meet this {kind}: {message}",
                     summary,
                     where,
+                )
+            )
+        elif answer.fits is None and "selector" in answer.reason:
+            findings.append(
+                unevaluated_selector(
+                    answer.reason, actions=settings.actions, where=where, subject=f"this {kind}"
                 )
             )
     return decide(findings, patch=(), mutated=obj, notices=notices)

@@ -204,6 +204,8 @@ def _spent() -> SelectorError:
 def _first_line(exc: BaseException) -> str:
     args = exc.args
     text = str(args[0]) if args else str(exc)
+    # celpy appends its whole activation to an undeclared reference: not for users.
+    text = text.split(" (in activation", 1)[0]
     return text.splitlines()[0][:160] if text else type(exc).__name__
 
 

@@ -960,14 +960,16 @@ def _finding(check: str, settings_action: str, message: str, summary: str, where
     return Finding("builtin", check, action_of(settings_action), message, summary, where)
 
 
-def unevaluated_selector(reason: str, *, actions: Mapping[str, str], where: str) -> Finding:
+def unevaluated_selector(
+    reason: str, *, actions: Mapping[str, str], where: str, subject: str = "the pod's claims"
+) -> Finding:
     """A CEL selector the webhook could not evaluate: the claims' fit is unknown, never a
     denial (``deviceSelector``, a warning by default)."""
     return _finding(
         "deviceSelector",
         actions.get("deviceSelector", "warn"),
         f"the webhook could not evaluate a device selector ({reason}); "
-        "whether the pod's claims fit was not checked.",
+        f"whether {subject} fit was not checked.",
         "device selector not evaluated; claims not checked",
         where,
     )
