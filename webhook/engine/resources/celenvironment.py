@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
@@ -506,7 +507,10 @@ class Program:
 
 @functools.cache
 def _environment() -> celpy.Environment:
-    return celpy.Environment()
+    limit = sys.getrecursionlimit()
+    environment = celpy.Environment()  # sets the recursion limit: deviceselectors did
+    sys.setrecursionlimit(limit)
+    return environment
 
 
 def compile_program(text: str) -> Program:

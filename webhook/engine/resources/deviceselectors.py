@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -44,6 +45,12 @@ from webhook.engine.resources.celbudget import (
 
 if TYPE_CHECKING:
     from webhook.engine.resources.celenvironment import Program
+
+# celpy raises the recursion limit to 2,500 when its environment is built (for deeply
+# nested expressions); done here, at import as it always was, so that building the
+# environment later, on the first selector, changes nothing process-wide mid-run.
+CEL_RECURSION_LIMIT = 2500
+sys.setrecursionlimit(max(sys.getrecursionlimit(), CEL_RECURSION_LIMIT))
 
 # Runtime errors cel-go raises as well, for what the device holds (a missing attribute, a
 # division by zero): the allocator fails the node on them. Any other error may come from
