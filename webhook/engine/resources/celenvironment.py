@@ -51,6 +51,7 @@ from webhook.engine.resources.deviceselectors import (
     QuantityValue,
     SemverValue,
     Version,
+    parser_loaders,
 )
 
 _NUMBERS = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
@@ -507,6 +508,8 @@ class Program:
 
 @functools.cache
 def _environment() -> celpy.Environment:
+    for load in parser_loaders():
+        load()
     limit = sys.getrecursionlimit()
     environment = celpy.Environment()  # sets the recursion limit: deviceselectors did
     sys.setrecursionlimit(limit)

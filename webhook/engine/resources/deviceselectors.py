@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -45,6 +45,20 @@ from webhook.engine.resources.celbudget import (
 
 if TYPE_CHECKING:
     from webhook.engine.resources.celenvironment import Program
+
+# Called once before celpy's environment is built: the shell may install celpy's parser
+# from a cache there (``webhook.files.celparser``), as the engine itself reads no file.
+_PARSER_LOADERS: list[Callable[[], None]] = []
+
+
+def use_parser_loader(loader: Callable[[], None]) -> None:
+    """Have ``loader`` run once, before the first selector is compiled."""
+    _PARSER_LOADERS[:] = [loader]
+
+
+def parser_loaders() -> tuple[Callable[[], None], ...]:
+    return tuple(_PARSER_LOADERS)
+
 
 # celpy raises the recursion limit to 2,500 when its environment is built (for deeply
 # nested expressions); done here, at import as it always was, so that building the
