@@ -281,3 +281,21 @@ def test_a_spent_review_budget_answers_at_once() -> None:
         assert _until_refused(selector).spent  # and from then on, before any step
     with review_budget():  # the next review has its own budget
         assert selector.matches(H100)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param("(" * 400 + "true" + ")" * 400, id="parentheses"),
+        pytest.param("!" * 5000 + "true", id="negations"),
+        pytest.param("[" * 3000 + "]" * 3000, id="lists"),
+        pytest.param("(" * 100 + "true" + ")" * 100, id="evaluated-too-deep"),
+    ],
+)
+def test_deep_nesting_is_not_evaluated_never_a_crash(expression: str) -> None:
+    compiled = compile_selector(expression)
+    if isinstance(compiled, Selector):
+        with pytest.raises(SelectorError) as raised:
+            compiled.matches(H100)
+        compiled = raised.value
+    assert compiled.unsupported

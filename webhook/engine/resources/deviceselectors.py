@@ -165,7 +165,10 @@ class Selector:
             raise SelectorError(
                 f"cannot be compiled here: {_first_line(exc)}", unsupported=True
             ) from None
-        self.cost = estimated_steps(self._program.tree)
+        try:
+            self.cost = estimated_steps(self._program.tree)
+        except RecursionError:
+            raise SelectorError("not evaluated: nested too deeply", unsupported=True) from None
         if self.cost > REVIEW_STEPS:
             raise SelectorError(
                 f"too costly to evaluate: about {self.cost} steps per device at worst, past "
