@@ -713,6 +713,17 @@ class DeviceCounts:
     tainted: int = 0  # on that node: matching but tainted, not tolerated
     taint: str = ""  # "key=value:effect" of the first such taint
     example: str = ""  # the node
+    # On that node: devices a selector could not be evaluated on (neither counted nor
+    # excluded: a reader that would refuse for want of devices must count them).
+    unknown: int = 0
+
+
+def _undecided(matcher: _Matcher, expressions: Sequence[str], device: Device) -> bool:
+    """No selector is false or fails the device, and one could not be evaluated."""
+    results = [matcher.matches(e, device) for e in expressions]
+    return all(
+        r is True or (isinstance(r, SelectorError) and r.unsupported) for r in results
+    ) and any(r is not True for r in results)
 
 
 def device_counts(
@@ -736,8 +747,17 @@ def device_counts(
                 t for t in kept[0].taints if t[2] in ("NoSchedule", "NoExecute")
             )
             taint = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
-        counts = DeviceCounts(len(matching), len(usable), len(kept), taint, profile.example)
-        if (counts.usable, counts.of_class) > (best.usable, best.of_class):
+        unknown = sum(
+            1 for d in profile.devices if sub.tolerates(d) and _undecided(matcher, expressions, d)
+        )
+        counts = DeviceCounts(
+            len(matching), len(usable), len(kept), taint, profile.example, unknown
+        )
+        if (counts.usable, counts.of_class, counts.unknown) > (
+            best.usable,
+            best.of_class,
+            best.unknown,
+        ):
             best = counts
     return best
 
