@@ -253,7 +253,10 @@ def _eligible(
             result = matcher.matches(expression, device)
             if isinstance(result, SelectorError):
                 unknown = unknown or result.unsupported
-                error = error or f"selector {expression!r} on device {device.name}: {result}"
+                error = error or (
+                    f'request "{sub.name}": selector {expression!r} on device {device.name}: '
+                    f"{result}"
+                )
                 ok = False
                 break
             if not result:
