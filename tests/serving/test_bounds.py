@@ -72,6 +72,21 @@ def exactly(count: int, *selectors: str) -> dict[str, Any]:
     return {"exactly": {"deviceClassName": "gpu.nvidia.com", "count": count, "selectors": chosen}}
 
 
+def long_selectors(seed: int) -> dict[str, Any]:
+    def selector(r: int, k: int) -> str:
+        terms = (
+            f"device.attributes['gpu.nvidia.com'].productName == 'p{seed}-{r}-{k}-{i}'"
+            for i in range(70)
+        )
+        return " || ".join(terms)
+
+    obj = claim(f"long-{seed}", exactly(1))
+    obj["spec"]["devices"]["requests"] = [
+        {"name": f"r{r}", **exactly(1, *(selector(r, k) for k in range(32)))} for r in range(8)
+    ]
+    return obj
+
+
 def extended_pod(resource: str, count: str) -> dict[str, Any]:
     obj = pod(gpus=None, name=f"huge-{resource.rsplit('/', 1)[-1]}")
     obj["spec"]["containers"][0]["resources"] = {"limits": {resource: count}}
@@ -178,6 +193,9 @@ def test_cel_bombs_are_not_evaluated_and_normal_reviews_go_on(server):
     many = [f"{TEN}.all(a, {TEN}.all(b, {TEN}.all(c, a + b + c != {n})))" for n in range(32)]
     bodies = [
         *[("/validate", claim(f"deep-{n}", exactly(1, deep))) for n in range(8)],
+        # 256 distinct selectors of 5,000 characters (1.3 MB): parsing them all would take
+        # seconds; compiling is charged to the review's budget too.
+        *[("/validate", long_selectors(n)) for n in range(2)],
         *[("/validate", claim(f"wide-{n}", exactly(1, wide))) for n in range(4)],
         # 32 selectors, each run to its limit on every device: the review's budget ends it.
         *[("/validate", claim(f"many-{n}", exactly(1, *many))) for n in range(4)],

@@ -299,3 +299,23 @@ def test_deep_nesting_is_not_evaluated_never_a_crash(expression: str) -> None:
             compiled.matches(H100)
         compiled = raised.value
     assert compiled.unsupported
+
+
+def test_compiling_is_charged_to_the_review_so_long_distinct_selectors_cannot_pin_it() -> None:
+    long = [
+        " || ".join(
+            f"device.attributes['gpu.nvidia.com'].productName == 'n{n}-{i}'" for i in range(150)
+        )
+        for n in range(40)
+    ]
+    with review_budget() as budget:
+        answers = [compile_selector(text) for text in long]
+    compiled = [a for a in answers if isinstance(a, Selector)]
+    refused = [a for a in answers if isinstance(a, SelectorError)]
+    assert refused, "40 selectors of 9,000 characters fit one review's budget"
+    assert all(a.spent and a.unsupported for a in refused)
+    assert len(compiled) * len(long[0]) // 2 <= REVIEW_STEPS
+    assert budget.left >= 0
+    # A refusal for this review's budget is not kept: the next review compiles it.
+    with review_budget():
+        assert isinstance(compile_selector(long[-1]), Selector)

@@ -37,6 +37,8 @@ EVALUATION_STEPS = 5_000
 # Every selector of one review: about 0.7 s, a seventh of the API server's 5 s timeout,
 # and room for a thousand plain evaluations (devices alike share one).
 REVIEW_STEPS = 50_000
+# Parsing an expression: lark takes about 6.5 microseconds a character, half a step.
+COMPILE_CHARACTERS_PER_STEP = 2
 # Sizes the estimate assumes for a collection it cannot count in the expression: the most
 # entries an attribute or capacity map of a device holds
 # (ResourceSliceMaxAttributesAndCapacitiesPerDevice), and for other lists (a split string)

@@ -26,15 +26,16 @@ a division by zero) fail a device, as they fail the allocation on that node.
 
 from __future__ import annotations
 
-import functools
 import re
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from webhook.engine.resources.celbudget import (
+    COMPILE_CHARACTERS_PER_STEP,
     EVALUATION_STEPS,
     REVIEW_STEPS,
     Meter,
@@ -233,10 +234,32 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
-@functools.lru_cache(maxsize=1024)
+_COMPILED: OrderedDict[str, Selector | SelectorError] = OrderedDict()
+_COMPILED_MAX = 1024
+
+
 def compile_selector(expression: str) -> Selector | SelectorError:
-    """The compiled expression, or why it cannot be used; once per process."""
+    """The compiled expression, or why it cannot be used; once per process.
+
+    Parsing costs about as much as evaluating (lark takes some 65 ms for the 10,240
+    characters an expression may have), so a compile is charged to the review's budget
+    too, a step per ``COMPILE_CHARACTERS_PER_STEP`` characters: a claim of hundreds of
+    long distinct selectors cannot hold a worker for seconds either."""
+    known = _COMPILED.get(expression)
+    if known is not None:
+        _COMPILED.move_to_end(expression)
+        return known
+    review = current_review()
+    charge = 1 + len(expression) // COMPILE_CHARACTERS_PER_STEP
+    if review is not None:
+        if review.left < charge:
+            return _spent()  # not kept: the next review may compile it
+        review.left -= charge
     try:
-        return Selector(expression)
+        result: Selector | SelectorError = Selector(expression)
     except SelectorError as exc:
-        return exc
+        result = exc
+    _COMPILED[expression] = result
+    if len(_COMPILED) > _COMPILED_MAX:
+        _COMPILED.popitem(last=False)
+    return result
