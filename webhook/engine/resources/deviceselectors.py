@@ -71,6 +71,8 @@ sys.setrecursionlimit(max(sys.getrecursionlimit(), CEL_RECURSION_LIMIT))
 # division by zero): the allocator fails the node on them. Any other error may come from
 # celpy differing from cel-go, so it leaves the answer unknown.
 _DEVICE_ERRORS = ("no such key", "no such member", "divide by zero", "modulus by zero")
+_CELPY_RULE = re.compile(r"Token\('RULE', '(\w+)'\)")
+_CELPY_TYPE = re.compile(r"<class 'celpy\.celtypes\.(\w+)Type'>")
 # Comprehension macros can read every attribute of a device without naming it.
 _MACROS = re.compile(r"\.\s*(all|exists|exists_one|map|filter)\s*\(|\bsize\s*\(")
 SEMVER = re.compile(
@@ -229,8 +231,10 @@ def _spent() -> SelectorError:
 def _first_line(exc: BaseException) -> str:
     args = exc.args
     text = str(args[0]) if args else str(exc)
-    # celpy appends its whole activation to an undeclared reference: not for users.
+    # celpy appends its whole activation to an undeclared reference, and names rules and
+    # types by their Python reprs: not for users.
     text = text.split(" (in activation", 1)[0]
+    text = _CELPY_TYPE.sub(r"\1", _CELPY_RULE.sub(r"\1", text))
     return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
