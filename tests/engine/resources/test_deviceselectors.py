@@ -175,6 +175,8 @@ A = "device.attributes['gpu.nvidia.com']"
         pytest.param("1 == 1.0 && 1 != 2.5", True, id="int-eq-double"),
         pytest.param("1 in [1.0, 2.0]", True, id="int-in-doubles"),
         pytest.param("'a' == 1", False, id="mixed-types-unequal"),
+        # compile.go declares it since DRAConsumableCapacity; false where the slice is silent.
+        pytest.param("!device.allowMultipleAllocations", True, id="allowMultipleAllocations"),
         # cel.OptionalTypes.
         pytest.param(f"{A}.?profile.orValue('none') == 'none'", True, id="optional-field-absent"),
         pytest.param(f"{A}.?type.orValue('none') == 'gpu'", True, id="optional-field-present"),

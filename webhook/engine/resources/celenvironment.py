@@ -23,6 +23,9 @@ module gives of it:
 - ``ext.Sets`` (``sets.contains``, ``sets.equivalent``, ``sets.intersects``): here;
 - ``library.Quantity`` and ``library.SemverLib`` (version 1: ``semver(s, normalize)``):
   here;
+- the ``device`` variable with ``driver``, ``attributes``, ``capacity`` and
+  ``allowMultipleAllocations``: here (list-valued attributes, ``EnableListTypeAttributes``
+  of 1.36, are not read from slices);
 - ``ext.Bindings`` (``cel.bind``), ``ext.TwoVarComprehensions``, ``library.URLs``,
   ``library.IP``, ``library.CIDR``, ``library.Format``, ``library.Image``: not here. An
   expression using them is *not evaluated* (a warning naming the selector), never read
@@ -547,7 +550,12 @@ def activation(device: DeviceView) -> celtypes.MapType:
         }
     )
     return celtypes.MapType(
-        {s("driver"): s(device.driver), s("attributes"): attributes, s("capacity"): capacity}
+        {
+            s("driver"): s(device.driver),
+            s("allowMultipleAllocations"): celtypes.BoolType(device.allow_multiple_allocations),
+            s("attributes"): attributes,
+            s("capacity"): capacity,
+        }
     )
 
 

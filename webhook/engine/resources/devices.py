@@ -253,7 +253,7 @@ class Device:
         capacity: dict[str, dict[str, Fraction]] = {}
         for domain, name, amount in self.capacity:
             capacity.setdefault(domain, {})[name] = amount
-        return DeviceView(self.driver, attributes, capacity)
+        return DeviceView(self.driver, attributes, capacity, self.shared)
 
     def attribute(self, key: tuple[str, str]) -> Any:
         """``lookupAttribute``: by domain and name (a bare name is the driver's)."""

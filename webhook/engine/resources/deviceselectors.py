@@ -143,6 +143,9 @@ class DeviceView:
     driver: str
     attributes: Mapping[str, Mapping[str, Any]]
     capacity: Mapping[str, Mapping[str, Fraction]]
+    # ``device.allowMultipleAllocations`` (compile.go, DRAConsumableCapacity): false when
+    # the slice does not say.
+    allow_multiple_allocations: bool = False
 
 
 class Selector:
