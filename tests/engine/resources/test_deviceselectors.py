@@ -321,3 +321,31 @@ def test_compiling_is_charged_to_the_review_so_long_distinct_selectors_cannot_pi
     # A refusal for this review's budget is not kept: the next review compiles it.
     with review_budget():
         assert isinstance(compile_selector(long[-1]), Selector)
+
+
+LISTED = device_from_json(
+    {"name": "gpu-1", "attributes": {"links": {"strings": ["nvlink"]}, "type": {"string": "gpu"}}},
+    driver="gpu.nvidia.com",
+    pool="node-a",
+).view()
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param(f"'nvlink' in {A}.links", id="in"),
+        pytest.param(f"{A}.links == 'nvlink'", id="equality"),
+        pytest.param(f"{A}.links.exists(l, l == 'nvlink')", id="comprehension"),
+    ],
+)
+def test_an_attribute_of_a_kind_not_read_here_is_not_evaluated_never_missing(
+    expression: str,
+) -> None:
+    # A list-valued attribute (DRAListTypeAttributes) is there for the allocator: reading
+    # it as missing would fail the device where Kubernetes may match it.
+    selector = compile_selector(expression)
+    assert isinstance(selector, Selector)
+    with pytest.raises(SelectorError) as raised:
+        selector.matches(LISTED)
+    assert raised.value.unsupported
+    assert compile_selector(f"has({A}.links) && {A}.type == 'gpu'").matches(LISTED)  # type: ignore[union-attr]

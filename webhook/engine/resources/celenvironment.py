@@ -53,6 +53,7 @@ from webhook.engine.resources.deviceselectors import (
     DeviceView,
     QuantityValue,
     SemverValue,
+    UnreadValue,
     Version,
     parser_loaders,
 )
@@ -98,6 +99,16 @@ class Namespace:
 _NAMESPACES = {name: Namespace(name) for name in ("optional", "sets", "strings")}
 
 
+class _Unread:
+    """What a selector sees of an ``UnreadValue``: every operator and function refuses it
+    (a TypeError, which celpy reports as "no such overload"), so its use is not evaluated."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "an attribute of a kind this webhook does not read"
+
+
 # --- numbers: CrossTypeNumericComparisons -------------------------------------------
 
 
@@ -136,6 +147,8 @@ def _equality(negate: bool) -> Callable[[Any, Any], Any]:
 
 
 def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, _Unread) or isinstance(b, _Unread):
+        raise TypeError("no such overload: an attribute of a kind this webhook does not read")
     if _is_number(a) and _is_number(b):
         return _plain(a) == _plain(b)
     if isinstance(a, QuantityValue) and isinstance(b, QuantityValue):
@@ -526,6 +539,8 @@ def compile_program(text: str) -> Program:
 
 
 def _cel_value(raw: Any) -> Any:
+    if isinstance(raw, UnreadValue):
+        return _Unread()
     if isinstance(raw, bool):
         return celtypes.BoolType(raw)
     if isinstance(raw, int):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,7 +27,7 @@ from typing import Any
 
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.kube.selectors import clean_terms, dig, terms_match, tolerates
-from webhook.engine.resources.deviceselectors import DeviceView, Version
+from webhook.engine.resources.deviceselectors import DeviceView, UnreadValue, Version
 from webhook.engine.resources.inventory import Node
 
 GROUP = "resource.k8s.io"
@@ -286,7 +287,7 @@ def _attribute(raw: Mapping[str, Any]) -> Any:
         return int(raw["int"])
     if "version" in raw:
         return Version(str(raw["version"]))
-    return None
+    return UnreadValue(json.dumps(raw, sort_keys=True, default=str)) if raw else None
 
 
 def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Device:

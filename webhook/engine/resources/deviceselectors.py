@@ -114,6 +114,15 @@ class Version:
         return (int(major), int(minor), int(patch), 0 if pre else 1, prerelease)
 
 
+@dataclass(frozen=True, slots=True)
+class UnreadValue:
+    """An attribute of a kind this webhook does not read (a list-valued attribute of
+    1.36's ``DRAListTypeAttributes``, or a kind still to come): kept, so that a selector
+    naming it is not a "no such member" error, but any use of it is not evaluated."""
+
+    json: str
+
+
 class QuantityValue:
     """A capacity: compared with the quantity library's methods, never with ``==``."""
 
