@@ -26,6 +26,7 @@ a division by zero) fail a device, as they fail the allocation on that node.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from collections import OrderedDict
@@ -263,7 +264,9 @@ def compile_selector(expression: str) -> Selector | SelectorError:
     long distinct selectors cannot hold a worker for seconds either."""
     known = _COMPILED.get(expression)
     if known is not None:
-        _COMPILED.move_to_end(expression)
+        # Server threads share the cache: another may have just pushed this one out.
+        with contextlib.suppress(KeyError):
+            _COMPILED.move_to_end(expression)
         return known
     review = current_review()
     charge = 1 + len(expression) // COMPILE_CHARACTERS_PER_STEP
@@ -276,6 +279,7 @@ def compile_selector(expression: str) -> Selector | SelectorError:
     except SelectorError as exc:
         result = exc
     _COMPILED[expression] = result
-    if len(_COMPILED) > _COMPILED_MAX:
-        _COMPILED.popitem(last=False)
+    while len(_COMPILED) > _COMPILED_MAX:
+        with contextlib.suppress(KeyError):
+            _COMPILED.popitem(last=False)
     return result
