@@ -3,9 +3,10 @@
 The API server bounds a DRA selector twice (``k8s.io/dynamic-resource-allocation/cel/
 compile.go``, ``CompileCELExpression``; ``pkg/apis/resource/validation/validation.go``,
 ``validateCELSelector``): an expression whose *estimated* worst-case cost, by cel-go's cost
-model over the declared sizes of the device (``ResourceSliceMaxAttributesAndCapacitiesPer
-Device`` = 32 entries per map, ``DeviceAttributeMaxValueLength`` = 64 characters per
-string), exceeds ``CELSelectorExpressionMaxCost`` (1,000,000) is refused, and the program
+model over the declared sizes of the device
+(``ResourceSliceMaxAttributesAndCapacitiesPerDevice`` = 32 entries per map,
+``DeviceAttributeMaxValueLength`` = 64 characters per string), exceeds
+``CELSelectorExpressionMaxCost`` (1,000,000) is refused, and the program
 runs with ``cel.CostLimit`` set to that same number, so one evaluation stops there.
 
 This webhook evaluates with celpy, which walks its parse tree in Python: a cel-go cost unit
