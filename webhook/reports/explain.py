@@ -358,7 +358,8 @@ def _dra_refusal(
             continue
         sub = SubRequest(name=resource, device_class=device_class, count=need)
         counts = device_counts(sub, (profile,), devices)
-        if counts.usable < need:
+        # Devices a selector could not be evaluated on may serve it: no refusal on them.
+        if counts.usable + counts.unknown < need:
             detail = f"{counts.usable} of {need} {resource} via DeviceClass {device_class}"
             if counts.tainted:
                 detail += f"; {counts.tainted} more tainted {counts.taint}, not tolerated"

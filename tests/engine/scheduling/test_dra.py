@@ -8,9 +8,11 @@ import pytest
 
 from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.policy.ruleset import DEFAULT_GPU_DEVICE_CLASSES, GPUResources, glob_matcher
+from webhook.engine.resources.devices import SubRequest
 from webhook.engine.resources.inventory import Node
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
+    device_counts,
     extended_resource_claims,
     gpu_class_matcher,
     gpu_devices,
@@ -141,3 +143,24 @@ def test_the_schedulers_claim_for_a_served_resource_has_its_requests_per_contain
     }
     assert got == counts
     assert served.gpu_count == sum(counts.values()) == pod.effective["nvidia.com/gpu"]
+
+
+def test_devices_a_selector_cannot_be_evaluated_on_are_counted_as_unknown() -> None:
+    # For explain's per-node answer: neither usable nor excluded, so no node is refused
+    # for want of devices the webhook could not judge.
+    full = load_inventory_file(str(INVENTORIES / "dra.yaml")).view().devices
+    assert full is not None
+    node = Node(name="dra-h100-0", labels={"kubernetes.io/hostname": "dra-h100-0"})
+    profile = full.profile(node)
+    plain = SubRequest(name="gpu", device_class="gpu.nvidia.com")
+    bound = SubRequest(
+        name="gpu",
+        device_class="gpu.nvidia.com",
+        selectors=("cel.bind(g, device.attributes['gpu.nvidia.com'], g.type == 'gpu')",),
+    )
+    known = device_counts(plain, (profile,), full)
+    unsure = device_counts(bound, (profile,), full)
+    assert known.usable == 8
+    assert known.unknown == 0
+    assert unsure.usable == 0
+    assert unsure.unknown == 8

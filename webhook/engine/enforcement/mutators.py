@@ -190,19 +190,42 @@ def hide_gpus(
                 editor.append(path, {"name": name, "value": value})
 
 
-def render_env(template: str, gpu_count: int) -> str:
-    # Inside a container GPUs are numbered from 0, whatever their host index.
-    indexes = ",".join(str(i) for i in range(gpu_count))
-    return template.replace("{gpuCount}", str(gpu_count)).replace("{gpuIndexes}", indexes)
+# The most GPUs ``{gpuIndexes}`` lists. Kubernetes sets no bound on an extended resource's
+# count, so this one is ours: far above what one node holds (a DGX has 8 to 16 GPUs, a node
+# of time-sliced GPUs a few hundred replicas), far below what would make the patch a
+# memory risk (1024 indexes are under 5 KB). A container asking for more than any node
+# can give is denied by the capacity checks; here its indexes are simply not rendered.
+MAX_RENDERED_GPU_INDEXES = 1024
 
 
-def set_gpu_env(editor: Editor, spec_path: Path, pod: PodGPUs, mutations: Mutations) -> None:
+def render_env(template: str, gpu_count: int) -> str | None:
+    """The value, or None when ``{gpuIndexes}`` would list more than
+    ``MAX_RENDERED_GPU_INDEXES`` GPUs (checked before the list is built)."""
+    if "{gpuIndexes}" in template:
+        if gpu_count > MAX_RENDERED_GPU_INDEXES:
+            return None
+        # Inside a container GPUs are numbered from 0, whatever their host index.
+        indexes = ",".join(str(i) for i in range(gpu_count))
+        template = template.replace("{gpuIndexes}", indexes)
+    return template.replace("{gpuCount}", str(gpu_count))
+
+
+def set_gpu_env(
+    editor: Editor, spec_path: Path, pod: PodGPUs, mutations: Mutations, *, rule: str = ""
+) -> list[Finding]:
+    """Set the rule's variables in every GPU container; a warning for a variable left out
+    because its ``{gpuIndexes}`` would be longer than any node's GPUs."""
+    findings: list[Finding] = []
     for container in pod.containers:
         if not container.gpu_count:
             continue
         path = (*spec_path, *container.path)
         for var in mutations.gpu_env:
-            entry = {"name": var.name, "value": render_env(var.value, container.gpu_count)}
+            value = render_env(var.value, container.gpu_count)
+            if value is None:
+                findings.append(_unrendered(rule, var.name, container.gpu_count))
+                continue
+            entry = {"name": var.name, "value": value}
             names = _env_names(editor, path)
             if var.name not in names:
                 editor.append((*path, "env"), entry)
@@ -210,6 +233,18 @@ def set_gpu_env(editor: Editor, spec_path: Path, pod: PodGPUs, mutations: Mutati
                 index = names[var.name]
                 if editor.get((*path, "env", index)) != entry:
                     editor.replace((*path, "env", index), entry)
+    return findings
+
+
+def _unrendered(rule: str, name: str, count: int) -> Finding:
+    return Finding(
+        rule,
+        "gpuEnv",
+        "warn",
+        f"{name} not set: {{gpuIndexes}} would list {count} GPUs, more than the "
+        f"{MAX_RENDERED_GPU_INDEXES} this webhook renders (no node holds that many).",
+        f"{name} not set: {count} GPU indexes",
+    )
 
 
 def _memory(value: object) -> int | None:
@@ -445,9 +480,9 @@ def apply_containers(
     if mutations.hide_gpus == "gpuPods" and pod_asks_for_gpu(pod):
         hide_gpus(editor, spec_path, pod, claim_holders)
     if mutations.gpu_env:
-        set_gpu_env(editor, spec_path, pod, mutations)
+        findings.extend(set_gpu_env(editor, spec_path, pod, mutations, rule=rule))
     if mutations.memory_limit is not None:
-        findings = set_memory_limits(
+        findings += set_memory_limits(
             editor,
             spec_path,
             pod,

@@ -24,8 +24,10 @@ from webhook.engine.scheduling.dra import (
     fits_somewhere,
     gpu_names,
     gpu_share,
+    invalid_claim_findings,
     looks_like_gpu_class,
     shortfall,
+    unevaluated_selector,
 )
 
 # resource.DRAAdminNamespaceLabelKey (k8s.io/kubernetes pkg/apis/resource/types.go).
@@ -85,6 +87,13 @@ def evaluate_claim_object(
     findings: list[Finding] = list(admin_access_findings(request, claim.spec, kind, where))
     if not count and not typo:
         return decide(findings, patch=(), mutated=obj)
+    invalid = list(
+        invalid_claim_findings(
+            claim.spec, actions=settings.actions, where=where, owner=f"this {kind} "
+        )
+    )
+    if invalid:
+        return decide([*findings, *invalid], patch=(), mutated=obj)
     labels = dig(obj, "metadata", "labels")
     for rule in policy.rules:
         if not rule.match.matches(
@@ -130,6 +139,12 @@ def evaluate_claim_object(
                     f"no node can ever meet this {kind}: {message}",
                     summary,
                     where,
+                )
+            )
+        elif answer.fits is None and "selector" in answer.reason:
+            findings.append(
+                unevaluated_selector(
+                    answer.reason, actions=settings.actions, where=where, subject=f"this {kind}"
                 )
             )
     return decide(findings, patch=(), mutated=obj, notices=notices)

@@ -63,6 +63,7 @@ from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.kube.workloads import PodTemplate
 from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
+from webhook.engine.resources.celbudget import review_budget
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
@@ -145,6 +146,13 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
 
 
 def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
+    """The decision for one review, its CEL selectors within one budget
+    (``celbudget.review_budget``): past it they are reported as not evaluated."""
+    with review_budget():
+        return _evaluate(request, policy=policy, inventory=inventory)
+
+
+def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
     obj = request.object
     if is_dra_object(obj) and obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
         return evaluate_claim_object(

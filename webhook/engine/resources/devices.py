@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,7 +27,7 @@ from typing import Any
 
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.kube.selectors import clean_terms, dig, terms_match, tolerates
-from webhook.engine.resources.deviceselectors import DeviceView, Version
+from webhook.engine.resources.deviceselectors import DeviceView, UnreadValue, Version
 from webhook.engine.resources.inventory import Node
 
 GROUP = "resource.k8s.io"
@@ -37,8 +38,23 @@ KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate
 # Read from files and, where the API server serves it (resource.k8s.io/v1beta2 in 1.36,
 # behind DRADeviceTaintRules), from the cluster: not one of the four every snapshot has.
 TAINT_RULE = "DeviceTaintRule"
-# resourceapi.AllocationResultsMaxSize: more devices than this in one claim never fit.
+# Bounds of a claim's spec, from Kubernetes' API (k8s.io/api/resource/v1/types.go) and
+# enforced by its validation (pkg/apis/resource/validation/validation.go,
+# validateDeviceClaim, validateDeviceRequest, validateSelectorSlice, validateCELSelector,
+# validateDeviceAllocationMode). A spec past one of them is refused by the API server, so it
+# is never allocated; every count is bounded by them before it becomes work here.
+# AllocationResultsMaxSize: more devices than this in one claim never fit (the allocator's
+# "exceeds the claim limit of 32").
 ALLOCATION_RESULTS_MAX_SIZE = 32
+DEVICE_REQUESTS_MAX_SIZE = 32  # DeviceRequestsMaxSize = AllocationResultsMaxSize
+FIRST_AVAILABLE_MAX_SIZE = 8  # FirstAvailableDeviceRequestMaxSize
+DEVICE_SELECTORS_MAX_SIZE = 32  # DeviceSelectorsMaxSize
+DEVICE_CONSTRAINTS_MAX_SIZE = 32  # DeviceConstraintsMaxSize
+DEVICE_TOLERATIONS_MAX_LENGTH = 16  # DeviceTolerationsMaxLength
+CEL_SELECTOR_EXPRESSION_MAX_LENGTH = 10 * 1024  # CELSelectorExpressionMaxLength
+# ``count`` is an int64 (``Count int64``): the API server refuses a larger number when it
+# decodes the object, and a count must be greater than zero (validateDeviceAllocationMode).
+COUNT_MAX = 2**63 - 1
 # Attribute names that name one device wherever they appear (NVIDIA's driver's uuid).
 ALWAYS_IDENTITY_ATTRIBUTES = frozenset({"uuid"})
 Identity = frozenset[tuple[str, str]]
@@ -238,7 +254,7 @@ class Device:
         capacity: dict[str, dict[str, Fraction]] = {}
         for domain, name, amount in self.capacity:
             capacity.setdefault(domain, {})[name] = amount
-        return DeviceView(self.driver, attributes, capacity)
+        return DeviceView(self.driver, attributes, capacity, self.shared)
 
     def attribute(self, key: tuple[str, str]) -> Any:
         """``lookupAttribute``: by domain and name (a bare name is the driver's)."""
@@ -271,7 +287,7 @@ def _attribute(raw: Mapping[str, Any]) -> Any:
         return int(raw["int"])
     if "version" in raw:
         return Version(str(raw["version"]))
-    return None
+    return UnreadValue(json.dumps(raw, sort_keys=True, default=str)) if raw else None
 
 
 def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Device:
@@ -522,49 +538,131 @@ class ClaimSpec:
 
     requests: tuple[DeviceRequest, ...] = ()
     constraints: tuple[Constraint, ...] = ()
+    # Why the API server would refuse this spec (field, value, bound), for the denial; the
+    # parts past a bound are not read.
+    invalid: tuple[str, ...] = ()
 
 
-def _sub_request(raw: Mapping[str, Any], name: str) -> SubRequest:
-    mode = raw.get("allocationMode") or "ExactCount"
+def _count(raw: Mapping[str, Any], mode: object, where: str, invalid: list[str]) -> int:
+    """The request's count as the API server validates it; an invalid one counts one (the
+    denial says why) so that nothing downstream sees zero, a negative or a huge number."""
     count = raw.get("count")
+    if mode == "All":
+        if count not in (None, 0):
+            invalid.append(f"{where}.count: must not be set when allocationMode is All")
+        return 1
+    if count is None:
+        return 1
+    if isinstance(count, bool) or not isinstance(count, int):
+        invalid.append(f"{where}.count: {count!r} is not an integer")
+        return 1
+    if count <= 0:
+        invalid.append(f"{where}.count: {count} must be greater than zero")
+        return 1
+    if count > COUNT_MAX:
+        invalid.append(f"{where}.count: {count} is more than an int64 holds ({COUNT_MAX})")
+        return 1
+    return count
+
+
+def _bounded(items: list[Any], bound: int, where: str, invalid: list[str]) -> list[Any]:
+    if len(items) > bound:
+        invalid.append(f"{where}: {len(items)} entries, at most {bound} are allowed")
+        return items[:bound]
+    return items
+
+
+def _sub_request(raw: Mapping[str, Any], name: str, where: str, invalid: list[str]) -> SubRequest:
+    mode = raw.get("allocationMode") or "ExactCount"
+    if mode not in ("ExactCount", "All"):
+        invalid.append(f"{where}.allocationMode: {mode!r} is neither ExactCount nor All")
+    selectors = _bounded(
+        _list(raw.get("selectors")), DEVICE_SELECTORS_MAX_SIZE, f"{where}.selectors", invalid
+    )
+    for index, selector in enumerate(selectors):
+        expression = dig(selector, "cel", "expression")
+        if isinstance(expression, str) and len(expression) > CEL_SELECTOR_EXPRESSION_MAX_LENGTH:
+            invalid.append(
+                f"{where}.selectors[{index}].cel.expression: {len(expression)} characters, at "
+                f"most {CEL_SELECTOR_EXPRESSION_MAX_LENGTH} are allowed"
+            )
+            selectors = selectors[:index]
+            break
+    tolerations = _bounded(
+        _list(raw.get("tolerations")),
+        DEVICE_TOLERATIONS_MAX_LENGTH,
+        f"{where}.tolerations",
+        invalid,
+    )
     return SubRequest(
         name=name,
         device_class=str(raw.get("deviceClassName") or ""),
-        selectors=_selectors(raw.get("selectors")),
+        selectors=_selectors(selectors),
         all_devices=mode == "All",
-        count=int(count) if isinstance(count, int) and mode != "All" else 1,
+        count=_count(raw, mode, where, invalid),
         admin=bool(raw.get("adminAccess")),
         tolerations=tuple(
             tuple(sorted((str(k), v) for k, v in t.items() if isinstance(v, str | int)))
-            for t in map(_map, _list(raw.get("tolerations")))
+            for t in map(_map, tolerations)
         ),
         capacity=_amounts(dig(raw, "capacity", "requests")),
     )
 
 
-def claim_spec_from_json(spec: object) -> ClaimSpec:
-    """Read ``spec`` of a ResourceClaim; the v1 shape (``exactly`` / ``firstAvailable``)."""
+def claim_spec_from_json(spec: object, *, path: str = "spec.devices") -> ClaimSpec:
+    """Read ``spec`` of a ResourceClaim; the v1 shape (``exactly`` / ``firstAvailable``).
+
+    What the API server's validation bounds (requests, sub-requests, selectors and their
+    length, tolerations, constraints, counts) is read only up to the bound, and each
+    excess is named in ``invalid``: no number in the object becomes work past its bound."""
+    invalid: list[str] = []
     requests = []
-    for item in _list(dig(spec, "devices", "requests")):
+    raw_requests = _bounded(
+        _list(dig(spec, "devices", "requests")),
+        DEVICE_REQUESTS_MAX_SIZE,
+        f"{path}.requests",
+        invalid,
+    )
+    for index, item in enumerate(raw_requests):
         raw = _map(item)
         name = str(raw.get("name", ""))
+        where = f"{path}.requests[{index}]"
         if isinstance(raw.get("exactly"), dict):
-            alternatives: tuple[SubRequest, ...] = (_sub_request(raw["exactly"], name),)
+            alternatives: tuple[SubRequest, ...] = (
+                _sub_request(raw["exactly"], name, f"{where}.exactly", invalid),
+            )
         else:
+            subs = _bounded(
+                _list(raw.get("firstAvailable")),
+                FIRST_AVAILABLE_MAX_SIZE,
+                f"{where}.firstAvailable",
+                invalid,
+            )
             alternatives = tuple(
-                _sub_request(_map(s), f"{name}/{_map(s).get('name', '')}")
-                for s in _list(raw.get("firstAvailable"))
+                _sub_request(
+                    _map(s),
+                    f"{name}/{_map(s).get('name', '')}",
+                    f"{where}.firstAvailable[{i}]",
+                    invalid,
+                )
+                for i, s in enumerate(subs)
             )
         requests.append(DeviceRequest(name=name, alternatives=alternatives))
+    raw_constraints = _bounded(
+        _list(dig(spec, "devices", "constraints")),
+        DEVICE_CONSTRAINTS_MAX_SIZE,
+        f"{path}.constraints",
+        invalid,
+    )
     constraints = tuple(
         Constraint(
             requests=frozenset(str(r) for r in _list(c.get("requests"))),
             attribute=_qualified(str(c["matchAttribute"]), ""),
         )
-        for c in map(_map, _list(dig(spec, "devices", "constraints")))
+        for c in map(_map, raw_constraints)
         if isinstance(c.get("matchAttribute"), str)
     )
-    return ClaimSpec(requests=tuple(requests), constraints=constraints)
+    return ClaimSpec(requests=tuple(requests), constraints=constraints, invalid=tuple(invalid))
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,7 +685,7 @@ def claim_from_json(raw: Mapping[str, Any]) -> Claim:
     return Claim(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name", "")),
-        spec=claim_spec_from_json(spec),
+        spec=claim_spec_from_json(spec, path="spec.spec.devices" if template else "spec.devices"),
         allocated=isinstance(allocation, dict),
         allocation_terms=_terms(_map(allocation).get("nodeSelector")),
     )

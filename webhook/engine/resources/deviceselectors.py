@@ -11,31 +11,72 @@ Kubernetes quantity and semver CEL libraries (``k8s.io/apiserver/pkg/cel/library
 
 Each expression is compiled once per process (``compile_selector`` is memoised): the
 allocator does the same with its CEL cache (``structured/celcache.go``), and admission
-cannot afford a parse per request.
+cannot afford a parse per request. celpy itself is imported on the first compile
+(``webhook.engine.resources.celenvironment``, which also lists what of Kubernetes' CEL
+libraries it gives): a command that evaluates no selector never pays for it.
+
+Evaluation is bounded (``webhook.engine.resources.celbudget``): an expression whose
+estimated cost is past the budget is not evaluated at all, and an evaluation stops at its
+own step limit or at the review's. Any answer this webhook cannot be sure of (a function or
+syntax its library lacks, a type its library handles differently, a spent budget) is a
+``SelectorError`` with ``unsupported`` set: the fit is then unknown and the pod is warned,
+never denied. Only the runtime errors cel-go raises for the device itself (a missing key,
+a division by zero) fail a device, as they fail the allocation on that node.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import re
+import sys
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import celpy
-from celpy import celtypes
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
+from webhook.engine.resources.celbudget import (
+    COMPILE_CHARACTERS_PER_STEP,
+    EVALUATION_STEPS,
+    REVIEW_STEPS,
+    Meter,
+    OutOfSteps,
+    current_review,
+    estimated_steps,
+)
 
-from webhook.engine.kube.quantity import QuantityError, parse_quantity
+if TYPE_CHECKING:
+    from webhook.engine.resources.celenvironment import Program
 
-# CEL errors that come from this webhook's CEL library lacking something Kubernetes has
-# (a function, a macro such as cel.bind), not from the device or the expression.
-_UNSUPPORTED = ("undeclared reference", "unsupported", "not implemented")
+# Called once before celpy's environment is built: the shell may install celpy's parser
+# from a cache there (``webhook.files.celparser``), as the engine itself reads no file.
+_PARSER_LOADERS: list[Callable[[], None]] = []
+
+
+def use_parser_loader(loader: Callable[[], None]) -> None:
+    """Have ``loader`` run once, before the first selector is compiled."""
+    _PARSER_LOADERS[:] = [loader]
+
+
+def parser_loaders() -> tuple[Callable[[], None], ...]:
+    return tuple(_PARSER_LOADERS)
+
+
+# celpy raises the recursion limit to 2,500 when its environment is built (for deeply
+# nested expressions); done here, at import as it always was, so that building the
+# environment later, on the first selector, changes nothing process-wide mid-run.
+CEL_RECURSION_LIMIT = 2500
+sys.setrecursionlimit(max(sys.getrecursionlimit(), CEL_RECURSION_LIMIT))
+
+# Runtime errors cel-go raises as well, for what the device holds (a missing attribute, a
+# division by zero): the allocator fails the node on them. Any other error may come from
+# celpy differing from cel-go, so it leaves the answer unknown.
+_DEVICE_ERRORS = ("no such key", "no such member", "divide by zero", "modulus by zero")
+_CELPY_RULE = re.compile(r"Token\('RULE', '(\w+)'\)")
+_CELPY_TYPE = re.compile(r"<class 'celpy\.celtypes\.(\w+)Type'>")
 # Comprehension macros can read every attribute of a device without naming it.
 _MACROS = re.compile(r"\.\s*(all|exists|exists_one|map|filter)\s*\(|\bsize\s*\(")
-_SEMVER = re.compile(
+SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$"
 )
 
@@ -47,9 +88,11 @@ class SelectorError(Exception):
     than the expression or the device: the answer is then unknown, not "no match".
     """
 
-    def __init__(self, message: str, *, unsupported: bool) -> None:
+    def __init__(self, message: str, *, unsupported: bool, spent: bool = False) -> None:
         super().__init__(message)
         self.unsupported = unsupported
+        # The review's budget ran out: true of this review only, so never memoised.
+        self.spent = spent
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +102,7 @@ class Version:
     text: str
 
     def key(self) -> tuple[Any, ...]:
-        match = _SEMVER.match(self.text)
+        match = SEMVER.match(self.text)
         if match is None:
             return (0, 0, 0, 1, ())
         major, minor, patch, pre = match.groups()
@@ -70,6 +113,15 @@ class Version:
             )
         # A release sorts after every pre-release of the same version.
         return (int(major), int(minor), int(patch), 0 if pre else 1, prerelease)
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadValue:
+    """An attribute of a kind this webhook does not read (a list-valued attribute of
+    1.36's ``DRAListTypeAttributes``, or a kind still to come): kept, so that a selector
+    naming it is not a "no such member" error, but any use of it is not evaluated."""
+
+    json: str
 
 
 class QuantityValue:
@@ -94,80 +146,6 @@ class SemverValue:
         return f"semver({self.version.text})"
 
 
-class _DomainMap(celtypes.MapType):
-    """A domain the device does not have reads as an empty map, as in Kubernetes."""
-
-    def __getitem__(self, key: Any) -> Any:
-        try:
-            return super().__getitem__(key)
-        except KeyError:
-            return celtypes.MapType({})
-
-
-def _compare(a: Any, b: Any) -> int:
-    if isinstance(a, QuantityValue) and isinstance(b, QuantityValue):
-        return (a.value > b.value) - (a.value < b.value)
-    if isinstance(a, SemverValue) and isinstance(b, SemverValue):
-        left, right = a.version.key(), b.version.key()
-        return (left > right) - (left < right)
-    raise TypeError(f"no matching overload: cannot compare {a!r} with {b!r}")
-
-
-def _quantity(text: Any) -> QuantityValue:
-    try:
-        return QuantityValue(parse_quantity(str(text)))
-    except QuantityError as exc:
-        raise ValueError(f"quantity({text!r}): {exc}") from None
-
-
-def _semver(text: Any) -> SemverValue:
-    if not _SEMVER.match(str(text)):
-        raise ValueError(f"semver({text!r}): not a semantic version")
-    return SemverValue(Version(str(text)))
-
-
-def _is_quantity(text: Any) -> celtypes.BoolType:
-    try:
-        parse_quantity(str(text))
-    except QuantityError:
-        return celtypes.BoolType(False)
-    return celtypes.BoolType(True)
-
-
-def _as_integer(q: QuantityValue) -> celtypes.IntType:
-    if q.value.denominator != 1:
-        raise ValueError(f"{q!r} is not an integer")
-    return celtypes.IntType(q.value.numerator)
-
-
-def _version_part(index: int) -> Callable[[SemverValue], celtypes.IntType]:
-    def part(v: SemverValue) -> celtypes.IntType:
-        return celtypes.IntType(v.version.key()[index])
-
-    return part
-
-
-FUNCTIONS: Mapping[str, Callable[..., Any]] = {
-    "quantity": _quantity,
-    "isQuantity": _is_quantity,
-    "semver": _semver,
-    "isSemver": lambda text: celtypes.BoolType(bool(_SEMVER.match(str(text)))),
-    "compareTo": lambda a, b: celtypes.IntType(_compare(a, b)),
-    "isGreaterThan": lambda a, b: celtypes.BoolType(_compare(a, b) > 0),
-    "isLessThan": lambda a, b: celtypes.BoolType(_compare(a, b) < 0),
-    "add": lambda a, b: QuantityValue(a.value + (b.value if isinstance(b, QuantityValue) else b)),
-    "sub": lambda a, b: QuantityValue(a.value - (b.value if isinstance(b, QuantityValue) else b)),
-    "sign": lambda a: celtypes.IntType((a.value > 0) - (a.value < 0)),
-    "isInteger": lambda a: celtypes.BoolType(a.value.denominator == 1),
-    "asInteger": _as_integer,
-    "asApproximateFloat": lambda a: celtypes.DoubleType(float(a.value)),
-    "major": _version_part(0),
-    "minor": _version_part(1),
-    "patch": _version_part(2),
-}
-_ENVIRONMENT = celpy.Environment()
-
-
 @dataclass(frozen=True, slots=True)
 class DeviceView:
     """What a selector sees of a device: its driver, attributes and capacity by domain."""
@@ -175,26 +153,44 @@ class DeviceView:
     driver: str
     attributes: Mapping[str, Mapping[str, Any]]
     capacity: Mapping[str, Mapping[str, Fraction]]
+    # ``device.allowMultipleAllocations`` (compile.go, DRAConsumableCapacity): false when
+    # the slice does not say.
+    allow_multiple_allocations: bool = False
 
 
 class Selector:
     """One compiled expression. ``matches`` raises ``SelectorError`` where the allocator
-    would report a CEL runtime error (which fails the allocation on that node)."""
+    would report a CEL runtime error (which fails the allocation on that node), or where
+    this webhook cannot tell (``unsupported``)."""
 
     def __init__(self, expression: str) -> None:
+        from celpy.celparser import CELParseError
+
+        from webhook.engine.resources.celenvironment import compile_program, desugar
+
         self.expression = expression
         try:
-            self._program = _ENVIRONMENT.program(
-                _ENVIRONMENT.compile(expression), functions=dict(FUNCTIONS)
-            )
+            self._program: Program = compile_program(desugar(expression))
         except CELParseError as exc:
+            # The API server compiled it (validateCELSelector) before storing the claim,
+            # so a parse failure here is this webhook's grammar, not the user's error.
             raise SelectorError(
-                f"does not compile: {_first_line(exc)}", unsupported=False
+                f"cannot be parsed here: {_first_line(exc)}", unsupported=True
             ) from None
         except Exception as exc:  # celpy raises several types for what it cannot handle
             raise SelectorError(
                 f"cannot be compiled here: {_first_line(exc)}", unsupported=True
             ) from None
+        try:
+            self.cost = estimated_steps(self._program.tree)
+        except RecursionError:
+            raise SelectorError("not evaluated: nested too deeply", unsupported=True) from None
+        if self.cost > REVIEW_STEPS:
+            raise SelectorError(
+                f"too costly to evaluate: about {self.cost} steps per device at worst, past "
+                f"the budget of {REVIEW_STEPS} per review",
+                unsupported=True,
+            )
         # Whether the answer can depend on more than the attributes it names.
         self.reads_everything = bool(_MACROS.search(expression))
 
@@ -202,62 +198,88 @@ class Selector:
         return name in self.expression
 
     def matches(self, device: DeviceView) -> bool:
+        from celpy.evaluation import CELEvalError
+
+        from webhook.engine.resources.celenvironment import is_bool
+
+        review = current_review()
+        if review is not None and review.left <= 0:
+            raise _spent()
         try:
-            result = self._program.evaluate({"device": _activation(device)})
+            result = self._program.evaluate(device, Meter(review))
+        except OutOfSteps as exc:
+            if exc.which == "review":
+                raise _spent() from None
+            raise SelectorError(
+                f"not evaluated: past its budget of {EVALUATION_STEPS} steps on one device",
+                unsupported=True,
+            ) from None
         except CELEvalError as exc:
-            message = _first_line(exc)
-            unsupported = any(word in message for word in _UNSUPPORTED)
-            raise SelectorError(message, unsupported=unsupported) from None
-        except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:
-            raise SelectorError(_first_line(exc), unsupported=False) from None
+            raise _runtime_error(_first_line(exc)) from None
+        except RecursionError:
+            raise SelectorError("not evaluated: nested too deeply", unsupported=True) from None
+        except Exception as exc:  # celpy's own failures: never a verdict on the device
+            raise SelectorError(_first_line(exc), unsupported=True) from None
         if isinstance(result, CELEvalError):
-            raise SelectorError(_first_line(result), unsupported=False)
-        if not isinstance(result, bool | celtypes.BoolType):
+            raise _runtime_error(_first_line(result))
+        if not is_bool(result):
             raise SelectorError(
                 f"evaluates to {type(result).__name__}, not bool", unsupported=False
             )
         return bool(result)
 
 
+def _runtime_error(message: str) -> SelectorError:
+    return SelectorError(message, unsupported=not any(e in message for e in _DEVICE_ERRORS))
+
+
+def _spent() -> SelectorError:
+    return SelectorError(
+        f"not evaluated: the review's CEL budget ({REVIEW_STEPS} steps) is spent",
+        unsupported=True,
+        spent=True,
+    )
+
+
 def _first_line(exc: BaseException) -> str:
     args = exc.args
     text = str(args[0]) if args else str(exc)
+    # celpy appends its whole activation to an undeclared reference, and names rules and
+    # types by their Python reprs: not for users.
+    text = text.split(" (in activation", 1)[0]
+    text = _CELPY_TYPE.sub(r"\1", _CELPY_RULE.sub(r"\1", text))
     return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
-@functools.lru_cache(maxsize=1024)
+_COMPILED: OrderedDict[str, Selector | SelectorError] = OrderedDict()
+_COMPILED_MAX = 1024
+
+
 def compile_selector(expression: str) -> Selector | SelectorError:
-    """The compiled expression, or why it cannot be used; once per process."""
+    """The compiled expression, or why it cannot be used; once per process.
+
+    Parsing costs about as much as evaluating (lark takes some 65 ms for the 10,240
+    characters an expression may have), so a compile is charged to the review's budget
+    too, a step per ``COMPILE_CHARACTERS_PER_STEP`` characters: a claim of hundreds of
+    long distinct selectors cannot hold a worker for seconds either."""
+    known = _COMPILED.get(expression)
+    if known is not None:
+        # Server threads share the cache: another may have just pushed this one out.
+        with contextlib.suppress(KeyError):
+            _COMPILED.move_to_end(expression)
+        return known
+    review = current_review()
+    charge = 1 + len(expression) // COMPILE_CHARACTERS_PER_STEP
+    if review is not None:
+        if review.left < charge:
+            return _spent()  # not kept: the next review may compile it
+        review.left -= charge
     try:
-        return Selector(expression)
+        result: Selector | SelectorError = Selector(expression)
     except SelectorError as exc:
-        return exc
-
-
-def _value(raw: Any) -> Any:
-    if isinstance(raw, bool):
-        return celtypes.BoolType(raw)
-    if isinstance(raw, int):
-        return celtypes.IntType(raw)
-    if isinstance(raw, Version):
-        return SemverValue(raw)
-    return celtypes.StringType(str(raw))
-
-
-def _activation(device: DeviceView) -> celtypes.MapType:
-    s = celtypes.StringType
-    attributes = _DomainMap(
-        {
-            s(domain): celtypes.MapType({s(k): _value(v) for k, v in values.items()})
-            for domain, values in device.attributes.items()
-        }
-    )
-    capacity = _DomainMap(
-        {
-            s(domain): celtypes.MapType({s(k): QuantityValue(v) for k, v in values.items()})
-            for domain, values in device.capacity.items()
-        }
-    )
-    return celtypes.MapType(
-        {s("driver"): s(device.driver), s("attributes"): attributes, s("capacity"): capacity}
-    )
+        result = exc
+    _COMPILED[expression] = result
+    while len(_COMPILED) > _COMPILED_MAX:
+        with contextlib.suppress(KeyError):
+            _COMPILED.popitem(last=False)
+    return result

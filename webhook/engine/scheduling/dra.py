@@ -52,6 +52,7 @@ from webhook.engine.kube.selectors import dig, terms_match
 from webhook.engine.kube.workloads import Path
 from webhook.engine.policy.decision import Finding, action_of
 from webhook.engine.policy.ruleset import GPUResources
+from webhook.engine.resources.celbudget import review_spent
 from webhook.engine.resources.devices import (
     ALLOCATION_RESULTS_MAX_SIZE,
     Claim,
@@ -228,6 +229,8 @@ class _Matcher:
                 result = compiled.matches(device.view())
             except SelectorError as exc:
                 result = exc
+        if isinstance(result, SelectorError) and result.spent:
+            return result  # this review's budget, not the device: asked again next time
         if len(self.memo) >= _MEMO_SIZE:
             self.memo.clear()
         self.memo[key] = result
@@ -250,7 +253,10 @@ def _eligible(
             result = matcher.matches(expression, device)
             if isinstance(result, SelectorError):
                 unknown = unknown or result.unsupported
-                error = error or f"selector {expression!r} on device {device.name}: {result}"
+                error = error or (
+                    f'request "{sub.name}": selector {expression!r} on device {device.name}: '
+                    f"{result}"
+                )
                 ok = False
                 break
             if not result:
@@ -496,10 +502,22 @@ def _fit_by_search(
     return FitAnswer(False, error)
 
 
+def least_devices(spec: ClaimSpec) -> int:
+    """The fewest devices any allocation of the claim takes (``All`` at least one)."""
+    return sum(
+        min((1 if a.all_devices else a.count for a in r.alternatives), default=0)
+        for r in spec.requests
+    )
+
+
 def fit(
     claims: Sequence[ClaimSpec], devices: Sequence[Device], inventory: DeviceInventory
 ) -> FitAnswer:
     """Can all ``claims`` be allocated together from ``devices`` (one node's)?"""
+    # A claim gets at most AllocationResultsMaxSize devices whatever the node has: answered
+    # before any work that could grow with a count.
+    if any(least_devices(claim) > ALLOCATION_RESULTS_MAX_SIZE for claim in claims):
+        return FitAnswer(False)
     if (
         any(claim.constraints for claim in claims)
         or any(d.consumes or d.shared for d in devices)
@@ -531,7 +549,11 @@ def fit(
                 unknown = unknown or problem
             need = len(eligible) if sub.all_devices else sub.count
             per_claim[claim_index] += need
-            if sub.all_devices and not eligible:
+            # Before any list as long as the count: a claim past AllocationResultsMaxSize
+            # never fits, so no count past it becomes work.
+            if per_claim[claim_index] > ALLOCATION_RESULTS_MAX_SIZE or (
+                sub.all_devices and not eligible
+            ):
                 failed = True
                 break
             if sub.admin:
@@ -542,8 +564,7 @@ def fit(
                 failed = bool(clash)
             else:
                 slots.extend([eligible] * need)
-            if failed or per_claim[claim_index] > ALLOCATION_RESULTS_MAX_SIZE:
-                failed = True
+            if failed:
                 break
         if not failed and _assign(slots, taken, shared):
             return FitAnswer(True)
@@ -642,7 +663,8 @@ def fits_somewhere(
         answer = inventory._memo.get(key)
         if answer is None:
             answer = fit(claims, profile.devices, inventory)
-            inventory._memo[key] = answer
+            if not review_spent():
+                inventory._memo[key] = answer
         if answer.fits:
             return answer
         if answer.fits is None:
@@ -694,6 +716,17 @@ class DeviceCounts:
     tainted: int = 0  # on that node: matching but tainted, not tolerated
     taint: str = ""  # "key=value:effect" of the first such taint
     example: str = ""  # the node
+    # On that node: devices a selector could not be evaluated on (neither counted nor
+    # excluded: a reader that would refuse for want of devices must count them).
+    unknown: int = 0
+
+
+def _undecided(matcher: _Matcher, expressions: Sequence[str], device: Device) -> bool:
+    """No selector is false or fails the device, and one could not be evaluated."""
+    results = [matcher.matches(e, device) for e in expressions]
+    return all(
+        r is True or (isinstance(r, SelectorError) and r.unsupported) for r in results
+    ) and any(r is not True for r in results)
 
 
 def device_counts(
@@ -717,8 +750,17 @@ def device_counts(
                 t for t in kept[0].taints if t[2] in ("NoSchedule", "NoExecute")
             )
             taint = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
-        counts = DeviceCounts(len(matching), len(usable), len(kept), taint, profile.example)
-        if (counts.usable, counts.of_class) > (best.usable, best.of_class):
+        unknown = sum(
+            1 for d in profile.devices if sub.tolerates(d) and _undecided(matcher, expressions, d)
+        )
+        counts = DeviceCounts(
+            len(matching), len(usable), len(kept), taint, profile.example, unknown
+        )
+        if (counts.usable, counts.of_class, counts.unknown) > (
+            best.usable,
+            best.of_class,
+            best.unknown,
+        ):
             best = counts
     return best
 
@@ -807,7 +849,8 @@ def gpu_devices(inventory: DeviceInventory, is_gpu_class: Callable[[str], bool])
         (every, terms) for device, every, terms in inventory.reachable_devices if gpu(device)
     )
     answer = GPUDevices(named, reachable)
-    inventory._memo[key] = (is_gpu_class, answer)
+    if not review_spent():
+        inventory._memo[key] = (is_gpu_class, answer)
     return answer
 
 
@@ -822,6 +865,17 @@ def shortfall(
     for pod_claim in claims:
         if pod_claim.claim is None:
             continue
+        least = least_devices(pod_claim.claim.spec)
+        if least > ALLOCATION_RESULTS_MAX_SIZE and pod_claim.counted:
+            owner = f'claim "{pod_claim.name}" ({pod_claim.source})' if pod_claim.name else "it"
+            return (
+                f"{owner} needs at least {least} devices, and Kubernetes allocates at most "
+                f"{ALLOCATION_RESULTS_MAX_SIZE} devices to one claim (AllocationResultsMaxSize), "
+                "so the scheduler can never allocate it. Ask for at most "
+                f"{ALLOCATION_RESULTS_MAX_SIZE} devices per claim, or spread them over more "
+                "claims.",
+                f"{least} devices in one claim, at most {ALLOCATION_RESULTS_MAX_SIZE} allowed",
+            )
         for request in pod_claim.claim.spec.requests:
             sub = request.alternatives[0] if request.alternatives else None
             if sub is None:
@@ -929,17 +983,37 @@ def _finding(check: str, settings_action: str, message: str, summary: str, where
     return Finding("builtin", check, action_of(settings_action), message, summary, where)
 
 
-def unevaluated_selector(reason: str, *, actions: Mapping[str, str], where: str) -> Finding:
+def unevaluated_selector(
+    reason: str, *, actions: Mapping[str, str], where: str, subject: str = "the pod's claims"
+) -> Finding:
     """A CEL selector the webhook could not evaluate: the claims' fit is unknown, never a
     denial (``deviceSelector``, a warning by default)."""
     return _finding(
         "deviceSelector",
         actions.get("deviceSelector", "warn"),
         f"the webhook could not evaluate a device selector ({reason}); "
-        "whether the pod's claims fit was not checked.",
+        f"whether {subject} fit was not checked.",
         "device selector not evaluated; claims not checked",
         where,
     )
+
+
+def invalid_claim_findings(
+    spec: ClaimSpec, *, actions: Mapping[str, str], where: str, owner: str
+) -> Iterator[Finding]:
+    """A spec the API server refuses (a count of zero or past int64, more requests,
+    sub-requests, selectors or tolerations than its validation allows): one finding per
+    field, naming the bound, under ``deviceClaims``. Such a claim is never created, so
+    none of its devices can be allocated."""
+    for problem in spec.invalid[:4]:
+        yield _finding(
+            "deviceClaims",
+            actions.get("deviceClaims", "deny"),
+            f"{owner}is not a valid claim: {problem} (the API server's validation of "
+            "resource.k8s.io refuses it, so its devices are never allocated). Fix the field.",
+            "claim refused by the API server's validation",
+            where,
+        )
 
 
 def claim_findings(
@@ -966,6 +1040,17 @@ def claim_findings(
         )
     known = [c for c in claims.claims if c.claim is not None]
     if not known or not devices.complete:
+        return
+    invalid = False
+    for pod_claim in known:
+        assert pod_claim.claim is not None
+        owner = f'claim "{pod_claim.name}" ({pod_claim.source}) '
+        for finding in invalid_claim_findings(
+            pod_claim.claim.spec, actions=actions, where=where, owner=owner
+        ):
+            invalid = True
+            yield finding
+    if invalid:
         return
     unknown_classes = False
     for pod_claim in known:

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.engine.resources.celbudget import review_spent
 from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, Profile
 from webhook.engine.resources.fit import pods_per_node
 from webhook.engine.resources.inventory import FitAnswer, Node
@@ -73,7 +74,8 @@ class PodDevices:
                 break
         else:
             count = None  # more than every device: shared devices, no bound here
-        self._counts[key] = count
+        if not review_spent():
+            self._counts[key] = count
         return count
 
     def together(self, claims: Sequence[ClaimSpec], profile: Profile) -> bool | None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from webhook.engine.kube.selectors import terms_match
 from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.resources.celbudget import review_spent
 from webhook.engine.resources.devices import (
     ALLOCATION_RESULTS_MAX_SIZE,
     ClaimSpec,
@@ -121,6 +122,8 @@ def whole_pod_fit(
         allowed=allowed,
         per_container=per_container or {},
     )
+    if review_spent():
+        return answer  # found with selectors left unevaluated: this review's answer only
     if len(memo) >= _MEMO_SIZE:
         memo.clear()
     memo[key] = (nodes, answer)
@@ -410,6 +413,8 @@ def served_total(
     if known is not None and known[0] is nodes:
         return known[1]  # type: ignore[no-any-return]
     answer = _served_total(resource, device_class, devices=devices, nodes=nodes)
+    if review_spent():
+        return answer  # found with selectors left unevaluated: this review's answer only
     if len(memo) >= _MEMO_SIZE:
         memo.clear()
     memo[key] = (nodes, answer)
