@@ -28,6 +28,7 @@ from webhook.engine.enforcement.checks import (
     capacity_findings,
     device_findings,
     fit_warnings,
+    mig_profile_findings,
     min_values_only,
     misspelled_findings,
     quantity_findings,
@@ -950,6 +951,8 @@ def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
         found.extend(capacity_findings(scope, snapshot, settings))
     elif scope.fit is not None and (scope.fit.refused or scope.fit.waiting()):
         found.extend(fit_warnings(scope, settings))
+    if snapshot is None and pod.partial:
+        found.extend(mig_profile_findings(scope, settings))
     if pod.crowded and not whole_gpus(scope):
         found.extend(device_findings(scope, snapshot, settings))
     for c in pod.containers:  # a loop, not any() over a generator: on every review
