@@ -10,14 +10,18 @@ with the reason; every other case is held to all four.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.builders import review
+from tests.builders import ROOT, review
+from tests.cluster.replayserver import Body, ReplayServer
 from tests.engine.evaluation.test_cases import (
     SHARED_INVENTORIES,
     _read_yaml,
@@ -25,11 +29,14 @@ from tests.engine.evaluation.test_cases import (
     case_dirs,
     rules_dir,
 )
+from tests.running import kubeconfig
 from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.review import parse_review
 from webhook.admission.service import AdmissionService
 from webhook.cli import main
-from webhook.files.rulefiles import RuleStore
+from webhook.cluster.devicesource import PATHS
+from webhook.cluster.poolsource import CA_STATUS_PATH
+from webhook.files.rulefiles import RuleStore, load_policy
 
 Verdict = tuple[bool, list[tuple[str, str, str]]]
 
@@ -42,6 +49,16 @@ NAMESPACE_LABELS = (
     "static inventory no command sees them, so all four agree on an answer without them"
 )
 NO_NODES = "explain -f needs --inventory: the nodes to explain the pod against"
+# Live audit reads a replayed API server: the case's inventory as the API server lists it.
+NO_CLUSTER = (
+    "no inventory: a cluster always has nodes, so a live audit has no equivalent of the "
+    "file commands' run without --inventory"
+)
+NOT_REPLAYED = (
+    "the inventory holds autoscaler custom resources or DeviceTaintRules, whose API "
+    "discovery this replay does not script (the four other answers still agree)"
+)
+NOT_LISTED = "not of a kind the webhook understands, so a live audit lists none"
 
 
 def _request(case: Path) -> dict[str, Any]:
@@ -55,8 +72,8 @@ def differs(case: Path) -> dict[str, str]:
     if request.get("operation", "CREATE") != "CREATE" or request.get("subResource"):
         return dict.fromkeys(("check", "explain", "audit"), NOT_A_CREATE)
     if _inventory(case) is None:
-        return {"explain": NO_NODES}
-    return {}
+        return {"explain": NO_NODES, "live audit": NO_CLUSTER}
+    return {"live audit": reason} if (reason := _not_replayable(case)) else {}
 
 
 def _inventory(case: Path) -> Path | None:
@@ -135,6 +152,122 @@ def expected(case: Path) -> Verdict:
     return want["allowed"], _keys(want.get("findings") or [])
 
 
+# Inventory kinds the replay serves as the API server does (nodes, DRA, RuntimeClasses,
+# ResourceQuotas, the cluster-autoscaler status ConfigMap).
+REPLAYED = {
+    "Node",
+    "DeviceClass",
+    "ResourceSlice",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "RuntimeClass",
+    "ResourceQuota",
+    "ConfigMap",
+}
+DRA_KINDS = {"DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate"}
+CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
+POLICY_KINDS = load_policy(str(ROOT / "rules")).kinds
+
+
+def _inventory_items(case: Path) -> list[dict[str, Any]]:
+    inventory = _inventory(case)
+    assert inventory is not None
+    return copy.deepcopy(_items_of(inventory))
+
+
+@functools.cache
+def _items_of(inventory: Path) -> list[dict[str, Any]]:
+    """The inventory's objects, parsed once per file (collection asks of every case)."""
+    items: list[dict[str, Any]] = []
+    for doc in yaml.safe_load_all(inventory.read_text()):
+        if isinstance(doc, dict):
+            items.extend(doc["items"] if doc.get("kind") == "List" else [doc])
+    return items
+
+
+def _not_replayable(case: Path) -> str:
+    inventory = _inventory(case)
+    if inventory is not None and {i["kind"] for i in _items_of(inventory)} - REPLAYED:
+        return NOT_REPLAYED
+    obj = _object(case)
+    kind = POLICY_KINDS.lookup(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+    if kind is None and obj.get("kind") not in CLAIM_KINDS:
+        return NOT_LISTED
+    return ""
+
+
+def _bare(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in i.items() if k not in ("apiVersion", "kind")} for i in items]
+
+
+def _list(kind: str, items: list[dict[str, Any]]) -> Body:
+    body = {"kind": f"{kind}List", "metadata": {"resourceVersion": "7"}, "items": _bare(items)}
+    return Body(json.dumps(body).encode())
+
+
+def _json_body(body: dict[str, Any]) -> deque[Body]:
+    return deque([Body(json.dumps(body).encode())])
+
+
+def replayed_cluster(case: Path) -> ReplayServer:
+    """The case's inventory and object as the API server lists them, with the namespace's
+    labels of its request."""
+    items = _inventory_items(case)
+    obj = _object(case)
+    namespace = obj.setdefault("metadata", {}).setdefault("namespace", "default")
+    of = lambda kind: [i for i in items if i["kind"] == kind]  # noqa: E731
+    replay = ReplayServer()
+    replay.lists.append(_list("Node", of("Node")))
+    labels = _request(case).get("namespaceLabels") or {}
+    ns = {"metadata": {"name": namespace, "labels": labels}}
+    replay.namespace_lists.append(_list("Namespace", [ns]))
+    replay.runtime_class_lists.append(_list("RuntimeClass", of("RuntimeClass")))
+    replay.quota_lists.append(_list("ResourceQuota", of("ResourceQuota")))
+    for configmap in of("ConfigMap"):
+        replay.routes[CA_STATUS_PATH] = _json_body(configmap)
+    claims = [obj] if obj.get("kind") in CLAIM_KINDS else []
+    if DRA_KINDS & {i["kind"] for i in items} or claims:
+        replay.dra_served = True
+        for kind, path in PATHS.items():
+            listed = [*of(kind), *(c for c in claims if c["kind"] == kind)]
+            # Listed twice: once for the view, once more for the audit of claim objects.
+            replay.dra_lists[path.rsplit("/", 1)[1]] = deque([_list(kind, listed)] * 2)
+    core = ["pods"] if obj.get("kind") == "Pod" and obj.get("apiVersion") == "v1" else []
+    replay.routes["/api/v1"] = _json_body(
+        {"kind": "APIResourceList", "resources": [{"name": r} for r in core]}
+    )
+    kind = POLICY_KINDS.lookup(str(obj["apiVersion"]), str(obj["kind"]))
+    if core:
+        replay.routes["/api/v1/pods"] = deque([_list("Pod", [obj])])
+    elif kind is not None:
+        version = str(obj["apiVersion"])
+        replay.routes[f"/apis/{kind.group}"] = _json_body(
+            {"preferredVersion": {"groupVersion": version}}
+        )
+        replay.routes[f"/apis/{version}"] = _json_body({"resources": [{"name": kind.resource}]})
+        replay.routes[f"/apis/{version}/{kind.resource}"] = deque([_list(str(obj["kind"]), [obj])])
+    return replay
+
+
+def by_live_audit(case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Verdict:
+    """``audit`` of the replayed cluster: the object's own entry."""
+    replay = replayed_cluster(case).start()
+    try:
+        config = kubeconfig(tmp_path, replay.url)
+        main(["audit", "--kubeconfig", config, "--rules", str(rules_dir(case)), "-o", "json"])
+    finally:
+        replay.stop()
+    report = json.loads(capsys.readouterr().out)
+    obj = _object(case)
+    name = str(obj["metadata"].get("name") or obj["metadata"].get("generateName") or "")
+    mine = [r for r in report["results"] if (r["kind"], r["name"]) == (obj["kind"], name)]
+    assert report["summary"]["objects"] >= 1, report
+    if not mine:  # nothing to report: it passed without a finding
+        return True, []
+    (result,) = mine
+    return result["allowed"], _keys(result["findings"])
+
+
 COMMANDS = {"check": by_check, "explain": by_explain, "audit": by_audit}
 
 
@@ -154,11 +287,30 @@ def test_every_command_gives_the_golden_answer(
     assert answers == dict.fromkeys(answers, server)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c.name)
+        for c in case_dirs()
+        if not {"audit", "live audit"} & set(differs(c))
+    ],
+)
+def test_a_live_audit_of_the_case_replayed_as_a_cluster_gives_the_golden_answer(
+    case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The replayed cluster lists the namespace with its request's labels: the live audit
+    sees what the case says, so its answer is the case's own."""
+    assert by_live_audit(case, tmp_path, capsys) == expected(case)
+
+
 def test_a_case_is_excused_from_a_command_only_for_a_stated_reason() -> None:
     reasons = {reason for case in case_dirs() for reason in differs(case).values()}
-    assert reasons <= {NOT_A_CREATE, NO_NODES}
-    # Most cases hold every command to the server's answer.
-    assert sum(1 for case in case_dirs() if not differs(case)) > len(case_dirs()) // 2
+    assert reasons <= {NOT_A_CREATE, NO_NODES, NO_CLUSTER, NOT_REPLAYED, NOT_LISTED}
+    # Most cases hold every command to the server's answer, and the live audit to theirs.
+    cases = case_dirs()
+    assert sum(1 for case in cases if not set(differs(case)) - {"live audit"}) > len(cases) // 2
+    assert sum(1 for case in cases if not differs(case)) > len(cases) // 3
 
 
 DRA_EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "dra"

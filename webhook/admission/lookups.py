@@ -69,8 +69,12 @@ def looked_up(
             request, referencing_pods=tuple(pods), referencing_complete=complete
         )
         changed = True
+    meta = obj.get("metadata") or {}
+    # The object under review is not there yet, and a ref read once is not read again.
+    tried = {Reference(str(obj.get("kind")), request.effective_namespace, str(meta.get("name")))}
     for _ in range(ROUNDS):
-        missing = _unseen(request, policy=policy, view=view)
+        missing = [r for r in _unseen(request, policy=policy, view=view) if r not in tried]
+        tried.update(missing)
         found = _read_all(missing, reader, deadline=deadline, clock=clock)
         if not found:
             break

@@ -238,7 +238,12 @@ def _cluster(
     with cluster:
         try:
             audit, missing, notices = audit_cluster(
-                cluster, policy, namespace=args.namespace, wanted=wanted, progress=progress
+                cluster,
+                policy,
+                namespace=args.namespace,
+                wanted=wanted,
+                progress=progress,
+                claims=not args.kinds,  # as audit -f judges them
             )
         except ApiError as exc:
             return _fail(f"cannot read the cluster at {endpoint.host}: {exc}")
