@@ -7,9 +7,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from webhook.admission.lookups import LOOKUP_BUDGET_SECONDS, looked_up
+import pytest
+
+from webhook.admission.lookups import LOOKUP_BUDGET_SECONDS, looked_up, worth_a_read
+from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.references import Reference
 from webhook.engine.evaluation.request import NO_INVENTORY, Request
+from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import files_view
 from webhook.files.rulefiles import load_policy
 
@@ -139,3 +143,38 @@ def test_a_new_claim_gets_the_pods_naming_it_and_their_unseen_claims() -> None:
     assert request.referencing_pods == tuple(cluster.pods)
     assert cluster.reads == [Reference("ResourceClaim", "default", "other")]
     assert ("default", "other") in view.devices.claims  # type: ignore[union-attr]
+
+
+def _limited(tmp_path: Path) -> Policy:
+    (tmp_path / "limit.yaml").write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: four}\n"
+        "spec:\n  validate:\n  - maxGPUsPerPod: 4\n"
+    )
+    return load_policy(str(tmp_path))
+
+
+def _owned(obj: dict[str, Any]) -> dict[str, Any]:
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u", "controller": True}
+    return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "limited", "worth"),
+    [
+        pytest.param(pod("late"), False, True, id="a pod whose claim the view misses"),
+        pytest.param(pod(), False, False, id="must not fire: a pod without claims"),
+        pytest.param(claim("new"), True, True, id="a claim where a pod-total limit applies"),
+        pytest.param(claim("new"), False, False, id="must not fire: no pod-total limit"),
+        pytest.param(
+            _owned(claim("new")), True, False, id="must not fire: made from its pod's template"
+        ),
+    ],
+)
+def test_a_review_reads_the_api_server_only_on_a_miss_or_for_a_new_claim(
+    tmp_path: Path, obj: dict[str, Any], limited: bool, worth: bool
+) -> None:
+    policy = _limited(tmp_path) if limited else POLICY
+    request = Request(obj)
+    decision = evaluate(request, policy=policy, inventory=VIEW)
+
+    assert worth_a_read(request, decision, policy=policy) is worth

@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from webhook.engine.evaluation.evaluate import POD_TOTAL_CHECKS
 from webhook.engine.evaluation.references import MAX_REFERENCES, Reference, unseen_references
 from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import applied_together
 
@@ -40,6 +42,30 @@ class ClusterReader(Protocol):
     ) -> tuple[list[Mapping[str, Any]], bool]:
         """The namespace's pods whose ``spec.resourceClaims`` name ``claim``
         (``resourceClaimName``), and whether every pod was read in time."""
+
+
+# Findings that say the view lacks an object the review names.
+MISSES = frozenset({"missingClaim", "unknownDeviceClass"})
+
+
+def worth_a_read(request: Request, decision: Decision, *, policy: Policy) -> bool:
+    """Whether the review should read from the API server: the engine missed an object it
+    names, or a new ResourceClaim may take a pod that names it over a pod-total limit. A
+    claim the scheduler makes from a pod's template (owned by that pod) is not one: the
+    pod was judged with the template. Every other review costs nothing here."""
+    if request.operation != "CREATE":
+        return False
+    if any(f.check in MISSES for f in decision.findings):
+        return True
+    obj = request.object
+    if obj.get("kind") != "ResourceClaim" or not str(obj.get("apiVersion", "")).startswith(
+        "resource.k8s.io/"
+    ):
+        return False
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    if any(isinstance(o, Mapping) and o.get("kind") == "Pod" for o in owners):
+        return False
+    return any(c.kind in POD_TOTAL_CHECKS for rule in policy.rules for c in rule.checks)
 
 
 def looked_up(

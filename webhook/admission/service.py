@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.admission.inventory import InventorySource, view_of
-from webhook.admission.lookups import ClusterReader, looked_up
+from webhook.admission.lookups import ClusterReader, looked_up, worth_a_read
 from webhook.admission.memo import DecisionMemo, Judgement
 from webhook.admission.response import Answer, PatchTooLarge, Verdict, reply
 from webhook.admission.review import AdmissionRequest
@@ -127,13 +127,17 @@ class AdmissionService:
             sub_resource=request.sub_resource,
         )
         policy, view = self._policy(ruleset), view_of(self.inventory)
-        if self.cluster is not None:
-            read = looked_up(engine_request, view, policy=policy, reader=self.cluster)
-            if read is not None:
-                # Judged with objects read for this review only: not a memo's answer for
-                # replicas judged on the view alone.
-                return Judgement(evaluate(read[0], policy=policy, inventory=read[1]))
-        return self.memo.judge(engine_request, policy=policy, inventory=view)
+        judgement = self.memo.judge(engine_request, policy=policy, inventory=view)
+        if self.cluster is None or not worth_a_read(
+            engine_request, judgement.decision, policy=policy
+        ):
+            return judgement
+        read = looked_up(engine_request, view, policy=policy, reader=self.cluster)
+        if read is None:
+            return judgement
+        # Judged with objects read for this review only: not a memo's answer for replicas
+        # judged on the view alone.
+        return Judgement(evaluate(read[0], policy=policy, inventory=read[1]))
 
     def kind_label(self, request: AdmissionRequest) -> str:
         """The request's kind as a metric label: one of the kinds the rules know, else

@@ -173,7 +173,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
 
 # The pod-level limits a claim created after its pod can break (issue 35): the pod's GPU
 # total counts every claim it names (``scheduling.dra.with_claim_gpus``).
-_POD_TOTAL_CHECKS = frozenset({"maxGPUsPerPod"})
+POD_TOTAL_CHECKS = frozenset({"maxGPUsPerPod"})
 # Pods judged again per claim: a claim is named by one pod, or by a few that share it.
 MAX_REFERENCING_PODS = 16
 
@@ -224,7 +224,7 @@ def _broken_by_claim(
     already = {f.id for f in evaluate(as_created, policy=policy, inventory=before).denials}
     name = str(_metadata(pod).get("name") or "")
     for finding in evaluate(as_created, policy=policy, inventory=after).denials:
-        if finding.check not in _POD_TOTAL_CHECKS or finding.id in already:
+        if finding.check not in POD_TOTAL_CHECKS or finding.id in already:
             continue
         message = (
             f"pod {name}, which names this ResourceClaim, would break a limit with it: "
