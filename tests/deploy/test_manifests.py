@@ -351,6 +351,8 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_dra_
             "resources": ["resourcequotas"],
             "verbs": ["get", "list", "watch"],
         },
+        # Issue 35: the pods that name a new ResourceClaim (webhook.cluster.liveobjects).
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     ]
 
 
