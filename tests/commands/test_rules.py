@@ -1,4 +1,5 @@
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,8 @@ def test_a_memory_limit_larger_than_every_gpu_node_is_a_warning(tmp_path: Path) 
     assert len(lines) == 2, err
     assert lines[0].startswith("warning: ")
     assert "(GPUPolicy huge): spec.mutate.memoryLimit.fixed: 4Ti per container" in lines[0]
-    assert "every GPU pod it matches would stay pending" in lines[0]
+    assert "every GPU pod it matches gets its memory limits lowered" in lines[0]
+    assert "(whenTooLarge: cap, the default)" in lines[0]
     assert (
         "(GPUPolicy per-gpu): spec.mutate.memoryLimit.perGPU: a pod using all 8 GPUs of node gpu-a100-0 would get 8 x 200Gi = 1600Gi"
         in lines[1]
@@ -149,6 +151,43 @@ def test_a_memory_limit_larger_than_every_gpu_node_is_a_warning(tmp_path: Path) 
 
     code, out, err = lint(tmp_path)  # no nodes known: nothing to compare against
     assert (code, err) == (0, "")
+
+
+@pytest.mark.parametrize(
+    ("when", "said", "engine"),
+    [
+        pytest.param("cap", "gets its memory limits lowered", (True, "warn"), id="cap"),
+        pytest.param(
+            "skip", "is admitted without the rule's memory limits", (True, "warn"), id="skip"
+        ),
+        pytest.param("deny", "is denied (whenTooLarge: deny)", (False, "deny"), id="deny"),
+    ],
+)
+def test_lint_says_what_the_engine_does_with_a_memory_limit_no_node_holds(
+    tmp_path: Path, when: str, said: str, engine: tuple[bool, str]
+) -> None:
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules)  # the shipped settings: the GPU toleration
+    (rules / "a.yaml").write_text(
+        policy(
+            "huge",
+            "  match: {namespaces: [a]}\n  mutate:\n"
+            f"    memoryLimit: {{fixed: 4Ti, whenTooLarge: {when}}}\n",
+        )
+    )
+    _, _, err = lint(rules, "--inventory", INVENTORY)
+    assert said in err, err
+
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: a}\nspec:\n"
+        "  containers:\n  - name: c\n    image: nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04\n"
+        "    resources: {limits: {nvidia.com/gpu: 1}}\n"
+    )
+    done = gpu_webhook("check", "--rules", rules, "--inventory", INVENTORY, "-o", "json", manifest)
+    (result,) = json.loads(done.stdout)
+    memory = [f["action"] for f in result["findings"] if f["check"] == "memoryLimit"]
+    assert (result["allowed"], memory) == (engine[0], [engine[1]]), result
 
 
 def test_lint_takes_one_file(tmp_path: Path) -> None:

@@ -291,6 +291,9 @@ def test_rbac_grants_reads_and_named_patches_only(name):
             if resource in NAMED_ONLY:
                 assert rule.get("resourceNames") == NAMED_ONLY[resource], (role, resource)
                 assert set(rule["verbs"]) <= {"get", "patch"}, (role, resource)
+            elif resource == "pods":
+                # Issue 35: the pods that name a new ResourceClaim (webhook.cluster.liveobjects).
+                assert set(rule["verbs"]) == {"list"}, (role, resource)
             else:
                 pools = [r["resources"][0] for r in POOL_RULES]
                 assert resource in (
@@ -357,6 +360,8 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_dra_
             "resources": ["resourcequotas"],
             "verbs": ["get", "list", "watch"],
         },
+        # Issue 35: the pods that name a new ResourceClaim (webhook.cluster.liveobjects).
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     ]
 
 

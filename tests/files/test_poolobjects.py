@@ -125,3 +125,46 @@ def test_a_node_overlay_that_adds_capacity_makes_sizes_unknown_and_one_that_pric
     )
     assert [(a.kind, a.name) for a in found.autoscalers] == [("Karpenter NodeOverlay", "mig")]
     assert "nvidia.com/mig-1g.10gb" in found.autoscalers[0].reason
+
+
+@pytest.mark.parametrize(
+    ("status", "groups"),
+    [
+        pytest.param(
+            LEGACY.replace("Name:        gpu-pool", "Name:        "),
+            [("(unnamed node group 2)", "node group at size 0 (max 3)")],
+            id="a group with an empty ProviderID",
+        ),
+        pytest.param(
+            LEGACY.replace(
+                "Healthy (ready=0 unready=0 notStarted=0 longNotStarted=0 registered=0 "
+                "longUnregistered=0 cloudProviderTarget=0 (minSize=0, maxSize=3))",
+                "Unhealthy",
+            ),
+            [("gpu-pool", "no node count or maximum")],
+            id="a Health line without counts",
+        ),
+        pytest.param(
+            "some other autoscaler's notes",
+            [("cluster-autoscaler", "no format")],
+            id="not the text",
+        ),
+        pytest.param(
+            "Cluster-wide:\n  Health:      Healthy (ready=1 registered=1)\n",
+            [],
+            id="must not fire: no node groups at all",
+        ),
+        pytest.param(
+            {"clusterWide": {"health": {"status": "Healthy"}}},
+            [],
+            id="must not fire: YAML without nodeGroups",
+        ),
+    ],
+)
+def test_a_status_read_in_part_is_an_autoscaler_of_unknown_size(
+    status: object, groups: list[tuple[str, str]]
+) -> None:
+    found = cluster_autoscaler_groups(status)
+    assert [g.name for g in found] == [name for name, _ in groups]
+    for group, (_, reason) in zip(found, groups, strict=True):
+        assert reason in group.reason

@@ -197,9 +197,12 @@ def test_a_passing_pod_with_a_gpu_claim_is_a_gpu_pod(
     assert [(e.gpu, e.verdict) for e in entries] == [(True, "pass")]
 
 
-def test_kinds_without_pod_templates_are_not_audited() -> None:
+def test_kinds_without_pod_templates_pass_and_are_counted_as_check_counts_them() -> None:
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
-    assert audit_of(config).summary().objects == 0
+    audit = audit_of(config)
+    summary = audit.summary()
+    assert (summary.objects, summary.reported, summary.verdicts) == (1, 0, {"pass": 1})
+    assert audit.entries() == []
 
 
 def test_the_table_has_one_line_per_owner_and_a_summary() -> None:

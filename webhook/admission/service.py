@@ -33,9 +33,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.admission.inventory import InventorySource, view_of
+from webhook.admission.lookups import ClusterReader, looked_up, worth_a_read
 from webhook.admission.memo import DecisionMemo, Judgement
 from webhook.admission.response import Answer, PatchTooLarge, Verdict, reply
 from webhook.admission.review import AdmissionRequest
+from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import Request
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
@@ -82,8 +84,12 @@ class AdmissionService:
         inventory: InventorySource | None = None,
         inventory_failure_mode: FailureMode | None = None,
         memo: DecisionMemo | None = None,
+        cluster: ClusterReader | None = None,
     ) -> None:
         self.rules = rules
+        # Reads what the live view has not seen yet (webhook.admission.lookups); None for a
+        # static inventory, which is all there is.
+        self.cluster = cluster
         self.inventory = inventory
         self.inventory_failure_mode = inventory_failure_mode
         self._policy_for: tuple[RuleSet, Policy] | None = None
@@ -112,18 +118,26 @@ class AdmissionService:
         return Outcome(request.uid, answer)
 
     def _judge(self, request: AdmissionRequest, ruleset: RuleSet) -> Judgement:
-        return self.memo.judge(
-            Request(
-                request.object or {},
-                namespace=request.namespace,
-                operation=request.operation,
-                old_object=request.old_object,
-                namespace_labels=self._namespace_labels(request.namespace),
-                sub_resource=request.sub_resource,
-            ),
-            policy=self._policy(ruleset),
-            inventory=view_of(self.inventory),
+        engine_request = Request(
+            request.object or {},
+            namespace=request.namespace,
+            operation=request.operation,
+            old_object=request.old_object,
+            namespace_labels=self._namespace_labels(request.namespace),
+            sub_resource=request.sub_resource,
         )
+        policy, view = self._policy(ruleset), view_of(self.inventory)
+        judgement = self.memo.judge(engine_request, policy=policy, inventory=view)
+        if self.cluster is None or not worth_a_read(
+            engine_request, judgement.decision, policy=policy
+        ):
+            return judgement
+        read = looked_up(engine_request, view, policy=policy, reader=self.cluster)
+        if read is None:
+            return judgement
+        # Judged with objects read for this review only: not a memo's answer for replicas
+        # judged on the view alone.
+        return Judgement(evaluate(read[0], policy=policy, inventory=read[1]))
 
     def kind_label(self, request: AdmissionRequest) -> str:
         """The request's kind as a metric label: one of the kinds the rules know, else

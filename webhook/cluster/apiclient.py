@@ -172,6 +172,9 @@ class Page:
     remaining: int | None = None
 
 
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
 class ApiClient:
     """Paginated lists and streamed watches of one API server, answering raw JSON."""
 
@@ -229,9 +232,18 @@ class ApiClient:
             if not token:
                 return
 
-    def get(self, path: str, query: Mapping[str, str | int] | None = None) -> Mapping[str, Any]:
-        """One object (or any JSON answer) by path; ``ApiError`` with the status code."""
-        return self._get_json(path, query or {})
+    def get(
+        self,
+        path: str,
+        query: Mapping[str, str | int] | None = None,
+        *,
+        timeout_seconds: float | None = None,
+    ) -> Mapping[str, Any]:
+        """One object (or any JSON answer) by path; ``ApiError`` with the status code.
+        ``timeout_seconds`` bounds the connect and the read alike (a review's budget)."""
+        if timeout_seconds is None:
+            return self._get_json(path, query or {})
+        return self._json(path, query or {}, timeout=timeout_seconds)
 
     def send(
         self, method: str, path: str, body: Mapping[str, Any] | None = None
@@ -317,9 +329,15 @@ class ApiClient:
         *,
         method: str = "GET",
         body: bytes | None = None,
+        timeout: float | None = None,
     ) -> Mapping[str, Any]:
         response = self._request(
-            path, query, read_timeout=self.request_timeout_seconds, method=method, body=body
+            path,
+            query,
+            read_timeout=self.request_timeout_seconds if timeout is None else timeout,
+            method=method,
+            body=body,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS if timeout is None else timeout,
         )
         try:
             data = response.data
@@ -337,6 +355,7 @@ class ApiClient:
         read_timeout: float,
         method: str = "GET",
         body: bytes | None = None,
+        connect_timeout: float = 10.0,
     ) -> urllib3.BaseHTTPResponse:
         url = f"{self.endpoint.host}{path}"
         if query:
@@ -363,7 +382,7 @@ class ApiClient:
                 headers=headers,
                 preload_content=False,
                 retries=False,
-                timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+                timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout),
             )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(f"{method} {path}: {_describe(exc)}") from None

@@ -25,13 +25,15 @@ def audit_cluster(
     namespace: str | None = None,
     wanted: Callable[[WorkloadKind], bool] = _every,
     progress: Progress | None = None,
+    claims: bool = False,
 ) -> tuple[Audit, list[str], list[str]]:
     """The audit; a note per wanted kind the cluster does not serve; and notices of what
     could not be read and was done without (nodes or namespaces a user may not list).
 
     Raises ``ApiError`` when API discovery fails, or nodes or namespaces for another
     reason than 403; a kind that cannot be listed is recorded in ``Audit.errors`` and the
-    others are still read."""
+    others are still read. ``claims``: ResourceClaims and templates are judged too, as the
+    server judges them on create (``gpu-webhook audit`` without ``--kinds``)."""
     notices: list[str] = []
     inventory = NO_INVENTORY
     try:
@@ -61,4 +63,10 @@ def audit_cluster(
                 audit.add(obj)
         except ApiError as exc:
             audit.errors.append(f"cannot list {listed.kind.resource}.{listed.group_version}: {exc}")
+    if claims:
+        try:
+            for obj in cluster.claim_objects(namespace=namespace, progress=progress):
+                audit.add(obj)
+        except ApiError as exc:
+            audit.errors.append(f"cannot list resourceclaims.resource.k8s.io/v1: {exc}")
     return audit, missing, notices

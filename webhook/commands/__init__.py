@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from webhook.engine.policy.ruleset import Policy, PolicyError
-from webhook.files.manifests import ManifestError
+from webhook.files.manifests import Document, ManifestError
 from webhook.files.rulefiles import load_policy, shipped_rules
 from webhook.reports.results import Outcome
 
@@ -128,3 +129,21 @@ def unreadable(errors: list[ManifestError], *, paths: list[str], read: bool) -> 
             Outcome(file=", ".join(paths), line=0, status="unusable", problem=NO_OBJECTS)
         )
     return unusable
+
+
+def refused_outcome(doc: Document, problems: list[str]) -> Outcome:
+    """An object ``kubectl`` would refuse: named, placed, and not judged (``check`` and
+    ``audit -f`` alike)."""
+    meta = doc.obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    kind = doc.obj.get("kind")
+    own = meta.get("namespace")
+    return Outcome(
+        file=doc.source,
+        line=doc.line,
+        status="unusable",
+        kind=kind if isinstance(kind, str) and kind else "object",
+        namespace=own if isinstance(own, str) else "",
+        name=str(meta.get("name") or meta.get("generateName") or ""),
+        problem="; ".join(problems),
+    )

@@ -22,13 +22,15 @@ from webhook.commands import (
     add_rules_option,
     add_timeout_option,
     fail,
+    refused_outcome,
     rules_or_fail,
     unreadable,
 )
-from webhook.engine.evaluation.request import NO_INVENTORY
+from webhook.engine.kube.shape import shape_problems
 from webhook.engine.kube.workloads import WorkloadKind
 from webhook.engine.policy.ruleset import Policy
-from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
+from webhook.files.context import files_view
+from webhook.files.inventoryfile import InventoryFileError
 from webhook.files.manifests import Document, load_manifests
 from webhook.reports.audit import Audit, AuditEntry, render_text
 from webhook.reports.policyreport import policy_reports
@@ -175,22 +177,29 @@ def run(args: argparse.Namespace) -> int:
 def _offline(
     args: argparse.Namespace, policy: Policy, wanted: Callable[[WorkloadKind], bool]
 ) -> int:
-    inventory = NO_INVENTORY
-    if args.inventory:
-        try:
-            inventory = load_inventory_file(args.inventory).view()
-        except InventoryFileError as exc:
-            return _fail(f"the inventory is not usable: {exc}")
     # CI formats point each finding at its field's line: only they pay for the line map.
     documents, errors = load_manifests(args.files, fields=args.output in CI_FORMATS)
+    try:
+        # As check reads them: the inventory file and the files' own claims and classes.
+        inventory = files_view(args.inventory, [d.obj for d in documents])
+    except InventoryFileError as exc:
+        return _fail(f"the inventory is not usable: {exc}")
     unusable = unreadable(errors, paths=args.files, read=bool(documents))
+    # Objects kubectl would refuse are unusable, not judged: as check counts them.
+    judged = []
+    for doc in documents:
+        problems = shape_problems(doc.obj, policy.kinds)
+        if problems:
+            unusable.append(refused_outcome(doc, problems))
+        else:
+            judged.append(doc)
     for outcome in unusable:
         print(f"error: {outcome.where}: {outcome.problem}", file=sys.stderr)
     if not args.inventory and args.output in ("text", "table"):
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
     audit = Audit(policy=policy, inventory=inventory)
     audit.errors.extend(f"{o.where}: {o.problem}" for o in unusable)
-    chosen = [d for d in documents if _in_scope(d.obj, policy, wanted, args.namespace)]
+    chosen = [d for d in judged if _in_scope(d.obj, policy, wanted, args.namespace, args.kinds)]
     # Owners first, so that pods fold into them without being judged.
     chosen.sort(key=lambda d: d.obj.get("kind") == "Pod")
     audit.add_all((d.obj, d.where) for d in chosen)
@@ -202,9 +211,14 @@ def _in_scope(
     policy: Policy,
     wanted: Callable[[WorkloadKind], bool],
     namespace: str | None,
+    kinds: str | None,
 ) -> bool:
+    """In the namespace asked for, and of a kind asked for: with no ``--kinds``, every
+    object (check judges them all: one with no pod template passes, a claim is judged)."""
     kind = policy.kinds.lookup(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
-    if kind is None or not wanted(kind):
+    if kind is None and kinds:
+        return False
+    if kind is not None and not wanted(kind):
         return False
     if namespace is None:
         return True
@@ -225,7 +239,12 @@ def _cluster(
     with cluster:
         try:
             audit, missing, notices = audit_cluster(
-                cluster, policy, namespace=args.namespace, wanted=wanted, progress=progress
+                cluster,
+                policy,
+                namespace=args.namespace,
+                wanted=wanted,
+                progress=progress,
+                claims=not args.kinds,  # as audit -f judges them
             )
         except ApiError as exc:
             return _fail(f"cannot read the cluster at {endpoint.host}: {exc}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Mapping
@@ -19,12 +18,12 @@ from webhook.commands import (
     add_context_option,
     add_rules_option,
     fail,
+    refused_outcome,
     rules_or_fail,
     unreadable,
 )
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import (
-    NO_INVENTORY,
     NO_INVENTORY_NOTICE,
     InventoryView,
     Request,
@@ -32,8 +31,8 @@ from webhook.engine.evaluation.request import (
 from webhook.engine.kube.shape import shape_problems
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
-from webhook.engine.resources.devices import DeviceInventory, is_dra_object
-from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
+from webhook.files.context import applied_together, files_view
+from webhook.files.inventoryfile import InventoryFileError
 from webhook.files.manifests import Document, load_manifests
 from webhook.reports.audit import finding_json
 from webhook.reports.colour import Paint
@@ -127,14 +126,16 @@ def run(args: argparse.Namespace) -> int:
     policy = rules_or_fail(COMMAND, args.rules)
     if isinstance(policy, int):
         return policy
-    inventory = NO_INVENTORY
+    # CI formats point each finding at its field's line: only they pay for the line map.
+    documents, errors = load_manifests(paths, fields=args.output in CI_FORMATS)
+    objects = [d.obj for d in documents]
     labels: Mapping[str, Mapping[str, str]] = {}
-    if args.inventory:
+    if args.inventory or not (args.kubeconfig or args.context):
         try:
-            inventory = load_inventory_file(args.inventory).view()
+            inventory = files_view(args.inventory, objects)
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
-    elif args.kubeconfig or args.context:
+    else:
         try:
             inventory, labels = _cluster(
                 args.kubeconfig, context=args.context, namespaces=bool(policy.rules)
@@ -143,15 +144,13 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"no usable cluster configuration: {exc}")
         except ApiError as exc:
             return _fail(f"cannot read the cluster's nodes and namespaces: {exc}")
-    # CI formats point each finding at its field's line: only they pay for the line map.
-    documents, errors = load_manifests(paths, fields=args.output in CI_FORMATS)
-    inventory = with_checked_claims(inventory, [d.obj for d in documents])
+        inventory = applied_together(inventory, objects)
     unusable = unreadable(errors, paths=paths, read=bool(documents))
     results: list[Checked] = []
     for doc in documents:
         refused = shape_problems(doc.obj, policy.kinds)
         if refused:
-            unusable.append(_refused(doc, refused))
+            unusable.append(refused_outcome(doc, refused))
             continue
         results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
     paint = Paint.for_stream(sys.stderr, no_color=args.no_color)
@@ -166,22 +165,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _problem(outcome: Outcome) -> str:
     return f"{outcome.label}: {outcome.problem}" if outcome.kind else outcome.problem
-
-
-def _refused(doc: Document, problems: list[str]) -> Outcome:
-    """An object ``kubectl`` would refuse: named, placed, and not judged."""
-    meta = doc.obj.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    kind = doc.obj.get("kind")
-    return Outcome(
-        file=doc.source,
-        line=doc.line,
-        status="unusable",
-        kind=kind if isinstance(kind, str) and kind else "object",
-        namespace=_own_namespace(doc.obj),
-        name=str(meta.get("name") or meta.get("generateName") or ""),
-        problem="; ".join(problems),
-    )
 
 
 def outcome_of(checked: Checked) -> Outcome:
@@ -229,21 +212,6 @@ def _cluster(
         for notice in notices:
             print(f"notice: {notice}", file=sys.stderr)
         return inventory, cluster.namespace_labels() if namespaces else {}
-
-
-def with_checked_claims(view: InventoryView, objects: list[Mapping[str, Any]]) -> InventoryView:
-    """The device classes, claims and claim templates being checked are seen by the pods
-    checked with them, as they would be in the cluster once applied together."""
-    claims = [
-        o
-        for o in objects
-        if is_dra_object(o) and o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate")
-    ]
-    classes = [o for o in objects if is_dra_object(o) and o.get("kind") == "DeviceClass"]
-    if not claims and not classes:
-        return view
-    devices = view.devices or DeviceInventory({}, (), {}, {}, complete=False)
-    return dataclasses.replace(view, devices=devices.with_classes(classes).with_claims(claims))
 
 
 def _evaluate(

@@ -21,7 +21,8 @@ from webhook.commands import (
     rules_or_fail,
 )
 from webhook.engine.policy.ruleset import Policy
-from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
+from webhook.files.context import files_view
+from webhook.files.inventoryfile import InventoryFileError
 from webhook.files.manifests import load_manifests
 from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text
 
@@ -114,14 +115,15 @@ def run(args: argparse.Namespace) -> int:
 def _offline(args: argparse.Namespace, policy: Policy) -> int:
     if not args.inventory:
         return _fail("-f needs --inventory FILE: the nodes to explain the pod against")
+    documents, errors = load_manifests(args.files)
     try:
-        # Nodes, DRA objects and RuntimeClasses: what the server would read.
-        view = load_inventory_file(args.inventory).view()
+        # Nodes, DRA objects, RuntimeClasses, pools and quotas, as the server would read
+        # them, and the files' own claims, templates and classes, as check reads them.
+        view = files_view(args.inventory, [d.obj for d in documents])
     except InventoryFileError as exc:
         return _fail(f"the inventory is not usable: {exc}")
     inventory = view.snapshot
     assert inventory is not None  # a file without nodes is refused
-    documents, errors = load_manifests(args.files)
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     explanations = [

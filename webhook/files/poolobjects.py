@@ -71,8 +71,11 @@ def status_of(configmap: Mapping[str, Any]) -> object:
         parsed = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-    # The old text report is YAML too, by accident: only the new format has nodeGroups.
-    return parsed if isinstance(parsed, Mapping) and "nodeGroups" in parsed else text
+    # The old text report is YAML too, by accident: only the new format has nodeGroups
+    # and clusterWide (ClusterAutoscalerStatus, clusterstate/api/types.go).
+    if isinstance(parsed, Mapping) and ("nodeGroups" in parsed or "clusterWide" in parsed):
+        return parsed
+    return text
 
 
 def pool_inventory(

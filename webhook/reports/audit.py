@@ -22,7 +22,11 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.decision import Decision, Finding
 from webhook.engine.policy.ruleset import Policy
-from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.devices import (
+    DeviceInventory,
+    claim_spec_from_json,
+    is_dra_object,
+)
 from webhook.engine.scheduling.dra import gpu_names, pod_claims
 from webhook.reports.inventory import table
 
@@ -32,6 +36,8 @@ VERDICTS: tuple[Verdict, ...] = ("deny", "warn", "audit", "pass")
 # one is a loop in hand-written files.
 MAX_OWNER_DEPTH = 8
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
+# Judged on create as objects of their own (webhook.engine.evaluation.claimobjects).
+CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 
 
 def finding_json(finding: Finding) -> dict[str, str]:
@@ -199,6 +205,7 @@ class Audit:
         """Judge one object as a CREATE, unless an owner already audited speaks for it."""
         kind = self.policy.kinds.lookup(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
         if kind is None:
+            self._add_other(obj, source=source)
             return
         meta = _mapping(obj.get("metadata"))
         namespace = str(meta.get("namespace") or "default")
@@ -231,6 +238,45 @@ class Audit:
         self._entries.append(entry)
         for key in _own_keys(ref):
             self._by_key[key] = entry
+
+    def _add_other(self, obj: Mapping[str, Any], *, source: str) -> None:
+        """An object of no workload kind, counted as ``check`` counts it: a ResourceClaim
+        or ResourceClaimTemplate is judged as the server judges it on create; anything
+        else has no pod template and passes through."""
+        label = str(obj.get("kind") or "object")
+        self._seen[label] += 1
+        if not (is_dra_object(obj) and label in CLAIM_KINDS):
+            self._passed[label] += 1
+            return
+        namespace = str(_mapping(obj.get("metadata")).get("namespace") or "default")
+        labels = self._namespace_labels(namespace) if self._namespace_labels else None
+        decision = evaluate(
+            Request(obj, namespace=namespace, namespace_labels=labels),
+            policy=self.policy,
+            inventory=self.inventory,
+        )
+        gpu = bool(decision.findings) or self._claims_gpu_class(obj)
+        entry = _entry(ObjectRef.of(obj), source=source, decision=decision, gpu=gpu, owner=())
+        if not entry.reportable:
+            self._passed[label] += 1
+            return
+        self._entries.append(entry)
+
+    def _claims_gpu_class(self, obj: Mapping[str, Any]) -> bool:
+        spec = _mapping(obj.get("spec"))
+        if obj.get("kind") == "ResourceClaimTemplate":
+            spec = _mapping(spec.get("spec"))
+        settings = self.policy.settings
+        _, is_gpu_class = gpu_names(
+            settings.gpu_resources,
+            is_gpu_class=settings.gpu_device_classes,
+            devices=self.inventory.usable_devices,
+        )
+        return any(
+            is_gpu_class(a.device_class)
+            for r in claim_spec_from_json(spec).requests
+            for a in r.alternatives
+        )
 
     def _asks_for_gpus(self, obj: Mapping[str, Any], namespace: str) -> bool:
         settings = self.policy.settings

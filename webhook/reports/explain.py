@@ -113,11 +113,15 @@ class TemplateAnswer:
     unoffered: tuple[str, ...] = ()
     # Autoscaler pools (nodes that could exist) and whether each could take the pod.
     pools: tuple[PoolAnswer, ...] = ()
+    # Device classes its GPU claims still to be allocated ask for (DRA): a pod that asks
+    # through claims only requests no extended resource, but it does ask for GPUs.
+    claimed: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "requests": dict(self.demand),
+            "claimedDeviceClasses": list(self.claimed),
             "unoffered": list(self.unoffered),
             "classes": [c.to_json() for c in self.classes],
             "nodesWithoutGPUs": self.other_nodes,
@@ -244,6 +248,7 @@ def explain(
                     else ()
                 ),
                 pools=pool_answers(found, template.spec, vector),
+                claimed=tuple(_claim_classes(pending).values()),
             )
         )
     return Explanation(
@@ -615,7 +620,12 @@ def render_text(explanation: Explanation) -> str:
 
 
 def _requests_line(template: TemplateAnswer) -> str:
-    demand = ", ".join(f"{r}: {n}" for r, n in template.demand.items()) or "no GPU resource"
+    demand = ", ".join(f"{r}: {n}" for r, n in template.demand.items())
+    if template.claimed:
+        classes = ", ".join(template.claimed)
+        claims = f"devices of {classes} through its ResourceClaims"
+        demand = f"{demand} and {claims}" if demand else claims
+    demand = demand or "no GPU resource"
     where = "" if template.path == "spec" else f" at {template.path}"
     return (
         f"Pod template{where} requests {demand}; per GPU node class, as kube-scheduler "

@@ -51,6 +51,7 @@ from webhook.serving.tls import ReloadingContext
 from webhook.serving.worker import FREE, ConnectionTable
 
 if TYPE_CHECKING:
+    from webhook.cluster.liveobjects import LiveObjects
     from webhook.cluster.watcherprocess import WatcherProcess
     from webhook.serving.auditor import AuditorProcess
 
@@ -81,6 +82,23 @@ def live_inventory(settings: Settings) -> InventorySource:
         watch_namespaces=True,
         max_staleness_seconds=LIVE_MAX_STALENESS_SECONDS,
     )
+
+
+def cluster_reader(settings: Settings) -> LiveObjects | None:
+    """Direct reads of what the live view has not seen yet (a claim created a moment before
+    its pod), for the reviews of this worker; none with a static inventory. A kubeconfig
+    that cannot be read here leaves the reviews to the view alone, with their warnings."""
+    if settings.inventory is not None or not settings.live_inventory:
+        return None
+    from webhook.cluster.apiclient import KubeconfigError, api_endpoint_from_kubeconfig
+    from webhook.cluster.liveobjects import LiveObjects
+
+    try:
+        endpoint = api_endpoint_from_kubeconfig(_kubeconfig(settings), context=settings.context)
+        return LiveObjects(endpoint)
+    except KubeconfigError as exc:
+        log.warning("no direct reads of unseen claims: %s", exc)
+        return None
 
 
 def _kubeconfig(settings: Settings) -> str | None:
@@ -130,11 +148,13 @@ def background_auditor(settings: Settings) -> AuditorProcess | None:
 def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
     """The admission app for one worker, and what stops its background work."""
     inventory = inventory_source(settings)
+    reader = cluster_reader(settings)
     service = AdmissionService(
         rules=RuleStore(str(settings.rules), last_good=last_good(settings)),
         inventory=inventory,
         inventory_failure_mode=settings.inventory_failure_mode,
         memo=DecisionMemo(max_bytes=memo_bytes_per_worker(settings.workers)),
+        cluster=reader,
     )
     if inventory is not None:
         inventory.start()
@@ -145,6 +165,8 @@ def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
         reloader.stop()
         if inventory is not None:
             inventory.stop()
+        if reader is not None:
+            reader.close()
 
     return create_app(service), stop
 

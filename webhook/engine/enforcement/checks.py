@@ -16,6 +16,7 @@ from webhook.engine.resources.fit import Shortfall, quantity_text
 from webhook.engine.resources.gpufacts import (
     MEMORY_LABEL,
     MIG_PREFIX,
+    MIG_PROFILES,
     PRODUCT_LABEL,
     UNLABELLED,
     DeviceFacts,
@@ -26,6 +27,7 @@ from webhook.engine.resources.inventory import (
     Fit,
     FitAnswer,
     Inventory,
+    Node,
     Placement,
     Shape,
     Taint,
@@ -197,7 +199,9 @@ def capacity_findings(scope: Scope, inventory: Inventory, settings: Settings) ->
         and not answer.fitting
         and (answer.demand.gpus or answer.missing)
     ):
-        text, summary = _too_big(scope, inventory) or _no_node_has_it_all(answer)
+        text, summary = _too_big(scope, inventory) or _no_node_has_it_all(
+            answer, selected=selected_gpu_text(scope.placement)
+        )
         action = action_of(settings.actions["capacity"])
         if not settings.min_values_policy and min_values_only(answer):
             # The controller's --min-values-policy is not in the API: Strict (its default)
@@ -283,11 +287,12 @@ def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
         if need <= fit.amount:
             continue
         best = inventory.largest(resource, _ANYWHERE)
+        asked = f"{need} {resource}{selected_gpu_text(scope.placement)}"
         if fit.node is None:
-            text = f"the pod requests {need} {resource} but no node it can use offers any."
+            text = f"the pod requests {asked} but no node it can use offers any."
         else:
             text = (
-                f"the pod requests {need} {resource}, but the largest node it can use, "
+                f"the pod requests {asked}, but the largest node it can use, "
                 f"{_node_text(fit).removeprefix('node ')}, has {fit.amount} allocatable."
             )
         tainted = _tainted_fit(scope, inventory, resource, fit.amount)
@@ -301,7 +306,7 @@ def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:
                 "gpu-webhook explain lists each pool and what it takes."
             )
         else:
-            text += _remedy(need, fit, best)
+            text += _remedy(need, fit, best, scope.placement)
         return text, f"{need} {resource} requested, largest usable node has {fit.amount}"
     return None
 
@@ -342,10 +347,10 @@ def _short_text(short: Shortfall) -> str:
     return f"{have} of {need} {short.resource}"
 
 
-def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
+def _no_node_has_it_all(answer: FitAnswer, *, selected: str = "") -> tuple[str, str]:
     """Every GPU resource fits somewhere, but no single usable node takes the whole pod."""
     demand = answer.demand
-    asked = [_amount_text(n, c) for n, c in demand.gpus]
+    asked = [_amount_text(n, c) + selected for n, c in demand.gpus]
     asked += [_amount_text(n, demand.amount(n)) for n in ("cpu", "memory") if demand.amount(n)]
     gpu_names = {n for n, _ in demand.gpus}
     # Classes with none of the pod's GPU resources say nothing worth reading.
@@ -391,13 +396,68 @@ def _no_node_has_it_all(answer: FitAnswer) -> tuple[str, str]:
     return text, f"no usable node fits the whole pod ({', '.join(asked)})"
 
 
-def _remedy(need: int, fit: Fit, best: Fit) -> str:
+# Node labels that say which GPU a node has (model, memory, count, MIG, CUDA): GPU feature
+# discovery's and the clouds' (GKE's accelerator, Karpenter's instance-gpu-*, AKS's SKU).
+_GPU_LABEL_PREFIXES = (
+    "nvidia.com/gpu.",
+    "nvidia.com/mig",
+    "nvidia.com/cuda.",
+    "cloud.google.com/gke-accelerator",
+    "karpenter.k8s.aws/instance-gpu",
+    "karpenter.azure.com/sku-gpu",
+    "node.kubernetes.io/instance-type",
+)
+
+
+def _selected_gpu_terms(placement: Placement) -> list[tuple[str, str]]:
+    """The pod's node selection on GPU labels, as (label, how it is selected)."""
+    asked = [
+        (key, f"{key}={value}")
+        for key, value in placement.node_selector.items()
+        if key.startswith(_GPU_LABEL_PREFIXES)
+    ]
+    for term in placement.required_terms or ():
+        for expression in term.get("matchExpressions") or ():
+            if not isinstance(expression, Mapping):
+                continue
+            key = str(expression.get("key", ""))
+            if not key.startswith(_GPU_LABEL_PREFIXES):
+                continue
+            values = ", ".join(str(v) for v in expression.get("values") or ())
+            operator = str(expression.get("operator", ""))
+            asked.append((key, f"{key} {operator} ({values})" if values else f"{key} {operator}"))
+    return list(dict.fromkeys(asked))
+
+
+def selected_gpu_text(placement: Placement) -> str:
+    """What the pod asks of the GPU itself through its node selection, for a denial that
+    names what was asked beside what is missing: `` (selecting nvidia.com/gpu.product=
+    NVIDIA-A100-SXM4-80GB)``, or nothing when it selects no GPU label."""
+    asked = [text for _, text in _selected_gpu_terms(placement)]
+    return f" (selecting {'; '.join(asked[:4])})" if asked else ""
+
+
+def _offers_text(node: Node | None, placement: Placement) -> str:
+    """What the excluded node has under the labels the pod selects (else its product)."""
+    if node is None:
+        return ""
+    keys = [key for key, _ in _selected_gpu_terms(placement)] or [PRODUCT_LABEL]
+    shown = [
+        f"{k}={node.labels[k]}" if k != PRODUCT_LABEL or len(keys) > 1 else node.labels[k]
+        for k in dict.fromkeys(keys)
+        if k in node.labels
+    ]
+    return f" ({', '.join(shown[:4])})" if shown else ""
+
+
+def _remedy(need: int, fit: Fit, best: Fit, placement: Placement) -> str:
     if best.amount == 0:
         return " Every node that offers it is cordoned: wait for one to be uncordoned or added."
     text = ""
     if best.amount > fit.amount:
+        offers = _offers_text(best.node, placement)
         text += (
-            f" {_node_text(best).capitalize()} has {best.amount}, but the pod's "
+            f" {_node_text(best).capitalize()}{offers} has {best.amount}, but the pod's "
             "nodeSelector, node affinity or tolerations exclude it."
         )
     if best.amount >= need and fit.amount == 0:
@@ -561,6 +621,39 @@ def misspelled_findings(
         # A pool of unknown size may bring a node that offers even this name.
         unknowable = inventory.unbounded_for(scope.placement) if inventory is not None else ()
         yield _cannot_know(finding, unknowable) if unknowable else finding
+
+
+def mig_profile_findings(scope: Scope, settings: Settings) -> Iterator[Finding]:
+    """Without an inventory, a MIG resource whose profile no NVIDIA GPU has
+    (``gpufacts.MIG_PROFILES``, NVIDIA's MIG user guide): a typo such as
+    ``nvidia.com/mig-1g.10gbb`` that no node can offer, named with the profile it is
+    closest to. A warning: with no nodes to look at, the webhook cannot say that no node
+    advertises the name (with an inventory, ``unknownResource`` judges it)."""
+    profiles = sorted({f"{MIG_PREFIX}{p}" for known in MIG_PROFILES.values() for p in known})
+    action = action_of(settings.actions["unknownResource"])
+    for resource, need in scope.pod.effective.items():
+        if need <= 0 or not resource.startswith(MIG_PREFIX):
+            continue
+        profile = resource.removeprefix(MIG_PREFIX).removesuffix(".shared")
+        if mig_profile_gpus(profile):
+            continue
+        meant = lookalike(resource.removesuffix(".shared"), profiles)
+        hint = f" Did you mean {meant}?" if meant else " Check the profile name."
+        message = (
+            f"the pod requests {resource}, but {profile} is no MIG profile of any NVIDIA GPU, "
+            f"so no device plugin advertises it and the pod would stay Pending.{hint}"
+        )
+        summary = f"{resource} is no known MIG profile" + (
+            f" (did you mean {meant}?)" if meant else ""
+        )
+        yield Finding(
+            "builtin",
+            "unknownResource",
+            "warn" if action == "deny" else action,
+            message,
+            summary,
+            scope.where,
+        )
 
 
 def _units(scope: Scope, inventory: Inventory | None, resource: str) -> Units:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from webhook.engine.enforcement.checks import (
     capacity_findings,
     device_findings,
     fit_warnings,
+    mig_profile_findings,
     min_values_only,
     misspelled_findings,
     quantity_findings,
@@ -155,9 +157,12 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
 def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
     obj = request.object
     if is_dra_object(obj) and obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
-        return evaluate_claim_object(
+        decision = evaluate_claim_object(
             request, policy=policy, view=inventory, snapshot=_inventory(inventory, policy)
         )
+        if obj.get("kind") == "ResourceClaim" and request.referencing_pods is not None:
+            return _with_referencing_pods(decision, request, policy=policy, inventory=inventory)
+        return decision
     templates = policy.kinds.templates(obj)
     if templates is None:
         return Decision(allowed=True, mutated=obj, understood=False)
@@ -172,6 +177,75 @@ def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> 
     if request.operation == "UPDATE" and not templates[0].path:
         return _pod_update(request, templates[0], policy=policy, inventory=inventory)
     return _evaluate_object(request, templates, policy=policy, inventory=inventory)
+
+
+# The pod-level limits a claim created after its pod can break (issue 35): the pod's GPU
+# total counts every claim it names (``scheduling.dra.with_claim_gpus``).
+POD_TOTAL_CHECKS = frozenset({"maxGPUsPerPod"})
+# Pods judged again per claim: a claim is named by one pod, or by a few that share it.
+MAX_REFERENCING_PODS = 16
+
+
+def _with_referencing_pods(
+    decision: Decision, request: Request, *, policy: Policy, inventory: InventoryView
+) -> Decision:
+    """A new ResourceClaim judged against the pods that already name it: each pod as it
+    stands (its other claims as the inventory knows them) and again with this claim; a
+    pod-total limit that only this claim breaks denies the claim. The pod was admitted
+    while the claim did not exist (a warning said its devices were not checked), so this
+    is the first moment the total is known; the claim is what goes over it."""
+    if request.operation != "CREATE" or not decision.understood:
+        return decision
+    devices = inventory.devices or DeviceInventory({}, (), {}, {}, complete=False)
+    claim = {
+        **request.object,
+        "metadata": {**_metadata(request.object), "namespace": request.effective_namespace},
+    }
+    with_claim = dataclasses.replace(inventory, devices=devices.with_claims([claim]))
+    found = list(decision.findings)
+    for pod in (request.referencing_pods or ())[:MAX_REFERENCING_PODS]:
+        found.extend(_broken_by_claim(pod, request, policy, inventory, with_claim))
+    notices = list(decision.notices)
+    if (
+        not request.referencing_complete
+        or len(request.referencing_pods or ()) > MAX_REFERENCING_PODS
+    ):
+        notices.append(
+            "not every pod that names this claim was read: pod GPU limits judged for "
+            f"the first {MAX_REFERENCING_PODS} read only"
+        )
+    if len(found) == len(decision.findings) and notices == list(decision.notices):
+        return decision
+    return decide(found, patch=(), mutated=request.object, notices=notices)
+
+
+def _broken_by_claim(
+    pod: Mapping[str, Any],
+    request: Request,
+    policy: Policy,
+    before: InventoryView,
+    after: InventoryView,
+) -> Iterator[Finding]:
+    as_created = Request(
+        pod, namespace=request.effective_namespace, namespace_labels=request.namespace_labels
+    )
+    already = {f.id for f in evaluate(as_created, policy=policy, inventory=before).denials}
+    name = str(_metadata(pod).get("name") or "")
+    for finding in evaluate(as_created, policy=policy, inventory=after).denials:
+        if finding.check not in POD_TOTAL_CHECKS or finding.id in already:
+            continue
+        message = (
+            f"pod {name}, which names this ResourceClaim, would break a limit with it: "
+            f"{finding.message} Delete or shrink the pod's other claims, or ask for fewer "
+            "devices here."
+        )
+        summary = f"pod {name} over its GPU limit with this claim ({finding.summary})"
+        yield Finding(finding.rule, finding.check, finding.action, message, summary, "spec")
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
 
 
 def _evaluate_object(
@@ -958,6 +1032,8 @@ def _gpu_findings(scope: Scope, snapshot: Inventory | None) -> list[Finding]:
         found.extend(capacity_findings(scope, snapshot, settings))
     elif scope.fit is not None and (scope.fit.refused or scope.fit.waiting()):
         found.extend(fit_warnings(scope, settings))
+    if snapshot is None and pod.partial:
+        found.extend(mig_profile_findings(scope, settings))
     if pod.crowded and not whole_gpus(scope):
         found.extend(device_findings(scope, snapshot, settings))
     for c in pod.containers:  # a loop, not any() over a generator: on every review

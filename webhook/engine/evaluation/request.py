@@ -27,6 +27,12 @@ class Request:
     # The admission request's subResource ("ephemeralcontainers"); requests for other
     # subresources never reach the engine (webhook.admission.service).
     sub_resource: str = ""
+    # For a ResourceClaim: the pods that already name it (``resourceClaimName``), as stored,
+    # read by the shell (issue 35); None: not read. A pod admitted before its claims exist
+    # is judged again, with each claim, when the claim is created.
+    referencing_pods: tuple[Mapping[str, Any], ...] | None = None
+    # Whether ``referencing_pods`` holds every such pod (the read ended within its budget).
+    referencing_complete: bool = True
 
     @property
     def effective_namespace(self) -> str:

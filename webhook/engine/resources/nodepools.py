@@ -159,7 +159,8 @@ def cluster_autoscaler_groups(status: object) -> tuple[Autoscaler, ...]:
     with ``name`` and ``health.nodeCounts.registered.total``, ``cloudProviderTarget``,
     ``minSize``, ``maxSize``), or the text older versions write, with lines such as
     ``Name: ng-1`` and ``Health: Healthy (ready=0 ... registered=0 ... maxSize=5))``."""
-    if isinstance(status, Mapping) and "nodeGroups" in status:
+    if isinstance(status, Mapping) and ("nodeGroups" in status or "clusterWide" in status):
+        # An autoscaler without node groups has no nodeGroups: it can create no node.
         return tuple(_yaml_groups(status.get("nodeGroups") or []))
     if isinstance(status, str) and status.strip():
         return tuple(_text_groups(status))
@@ -186,20 +187,53 @@ def _yaml_groups(groups: Iterable[Any]) -> Iterable[Autoscaler]:
 
 
 def _text_groups(status: str) -> Iterable[Autoscaler]:
+    """The node groups of the text report: ``GetReadableString`` in kubernetes/autoscaler
+    cluster-autoscaler/clusterstate/api/types.go (before 1.30) writes ``Cluster-wide:``,
+    then, when there are node groups, ``NodeGroups:`` and per group a ``Name:`` line (its
+    ProviderID, which may be empty) and a ``Health:`` line whose message
+    ``buildHealthStatusNodeGroup`` (clusterstate/clusterstate.go) words as ``ready=.. ...
+    registered=.. ... cloudProviderTarget=.. (minSize=.., maxSize=..)``.
+
+    A group whose counts cannot be read, or a report that is not this text at all, is a
+    node group of unknown size: an autoscaler that is there but unreadable may still
+    bring a GPU node, so it is never taken for no autoscaler."""
+    in_groups = False
     name = ""
+    groups = 0
     for line in status.splitlines():
         text = line.strip()
-        if text.startswith("Name:"):
+        if text == "NodeGroups:":
+            in_groups = True
+        elif not in_groups:
+            continue
+        elif text.startswith("Name:"):
             name = text.removeprefix("Name:").strip()
-        elif text.startswith("Health:") and name:
+        elif text.startswith("Health:"):
+            groups += 1
+            group = name or f"(unnamed node group {groups})"
             fields = dict(
                 part.split("=", 1)
                 for part in text.replace("(", " ").replace(")", " ").replace(",", " ").split()
                 if "=" in part
             )
-            if _int(fields.get("registered", "1")) == 0 and _int(fields.get("maxSize", "1")):
-                yield _empty_group(name, fields.get("maxSize", "?"))
+            registered, max_size = _int(fields.get("registered")), _int(fields.get("maxSize"))
+            if registered < 0 or max_size < 0:
+                yield Autoscaler(
+                    "cluster-autoscaler",
+                    group,
+                    "its status line gives no node count or maximum the webhook can read",
+                )
+            elif registered == 0 and max_size:
+                yield _empty_group(group, max_size)
             name = ""
+    if not in_groups and not status.lstrip().startswith(
+        ("Cluster-autoscaler status", "Cluster-wide:")
+    ):
+        yield Autoscaler(
+            "cluster-autoscaler",
+            "cluster-autoscaler",
+            "its status ConfigMap is in no format the webhook can read: node groups unknown",
+        )
 
 
 def _empty_group(name: str, max_size: object) -> Autoscaler:

@@ -40,8 +40,8 @@ def memory_warnings(policy: Policy, nodes: Sequence[Node]) -> list[PolicyProblem
                     path,
                     f"{format_bytes(limit.amount)} per {unit} is more memory than any GPU "
                     f"node the rule's pods can use has (the "
-                    f"largest, {_name(largest)}, has {format_bytes(most)} allocatable): every "
-                    "GPU pod it matches would stay pending",
+                    f"largest, {_name(largest)}, has {format_bytes(most)} allocatable): "
+                    f"{_too_large_outcome(limit.when_too_large, 'every GPU pod it matches')}",
                 )
             )
             continue
@@ -58,12 +58,38 @@ def memory_warnings(policy: Policy, nodes: Sequence[Node]) -> list[PolicyProblem
                     f"a pod using all {count} GPUs of {_name(node)} would get "
                     f"{count} x {format_bytes(limit.amount)} = "
                     f"{format_bytes(limit.amount * count)} of memory, more than its "
-                    f"{format_bytes(node.allocatable['memory'])} allocatable: such pods could "
-                    f"not be scheduled there ({len(short)} of {len(reachable)} GPU node"
-                    f"{'s' if len(reachable) != 1 else ''} too small)",
+                    f"{format_bytes(node.allocatable['memory'])} allocatable "
+                    f"({len(short)} of {len(reachable)} GPU node"
+                    f"{'s' if len(reachable) != 1 else ''} too small): "
+                    f"{_too_large_outcome(limit.when_too_large, 'such a pod')}",
                 )
             )
     return warnings
+
+
+# What the engine does with limits no node the pod can use holds
+# (``enforcement.mutators``, ``whenTooLarge``): lint says that, not what would happen if
+# the limit were set as written.
+_TOO_LARGE = {
+    "cap": (
+        "{pods} gets its memory limits lowered to what the largest node it can use holds "
+        "(whenTooLarge: cap, the default), with a memoryLimit warning, or left out where "
+        "even that does not fit; lower the amount to have it applied as written, or set "
+        "whenTooLarge: deny to refuse such pods"
+    ),
+    "skip": (
+        "{pods} is admitted without the rule's memory limits (whenTooLarge: skip), with a "
+        "memoryLimit warning; lower the amount to have it applied"
+    ),
+    "deny": (
+        "{pods} is denied (whenTooLarge: deny) unless it sets its own memory limits; lower "
+        "the amount, or use whenTooLarge: cap to lower it per pod"
+    ),
+}
+
+
+def _too_large_outcome(when_too_large: str, pods: str) -> str:
+    return _TOO_LARGE[when_too_large].format(pods=pods)
 
 
 def _gpu_nodes(rule: Rule, policy: Policy, nodes: Sequence[Node]) -> list[Node]:

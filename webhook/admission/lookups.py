@@ -1,0 +1,137 @@
+"""Reading from the API server, within a budget, what the server's view has not seen yet.
+
+The cluster view is a watch: a claim created a moment before its pod (one ``kubectl apply``
+of both) may not be in it when the pod's review arrives, and the engine would warn that it
+could not check the claim while the claim exists (issue 31). The engine names what it
+lacks (``webhook.engine.evaluation.references``); this shell reads those objects directly,
+and, for a new ResourceClaim, the pods that already name it (issue 35), then the engine
+judges again with them. Everything read here is bounded by one budget per review, well
+inside the API server's webhook timeout (``timeoutSeconds: 5`` in deploy/base/webhooks.yaml;
+the API server gives up and applies ``failurePolicy`` past it): a slow API server costs a
+review at most ``LOOKUP_BUDGET_SECONDS`` more, and then the warning is said as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from webhook.engine.evaluation.evaluate import POD_TOTAL_CHECKS
+from webhook.engine.evaluation.references import MAX_REFERENCES, Reference, unseen_references
+from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.ruleset import Policy
+from webhook.files.context import applied_together
+
+# Seconds per review for every read together; a fifth of the webhook's 5 s timeout.
+LOOKUP_BUDGET_SECONDS = 1.0
+# Reads per review: the objects a pod names, then the classes those name.
+ROUNDS = 2
+
+
+class ClusterReader(Protocol):
+    """What the shell may ask the API server, each call bounded by ``timeout`` seconds."""
+
+    def read(self, ref: Reference, *, timeout: float) -> Mapping[str, Any] | None:
+        """The object, or None when it does not exist or could not be read in time."""
+
+    def pods_naming(
+        self, namespace: str, claim: str, *, timeout: float
+    ) -> tuple[list[Mapping[str, Any]], bool]:
+        """The namespace's pods whose ``spec.resourceClaims`` name ``claim``
+        (``resourceClaimName``), and whether every pod was read in time."""
+
+
+# Findings that say the view lacks an object the review names.
+MISSES = frozenset({"missingClaim", "unknownDeviceClass"})
+
+
+def worth_a_read(request: Request, decision: Decision, *, policy: Policy) -> bool:
+    """Whether the review should read from the API server: the engine missed an object it
+    names, or a new ResourceClaim may take a pod that names it over a pod-total limit. A
+    claim the scheduler makes from a pod's template (owned by that pod) is not one: the
+    pod was judged with the template. Every other review costs nothing here."""
+    if request.operation != "CREATE":
+        return False
+    if any(f.check in MISSES for f in decision.findings):
+        return True
+    obj = request.object
+    if obj.get("kind") != "ResourceClaim" or not str(obj.get("apiVersion", "")).startswith(
+        "resource.k8s.io/"
+    ):
+        return False
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    if any(isinstance(o, Mapping) and o.get("kind") == "Pod" for o in owners):
+        return False
+    return any(c.kind in POD_TOTAL_CHECKS for rule in policy.rules for c in rule.checks)
+
+
+def looked_up(
+    request: Request,
+    view: InventoryView,
+    *,
+    policy: Policy,
+    reader: ClusterReader,
+    clock: Callable[[], float] = time.monotonic,
+    budget: float = LOOKUP_BUDGET_SECONDS,
+) -> tuple[Request, InventoryView] | None:
+    """The request and view with what was read, or None when nothing was missing (or
+    nothing missing could be read): the caller then judges as before, memo and all."""
+    if request.operation != "CREATE" or view.devices is None or view.problem:
+        return None
+    deadline = clock() + budget
+    changed = False
+    obj = request.object
+    if obj.get("kind") == "ResourceClaim" and str(obj.get("apiVersion", "")).startswith(
+        "resource.k8s.io/"
+    ):
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        pods, complete = reader.pods_naming(
+            request.effective_namespace, name, timeout=max(deadline - clock(), 0.0)
+        )
+        request = dataclasses.replace(
+            request, referencing_pods=tuple(pods), referencing_complete=complete
+        )
+        changed = True
+    meta = obj.get("metadata") or {}
+    # The object under review is not there yet, and a ref read once is not read again.
+    tried = {Reference(str(obj.get("kind")), request.effective_namespace, str(meta.get("name")))}
+    for _ in range(ROUNDS):
+        missing = [r for r in _unseen(request, policy=policy, view=view) if r not in tried]
+        tried.update(missing)
+        found = _read_all(missing, reader, deadline=deadline, clock=clock)
+        if not found:
+            break
+        view = applied_together(view, found)
+        changed = True
+    return (request, view) if changed else None
+
+
+def _unseen(request: Request, *, policy: Policy, view: InventoryView) -> list[Reference]:
+    """What the object names, and the pods that name it (their other claims count in their
+    GPU total), that the view lacks: at most ``MAX_REFERENCES`` in all."""
+    found = dict.fromkeys(unseen_references(request, policy=policy, devices=view.devices))
+    for pod in request.referencing_pods or ():
+        as_pod = Request(pod, namespace=request.effective_namespace)
+        found.update(dict.fromkeys(unseen_references(as_pod, policy=policy, devices=view.devices)))
+    return list(found)[:MAX_REFERENCES]
+
+
+def _read_all(
+    refs: Sequence[Reference],
+    reader: ClusterReader,
+    *,
+    deadline: float,
+    clock: Callable[[], float],
+) -> list[Mapping[str, Any]]:
+    found = []
+    for ref in refs:
+        left = deadline - clock()
+        if left <= 0:
+            break
+        obj = reader.read(ref, timeout=left)
+        if obj is not None:
+            found.append(obj)
+    return found
