@@ -42,6 +42,10 @@ from webhook.engine.enforcement.cudadrivers import (
     gpu_needs,
 )
 from webhook.engine.enforcement.mutators import (
+    add_preferred_affinity,
+    add_required_affinity,
+    add_required_affinity_or_absent,
+    add_tolerations,
     apply_containers,
     apply_placement,
     hide_gpus,
@@ -65,14 +69,22 @@ from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
-from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
+from webhook.engine.resources.inventory import FitAnswer, Inventory, Node, Placement
 from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory
 from webhook.engine.resources.quotas import Quotas
+from webhook.engine.scheduling.devicepolicy import (
+    DEVICE_LABELS,
+    affinity_finding,
+    affinity_plan,
+    device_policy_findings,
+    device_rules,
+)
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
     PodClaims,
     claim_findings,
     extended_resource_claims,
+    gpu_devices,
     gpu_names,
     pod_claims,
     with_claim_gpus,
@@ -683,9 +695,19 @@ def _evaluate_template(
     for rule in rules:
         mutations = rule.mutations
         if mutate and mutations.places:
-            before = len(editor.ops)
-            apply_placement(editor, spec_path, mutations)
-            _credit(editor, before, mutated_by, (rule,))
+            findings.extend(
+                _place_rule(
+                    editor,
+                    spec_path,
+                    rule,
+                    pod=pod,
+                    claims=claims,
+                    snapshot=snapshot,
+                    devices=devices,
+                    settings=settings,
+                    mutated_by=mutated_by,
+                )
+            )
         if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
             places_access = True
         if mutations.hide_gpus == "gpuNodes":
@@ -744,7 +766,18 @@ def _evaluate_template(
         )
     spec = editor.get(spec_path)
     where, labels = ".".join(map(str, spec_path)), template.labels
-    scope = Scope(where, spec, labels, pod, placement, settings, fit, context.kind, devices)
+    scope = Scope(
+        where,
+        spec,
+        labels,
+        pod,
+        placement,
+        settings,
+        fit,
+        context.kind,
+        devices,
+        bool(claims.gpu_classes),
+    )
     findings.extend(_gpu_findings(scope, snapshot))
     if scope.fit is not None and scope.fit.fitting and drivers_known(scope.fit):
         findings.extend(_cuda(editor, scope, access, mutated_by, mutate=mutate))
@@ -756,6 +789,9 @@ def _evaluate_template(
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
+    findings.extend(
+        _device_policy(request, claims, rules, scope=scope, snapshot=snapshot, view=view)
+    )
     findings.extend(access_findings(editor, access, settings=settings, reach=reach))
     if not access.asks:
         live = snapshot is not None
@@ -768,6 +804,125 @@ def _evaluate_template(
             runtime_class_findings(editor, access, rules, settings=settings, known=known)
         )
     return pod, claims, scope.fit
+
+
+def _device_policy(
+    request: Request,
+    claims: PodClaims,
+    rules: Sequence[Rule],
+    *,
+    scope: Scope,
+    snapshot: Inventory | None,
+    view: InventoryView,
+) -> list[Finding]:
+    """Rules keyed on GPU labels, held on the devices the pod's claims may get."""
+    devices = view.devices
+    if not claims.claims or not rules or devices is None or view.problem:
+        return []
+    held = device_rules(rules)
+    if not held:
+        return []
+    return list(
+        device_policy_findings(
+            claims,
+            held,
+            placement=scope.placement,
+            nodes=snapshot,
+            devices=devices,
+            namespace=request.effective_namespace,
+            where=scope.where,
+            containers=tuple(c.name for c in scope.pod.containers),
+        )
+    )
+
+
+def _place_rule(
+    editor: Editor,
+    spec_path: WorkloadPath,
+    rule: Rule,
+    *,
+    pod: PodGPUs,
+    claims: PodClaims,
+    snapshot: Inventory | None,
+    devices: DeviceInventory | None,
+    settings: Settings,
+    mutated_by: dict[str, None],
+) -> list[Finding]:
+    """The rule's tolerations and node affinity; a required affinity on GPU labels is first
+    judged with and without it (``devicepolicy.affinity_plan``): the webhook never adds an
+    affinity that only shuts out DRA nodes, whose GPUs no label describes (issue 31)."""
+    before = len(editor.ops)
+    found = _place_rule_guarded(
+        editor,
+        spec_path,
+        rule,
+        pod=pod,
+        claims=claims,
+        snapshot=snapshot,
+        devices=devices,
+        settings=settings,
+    )
+    _credit(editor, before, mutated_by, (rule,))
+    return found
+
+
+def _place_rule_guarded(
+    editor: Editor,
+    spec_path: WorkloadPath,
+    rule: Rule,
+    *,
+    pod: PodGPUs,
+    claims: PodClaims,
+    snapshot: Inventory | None,
+    devices: DeviceInventory | None,
+    settings: Settings,
+) -> list[Finding]:
+    mutations = rule.mutations
+    keyed = [r for r in mutations.required_affinity if str(r.get("key")) in DEVICE_LABELS]
+    if not keyed or snapshot is None or devices is None or not devices.complete or not pod.total:
+        apply_placement(editor, spec_path, mutations)
+        return []
+    add_tolerations(editor, spec_path, mutations.tolerations)
+    others = [r for r in mutations.required_affinity if r not in keyed]
+    if others:
+        add_required_affinity(editor, spec_path, others)
+    _, is_gpu_class = gpu_names(
+        settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
+    )
+    holds = gpu_devices(devices, is_gpu_class).holds
+    served = {resource for resource, _ in claims.served}
+    explicit = any(c.counted and c.gpu_count for c in claims.claims)
+    wanted = {name for name, _ in pod.vector} | served
+
+    def plugin_node(node: Node) -> bool:
+        return any(node.allocatable.get(name, 0) > 0 for name in wanted)
+
+    def dra_node(node: Node) -> bool:
+        from_slices = explicit or any(not node.allocatable.get(name) for name in served)
+        return from_slices and holds(node)
+
+    plan = affinity_plan(
+        keyed,
+        placement=Placement.of(editor.get(spec_path)),
+        nodes=snapshot,
+        dra_node=dra_node,
+        plugin_node=plugin_node,
+    )
+    if plan.verdict == "orUnlabelled":
+        add_required_affinity_or_absent(editor, spec_path, keyed)
+    elif plan.verdict != "skip":
+        add_required_affinity(editor, spec_path, keyed)
+    preferred = mutations.preferred_affinity
+    if plan.verdict == "skip":  # a preference on labels no GPU node carries says nothing
+        preferred = tuple(
+            p
+            for p in preferred
+            if not any(str(e.get("key")) in DEVICE_LABELS for e in p.get("matchExpressions") or [])
+        )
+    if preferred:
+        add_preferred_affinity(editor, spec_path, preferred)
+    finding = affinity_finding(rule.name, plan, ".".join(map(str, spec_path)))
+    return [finding] if finding is not None else []
 
 
 def _cuda(
