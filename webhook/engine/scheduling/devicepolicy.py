@@ -490,13 +490,15 @@ def affinity_plan(
             dra = not shape.pool and dra_node(node)
             if dra or plugin_node(node):
                 before.append((node, dra))
-    shut_out = tuple(n.name for n, dra in before if dra and not _meets(keyed, n.labels))
+    keys = {str(r.get("key")) for r in keyed}
+    # Shut out for want of the labels: a DRA node labelled otherwise (GFD still running)
+    # is judged by its labels, as every node is.
+    shut_out = tuple(n.name for n, dra in before if dra and not keys <= set(n.labels))
     if not shut_out:
         return APPLY
     after = [n for n, _ in before if _meets(keyed, n.labels)]
     if not after and not nodes.unbounded_for(placement):
         return AffinityPlan("skip", keyed, shut_out)
-    keys = {str(r.get("key")) for r in keyed}
     unknown = [n for n, dra in before if not dra and not keys <= set(n.labels)]
     if unknown:
         return AffinityPlan("applyWarn", keyed, shut_out)
