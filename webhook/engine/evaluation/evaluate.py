@@ -78,6 +78,7 @@ from webhook.engine.scheduling.devicepolicy import (
     affinity_plan,
     device_policy_findings,
     device_rules,
+    refuses_devices,
 )
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
@@ -907,6 +908,9 @@ def _place_rule_guarded(
         nodes=snapshot,
         dra_node=dra_node,
         plugin_node=plugin_node,
+        refused_on=refuses_devices(devices, [c for _, c in claims.served])
+        if claims.served and not explicit
+        else None,
     )
     if plan.verdict == "orUnlabelled":
         add_required_affinity_or_absent(editor, spec_path, keyed)

@@ -33,7 +33,7 @@ from webhook.engine.kube.quantity import format_bytes
 from webhook.engine.kube.selectors import requirement_matches
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import Action, Rule
-from webhook.engine.resources.devices import ClaimSpec, Device, DeviceInventory
+from webhook.engine.resources.devices import ClaimSpec, Device, DeviceInventory, SubRequest
 from webhook.engine.resources.deviceselectors import SelectorError, compile_selector
 from webhook.engine.resources.gpufacts import MEMORY_LABEL, PRODUCT_LABEL
 from webhook.engine.resources.inventory import Inventory, Node, Placement
@@ -475,9 +475,12 @@ def affinity_plan(
     nodes: Inventory,
     dra_node: Callable[[Node], bool],
     plugin_node: Callable[[Node], bool],
+    refused_on: Callable[[Node, Sequence[Mapping[str, Any]]], bool] | None = None,
 ) -> AffinityPlan:
     """``dra_node``: the pod's GPUs would come from ResourceSlices there; ``plugin_node``:
-    from the node's allocatable. Cordons and conditions are ignored, as denials do."""
+    from the node's allocatable; ``refused_on``: the scheduler could give the pod a device
+    there that the requirements refuse, and nothing can steer it off (a resource a class
+    serves). Cordons and conditions are ignored, as denials do."""
     keyed = tuple(r for r in required if str(r.get("key")) in DEVICE_LABELS)
     if not keyed:
         return APPLY
@@ -500,7 +503,12 @@ def affinity_plan(
     if not after and not nodes.unbounded_for(placement):
         return AffinityPlan("skip", keyed, shut_out)
     unknown = [n for n, dra in before if not dra and not keys <= set(n.labels)]
-    if unknown:
+    # Labelled nodes meet the rule: where the DRA nodes could give the pod a refused device
+    # and nothing can steer it there, keeping them out places the pod within the policy.
+    refused = refused_on is not None and any(
+        refused_on(n, keyed) for n, dra in before if dra and n.name in shut_out
+    )
+    if unknown or refused:
         return AffinityPlan("applyWarn", keyed, shut_out)
     return AffinityPlan("orUnlabelled", keyed, shut_out)
 
@@ -530,8 +538,27 @@ def affinity_finding(rule: str, plan: AffinityPlan, where: str) -> Finding | Non
     else:
         message = (
             f"required node affinity {text} keeps the DRA nodes {nodes} out: they carry no "
-            f"{labels}, and other GPU nodes without it have no DRA driver to read. Ask for "
-            "the GPUs through a ResourceClaim with a selector on the devices to use them."
+            f"{labels}, and either they hold devices the rule refuses, which nothing can keep "
+            "a plain GPU resource off, or other GPU nodes without the labels have no DRA "
+            "driver to read. Ask for the GPUs through a ResourceClaim with a selector on the "
+            "devices to use them."
         )
         summary = f"affinity on {labels} keeps DRA nodes out"
     return Finding(rule, "nodeAffinity", "warn", message, summary, where)
+
+
+def refuses_devices(
+    devices: DeviceInventory, classes: Sequence[str]
+) -> Callable[[Node, Sequence[Mapping[str, Any]]], bool]:
+    """Whether a node holds an allocatable device of ``classes`` (the classes that serve
+    the pod's plain GPU resources) whose GPU-feature-discovery labels fail the requirements."""
+
+    def refused(node: Node, requirements: Sequence[Mapping[str, Any]]) -> bool:
+        held = devices.profile(node).devices
+        return any(
+            not _meets(requirements, device_labels(device))
+            for device_class in classes
+            for device in eligible_devices(SubRequest("policy", device_class), held, devices)
+        )
+
+    return refused
