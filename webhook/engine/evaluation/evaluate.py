@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
@@ -102,6 +103,7 @@ from webhook.engine.scheduling.wholepod import (
     whole_pod_findings,
 )
 
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
 _sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
 
@@ -176,7 +178,130 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
         return Decision(allowed=True, mutated=obj, understood=False, notices=(notice,))
     if request.operation == "UPDATE" and not templates[0].path:
         return _pod_update(request, templates[0], policy=policy, inventory=inventory)
-    return _evaluate_object(request, templates, policy=policy, inventory=inventory)
+    decision = _evaluate_object(request, templates, policy=policy, inventory=inventory)
+    if decision.allowed:
+        return decision
+    return _without_own_denials(request, templates, policy, inventory=inventory, decision=decision)
+
+
+def _without_own_denials(
+    request: Request,
+    templates: list[PodTemplate],
+    policy: Policy,
+    *,
+    inventory: InventoryView,
+    decision: Decision,
+) -> Decision:
+    """A denial that only the webhook's own patch causes is no true denial (issue 31): the
+    object is judged again without the required node affinity of the rules that added
+    some; the built-in denials that then go away were the affinity's doing, and are said
+    as what they are: the rule cannot be met on this cluster as it is. Only denied objects
+    pay for the second evaluation."""
+    placing = _placing_rules(request, templates, policy, inventory=inventory)
+    if not placing:
+        return decision
+    names = {r.name for r in placing}
+    bare = replace(
+        policy,
+        rules=tuple(
+            replace(r, mutations=replace(r.mutations, required_affinity=()))
+            if r.name in names
+            else r
+            for r in policy.rules
+        ),
+    )
+    # Without them in the object either: a pod applied with its own patch (or re-invoked)
+    # carries the rule's requirements already, and must get the same answer.
+    wanted = [dict(r) for rule in placing for r in rule.mutations.required_affinity]
+    doc = _stripped(request.object, templates, wanted)
+    stripped = policy.kinds.templates(doc) or templates
+    without = _evaluate_object(
+        replace(request, object=doc),
+        stripped,
+        policy=bare,
+        inventory=inventory,
+        snapshot_of=policy,
+    )
+    remain = {(f.rule, f.check) for f in without.denials}
+    own = [f for f in decision.denials if f.rule == "builtin" and (f.rule, f.check) not in remain]
+    if not own:
+        return decision
+    why = "; ".join(f"[{f.id}] {f.message}" for f in own)
+    impossible = [_impossible(rule, own[0].path, why) for rule in placing]
+    from_findings = {f.warning for f in decision.findings}
+    return decide(
+        [*(f for f in decision.findings if f not in own), *impossible],
+        patch=decision.patch,
+        mutated=decision.mutated,
+        notices=decision.notices,
+        extra_warnings=[w for w in decision.warnings if w not in from_findings],
+        mutated_by=decision.mutated_by,
+    )
+
+
+def _placing_rules(
+    request: Request, templates: Sequence[PodTemplate], policy: Policy, *, inventory: InventoryView
+) -> list[Rule]:
+    """The rules with a required node affinity that match some template of the object."""
+    found: dict[str, Rule] = {}
+    for template in templates:
+        pod, claims = _asks(request, template, settings=policy.settings, view=inventory)
+        for rule in _matching_rules(request, template, pod, policy, claims):
+            if rule.mutations.required_affinity:
+                found.setdefault(rule.name, rule)
+    return list(found.values())
+
+
+def _stripped(
+    obj: Mapping[str, Any], templates: Sequence[PodTemplate], wanted: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """A copy of ``obj`` whose templates' required node affinity lacks ``wanted``: terms
+    left empty are dropped, and the requirement with them when no term is left."""
+    doc = copy.deepcopy(dict(obj))
+    for template in templates:
+        affinity = lookup(doc, (*template.spec_path, "affinity", "nodeAffinity"))
+        required = affinity.get(_REQUIRED) if isinstance(affinity, dict) else None
+        if not isinstance(affinity, dict) or not isinstance(required, dict):
+            continue
+        terms = required.get("nodeSelectorTerms")
+        if not isinstance(terms, list):
+            continue
+        kept = []
+        for term in terms:
+            exprs = term.get("matchExpressions") if isinstance(term, dict) else None
+            if not isinstance(exprs, list):
+                kept.append(term)
+                continue
+            left = [e for e in exprs if e not in wanted]
+            if left or term.get("matchFields"):
+                kept.append(
+                    {**term, "matchExpressions": left}
+                    if left
+                    else {k: v for k, v in term.items() if k != "matchExpressions"}
+                )
+        if kept:
+            required["nodeSelectorTerms"] = kept
+        else:
+            del affinity[_REQUIRED]
+    return doc
+
+
+def _impossible(rule: Rule, path: str, why: str) -> Finding:
+    required = ", ".join(
+        f"{r.get('key')} {r.get('operator')} {list(map(str, r.get('values') or []))}"
+        for r in rule.mutations.required_affinity
+    ).replace("'", "")
+    return Finding(
+        rule.name,
+        "nodeAffinity",
+        "deny",
+        f"rule {rule.name} adds the required node affinity {required}, and with it no node "
+        "can take the pod, while without it one could: the rule cannot be met on this "
+        "cluster as it is (no GPU node the pod can use matches it). Ask an admin to fix the "
+        f"rule or add such nodes. With the affinity: {why}",
+        f"rule {rule.name}: its node affinity leaves the pod no node",
+        path,
+    )
 
 
 def _evaluate_object(
@@ -186,11 +311,13 @@ def _evaluate_object(
     policy: Policy,
     inventory: InventoryView,
     mutate: bool = True,
+    snapshot_of: Policy | None = None,
 ) -> Decision:
     """Every template of one object, then the workload's totals. ``mutate`` False judges
-    the object as it is, for an update that cannot be mutated (a Pod's)."""
+    the object as it is, for an update that cannot be mutated (a Pod's). ``snapshot_of``:
+    the policy whose node pools build the snapshot (a variant of it shares its memo)."""
     obj = request.object
-    snapshot = _inventory(inventory, policy)
+    snapshot = _inventory(inventory, snapshot_of or policy)
     kind = str(obj.get("kind", ""))
     # The one per-node kind (workloads.BUILTIN_KINDS).
     daemon = kind == "DaemonSet" and str(obj.get("apiVersion", "")).startswith("apps/")
