@@ -450,10 +450,13 @@ class AffinityPlan:
       no DRA node is in play: the capacity checks say so);
     - ``orUnlabelled``: as written, or the labels absent, so that DRA nodes stay open and
       the rule is held on their devices (``device_policy_findings``);
-    - ``skip``: only DRA nodes could take the pod and none carries the labels: the affinity
-      would leave it nowhere, a denial of the webhook's own making; held on the devices;
+    - ``skip``: no GPU node the pod can use carries the labels, and DRA nodes could take it:
+      the affinity would leave it nowhere, a denial of the webhook's own making; held on
+      the devices;
     - ``applyWarn``: as written, though it shuts DRA nodes out, because unlabelled nodes
-      without a DRA driver would otherwise let the pod onto GPUs of unknown product.
+      without a DRA driver would otherwise let the pod onto GPUs of unknown product, or
+      because the DRA nodes hold devices the rule refuses that nothing could keep a plain
+      GPU resource off, while labelled nodes meet it.
     """
 
     verdict: str
@@ -499,14 +502,16 @@ def affinity_plan(
     shut_out = tuple(n.name for n, dra in before if dra and not keys <= set(n.labels))
     if not shut_out:
         return APPLY
-    after = [n for n, _ in before if _meets(keyed, n.labels)]
-    if not after and not nodes.unbounded_for(placement):
+    labelled = [n for n, _ in before if keys <= set(n.labels)]
+    if not labelled and not nodes.unbounded_for(placement):
         return AffinityPlan("skip", keyed, shut_out)
     unknown = [n for n, dra in before if not dra and not keys <= set(n.labels)]
     # Labelled nodes meet the rule: where the DRA nodes could give the pod a refused device
     # and nothing can steer it there, keeping them out places the pod within the policy.
-    refused = refused_on is not None and any(
-        refused_on(n, keyed) for n, dra in before if dra and n.name in shut_out
+    refused = (
+        refused_on is not None
+        and any(_meets(keyed, n.labels) for n in labelled)
+        and any(refused_on(n, keyed) for n, dra in before if dra and n.name in shut_out)
     )
     if unknown or refused:
         return AffinityPlan("applyWarn", keyed, shut_out)
