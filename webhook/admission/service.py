@@ -140,7 +140,8 @@ class AdmissionService:
     def warn_unlabelled(self) -> tuple[str, ...]:
         """Log each rule that keys on a node label no GPU node carries (a DRA-only cluster
         has no GPU feature discovery labels: issue 31), once, at start and whenever the
-        rules or the cluster view change; called with every readiness check."""
+        rules or the cluster view change; called with every readiness check (the reloader
+        asks every few seconds)."""
         policy = self.rules.current.policy
         view = view_of(self.inventory)
         judged = (policy, view.snapshot, view.devices)

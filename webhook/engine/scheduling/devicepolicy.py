@@ -395,7 +395,7 @@ def device_policy_findings(
             message = (
                 f"{what} may be given {products}, but rule {rule.rule} allows only "
                 f"{rule.describe} here (read on the devices ResourceSlices publish). "
-                + (remedy if number == 0 else "See the first finding for the claim to write.")
+                + (remedy if number == 0 else "See the first finding for this claim.")
             )
             summary = f"{pod_claim.name} may get {products}, outside {rule.describe}"
             yield Finding(rule.rule, rule.check, rule.action, message, summary, where)
@@ -488,10 +488,15 @@ def affinity_plan(
     if not keyed:
         return APPLY
     before: list[tuple[Node, bool]] = []
+    # Nodes of one shape differ only in identity labels: one answers for all unless the
+    # placement names nodes.
+    names = placement.names_nodes(nodes.identity_labels)
     for shape in nodes.shapes:
-        group = shape.members[:1] if shape.pool else shape.members
-        for node in group:
-            if not placement.admits(node.labels, node.name, shape.taints):
+        example = shape.example
+        if not names and not placement.admits(example.labels, example.name, shape.taints):
+            continue
+        for node in shape.members[:1] if shape.pool else shape.members:
+            if names and not placement.admits(node.labels, node.name, shape.taints):
                 continue
             dra = not shape.pool and dra_node(node)
             if dra or plugin_node(node):
