@@ -236,3 +236,23 @@ def test_the_affinity_or_unlabelled_is_idempotent_and_keeps_each_term_of_the_use
         assert placement.admits({**labelled, **extra}, "n", ())
         assert placement.admits({**spec.get("nodeSelector", {}), **extra}, "n", ())
         assert not placement.admits({**labelled, PRODUCT_LABEL: "NVIDIA-L4", **extra}, "n", ())
+
+
+@pytest.mark.parametrize(
+    ("raw", "whole"),
+    [
+        pytest.param({"type": {"string": "gpu"}}, True, id="a GPU"),
+        pytest.param({"type": {"string": "mig"}}, False, id="a MIG device"),
+        pytest.param({"type": {"string": "gpu"}, "shared": True}, False, id="a shared GPU"),
+    ],
+)
+def test_whole_gpus_only_is_read_on_the_device_type_and_its_sharing(
+    raw: dict[str, Any], whole: bool
+) -> None:
+    shared = raw.pop("shared", False)
+    json = {"name": "d", "attributes": raw, "allowMultipleAllocations": shared}
+    rule = DeviceRule("r", "wholeGPUsOnly", "deny", "whole GPUs", whole=True)
+
+    labels = device_labels(device_from_json(json, driver="gpu.nvidia.com", pool="p"))
+
+    assert rule.allows(labels) is whole

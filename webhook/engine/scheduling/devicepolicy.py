@@ -78,6 +78,11 @@ DEVICE_LABELS = frozenset(
 )
 
 
+# Not a GFD label: whether a device is a whole GPU to itself (type gpu, no multiple
+# allocations), what ``wholeGPUsOnly`` asks; a MIG device or a shared one is part of a GPU.
+WHOLE_GPU = "gpu-webhook.io/whole-gpu"
+
+
 def label_form(product: str) -> str:
     """A product as GFD labels it: NVML's name with dashes for spaces (``productLabel``)."""
     return product.replace(" ", "-")
@@ -102,6 +107,8 @@ def device_labels(device: Device) -> dict[str, str]:
         profile = _text(attr.get((NVIDIA_DRA_DRIVER, "profile")))
         if _text(attr.get((NVIDIA_DRA_DRIVER, "type"))) == "mig" and profile:
             labels[PRODUCT_LABEL] += f"-MIG-{profile}"
+    kind = _text(attr.get((NVIDIA_DRA_DRIVER, "type")))
+    labels[WHOLE_GPU] = str(kind == "gpu" and not device.shared).lower()
     memory = next(
         (v for d, n, v in device.capacity if (d, n) == (NVIDIA_DRA_DRIVER, "memory")), None
     )
@@ -139,8 +146,11 @@ class DeviceRule:
     requirements: tuple[Mapping[str, Any], ...] = ()
     products: tuple[str, ...] = ()
     min_memory_mib: int | None = None
+    whole: bool = False
 
     def allows(self, labels: Mapping[str, str]) -> bool:
+        if self.whole:
+            return labels.get(WHOLE_GPU) == "true"
         if self.requirements:
             return all(requirement_matches(r, labels) for r in self.requirements)
         if self.products:
@@ -159,7 +169,8 @@ def _requirement_text(r: Mapping[str, Any]) -> str:
 
 def device_rules(rules: Sequence[Rule], *, affinity: bool = True) -> tuple[DeviceRule, ...]:
     """The device reading of each rule's label-keyed required affinity (keys in
-    ``DEVICE_LABELS`` only) and of its ``allowedProducts`` and ``minGPUMemory`` checks."""
+    ``DEVICE_LABELS`` only) and of its ``allowedProducts``, ``minGPUMemory`` and
+    ``wholeGPUsOnly`` checks."""
     out: list[DeviceRule] = []
     for rule in rules:
         keyed = tuple(
@@ -179,6 +190,10 @@ def device_rules(rules: Sequence[Rule], *, affinity: bool = True) -> tuple[Devic
                         f"products {listed}",
                         products=tuple(check.value),
                     )
+                )
+            elif check.kind == "wholeGPUsOnly" and check.value:
+                out.append(
+                    DeviceRule(rule.name, check.kind, check.action, "whole GPUs", whole=True)
                 )
             elif check.kind == "minGPUMemory":
                 need = -(-int(check.value) // MIB)
