@@ -255,35 +255,44 @@ def _placing_rules(
 def _stripped(
     obj: Mapping[str, Any], templates: Sequence[PodTemplate], wanted: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """A copy of ``obj`` whose templates' required node affinity lacks ``wanted``: terms
-    left empty are dropped, and the requirement with them when no term is left."""
+    """A copy of ``obj`` whose templates' required node affinity lacks ``wanted``."""
     doc = copy.deepcopy(dict(obj))
     for template in templates:
-        affinity = lookup(doc, (*template.spec_path, "affinity", "nodeAffinity"))
-        required = affinity.get(_REQUIRED) if isinstance(affinity, dict) else None
-        if not isinstance(affinity, dict) or not isinstance(required, dict):
-            continue
-        terms = required.get("nodeSelectorTerms")
-        if not isinstance(terms, list):
-            continue
-        kept = []
-        for term in terms:
-            exprs = term.get("matchExpressions") if isinstance(term, dict) else None
-            if not isinstance(exprs, list):
-                kept.append(term)
-                continue
-            left = [e for e in exprs if e not in wanted]
-            if left or term.get("matchFields"):
-                kept.append(
-                    {**term, "matchExpressions": left}
-                    if left
-                    else {k: v for k, v in term.items() if k != "matchExpressions"}
-                )
-        if kept:
-            required["nodeSelectorTerms"] = kept
-        else:
-            del affinity[_REQUIRED]
+        spec = lookup(doc, template.spec_path)
+        if isinstance(spec, dict):
+            _strip_spec(spec, wanted)
     return doc
+
+
+def _strip_spec(spec: dict[str, Any], wanted: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``spec`` (changed in place) without the requirements ``wanted`` in its required node
+    affinity: terms left empty are dropped, and the requirement with them when no term is
+    left."""
+    affinity = lookup(spec, ("affinity", "nodeAffinity"))
+    required = affinity.get(_REQUIRED) if isinstance(affinity, dict) else None
+    if not isinstance(affinity, dict) or not isinstance(required, dict):
+        return spec
+    terms = required.get("nodeSelectorTerms")
+    if not isinstance(terms, list):
+        return spec
+    kept = []
+    for term in terms:
+        exprs = term.get("matchExpressions") if isinstance(term, dict) else None
+        if not isinstance(exprs, list):
+            kept.append(term)
+            continue
+        left = [e for e in exprs if e not in wanted]
+        if left or term.get("matchFields"):
+            kept.append(
+                {**term, "matchExpressions": left}
+                if left
+                else {k: v for k, v in term.items() if k != "matchExpressions"}
+            )
+    if kept:
+        required["nodeSelectorTerms"] = kept
+    else:
+        del affinity[_REQUIRED]
+    return spec
 
 
 def _impossible(rule: Rule, path: str, why: str) -> Finding:
@@ -1029,13 +1038,17 @@ def _place_rule_guarded(
         from_slices = explicit or any(not node.allocatable.get(name) for name in served)
         return from_slices and holds(node)
 
+    # Judged without this rule's requirements (and the alternative it adds) where the pod
+    # carries them already: a pod applied with its own patch gets the same plan.
+    absent = [{"key": r["key"], "operator": "DoesNotExist"} for r in keyed]
+    bare = _strip_spec(copy.deepcopy(editor.get(spec_path)), [*map(dict, keyed), *absent])
     plan = affinity_plan(
         keyed,
-        placement=Placement.of(editor.get(spec_path)),
+        placement=Placement.of(bare),
         nodes=snapshot,
         dra_node=dra_node,
         plugin_node=plugin_node,
-        refused_on=refuses_devices(devices, [c for _, c in claims.served])
+        refused_on=refuses_devices(devices, [c for _, c in claims.served], device_rules([rule]))
         if claims.served and not explicit
         else None,
     )

@@ -477,6 +477,9 @@ class AffinityPlan:
     verdict: str
     keyed: tuple[Mapping[str, Any], ...] = ()
     shut_out: tuple[str, ...] = ()  # DRA nodes the affinity keeps out
+    # applyWarn: "refused" (the DRA nodes hold devices the rule refuses) or "unknown"
+    # (unlabelled nodes without a DRA driver would get in).
+    why: str = ""
 
 
 APPLY = AffinityPlan("apply")
@@ -533,8 +536,10 @@ def affinity_plan(
         and any(_meets(keyed, n.labels) for n in labelled)
         and any(refused_on(n, keyed) for n, dra in before if dra and n.name in shut_out)
     )
-    if unknown or refused:
-        return AffinityPlan("applyWarn", keyed, shut_out)
+    if unknown:
+        return AffinityPlan("applyWarn", keyed, shut_out, "unknown")
+    if refused:
+        return AffinityPlan("applyWarn", keyed, shut_out, "refused")
     return AffinityPlan("orUnlabelled", keyed, shut_out)
 
 
@@ -561,29 +566,36 @@ def affinity_finding(rule: str, plan: AffinityPlan, where: str) -> Finding | Non
         )
         summary = f"affinity on {labels}, or nodes without it whose devices meet it"
     else:
+        because = (
+            "they hold devices the rule refuses, which nothing can keep a plain GPU resource "
+            "off, and labelled nodes meet it"
+            if plan.why == "refused"
+            else "other GPU nodes without the labels have no DRA driver whose devices could "
+            "be read, and would get in too"
+        )
         message = (
             f"required node affinity {text} keeps the DRA nodes {nodes} out: they carry no "
-            f"{labels}, and either they hold devices the rule refuses, which nothing can keep "
-            "a plain GPU resource off, or other GPU nodes without the labels have no DRA "
-            "driver to read. Ask for the GPUs through a ResourceClaim with a selector on the "
-            "devices to use them."
+            f"{labels}, and {because}. Ask for the GPUs through a ResourceClaim with a "
+            "selector on the devices to use them."
         )
         summary = f"affinity on {labels} keeps DRA nodes out"
     return Finding(rule, "nodeAffinity", "warn", message, summary, where)
 
 
 def refuses_devices(
-    devices: DeviceInventory, classes: Sequence[str]
+    devices: DeviceInventory, classes: Sequence[str], rules: Sequence[DeviceRule] = ()
 ) -> Callable[[Node, Sequence[Mapping[str, Any]]], bool]:
     """Whether a node holds an allocatable device of ``classes`` (the classes that serve
-    the pod's plain GPU resources) whose GPU-feature-discovery labels fail the requirements."""
+    the pod's plain GPU resources) whose GPU-feature-discovery labels fail the requirements
+    or the rule's other device constraints (``rules``: its checks read on devices)."""
 
     def refused(node: Node, requirements: Sequence[Mapping[str, Any]]) -> bool:
         held = devices.profile(node).devices
-        return any(
-            not _meets(requirements, device_labels(device))
-            for device_class in classes
-            for device in eligible_devices(SubRequest("policy", device_class), held, devices)
-        )
+        for device_class in classes:
+            for device in eligible_devices(SubRequest("policy", device_class), held, devices):
+                labels = device_labels(device)
+                if not _meets(requirements, labels) or not all(r.allows(labels) for r in rules):
+                    return True
+        return False
 
     return refused
