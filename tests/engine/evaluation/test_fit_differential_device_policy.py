@@ -24,8 +24,9 @@ webhook lets through, on each node its mutated affinity and tolerations admit:
 
 Then: every admitted pod's possible devices are allowed by the policy; a pod is admitted
 wherever the webhook can keep it on allowed devices (a claim whose every device is allowed;
-a plain GPU that a labelled node holds, or that unlabelled DRA nodes hold with no refused
-device); and on DRA-only clusters a plain GPU pod that is denied while allowed devices could
+a plain GPU that the labelled nodes the rule admits hold, or that unlabelled DRA nodes hold
+with no refused device there or on those labelled nodes: the webhook steers by the rule's
+own label requirement, with or without a label-absent alternative); and on DRA-only clusters a plain GPU pod that is denied while allowed devices could
 hold it is told the ResourceClaimTemplate to write, which, written, is admitted.
 """
 
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -90,6 +91,8 @@ class GPUNode:
     name: str
     kind: str  # "dra" (no GFD labels), "dra-labelled", "plugin"
     devices: list[int]  # product index per GPU
+    # DRA devices that allow multiple allocations (consumable capacity): part of a GPU.
+    shared: frozenset[int] = frozenset()
 
     @property
     def labels(self) -> dict[str, str]:
@@ -133,6 +136,7 @@ class GPUNode:
                             "productName": {"string": PRODUCTS[p][0]},
                         },
                         "capacity": {"memory": {"value": f"{PRODUCTS[p][1]}Mi"}},
+                        **({"allowMultipleAllocations": True} if i in self.shared else {}),
                     }
                     for i, p in enumerate(self.devices)
                 ],
@@ -147,7 +151,10 @@ def gpu_node(draw: st.DrawFn, index: int, *, mixed: bool) -> GPUNode:
     devices = draw(st.lists(st.integers(0, len(PRODUCTS) - 1), min_size=1, max_size=4))
     if kind != "dra":  # GFD labels a node of one product
         devices = [devices[0]] * len(devices)
-    return GPUNode(f"gpu-{index}", kind, devices)
+    shared: frozenset[int] = frozenset()
+    if kind != "plugin":
+        shared = draw(st.frozensets(st.integers(0, len(devices) - 1), max_size=1))
+    return GPUNode(f"gpu-{index}", kind, devices, shared)
 
 
 @st.composite
@@ -165,8 +172,11 @@ class DevicePolicy:
     products: tuple[int, ...] = ()  # allowed product indexes, or () for a memory policy
     min_mib: int = 0
     check: bool = False  # with allowedProducts / minGPUMemory beside the affinity
+    whole: bool = False  # with wholeGPUsOnly: a shared device is part of a GPU
 
-    def allows(self, product: int) -> bool:
+    def allows(self, product: int, shared: bool = False) -> bool:
+        if self.whole and shared:
+            return False
         if self.products:
             return product in self.products
         return PRODUCTS[product][1] >= self.min_mib
@@ -190,6 +200,8 @@ class DevicePolicy:
         else:
             rule["mutate"] = {"nodeAffinity": {"gpuMemory": {"min": f"{self.min_mib}Mi"}}}
             rule["validate"] = [{"minGPUMemory": f"{self.min_mib}Mi"}] if self.check else []
+        if self.whole:
+            rule["validate"].append({"wholeGPUsOnly": True})
         return compile_policy(
             [
                 doc("GPUPolicy", "tolerations", {"order": 10, "mutate": tolerate}),
@@ -205,8 +217,14 @@ device_policies = st.one_of(
             lambda p: tuple(sorted(p))
         ),
         check=st.booleans(),
+        whole=st.booleans(),
     ),
-    st.builds(DevicePolicy, min_mib=st.sampled_from([20480, 40960, 81920]), check=st.booleans()),
+    st.builds(
+        DevicePolicy,
+        min_mib=st.sampled_from([20480, 40960, 81920]),
+        check=st.booleans(),
+        whole=st.booleans(),
+    ),
 )
 
 
@@ -282,31 +300,42 @@ def admits(node: GPUNode, spec: dict[str, Any]) -> bool:
     return affinity_matches(spec, node.labels) and any(tolerates(t, TAINT) for t in tolerations)
 
 
-def offered(node: GPUNode, ask: Ask) -> list[int]:
-    """The products the scheduler may give the pod on this node (empty: it cannot land)."""
+def offered(node: GPUNode, ask: Ask) -> list[tuple[int, bool]]:
+    """The devices (product, shared) the scheduler may give the pod on this node (empty: it
+    cannot land)."""
+    devices = [(p, i in node.shared) for i, p in enumerate(node.devices)]
     if ask.claim:
         if node.kind == "plugin":
             return []
-        matching = [p for p in node.devices if ask.selects(p)]
+        matching = [(p, s) for p, s in devices if ask.selects(p)]
         return matching if len(matching) >= ask.count else []
-    return node.devices if len(node.devices) >= ask.count else []
+    return devices if len(devices) >= ask.count else []
 
 
-def possible(nodes: list[GPUNode], ask: Ask, spec: dict[str, Any]) -> dict[str, list[int]]:
+def possible(
+    nodes: list[GPUNode], ask: Ask, spec: dict[str, Any]
+) -> dict[str, list[tuple[int, bool]]]:
     return {n.name: offered(n, ask) for n in nodes if admits(n, spec) and offered(n, ask)}
 
 
 def steerable(nodes: list[GPUNode], ask: Ask, rule: DevicePolicy) -> bool:
     """Whether the webhook has a way to keep the pod on allowed devices and it fits there."""
+    every = replace(ask, count=0)  # every device the pod's ask may take, enough or not
     if ask.claim:
-        matching = [p for n in nodes if n.kind != "plugin" for p in n.devices if ask.selects(p)]
+        matching = [d for n in nodes for d in offered(n, every)]
         fits = any(offered(n, ask) for n in nodes)
-        return fits and all(rule.allows(p) for p in matching)
-    labelled = [n for n in nodes if n.kind != "dra"]
-    if any(offered(n, ask) and rule.allows(n.devices[0]) for n in labelled):
+        return fits and all(rule.allows(*d) for d in matching)
+    # Labelled nodes whose labels the rule admits: all the pod may get there is allowed,
+    # and one of them holds it.
+    admitted = [n for n in nodes if n.kind != "dra" and rule.allows(n.devices[0])]
+    if any(offered(n, ask) for n in admitted) and all(
+        rule.allows(*d) for n in admitted for d in offered(n, every)
+    ):
         return True
+    # Or with the label absent as well: the webhook steers by the rule's own requirement
+    # only, so the labelled nodes it admits stay open beside the unlabelled ones.
     unlabelled = [n for n in nodes if n.kind == "dra"]
-    refused = any(not rule.allows(p) for n in unlabelled for p in n.devices)
+    refused = any(not rule.allows(*d) for n in [*unlabelled, *admitted] for d in offered(n, every))
     return not refused and any(offered(n, ask) for n in unlabelled)
 
 
@@ -361,7 +390,7 @@ def test_an_admitted_pod_gets_only_allowed_devices_and_a_placeable_pod_is_admitt
     messages = [f"{f.id} {f.action}: {f.message}" for f in decision.findings]
     if decision.allowed:
         gets = possible(nodes, ask, spec)
-        assert all(rule.allows(p) for ps in gets.values() for p in ps), (gets, messages)
+        assert all(rule.allows(*d) for ds in gets.values() for d in ds), (gets, messages)
     if steerable(nodes, ask, rule):
         assert decision.allowed, messages
 
@@ -378,14 +407,20 @@ def test_on_a_dra_only_cluster_a_denied_plain_gpu_pod_is_told_the_claim_that_is_
     nodes: tuple[GPUNode, ...], rule: DevicePolicy, count: int
 ) -> None:
     cluster = [n for n in nodes if n.kind == "dra"]  # no GFD labels at all
-    if not cluster:
+    # A CEL selector sees a device's attributes and capacity, not allowMultipleAllocations
+    # (k8s.io/dynamic-resource-allocation/cel compile.go, the device variable): a shared
+    # GPU and a whole one of the same product cannot be told apart by a claim.
+    if not cluster or (rule.whole and any(n.shared for n in cluster)):
         return
     ask = Ask(count, claim=False)
 
     decision = judge(cluster, rule, ask.pod(), [])
 
     messages = [f.message for f in decision.findings]
-    allowed_fit = any(sum(rule.allows(p) for p in n.devices) >= count for n in cluster)
+    allowed_fit = any(
+        sum(rule.allows(p, i in n.shared) for i, p in enumerate(n.devices)) >= count
+        for n in cluster
+    )
     if decision.allowed or not allowed_fit:
         return
     told = next((t for m in messages if (t := written_as_told(m)) is not None), None)

@@ -435,7 +435,13 @@ def _policy_remedy(
         )
     selector = allowing_selector(good, rules)
     if not _selects_only(selector, good, bad):
-        return "Select only allowed devices in the claim's requests."
+        # A CEL selector sees attributes and capacity only (k8s.io/dynamic-resource-allocation
+        # cel/compile.go, the device variable), not allowMultipleAllocations.
+        return (
+            "No selector on the devices' attributes tells the allowed devices from the others "
+            "(a GPU that allows multiple allocations looks like a whole one to CEL): ask an "
+            "admin for a DeviceClass or node selection that keeps them apart."
+        )
     assert pod_claim.claim is not None
     specs = tuple(
         _restricted(c.claim.spec, c.gpu_requests if c.counted else frozenset(), selector)
