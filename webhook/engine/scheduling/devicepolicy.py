@@ -3,7 +3,8 @@
 On a cluster served by NVIDIA's DRA driver (GPU Operator's ``GPUCluster``) there is no device
 plugin and no GPU feature discovery, so GPU nodes carry no ``nvidia.com/gpu.*`` labels; each
 GPU is described in a ResourceSlice instead (NVIDIA/k8s-dra-driver-gpu
-``cmd/gpu-kubelet-plugin/deviceinfo.go``, ``GetDevice``: attributes ``type``, ``productName``,
+``cmd/gpu-kubelet-plugin/deviceinfo.go``, ``GpuInfo.GetDevice`` and ``MigDeviceInfo.GetDevice``:
+attributes ``type``, ``productName``,
 ``architecture``, ``cudaComputeCapability``, ``driverVersion``, ``cudaDriverVersion``, MIG
 devices' ``profile``, and capacity ``memory``). A rule written against the labels is read here
 against the labels GFD would have written for that device (NVIDIA/k8s-device-plugin
