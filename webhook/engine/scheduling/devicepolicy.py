@@ -3,10 +3,10 @@
 On a cluster served by NVIDIA's DRA driver (GPU Operator's ``GPUCluster``) there is no device
 plugin and no GPU feature discovery, so GPU nodes carry no ``nvidia.com/gpu.*`` labels; each
 GPU is described in a ResourceSlice instead (NVIDIA/k8s-dra-driver-gpu
-``cmd/gpu-kubelet-plugin/deviceinfo.go``, ``GpuInfo.GetDevice`` and ``MigDeviceInfo.GetDevice``:
-attributes ``type``, ``productName``,
-``architecture``, ``cudaComputeCapability``, ``driverVersion``, ``cudaDriverVersion``, MIG
-devices' ``profile``, and capacity ``memory``). A rule written against the labels is read here
+``cmd/gpu-kubelet-plugin/deviceinfo.go``, ``GpuInfo.GetDevice``, ``MigDeviceInfo.GetDevice``:
+attributes ``type``, ``productName`` (a MIG device's is its parent's), ``architecture``,
+``cudaComputeCapability``, ``driverVersion``, ``cudaDriverVersion``, MIG devices'
+``profile``, and capacity ``memory`` in bytes). A rule written against the labels is read here
 against the labels GFD would have written for that device (NVIDIA/k8s-device-plugin
 ``internal/lm/resource.go``, ``productLabel``: NVML's name with each space replaced by a dash,
 ``-MIG-<profile>`` for MIG devices; ``.memory`` in MiB; ``.family`` from the architecture;
