@@ -80,6 +80,7 @@ from webhook.engine.scheduling.devicepolicy import (
     device_policy_findings,
     device_rules,
     refuses_devices,
+    remembered_plan,
 )
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
@@ -956,21 +957,55 @@ def _device_policy(
     devices = view.devices
     if not claims.claims or not rules or devices is None or view.problem:
         return []
-    held = device_rules(rules)
-    if not held:
-        return []
-    return list(
-        device_policy_findings(
-            claims,
-            held,
-            placement=scope.placement,
-            nodes=snapshot,
-            devices=devices,
-            namespace=request.effective_namespace,
-            where=scope.where,
-            containers=tuple(c.name for c in scope.pod.containers),
-        )
+    containers = tuple(c.name for c in scope.pod.containers)
+    # Pods of one workload, and replicas created one after another, ask alike: once per
+    # snapshot, node inventory and rules (held in the snapshot's memo, as the fit is).
+    key = (
+        "device-policy",
+        scope.placement.key(),
+        tuple(
+            (c.name, c.source, c.counted, c.gpu_requests)
+            + (
+                ()
+                if c.claim is None
+                else (c.claim.spec, c.claim.allocated, repr(c.claim.allocation_terms))
+            )
+            for c in claims.claims
+        ),
+        request.effective_namespace,
+        scope.where,
+        containers,
     )
+    memo = devices._memo
+    known = memo.get(key)
+    if (
+        known is not None
+        and known[0] is snapshot
+        and len(known[1]) == len(rules)
+        and all(a is b for a, b in zip(known[1], rules, strict=True))
+    ):
+        return list(known[2])
+    held = device_rules(rules)
+    found = (
+        list(
+            device_policy_findings(
+                claims,
+                held,
+                placement=scope.placement,
+                nodes=snapshot,
+                devices=devices,
+                namespace=request.effective_namespace,
+                where=scope.where,
+                containers=containers,
+            )
+        )
+        if held
+        else []
+    )
+    if len(memo) >= 4096:
+        memo.clear()
+    memo[key] = (snapshot, tuple(rules), tuple(found))
+    return found
 
 
 def _place_rule(
@@ -1041,16 +1076,23 @@ def _place_rule_guarded(
     # Judged without this rule's requirements (and the alternative it adds) where the pod
     # carries them already: a pod applied with its own patch gets the same plan.
     absent = [{"key": r["key"], "operator": "DoesNotExist"} for r in keyed]
-    bare = _strip_spec(copy.deepcopy(editor.get(spec_path)), [*map(dict, keyed), *absent])
-    plan = affinity_plan(
-        keyed,
-        placement=Placement.of(bare),
-        nodes=snapshot,
-        dra_node=dra_node,
-        plugin_node=plugin_node,
-        refused_on=refuses_devices(devices, [c for _, c in claims.served], device_rules([rule]))
-        if claims.served and not explicit
-        else None,
+    bare = Placement.of(_strip_spec(copy.deepcopy(editor.get(spec_path)), [*keyed, *absent]))
+    served_classes = [c for _, c in claims.served]
+    plan = remembered_plan(
+        devices,
+        snapshot,
+        (bare.key(), explicit, tuple(sorted(wanted)), tuple(served_classes)),
+        rule,
+        lambda: affinity_plan(
+            keyed,
+            placement=bare,
+            nodes=snapshot,
+            dra_node=dra_node,
+            plugin_node=plugin_node,
+            refused_on=refuses_devices(devices, served_classes, device_rules([rule]))
+            if claims.served and not explicit
+            else None,
+        ),
     )
     if plan.verdict == "orUnlabelled":
         add_required_affinity_or_absent(editor, spec_path, keyed)

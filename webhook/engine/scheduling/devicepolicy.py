@@ -550,6 +550,31 @@ def affinity_plan(
     return AffinityPlan("orUnlabelled", keyed, shut_out)
 
 
+_MEMO_SIZE = 4096
+
+
+def remembered_plan(
+    devices: DeviceInventory,
+    nodes: Inventory,
+    key: tuple[Any, ...],
+    owner: object,
+    plan: Callable[[], AffinityPlan],
+) -> AffinityPlan:
+    """``plan()`` once per snapshot (its memo), node inventory, ``owner`` (the rule) and
+    ``key`` (the pod's placement and what serves its GPUs): the plan reads every GPU node,
+    and the pods of one workload ask it alike."""
+    memo = devices._memo
+    full = ("affinity-plan", *key)
+    known = memo.get(full)
+    if known is not None and known[0] is nodes and known[1] is owner:
+        return known[2]  # type: ignore[no-any-return]
+    answer = plan()
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    memo[full] = (nodes, owner, answer)
+    return answer
+
+
 def affinity_finding(rule: str, plan: AffinityPlan, where: str) -> Finding | None:
     """The warning that names the rule whose affinity was not applied as written."""
     if plan.verdict == "apply":
