@@ -41,6 +41,7 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import Request
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
+from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.files.rulefiles import RuleSet, RuleStore
 
 log = logging.getLogger("gpu_webhook.service")
@@ -94,6 +95,9 @@ class AdmissionService:
         self.inventory_failure_mode = inventory_failure_mode
         self._policy_for: tuple[RuleSet, Policy] | None = None
         self.memo = DecisionMemo() if memo is None else memo
+        self._labels_judged: tuple[object, ...] = ()
+        self.label_warnings: tuple[str, ...] = ()
+        self.warn_unlabelled()
 
     def review(self, request: AdmissionRequest, *, mutate: bool) -> Outcome:
         skip = _skip_reason(request)
@@ -147,8 +151,29 @@ class AdmissionService:
             return request.kind
         return "other"
 
+    def warn_unlabelled(self) -> tuple[str, ...]:
+        """Log each rule that keys on a node label no GPU node carries (a DRA-only cluster
+        has no GPU feature discovery labels: issue 31), once, at start and whenever the
+        rules or the cluster view change; called with every readiness check (the reloader
+        asks every few seconds)."""
+        policy = self.rules.current.policy
+        view = view_of(self.inventory)
+        judged = (policy, view.snapshot, view.devices)
+        if len(self._labels_judged) == 3 and all(
+            a is b for a, b in zip(judged, self._labels_judged, strict=True)
+        ):
+            return self.label_warnings
+        self._labels_judged = judged
+        warnings = tuple(str(w) for w in label_warnings(policy, view.snapshot, view.devices))
+        for warning in warnings:
+            if warning not in self.label_warnings:
+                log.warning("rule keys on a node label no GPU node carries: %s", warning)
+        self.label_warnings = warnings
+        return warnings
+
     def ready(self) -> tuple[bool, str]:
         """Rules are loaded once the service exists; a live inventory must have synced."""
+        self.warn_unlabelled()
         if self.inventory is not None and not self.inventory.ready():
             return False, NOT_SYNCED
         return True, f"rules generation {self.rules.current.generation}"

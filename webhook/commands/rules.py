@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from webhook.commands import DEFAULT_RULES, RULES_ENV, fail, rules_directory
+from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import rules_schema
 from webhook.engine.resources.inventory import Node
+from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.engine.scheduling.schedulability import memory_warnings
-from webhook.files.inventoryfile import InventoryFileError, load_inventory
+from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.rulefiles import RULE_SUFFIXES, load_policy
 from webhook.reports.wording import counted
 
@@ -61,11 +63,13 @@ def _lint(args: argparse.Namespace) -> int:
     if Path(path).is_file() and Path(path).suffix not in RULE_SUFFIXES:
         return _fail(f"{path}: not a rule file; rule files end in {', '.join(RULE_SUFFIXES)}")
     nodes: tuple[Node, ...] = ()
+    view = NO_INVENTORY
     if args.inventory:
         try:
-            nodes = load_inventory(args.inventory).nodes
+            view = load_inventory_file(args.inventory).view()
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
+        nodes = view.snapshot.nodes if view.snapshot is not None else ()
     try:
         policy = load_policy(path)
     except PolicyError as exc:
@@ -74,6 +78,7 @@ def _lint(args: argparse.Namespace) -> int:
         print(f"{counted(len(exc.problems), 'problem')} found", file=sys.stderr)
         return 1
     warnings = memory_warnings(policy, nodes)
+    warnings += label_warnings(policy, view.snapshot, view.devices)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(

@@ -35,7 +35,7 @@ from webhook.engine.resources.offers import lookalike, offered, offered_names
 from webhook.engine.scheduling.dra import device_counts, fit, pod_claims, request_shortfall
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.reports.audit import ObjectRef, finding_json
-from webhook.reports.inventory import NO_GPU, class_key, dra_product, table
+from webhook.reports.inventory import NO_GPU, class_key, dra_product, dra_products, table
 from webhook.reports.pools import PoolAnswer, pool_answers, sizing
 
 # DynamicResources' Filter message when a node's devices cannot serve the pod.
@@ -459,12 +459,12 @@ def _classes(
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in nodes:
         dra = _dra_devices(node, shown, devices)
-        key = (*class_key(node), node.pool, dra)
+        key = (*class_key(node), node.pool, dra, dra_products(devices, node) if dra else ())
         if key[0] != NO_GPU or dra:
             groups.setdefault(key, []).append(node)
     answers = []
     for key, members in groups.items():
-        product, gpus, _, sharing, replicas_label, _, pool, dra = key
+        product, gpus, _, sharing, replicas_label, _, pool, dra, _ = key
         if product == NO_GPU and devices is not None:
             product = dra_product(devices, members[0])
         if pool:  # declared in rule files: nodes the cluster may create for a waiting pod

@@ -138,14 +138,23 @@ def _dra(devices: DeviceInventory | None, node: Node) -> tuple[tuple[str, int, i
     return class_devices(devices, devices.profile(node))
 
 
+def dra_products(devices: DeviceInventory | None, node: Node) -> tuple[str, ...]:
+    """The product names NVIDIA's DRA driver publishes (``productName``) for the node's
+    devices: nodes that no label tells apart are told apart by their devices (issue 31)."""
+    if devices is None or not devices.complete:
+        return ()
+    names = {
+        value
+        for device in devices.profile(node).devices
+        for _, name, value in device.attributes
+        if name == "productName" and isinstance(value, str)
+    }
+    return tuple(sorted(names))
+
+
 def dra_product(devices: DeviceInventory, node: Node) -> str:
-    """The product name NVIDIA's DRA driver publishes (``productName``), for nodes whose
-    labels name none."""
-    for device in devices.profile(node).devices:
-        for _, name, value in device.attributes:
-            if name == "productName" and isinstance(value, str):
-                return value
-    return "(DRA devices)"
+    """The product name(s) of the node's DRA devices, for nodes whose labels name none."""
+    return " + ".join(dra_products(devices, node)) or "(DRA devices)"
 
 
 def _served(inventory: Inventory, devices: DeviceInventory) -> tuple[ServedResource, ...]:
@@ -168,10 +177,11 @@ def summarize(
 ) -> InventoryReport:
     groups: dict[tuple[Any, ...], list[Node]] = {}
     for node in inventory.nodes:
-        groups.setdefault((*class_key(node), _dra(devices, node)), []).append(node)
+        key = (*class_key(node), _dra(devices, node), dra_products(devices, node))
+        groups.setdefault(key, []).append(node)
     extended = {c.name: c.extended_resource for c in devices.classes.values()} if devices else {}
     classes = []
-    for (label, gpus, mig, sharing, replicas, memory, dra), members in groups.items():
+    for (label, gpus, mig, sharing, replicas, memory, dra, _), members in groups.items():
         product = label
         if label == NO_GPU and dra and devices is not None:
             product = dra_product(devices, members[0])

@@ -54,6 +54,10 @@ class Scope:
     kind: str = ""  # the object's kind: a Pod, or the workload holding the template
     # The DRA inventory (classes serve extended resources too), when there is one.
     devices: DeviceInventory | None = None
+    # Some of the pod's GPUs may come from DRA devices (a claim, or a resource a class
+    # serves): rules keyed on GPU labels are then also held on the devices
+    # (``scheduling.devicepolicy``), and a node-side check alone does not deny.
+    dra_gpus: bool = False
 
     def at(self, container: Container) -> str:
         if container.index < 0:
@@ -950,6 +954,8 @@ def _min_gpu_memory(scope: Scope, check: RuleCheck, inventory: Inventory | None)
             seen[_product(shape, device)] = device.memory_mib
             if device.memory_mib is not None and device.memory_mib >= need:
                 return None
+    if scope.dra_gpus:
+        return None  # DRA devices may have it: devicepolicy judges them
     found = ", ".join(
         f"{product} ({format_bytes(mib * MIB) if mib is not None else 'memory not labelled'})"
         for product, mib in sorted(seen.items())

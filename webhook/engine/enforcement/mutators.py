@@ -83,6 +83,41 @@ def add_required_affinity(
                 editor.append(path, dict(requirement))
 
 
+def add_required_affinity_or_absent(
+    editor: Editor, spec_path: Path, wanted: Sequence[Mapping[str, Any]]
+) -> None:
+    """As ``add_required_affinity``, with each changed term ORed with a copy in which the
+    requirements' keys are absent (``DoesNotExist``): nodes without the labels (DRA nodes,
+    whose GPUs are described in ResourceSlices) stay open, and the rule is held on their
+    devices (``scheduling.devicepolicy``). Idempotent: both terms constrain every key."""
+    selector = _map(editor.get((*spec_path, "nodeSelector")))
+    wanted = [dict(r) for r in wanted if r["key"] not in selector]
+    if not wanted:
+        return
+    required_path = (*spec_path, "affinity", "nodeAffinity", _REQUIRED)
+    terms = _list(editor.get((*required_path, "nodeSelectorTerms")))
+    absent = [{"key": r["key"], "operator": "DoesNotExist"} for r in wanted]
+    if not terms:
+        editor.add(
+            (*required_path, "nodeSelectorTerms"),
+            [{"matchExpressions": wanted}, {"matchExpressions": absent}],
+        )
+        return
+    for index, term in enumerate(list(terms)):
+        if not isinstance(term, dict):
+            continue
+        keys = _constrained_keys(term)
+        missing = [r for r in wanted if r["key"] not in keys]
+        if not missing:
+            continue
+        copy = {**term, "matchExpressions": [*_list(term.get("matchExpressions"))]}
+        copy["matchExpressions"].extend(a for a in absent if a["key"] not in keys)
+        path = (*required_path, "nodeSelectorTerms", index, "matchExpressions")
+        for requirement in missing:
+            editor.append(path, dict(requirement))
+        editor.append((*required_path, "nodeSelectorTerms"), copy)
+
+
 def add_preferred_affinity(
     editor: Editor, spec_path: Path, wanted: Sequence[Mapping[str, Any]]
 ) -> None:

@@ -8,17 +8,20 @@ any schedulable node, and a GPU count above a matching rule's ``maxGPUsPerPod``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.kube.selectors import dig
 from webhook.engine.policy.decision import Decision, Finding, decide
-from webhook.engine.policy.ruleset import Policy
-from webhook.engine.resources.devices import ClaimSpec, claim_from_json
+from webhook.engine.policy.ruleset import Policy, Rule
+from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, claim_from_json
 from webhook.engine.resources.inventory import Inventory
+from webhook.engine.scheduling.devicepolicy import device_policy_findings, device_rules
 from webhook.engine.scheduling.dra import (
     EVERYWHERE,
     PodClaim,
+    PodClaims,
     candidates,
     class_findings,
     fits_somewhere,
@@ -95,6 +98,7 @@ def evaluate_claim_object(
     if invalid:
         return decide([*findings, *invalid], patch=(), mutated=obj)
     labels = dig(obj, "metadata", "labels")
+    matching = []
     for rule in policy.rules:
         if not rule.match.matches(
             namespace=request.effective_namespace,
@@ -105,6 +109,7 @@ def evaluate_claim_object(
             device_classes=classes,
         ):
             continue
+        matching.append(rule)
         for check in rule.checks:
             if check.kind == "maxGPUsPerPod" and count > check.value:
                 message = (
@@ -123,6 +128,13 @@ def evaluate_claim_object(
         return decide(findings, patch=(), mutated=obj, notices=notices)
     unknown = list(class_findings(claim.spec, devices, settings.actions, where, ""))
     findings.extend(unknown)
+    if not unknown and count:
+        subject = PodClaim("", f"this {kind}", claim, *gpu_share(claim.spec, is_gpu_class))
+        findings.extend(
+            _policy_warnings(
+                request, subject, matching, snapshot=snapshot, devices=devices, where=where
+            )
+        )
     if not unknown:
         found = candidates(devices, snapshot, EVERYWHERE)
         answer = fits_somewhere((claim.spec,), found, devices)
@@ -148,3 +160,38 @@ def evaluate_claim_object(
                 )
             )
     return decide(findings, patch=(), mutated=obj, notices=notices)
+
+
+def _policy_warnings(
+    request: Request,
+    subject: PodClaim,
+    rules: Sequence[Rule],
+    *,
+    snapshot: Inventory | None,
+    devices: DeviceInventory,
+    where: str,
+) -> list[Finding]:
+    """Rules keyed on GPU labels, held on the devices this claim may get anywhere (issue 31).
+    Warnings only: the pods that will use it are judged on their own nodes when created (a
+    pod pinned to allowed nodes is admitted), so the claim itself is no reason to deny."""
+    held = device_rules(rules)
+    if not held:
+        return []
+    found = device_policy_findings(
+        PodClaims((subject,)),
+        held,
+        placement=EVERYWHERE,
+        nodes=snapshot,
+        devices=devices,
+        namespace=request.effective_namespace,
+        where=where,
+    )
+    return [
+        replace(
+            f,
+            action="warn",
+            message=f"{f.message} Pods in this namespace that use it are denied unless their "
+            "node selection keeps them on allowed devices.",
+        )
+        for f in found
+    ]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
@@ -44,6 +45,10 @@ from webhook.engine.enforcement.cudadrivers import (
     gpu_needs,
 )
 from webhook.engine.enforcement.mutators import (
+    add_preferred_affinity,
+    add_required_affinity,
+    add_required_affinity_or_absent,
+    add_tolerations,
     apply_containers,
     apply_placement,
     hide_gpus,
@@ -68,14 +73,24 @@ from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.celbudget import review_budget
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
-from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
+from webhook.engine.resources.inventory import FitAnswer, Inventory, Node, Placement
 from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory
 from webhook.engine.resources.quotas import Quotas
+from webhook.engine.scheduling.devicepolicy import (
+    DEVICE_LABELS,
+    affinity_finding,
+    affinity_plan,
+    device_policy_findings,
+    device_rules,
+    refuses_devices,
+    remembered_plan,
+)
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
     PodClaims,
     claim_findings,
     extended_resource_claims,
+    gpu_devices,
     gpu_names,
     pod_claims,
     with_claim_gpus,
@@ -92,6 +107,7 @@ from webhook.engine.scheduling.wholepod import (
     whole_pod_findings,
 )
 
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
 _sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
 
@@ -176,7 +192,139 @@ def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> 
         return Decision(allowed=True, mutated=obj, understood=False, notices=(notice,))
     if request.operation == "UPDATE" and not templates[0].path:
         return _pod_update(request, templates[0], policy=policy, inventory=inventory)
-    return _evaluate_object(request, templates, policy=policy, inventory=inventory)
+    decision = _evaluate_object(request, templates, policy=policy, inventory=inventory)
+    if decision.allowed:
+        return decision
+    return _without_own_denials(request, templates, policy, inventory=inventory, decision=decision)
+
+
+def _without_own_denials(
+    request: Request,
+    templates: list[PodTemplate],
+    policy: Policy,
+    *,
+    inventory: InventoryView,
+    decision: Decision,
+) -> Decision:
+    """A denial that only the webhook's own patch causes is no true denial (issue 31): the
+    object is judged again without the required node affinity of the rules that added
+    some; the built-in denials that then go away were the affinity's doing, and are said
+    as what they are: the rule cannot be met on this cluster as it is. Only denied objects
+    pay for the second evaluation."""
+    placing = _placing_rules(request, templates, policy, inventory=inventory)
+    if not placing:
+        return decision
+    names = {r.name for r in placing}
+    bare = replace(
+        policy,
+        rules=tuple(
+            replace(r, mutations=replace(r.mutations, required_affinity=()))
+            if r.name in names
+            else r
+            for r in policy.rules
+        ),
+    )
+    # Without them in the object either: a pod applied with its own patch (or re-invoked)
+    # carries the rule's requirements already, and must get the same answer.
+    wanted = [dict(r) for rule in placing for r in rule.mutations.required_affinity]
+    doc = _stripped(request.object, templates, wanted)
+    stripped = policy.kinds.templates(doc) or templates
+    without = _evaluate_object(
+        replace(request, object=doc),
+        stripped,
+        policy=bare,
+        inventory=inventory,
+        snapshot_of=policy,
+    )
+    remain = {(f.rule, f.check) for f in without.denials}
+    own = [f for f in decision.denials if f.rule == "builtin" and (f.rule, f.check) not in remain]
+    if not own:
+        return decision
+    why = "; ".join(f"[{f.id}] {f.message}" for f in own)
+    impossible = [_impossible(rule, own[0].path, why) for rule in placing]
+    from_findings = {f.warning for f in decision.findings}
+    return decide(
+        [*(f for f in decision.findings if f not in own), *impossible],
+        patch=decision.patch,
+        mutated=decision.mutated,
+        notices=decision.notices,
+        extra_warnings=[w for w in decision.warnings if w not in from_findings],
+        mutated_by=decision.mutated_by,
+    )
+
+
+def _placing_rules(
+    request: Request, templates: Sequence[PodTemplate], policy: Policy, *, inventory: InventoryView
+) -> list[Rule]:
+    """The rules with a required node affinity that match some template of the object."""
+    found: dict[str, Rule] = {}
+    for template in templates:
+        pod, claims = _asks(request, template, settings=policy.settings, view=inventory)
+        for rule in _matching_rules(request, template, pod, policy, claims):
+            if rule.mutations.required_affinity:
+                found.setdefault(rule.name, rule)
+    return list(found.values())
+
+
+def _stripped(
+    obj: Mapping[str, Any], templates: Sequence[PodTemplate], wanted: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """A copy of ``obj`` whose templates' required node affinity lacks ``wanted``."""
+    doc = copy.deepcopy(dict(obj))
+    for template in templates:
+        spec = lookup(doc, template.spec_path)
+        if isinstance(spec, dict):
+            _strip_spec(spec, wanted)
+    return doc
+
+
+def _strip_spec(spec: dict[str, Any], wanted: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``spec`` (changed in place) without the requirements ``wanted`` in its required node
+    affinity: terms left empty are dropped, and the requirement with them when no term is
+    left."""
+    affinity = lookup(spec, ("affinity", "nodeAffinity"))
+    required = affinity.get(_REQUIRED) if isinstance(affinity, dict) else None
+    if not isinstance(affinity, dict) or not isinstance(required, dict):
+        return spec
+    terms = required.get("nodeSelectorTerms")
+    if not isinstance(terms, list):
+        return spec
+    kept = []
+    for term in terms:
+        exprs = term.get("matchExpressions") if isinstance(term, dict) else None
+        if not isinstance(exprs, list):
+            kept.append(term)
+            continue
+        left = [e for e in exprs if e not in wanted]
+        if left or term.get("matchFields"):
+            kept.append(
+                {**term, "matchExpressions": left}
+                if left
+                else {k: v for k, v in term.items() if k != "matchExpressions"}
+            )
+    if kept:
+        required["nodeSelectorTerms"] = kept
+    else:
+        del affinity[_REQUIRED]
+    return spec
+
+
+def _impossible(rule: Rule, path: str, why: str) -> Finding:
+    required = ", ".join(
+        f"{r.get('key')} {r.get('operator')} {list(map(str, r.get('values') or []))}"
+        for r in rule.mutations.required_affinity
+    ).replace("'", "")
+    return Finding(
+        rule.name,
+        "nodeAffinity",
+        "deny",
+        f"rule {rule.name} adds the required node affinity {required}, and with it no node "
+        "can take the pod, while without it one could: the rule cannot be met on this "
+        "cluster as it is (no GPU node the pod can use matches it). Ask an admin to fix the "
+        f"rule or add such nodes. With the affinity: {why}",
+        f"rule {rule.name}: its node affinity leaves the pod no node",
+        path,
+    )
 
 
 # The pod-level limits a claim created after its pod can break (issue 35): the pod's GPU
@@ -255,11 +403,13 @@ def _evaluate_object(
     policy: Policy,
     inventory: InventoryView,
     mutate: bool = True,
+    snapshot_of: Policy | None = None,
 ) -> Decision:
     """Every template of one object, then the workload's totals. ``mutate`` False judges
-    the object as it is, for an update that cannot be mutated (a Pod's)."""
+    the object as it is, for an update that cannot be mutated (a Pod's). ``snapshot_of``:
+    the policy whose node pools build the snapshot (a variant of it shares its memo)."""
     obj = request.object
-    snapshot = _inventory(inventory, policy)
+    snapshot = _inventory(inventory, snapshot_of or policy)
     kind = str(obj.get("kind", ""))
     # The one per-node kind (workloads.BUILTIN_KINDS).
     daemon = kind == "DaemonSet" and str(obj.get("apiVersion", "")).startswith("apps/")
@@ -765,9 +915,19 @@ def _evaluate_template(
     for rule in rules:
         mutations = rule.mutations
         if mutate and mutations.places:
-            before = len(editor.ops)
-            apply_placement(editor, spec_path, mutations)
-            _credit(editor, before, mutated_by, (rule,))
+            findings.extend(
+                _place_rule(
+                    editor,
+                    spec_path,
+                    rule,
+                    pod=pod,
+                    claims=claims,
+                    snapshot=snapshot,
+                    devices=devices,
+                    settings=settings,
+                    mutated_by=mutated_by,
+                )
+            )
         if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
             places_access = True
         if mutations.hide_gpus == "gpuNodes":
@@ -826,7 +986,18 @@ def _evaluate_template(
         )
     spec = editor.get(spec_path)
     where, labels = ".".join(map(str, spec_path)), template.labels
-    scope = Scope(where, spec, labels, pod, placement, settings, fit, context.kind, devices)
+    scope = Scope(
+        where,
+        spec,
+        labels,
+        pod,
+        placement,
+        settings,
+        fit,
+        context.kind,
+        devices,
+        bool(claims.gpu_classes),
+    )
     findings.extend(_gpu_findings(scope, snapshot))
     if scope.fit is not None and scope.fit.fitting and drivers_known(scope.fit):
         findings.extend(_cuda(editor, scope, access, mutated_by, mutate=mutate))
@@ -838,6 +1009,9 @@ def _evaluate_template(
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
+    findings.extend(
+        _device_policy(request, claims, rules, scope=scope, snapshot=snapshot, view=view)
+    )
     findings.extend(access_findings(editor, access, settings=settings, reach=reach))
     if not access.asks:
         live = snapshot is not None
@@ -850,6 +1024,173 @@ def _evaluate_template(
             runtime_class_findings(editor, access, rules, settings=settings, known=known)
         )
     return pod, claims, scope.fit
+
+
+def _device_policy(
+    request: Request,
+    claims: PodClaims,
+    rules: Sequence[Rule],
+    *,
+    scope: Scope,
+    snapshot: Inventory | None,
+    view: InventoryView,
+) -> list[Finding]:
+    """Rules keyed on GPU labels, held on the devices the pod's claims may get."""
+    devices = view.devices
+    if not claims.claims or not rules or devices is None or view.problem:
+        return []
+    containers = tuple(c.name for c in scope.pod.containers)
+    # Pods of one workload, and replicas created one after another, ask alike: once per
+    # snapshot, node inventory and rules (held in the snapshot's memo, as the fit is).
+    key = (
+        "device-policy",
+        scope.placement.key(),
+        tuple(
+            (c.name, c.source, c.counted, c.gpu_requests)
+            + (
+                ()
+                if c.claim is None
+                else (c.claim.spec, c.claim.allocated, repr(c.claim.allocation_terms))
+            )
+            for c in claims.claims
+        ),
+        request.effective_namespace,
+        scope.where,
+        containers,
+    )
+    memo = devices._memo
+    known = memo.get(key)
+    if (
+        known is not None
+        and known[0] is snapshot
+        and len(known[1]) == len(rules)
+        and all(a is b for a, b in zip(known[1], rules, strict=True))
+    ):
+        return list(known[2])
+    held = device_rules(rules)
+    found = (
+        list(
+            device_policy_findings(
+                claims,
+                held,
+                placement=scope.placement,
+                nodes=snapshot,
+                devices=devices,
+                namespace=request.effective_namespace,
+                where=scope.where,
+                containers=containers,
+            )
+        )
+        if held
+        else []
+    )
+    if len(memo) >= 4096:
+        memo.clear()
+    memo[key] = (snapshot, tuple(rules), tuple(found))
+    return found
+
+
+def _place_rule(
+    editor: Editor,
+    spec_path: WorkloadPath,
+    rule: Rule,
+    *,
+    pod: PodGPUs,
+    claims: PodClaims,
+    snapshot: Inventory | None,
+    devices: DeviceInventory | None,
+    settings: Settings,
+    mutated_by: dict[str, None],
+) -> list[Finding]:
+    """The rule's tolerations and node affinity; a required affinity on GPU labels is first
+    judged with and without it (``devicepolicy.affinity_plan``): the webhook never adds an
+    affinity that only shuts out DRA nodes, whose GPUs no label describes (issue 31)."""
+    before = len(editor.ops)
+    found = _place_rule_guarded(
+        editor,
+        spec_path,
+        rule,
+        pod=pod,
+        claims=claims,
+        snapshot=snapshot,
+        devices=devices,
+        settings=settings,
+    )
+    _credit(editor, before, mutated_by, (rule,))
+    return found
+
+
+def _place_rule_guarded(
+    editor: Editor,
+    spec_path: WorkloadPath,
+    rule: Rule,
+    *,
+    pod: PodGPUs,
+    claims: PodClaims,
+    snapshot: Inventory | None,
+    devices: DeviceInventory | None,
+    settings: Settings,
+) -> list[Finding]:
+    mutations = rule.mutations
+    keyed = [r for r in mutations.required_affinity if str(r.get("key")) in DEVICE_LABELS]
+    if not keyed or snapshot is None or devices is None or not devices.complete or not pod.total:
+        apply_placement(editor, spec_path, mutations)
+        return []
+    add_tolerations(editor, spec_path, mutations.tolerations)
+    others = [r for r in mutations.required_affinity if r not in keyed]
+    if others:
+        add_required_affinity(editor, spec_path, others)
+    _, is_gpu_class = gpu_names(
+        settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
+    )
+    holds = gpu_devices(devices, is_gpu_class).holds
+    served = {resource for resource, _ in claims.served}
+    explicit = any(c.counted and c.gpu_count for c in claims.claims)
+    wanted = {name for name, _ in pod.vector} | served
+
+    def plugin_node(node: Node) -> bool:
+        return any(node.allocatable.get(name, 0) > 0 for name in wanted)
+
+    def dra_node(node: Node) -> bool:
+        from_slices = explicit or any(not node.allocatable.get(name) for name in served)
+        return from_slices and holds(node)
+
+    # Judged without this rule's requirements (and the alternative it adds) where the pod
+    # carries them already: a pod applied with its own patch gets the same plan.
+    absent = [{"key": r["key"], "operator": "DoesNotExist"} for r in keyed]
+    bare = Placement.of(_strip_spec(copy.deepcopy(editor.get(spec_path)), [*keyed, *absent]))
+    served_classes = [c for _, c in claims.served]
+    plan = remembered_plan(
+        devices,
+        snapshot,
+        (bare.key(), explicit, tuple(sorted(wanted)), tuple(served_classes)),
+        rule,
+        lambda: affinity_plan(
+            keyed,
+            placement=bare,
+            nodes=snapshot,
+            dra_node=dra_node,
+            plugin_node=plugin_node,
+            refused_on=refuses_devices(devices, served_classes, device_rules([rule]))
+            if claims.served and not explicit
+            else None,
+        ),
+    )
+    if plan.verdict == "orUnlabelled":
+        add_required_affinity_or_absent(editor, spec_path, keyed)
+    elif plan.verdict != "skip":
+        add_required_affinity(editor, spec_path, keyed)
+    preferred = mutations.preferred_affinity
+    if plan.verdict == "skip":  # a preference on labels no GPU node carries says nothing
+        preferred = tuple(
+            p
+            for p in preferred
+            if not any(str(e.get("key")) in DEVICE_LABELS for e in p.get("matchExpressions") or [])
+        )
+    if preferred:
+        add_preferred_affinity(editor, spec_path, preferred)
+    finding = affinity_finding(rule.name, plan, ".".join(map(str, spec_path)))
+    return [finding] if finding is not None else []
 
 
 def _cuda(

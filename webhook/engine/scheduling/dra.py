@@ -271,6 +271,15 @@ def _eligible(
     return found, error, unknown
 
 
+def eligible_devices(
+    sub: SubRequest, devices: Sequence[Device], inventory: DeviceInventory
+) -> list[Device]:
+    """The devices of ``devices`` that ``sub`` may be allocated (``_eligible``); a selector
+    this webhook cannot evaluate selects none."""
+    found, _, _ = _eligible(sub, devices, inventory.classes, _Matcher(inventory))
+    return [devices[i] for i in found]
+
+
 def _assign(slots: Sequence[Sequence[int]], taken: set[int], shared: Sequence[bool]) -> bool:
     """Whether every slot gets its own device (augmenting paths; shared devices serve any
     number of slots)."""

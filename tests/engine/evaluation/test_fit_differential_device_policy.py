@@ -1,0 +1,442 @@
+"""Rules keyed on GPU labels against what the scheduler could give a pod, on random DRA-only
+and mixed clusters (issue 31).
+
+Clusters: GPU nodes served by NVIDIA's DRA driver (no nvidia.com/gpu in allocatable, a
+ResourceSlice per node, one or several products on one node, as cmd/gpu-kubelet-plugin
+publishes them), some of them still labelled by GPU feature discovery, and, in mixed
+clusters, nodes of the device plugin labelled by GFD (ClusterPolicy beside GPUCluster). The
+class gpu.nvidia.com serves nvidia.com/gpu (KEP-5004). Policies: the two examples of
+``rules/90-examples.yaml`` with random values (a product affinity with or without
+``allowedProducts``; a ``gpuMemory`` affinity with or without ``minGPUMemory``), in
+namespace vision. Pods: a plain nvidia.com/gpu, or a claim template (no selector, a product,
+a memory floor).
+
+The reference shares no code with the engine. What the scheduler may give the pod that the
+webhook lets through, on each node its mutated affinity and tolerations admit:
+
+- a plain nvidia.com/gpu on a device-plugin node: that node's GPUs, if it has enough
+  (NodeResourcesFit);
+- a plain nvidia.com/gpu on a DRA node: any device of the class, if the node has enough
+  (the scheduler's claim takes the class's selectors only: ``createResourceRequestAndMappings``
+  in kubernetes ``pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go``);
+- a claim: any device its selector matches, if the node has enough (the allocator's search
+  is exhaustive, so every matching device may be taken).
+
+Then: every admitted pod's possible devices are allowed by the policy; a pod is admitted
+wherever the webhook can keep it on allowed devices (a claim whose every device is allowed;
+a plain GPU that the labelled nodes the rule admits hold, or that unlabelled DRA nodes hold
+with no refused device there or on those labelled nodes: the webhook steers by the rule's
+own label requirement, with or without a label-absent alternative); and on DRA-only clusters a plain GPU pod that is denied while allowed devices could
+hold it is told the ResourceClaimTemplate to write, which, written, is admitted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.engine.evaluation.test_fit_differential import affinity_matches, tolerates
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy
+from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.inventory import Inventory, node_from_json
+
+GPU = "nvidia.com/gpu"
+PRODUCT = "nvidia.com/gpu.product"
+MEMORY = "nvidia.com/gpu.memory"
+TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
+# NVML's names (what the DRA driver publishes) and memory in MiB.
+PRODUCTS = [
+    ("NVIDIA A100-SXM4-80GB", 81920),
+    ("NVIDIA H100 80GB HBM3", 81559),
+    ("NVIDIA L4", 23034),
+    ("NVIDIA L40S", 46068),
+]
+NAMESPACE = "vision"
+CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'gpu.nvidia.com' && "
+                    "device.attributes['gpu.nvidia.com'].type == 'gpu'"
+                }
+            }
+        ],
+        "extendedResourceName": GPU,
+    },
+}
+
+
+def label(product: int) -> str:
+    """GFD's product label: NVML's name with dashes for spaces (internal/lm/resource.go)."""
+    return PRODUCTS[product][0].replace(" ", "-")
+
+
+# --- clusters --------------------------------------------------------------------------------
+
+
+@dataclass
+class GPUNode:
+    name: str
+    kind: str  # "dra" (no GFD labels), "dra-labelled", "plugin"
+    devices: list[int]  # product index per GPU
+    # DRA devices that allow multiple allocations (consumable capacity): part of a GPU.
+    shared: frozenset[int] = frozenset()
+
+    @property
+    def labels(self) -> dict[str, str]:
+        labels = {"kubernetes.io/hostname": self.name, "nvidia.com/gpu.present": "true"}
+        if self.kind != "dra":
+            labels[PRODUCT] = label(self.devices[0])
+            labels[MEMORY] = str(PRODUCTS[self.devices[0]][1])
+        return labels
+
+    def as_json(self) -> dict[str, Any]:
+        allocatable = {"cpu": "63", "memory": "500Gi", "pods": "110"}
+        if self.kind == "plugin":
+            allocatable[GPU] = str(len(self.devices))
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.name, "labels": self.labels},
+            "spec": {"taints": [TAINT]},
+            "status": {
+                "allocatable": allocatable,
+                "capacity": allocatable,
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+
+    def slice(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{self.name}-gpu.nvidia.com"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": self.name,
+                "pool": {"name": self.name, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": f"gpu-{i}",
+                        "attributes": {
+                            "type": {"string": "gpu"},
+                            "uuid": {"string": f"GPU-{self.name}-{i}"},
+                            "productName": {"string": PRODUCTS[p][0]},
+                        },
+                        "capacity": {"memory": {"value": f"{PRODUCTS[p][1]}Mi"}},
+                        **({"allowMultipleAllocations": True} if i in self.shared else {}),
+                    }
+                    for i, p in enumerate(self.devices)
+                ],
+            },
+        }
+
+
+@st.composite
+def gpu_node(draw: st.DrawFn, index: int, *, mixed: bool) -> GPUNode:
+    kinds = ["dra", "dra", "dra-labelled", "plugin"] if mixed else ["dra", "dra", "dra-labelled"]
+    kind = draw(st.sampled_from(kinds))
+    devices = draw(st.lists(st.integers(0, len(PRODUCTS) - 1), min_size=1, max_size=4))
+    if kind != "dra":  # GFD labels a node of one product
+        devices = [devices[0]] * len(devices)
+    shared: frozenset[int] = frozenset()
+    if kind != "plugin":
+        shared = draw(st.frozensets(st.integers(0, len(devices) - 1), max_size=1))
+    return GPUNode(f"gpu-{index}", kind, devices, shared)
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> list[GPUNode]:
+    mixed = draw(st.booleans())
+    count = draw(st.integers(1, 4))
+    return [draw(gpu_node(i, mixed=mixed)) for i in range(count)]
+
+
+# --- policies ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DevicePolicy:
+    products: tuple[int, ...] = ()  # allowed product indexes, or () for a memory policy
+    min_mib: int = 0
+    check: bool = False  # with allowedProducts / minGPUMemory beside the affinity
+    whole: bool = False  # with wholeGPUsOnly: a shared device is part of a GPU
+
+    def allows(self, product: int, shared: bool = False) -> bool:
+        if self.whole and shared:
+            return False
+        if self.products:
+            return product in self.products
+        return PRODUCTS[product][1] >= self.min_mib
+
+    def compiled(self) -> Policy:
+        def doc(kind: str, name: str, spec: dict[str, Any]) -> RuleDocument:
+            body = {
+                "apiVersion": "gpu-webhook.io/v1alpha1",
+                "kind": kind,
+                "metadata": {"name": name},
+            }
+            return RuleDocument(DocumentRef("differential", 1, kind, name), {**body, "spec": spec})
+
+        tolerate = {"tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]}
+        rule: dict[str, Any] = {"order": 30, "match": {"namespaces": [NAMESPACE]}}
+        if self.products:
+            labels = [label(p) for p in self.products]
+            required = [{"key": PRODUCT, "operator": "In", "values": labels}]
+            rule["mutate"] = {"nodeAffinity": {"required": required}}
+            rule["validate"] = [{"allowedProducts": labels, "action": "deny"}] if self.check else []
+        else:
+            rule["mutate"] = {"nodeAffinity": {"gpuMemory": {"min": f"{self.min_mib}Mi"}}}
+            rule["validate"] = [{"minGPUMemory": f"{self.min_mib}Mi"}] if self.check else []
+        if self.whole:
+            rule["validate"].append({"wholeGPUsOnly": True})
+        return compile_policy(
+            [
+                doc("GPUPolicy", "tolerations", {"order": 10, "mutate": tolerate}),
+                doc("GPUPolicy", "vision", rule),
+            ]
+        )
+
+
+device_policies = st.one_of(
+    st.builds(
+        DevicePolicy,
+        products=st.lists(st.integers(0, len(PRODUCTS) - 1), min_size=1, unique=True).map(
+            lambda p: tuple(sorted(p))
+        ),
+        check=st.booleans(),
+        whole=st.booleans(),
+    ),
+    st.builds(
+        DevicePolicy,
+        min_mib=st.sampled_from([20480, 40960, 81920]),
+        check=st.booleans(),
+        whole=st.booleans(),
+    ),
+)
+
+
+# --- pods ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ask:
+    count: int
+    claim: bool
+    product: int | None = None  # the claim's selector: productName ==
+    min_mib: int | None = None  # the claim's selector: memory >=
+
+    def selects(self, product: int) -> bool:
+        if self.product is not None and product != self.product:
+            return False
+        return self.min_mib is None or PRODUCTS[product][1] >= self.min_mib
+
+    def template(self) -> dict[str, Any]:
+        exactly: dict[str, Any] = {"deviceClassName": "gpu.nvidia.com", "count": self.count}
+        selectors = []
+        if self.product is not None:
+            name = PRODUCTS[self.product][0]
+            selectors.append(f"device.attributes['gpu.nvidia.com'].productName == '{name}'")
+        if self.min_mib is not None:
+            selectors.append(
+                "device.capacity['gpu.nvidia.com'].memory.compareTo("
+                f"quantity('{self.min_mib}Mi')) >= 0"
+            )
+        if selectors:
+            exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpus", "namespace": NAMESPACE},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+        }
+
+    def pod(self) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": "main", "image": "nvcr.io/nvidia/cuda:12.4.1-base"}
+        spec: dict[str, Any] = {"containers": [container]}
+        if self.claim:
+            spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpus"}]
+            container["resources"] = {"claims": [{"name": "gpu", "request": "gpu"}]}
+        else:
+            container["resources"] = {"limits": {GPU: self.count}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": NAMESPACE},
+            "spec": spec,
+        }
+
+
+asks = st.one_of(
+    st.builds(Ask, count=st.integers(1, 4), claim=st.just(False)),
+    st.builds(
+        Ask,
+        count=st.integers(1, 4),
+        claim=st.just(True),
+        product=st.none() | st.integers(0, len(PRODUCTS) - 1),
+        min_mib=st.none() | st.sampled_from([40960, 81920]),
+    ),
+)
+
+
+# --- reference -----------------------------------------------------------------------------
+
+
+def admits(node: GPUNode, spec: dict[str, Any]) -> bool:
+    """NodeAffinity and TaintToleration for the pod as the webhook leaves it."""
+    tolerations = spec.get("tolerations") or []
+    return affinity_matches(spec, node.labels) and any(tolerates(t, TAINT) for t in tolerations)
+
+
+def offered(node: GPUNode, ask: Ask) -> list[tuple[int, bool]]:
+    """The devices (product, shared) the scheduler may give the pod on this node (empty: it
+    cannot land)."""
+    devices = [(p, i in node.shared) for i, p in enumerate(node.devices)]
+    if ask.claim:
+        if node.kind == "plugin":
+            return []
+        matching = [(p, s) for p, s in devices if ask.selects(p)]
+        return matching if len(matching) >= ask.count else []
+    return devices if len(devices) >= ask.count else []
+
+
+def possible(
+    nodes: list[GPUNode], ask: Ask, spec: dict[str, Any]
+) -> dict[str, list[tuple[int, bool]]]:
+    return {n.name: offered(n, ask) for n in nodes if admits(n, spec) and offered(n, ask)}
+
+
+def steerable(nodes: list[GPUNode], ask: Ask, rule: DevicePolicy) -> bool:
+    """Whether the webhook has a way to keep the pod on allowed devices and it fits there."""
+    every = replace(ask, count=0)  # every device the pod's ask may take, enough or not
+    if ask.claim:
+        matching = [d for n in nodes for d in offered(n, every)]
+        fits = any(offered(n, ask) for n in nodes)
+        return fits and all(rule.allows(*d) for d in matching)
+    # Labelled nodes whose labels the rule admits: all the pod may get there is allowed,
+    # and one of them holds it.
+    admitted = [n for n in nodes if n.kind != "dra" and rule.allows(n.devices[0])]
+    if any(offered(n, ask) for n in admitted) and all(
+        rule.allows(*d) for n in admitted for d in offered(n, every)
+    ):
+        return True
+    # Or with the label absent as well: the webhook steers by the rule's own requirement
+    # only, so the labelled nodes it admits stay open beside the unlabelled ones.
+    unlabelled = [n for n in nodes if n.kind == "dra"]
+    refused = any(not rule.allows(*d) for n in [*unlabelled, *admitted] for d in offered(n, every))
+    return not refused and any(offered(n, ask) for n in unlabelled)
+
+
+def judge(
+    nodes: list[GPUNode], rule: DevicePolicy, pod: dict[str, Any], extra: list[dict[str, Any]]
+) -> Decision:
+    objects = [CLASS, *(n.slice() for n in nodes if n.kind != "plugin"), *extra]
+    view = InventoryView(
+        Inventory([node_from_json(n.as_json()) for n in nodes]),
+        devices=DeviceInventory.of(objects),
+    )
+    return evaluate(Request(pod, namespace=NAMESPACE), policy=rule.compiled(), inventory=view)
+
+
+_TEMPLATE = re.compile(r"create (\{.*\}), give the pod")
+
+
+def written_as_told(message: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The ResourceClaimTemplate a denial asks for, and the pod rewritten to use it."""
+    found = _TEMPLATE.search(message)
+    if found is None:
+        return None
+    template = json.loads(found.group(1))
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "nvcr.io/nvidia/cuda:12.4.1-base",
+        "resources": {"claims": [{"name": "gpu", "request": "gpu"}]},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": NAMESPACE},
+        "spec": {
+            "containers": [container],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu-policy"}],
+        },
+    }
+    return template, pod
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=clusters(), rule=device_policies, ask=asks)
+def test_an_admitted_pod_gets_only_allowed_devices_and_a_placeable_pod_is_admitted(
+    nodes: list[GPUNode], rule: DevicePolicy, ask: Ask
+) -> None:
+    extra = [ask.template()] if ask.claim else []
+
+    decision = judge(nodes, rule, ask.pod(), extra)
+
+    assert decision.mutated is not None
+    spec = dict(decision.mutated)["spec"]
+    messages = [f"{f.id} {f.action}: {f.message}" for f in decision.findings]
+    if decision.allowed:
+        gets = possible(nodes, ask, spec)
+        assert all(rule.allows(*d) for ds in gets.values() for d in ds), (gets, messages)
+    if steerable(nodes, ask, rule):
+        assert decision.allowed, messages
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=st.integers(1, 4).flatmap(
+        lambda n: st.tuples(*(gpu_node(i, mixed=False) for i in range(n)))
+    ),
+    rule=device_policies,
+    count=st.integers(1, 4),
+)
+def test_on_a_dra_only_cluster_a_denied_plain_gpu_pod_is_told_the_claim_that_is_admitted(
+    nodes: tuple[GPUNode, ...], rule: DevicePolicy, count: int
+) -> None:
+    cluster = [n for n in nodes if n.kind == "dra"]  # no GFD labels at all
+    # A CEL selector sees a device's attributes and capacity, not allowMultipleAllocations
+    # (k8s.io/dynamic-resource-allocation/cel compile.go, the device variable): a shared
+    # GPU and a whole one of the same product cannot be told apart by a claim.
+    if not cluster or (rule.whole and any(n.shared for n in cluster)):
+        return
+    ask = Ask(count, claim=False)
+
+    decision = judge(cluster, rule, ask.pod(), [])
+
+    messages = [f.message for f in decision.findings]
+    allowed_fit = any(
+        sum(rule.allows(p, i in n.shared) for i, p in enumerate(n.devices)) >= count
+        for n in cluster
+    )
+    if decision.allowed or not allowed_fit:
+        return
+    told = next((t for m in messages if (t := written_as_told(m)) is not None), None)
+    assert told is not None, messages
+    template, pod = told
+    again = judge(cluster, rule, pod, [template])
+    assert again.allowed, [f.message for f in again.findings]
+    # What the template selects, read from its CEL: products by NVML name, a memory floor.
+    expression = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]
+    text = expression["cel"]["expression"]
+    names = re.findall(r"'(NVIDIA[^']*)'", text)
+    floor = re.search(r"quantity\('(\d+)Mi'\)", text)
+    selected = [
+        i
+        for i, (name, mib) in enumerate(PRODUCTS)
+        if name in names and (floor is None or mib >= int(floor.group(1)))
+    ]
+    assert selected, text
+    assert all(rule.allows(p) for p in selected), text

@@ -1,0 +1,633 @@
+"""Policies keyed on GPU node labels, held on the devices that ResourceSlices publish.
+
+On a cluster served by NVIDIA's DRA driver (GPU Operator's ``GPUCluster``) there is no device
+plugin and no GPU feature discovery, so GPU nodes carry no ``nvidia.com/gpu.*`` labels; each
+GPU is described in a ResourceSlice instead (NVIDIA/k8s-dra-driver-gpu
+``cmd/gpu-kubelet-plugin/deviceinfo.go``, ``GpuInfo.GetDevice``, ``MigDeviceInfo.GetDevice``:
+attributes ``type``, ``productName`` (a MIG device's is its parent's), ``architecture``,
+``cudaComputeCapability``, ``driverVersion``, ``cudaDriverVersion``, MIG devices'
+``profile``, and capacity ``memory`` in bytes). A rule written against the labels is read here
+against the labels GFD would have written for that device (NVIDIA/k8s-device-plugin
+``internal/lm/resource.go``, ``productLabel``: NVML's name with each space replaced by a dash,
+``-MIG-<profile>`` for MIG devices; ``.memory`` in MiB; ``.family`` from the architecture;
+``internal/lm/nvml.go``: the driver and CUDA versions), so one rule says one thing on both
+kinds of node: ``NVIDIA A100-SXM4-80GB`` is ``NVIDIA-A100-SXM4-80GB``.
+
+Node affinity cannot choose among the devices of one node, and a webhook cannot change a
+claim that a pod only names (the claim exists already; a template is read when the pod is
+created, by the resourceclaim controller). A plain ``nvidia.com/gpu`` that a DeviceClass
+serves becomes a claim that takes the class's selectors only (KEP-5004;
+kubernetes ``pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go``,
+``createResourceRequestAndMappings``). So every device a pod's claim may get must satisfy the
+policy, or the pod is denied with the selector (or the whole claim) to write.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from webhook.engine.kube.quantity import format_bytes
+from webhook.engine.kube.selectors import requirement_matches
+from webhook.engine.policy.decision import Finding
+from webhook.engine.policy.ruleset import Action, Rule
+from webhook.engine.resources.devices import ClaimSpec, Device, DeviceInventory, SubRequest
+from webhook.engine.resources.deviceselectors import SelectorError, compile_selector
+from webhook.engine.resources.gpufacts import MEMORY_LABEL, PRODUCT_LABEL
+from webhook.engine.resources.inventory import Inventory, Node, Placement
+from webhook.engine.scheduling.dra import (
+    Candidates,
+    PodClaim,
+    PodClaims,
+    candidates,
+    eligible_devices,
+    fits_somewhere,
+)
+
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+MIB = 2**20
+_FAMILY_LABEL = "nvidia.com/gpu.family"
+_COMPUTE = ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
+_DRIVER = (
+    ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev"),
+    (
+        "nvidia.com/cuda.driver-version.major",
+        "nvidia.com/cuda.driver-version.minor",
+        "nvidia.com/cuda.driver-version.revision",
+    ),
+)
+_RUNTIME = (
+    ("nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor"),
+    ("nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"),
+)
+# The GFD labels a DRA device's attributes can stand for; a rule keyed on any other node
+# label (sharing strategy, MIG strategy, a cloud's accelerator label) has no device reading.
+DEVICE_LABELS = frozenset(
+    {
+        PRODUCT_LABEL,
+        MEMORY_LABEL,
+        _FAMILY_LABEL,
+        *_COMPUTE,
+        *(k for keys in _DRIVER for k in keys),
+        *(k for keys in _RUNTIME for k in keys),
+        "nvidia.com/cuda.driver-version.full",
+        "nvidia.com/cuda.runtime-version.full",
+    }
+)
+
+
+# Not a GFD label: whether a device is a whole GPU to itself (type gpu, no multiple
+# allocations), what ``wholeGPUsOnly`` asks; a MIG device or a shared one is part of a GPU.
+WHOLE_GPU = "gpu-webhook.io/whole-gpu"
+
+
+def label_form(product: str) -> str:
+    """A product as GFD labels it: NVML's name with dashes for spaces (``productLabel``)."""
+    return product.replace(" ", "-")
+
+
+def _text(value: object) -> str:
+    text = getattr(value, "text", value)
+    return text if isinstance(text, str) else ""
+
+
+def _numbers(version: str) -> list[str]:
+    return version.split("-", maxsplit=1)[0].split("+", maxsplit=1)[0].split(".")
+
+
+def device_labels(device: Device) -> dict[str, str]:
+    """The GFD labels of a node holding only this device, from its attributes."""
+    attr = {(d, n): v for d, n, v in device.attributes if d == NVIDIA_DRA_DRIVER}
+    labels: dict[str, str] = {}
+    product = _text(attr.get((NVIDIA_DRA_DRIVER, "productName")))
+    if product:
+        labels[PRODUCT_LABEL] = label_form(product)
+        profile = _text(attr.get((NVIDIA_DRA_DRIVER, "profile")))
+        if _text(attr.get((NVIDIA_DRA_DRIVER, "type"))) == "mig" and profile:
+            labels[PRODUCT_LABEL] += f"-MIG-{profile}"
+    kind = _text(attr.get((NVIDIA_DRA_DRIVER, "type")))
+    labels[WHOLE_GPU] = str(kind == "gpu" and not device.shared).lower()
+    memory = next(
+        (v for d, n, v in device.capacity if (d, n) == (NVIDIA_DRA_DRIVER, "memory")), None
+    )
+    if memory is not None:
+        labels[MEMORY_LABEL] = str(int(memory) // MIB)
+    family = _text(attr.get((NVIDIA_DRA_DRIVER, "architecture")))
+    if family:
+        labels[_FAMILY_LABEL] = family.lower()
+    compute = _numbers(_text(attr.get((NVIDIA_DRA_DRIVER, "cudaComputeCapability"))))
+    for key, part in zip(_COMPUTE, compute, strict=False):
+        if part.isdigit():
+            labels[key] = part
+    driver = _text(attr.get((NVIDIA_DRA_DRIVER, "driverVersion")))
+    if driver:
+        labels["nvidia.com/cuda.driver-version.full"] = driver
+        for keys in _DRIVER:
+            labels.update(zip(keys, _numbers(driver), strict=False))
+    runtime = _text(attr.get((NVIDIA_DRA_DRIVER, "cudaDriverVersion")))
+    if runtime:
+        labels["nvidia.com/cuda.runtime-version.full"] = runtime
+        for names in _RUNTIME:
+            labels.update(zip(names, _numbers(runtime), strict=False))
+    return labels
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRule:
+    """One constraint of one rule, read on devices: ``check`` is the rule's check kind
+    (``allowedProducts``, ``minGPUMemory``) or ``nodeAffinity`` for its required affinity."""
+
+    rule: str
+    check: str
+    action: Action
+    describe: str
+    requirements: tuple[Mapping[str, Any], ...] = ()
+    products: tuple[str, ...] = ()
+    min_memory_mib: int | None = None
+    whole: bool = False
+
+    def allows(self, labels: Mapping[str, str]) -> bool:
+        if self.whole:
+            return labels.get(WHOLE_GPU) == "true"
+        if self.requirements:
+            return all(requirement_matches(r, labels) for r in self.requirements)
+        if self.products:
+            product = labels.get(PRODUCT_LABEL, "")
+            return bool(product) and any(fnmatch.fnmatchcase(product, p) for p in self.products)
+        if self.min_memory_mib is not None:
+            memory = labels.get(MEMORY_LABEL, "")
+            return memory.isdigit() and int(memory) >= self.min_memory_mib
+        return True
+
+
+def _requirement_text(r: Mapping[str, Any]) -> str:
+    values = r.get("values") or []
+    return f"{r.get('key')} {r.get('operator')} {list(map(str, values))}".replace("'", "")
+
+
+def device_rules(rules: Sequence[Rule], *, affinity: bool = True) -> tuple[DeviceRule, ...]:
+    """The device reading of each rule's label-keyed required affinity (keys in
+    ``DEVICE_LABELS`` only) and of its ``allowedProducts``, ``minGPUMemory`` and
+    ``wholeGPUsOnly`` checks."""
+    out: list[DeviceRule] = []
+    for rule in rules:
+        keyed = tuple(
+            r for r in rule.mutations.required_affinity if str(r.get("key")) in DEVICE_LABELS
+        )
+        if keyed and affinity:
+            text = ", ".join(map(_requirement_text, keyed))
+            out.append(DeviceRule(rule.name, "nodeAffinity", "deny", text, requirements=keyed))
+        for check in rule.checks:
+            if check.kind == "allowedProducts":
+                listed = ", ".join(check.value)
+                out.append(
+                    DeviceRule(
+                        rule.name,
+                        check.kind,
+                        check.action,
+                        f"products {listed}",
+                        products=tuple(check.value),
+                    )
+                )
+            elif check.kind == "wholeGPUsOnly" and check.value:
+                out.append(
+                    DeviceRule(rule.name, check.kind, check.action, "whole GPUs", whole=True)
+                )
+            elif check.kind == "minGPUMemory":
+                need = -(-int(check.value) // MIB)
+                out.append(
+                    DeviceRule(
+                        rule.name,
+                        check.kind,
+                        check.action,
+                        f"at least {format_bytes(int(check.value))} of GPU memory",
+                        min_memory_mib=need,
+                    )
+                )
+    return tuple(out)
+
+
+def shown_product(device: Device) -> str:
+    """The product as a message names it: NVML's name, with the MIG profile."""
+    labels = device_labels(device)
+    return labels.get(PRODUCT_LABEL, f"device {device.name} (no productName)")
+
+
+def product_names(devices: Sequence[Device]) -> list[str]:
+    """Distinct NVML product names of ``devices``, in order."""
+    names = (
+        _text(next((v for d, n, v in x.attributes if n == "productName"), "")) for x in devices
+    )
+    return sorted({n for n in names if n})
+
+
+def allowing_selector(good: Sequence[Device], rules: Sequence[DeviceRule]) -> str:
+    """A CEL selector that picks ``good`` devices' products (and, for a memory rule, enough
+    memory): what the user adds to a claim's request so that it gets only allowed devices.
+    The caller checks that it selects no device the rules refuse."""
+    names = product_names(good)
+    quoted = ", ".join(f"'{n}'" for n in names)
+    parts = [f"device.attributes['{NVIDIA_DRA_DRIVER}'].productName in [{quoted}]"]
+    floors = [r.min_memory_mib for r in rules if r.min_memory_mib is not None]
+    for r in rules:
+        for req in r.requirements:
+            values = [str(v) for v in req.get("values") or []]
+            gt = req.get("key") == MEMORY_LABEL and req.get("operator") == "Gt"
+            if gt and values and values[0].isdigit():
+                floors.append(int(values[0]) + 1)
+    if floors:
+        parts.append(
+            f"device.capacity['{NVIDIA_DRA_DRIVER}'].memory.compareTo(quantity('{max(floors)}Mi'))"
+            " >= 0"
+        )
+    if any(device_labels(d).get(PRODUCT_LABEL, "").count("-MIG-") for d in good):
+        return " && ".join(parts)
+    parts.append(f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'gpu'")
+    return " && ".join(parts)
+
+
+# --- the pod's claims against the policy --------------------------------------------------
+
+
+def _key(device: Device) -> tuple[str, str, str]:
+    return (device.driver, device.pool, device.name)
+
+
+def _claim_devices(
+    pod_claim: PodClaim, found: Candidates, devices: DeviceInventory
+) -> list[Device]:
+    """Every device a GPU request of the claim may be allocated on the candidate nodes:
+    each ``firstAvailable`` alternative counts, since the allocator may take any."""
+    assert pod_claim.claim is not None
+    seen: dict[tuple[str, str, str], Device] = {}
+    for request in pod_claim.claim.spec.requests:
+        for sub in request.alternatives:
+            if pod_claim.counted and sub.name not in pod_claim.gpu_requests:
+                continue
+            for profile in found.profiles:
+                for device in eligible_devices(sub, profile.devices, devices):
+                    seen.setdefault(_key(device), device)
+    return list(seen.values())
+
+
+def _restricted(spec: ClaimSpec, gpu_requests: frozenset[str], selector: str) -> ClaimSpec:
+    requests = tuple(
+        replace(
+            request,
+            alternatives=tuple(
+                replace(sub, selectors=(*sub.selectors, selector))
+                if sub.name in gpu_requests or not gpu_requests
+                else sub
+                for sub in request.alternatives
+            ),
+        )
+        for request in spec.requests
+    )
+    return replace(spec, requests=requests)
+
+
+def _selects_only(selector: str, good: Sequence[Device], bad: Sequence[Device]) -> bool:
+    compiled = compile_selector(selector)
+    if isinstance(compiled, SelectorError):
+        return False
+    try:
+        return all(compiled.matches(d.view()) for d in good) and not any(
+            compiled.matches(d.view()) for d in bad
+        )
+    except SelectorError:
+        return False
+
+
+def _served_index(request: str) -> int:
+    """The container index in a request name the scheduler's claim gives
+    (``container-<index>-<resource>``, ``dra._served_requests``)."""
+    parts = request.split("-", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else -1
+
+
+def served_template(
+    pod_claim: PodClaim, selector: str, namespace: str
+) -> tuple[dict[str, Any], list[tuple[int, str]]]:
+    """The ResourceClaimTemplate to write in place of a GPU resource a class serves: one
+    request per request of the claim the scheduler would make (one per container), with the
+    policy's selector; and which container index holds which request."""
+    assert pod_claim.claim is not None
+    requests = []
+    holders = []
+    subs = [r.alternatives[0] for r in pod_claim.claim.spec.requests if r.alternatives]
+    for number, sub in enumerate(subs):
+        name = "gpu" if len(subs) == 1 else f"gpu-{number}"
+        holders.append((_served_index(sub.name), name))
+        requests.append(
+            {
+                "name": name,
+                "exactly": {
+                    "deviceClassName": sub.device_class,
+                    "count": sub.count,
+                    "selectors": [{"cel": {"expression": selector}}],
+                },
+            }
+        )
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpu-policy", **({"namespace": namespace} if namespace else {})},
+        "spec": {"spec": {"devices": {"requests": requests}}},
+    }
+    return template, holders
+
+
+def _remedy(pod_claim: PodClaim, selector: str, namespace: str, containers: Sequence[str]) -> str:
+    if pod_claim.counted:
+        return (
+            "The webhook cannot change a claim the pod only names: add this selector to the "
+            f'GPU requests of {pod_claim.source} (claim "{pod_claim.name}"): '
+            f'selectors: [{{cel: {{expression: "{selector}"}}}}].'
+        )
+    template, holders = served_template(pod_claim, selector, namespace)
+    held = "; ".join(
+        f'container "{containers[i] if 0 <= i < len(containers) else i}": '
+        f"resources.claims: [{{name: gpu, request: {name}}}]"
+        for i, name in holders
+    )
+    return (
+        f"A DRA device class serves {pod_claim.name} with the class's own selectors only "
+        "(KEP-5004), so neither a selector nor node affinity can keep it on allowed devices. "
+        f"Ask for the GPUs through a claim instead: create "
+        f"{json.dumps(template, separators=(',', ':'))}, give the pod resourceClaims: "
+        f"[{{name: gpu, resourceClaimTemplateName: gpu-policy}}] and, in place of "
+        f"{pod_claim.name} in its resources, {held}."
+    )
+
+
+def device_policy_findings(
+    claims: PodClaims,
+    rules: Sequence[DeviceRule],
+    *,
+    placement: Placement,
+    nodes: Inventory | None,
+    devices: DeviceInventory,
+    namespace: str,
+    where: str,
+    containers: Sequence[str] = (),
+) -> Iterator[Finding]:
+    """A finding for each rule whose policy some device the pod's GPU claims may get
+    breaks, on the nodes it can use (as they will be once healed, as capacity judges)."""
+    if not rules or not devices.complete:
+        return
+    found = candidates(devices, nodes, placement.healed())
+    if not found.profiles:
+        return
+    pending = [
+        c for c in claims.claims if c.claim is not None and not c.claim.allocated and c.gpu_count
+    ]
+    for pod_claim in pending:
+        assert pod_claim.claim is not None
+        eligible = _claim_devices(pod_claim, found, devices)
+        labels = {_key(d): device_labels(d) for d in eligible}
+        offending = [(r, [d for d in eligible if not r.allows(labels[_key(d)])]) for r in rules]
+        offending = [(r, bad) for r, bad in offending if bad]
+        if not offending:
+            continue
+        good = [d for d in eligible if all(r.allows(labels[_key(d)]) for r in rules)]
+        bad_all = [d for d in eligible if d not in good]
+        remedy = _policy_remedy(
+            pod_claim,
+            pending,
+            good,
+            bad_all,
+            rules,
+            found=found,
+            devices=devices,
+            namespace=namespace,
+            containers=containers,
+        )
+        what = f"{pod_claim.source}" if pod_claim.counted else f"the pod's {pod_claim.source}"
+        for number, (rule, bad) in enumerate(offending):
+            products = ", ".join(sorted({shown_product(d) for d in bad}))
+            message = (
+                f"{what} may be given {products}, but rule {rule.rule} allows only "
+                f"{rule.describe} here (read on the devices ResourceSlices publish). "
+                + (remedy if number == 0 else "See the first finding for this claim.")
+            )
+            summary = f"{pod_claim.name} may get {products}, outside {rule.describe}"
+            yield Finding(rule.rule, rule.check, rule.action, message, summary, where)
+
+
+def _policy_remedy(
+    pod_claim: PodClaim,
+    pending: Sequence[PodClaim],
+    good: Sequence[Device],
+    bad: Sequence[Device],
+    rules: Sequence[DeviceRule],
+    *,
+    found: Candidates,
+    devices: DeviceInventory,
+    namespace: str,
+    containers: Sequence[str],
+) -> str:
+    if not good:
+        return (
+            "None of the devices it can get on the nodes it can use is allowed: select "
+            "allowed devices in the claim, or ask an admin."
+        )
+    selector = allowing_selector(good, rules)
+    if not _selects_only(selector, good, bad):
+        # A CEL selector sees attributes and capacity only (k8s.io/dynamic-resource-allocation
+        # cel/compile.go, the device variable), not allowMultipleAllocations.
+        return (
+            "No selector on the devices' attributes tells the allowed devices from the others "
+            "(a GPU that allows multiple allocations looks like a whole one to CEL): ask an "
+            "admin for a DeviceClass or node selection that keeps them apart."
+        )
+    assert pod_claim.claim is not None
+    specs = tuple(
+        _restricted(c.claim.spec, c.gpu_requests if c.counted else frozenset(), selector)
+        if c is pod_claim
+        else c.claim.spec
+        for c in pending
+        if c.claim is not None
+    )
+    answer = fits_somewhere(specs, found, devices)
+    if answer.fits is False:
+        return (
+            f"Restricted to allowed devices ({', '.join(product_names(good))}), its requests "
+            "fit no node the pod can use: ask for fewer devices."
+        )
+    return _remedy(pod_claim, selector, namespace, containers)
+
+
+# --- a rule's label-keyed affinity on nodes that carry no such label ------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityPlan:
+    """What to do with a rule's required affinity on GPU labels (``keyed``), judged with
+    and without it against the GPU nodes the pod can use:
+
+    - ``apply``: as written (no DRA node is shut out, or no node carries the label and
+      no DRA node is in play: the capacity checks say so);
+    - ``orUnlabelled``: as written, or the labels absent, so that DRA nodes stay open and
+      the rule is held on their devices (``device_policy_findings``);
+    - ``skip``: no GPU node the pod can use carries the labels, and DRA nodes could take it:
+      the affinity would leave it nowhere, a denial of the webhook's own making; held on
+      the devices;
+    - ``applyWarn``: as written, though it shuts DRA nodes out, because unlabelled nodes
+      without a DRA driver would otherwise let the pod onto GPUs of unknown product, or
+      because the DRA nodes hold devices the rule refuses that nothing could keep a plain
+      GPU resource off, while labelled nodes meet it.
+    """
+
+    verdict: str
+    keyed: tuple[Mapping[str, Any], ...] = ()
+    shut_out: tuple[str, ...] = ()  # DRA nodes the affinity keeps out
+    # applyWarn: "refused" (the DRA nodes hold devices the rule refuses) or "unknown"
+    # (unlabelled nodes without a DRA driver would get in).
+    why: str = ""
+
+
+APPLY = AffinityPlan("apply")
+
+
+def _meets(requirements: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:
+    return all(requirement_matches(r, labels) for r in requirements)
+
+
+def affinity_plan(
+    required: Sequence[Mapping[str, Any]],
+    *,
+    placement: Placement,
+    nodes: Inventory,
+    dra_node: Callable[[Node], bool],
+    plugin_node: Callable[[Node], bool],
+    refused_on: Callable[[Node, Sequence[Mapping[str, Any]]], bool] | None = None,
+) -> AffinityPlan:
+    """``dra_node``: the pod's GPUs would come from ResourceSlices there; ``plugin_node``:
+    from the node's allocatable; ``refused_on``: the scheduler could give the pod a device
+    there that the requirements refuse, and nothing can steer it off (a resource a class
+    serves). Cordons and conditions are ignored, as denials do."""
+    keyed = tuple(r for r in required if str(r.get("key")) in DEVICE_LABELS)
+    if not keyed:
+        return APPLY
+    before: list[tuple[Node, bool]] = []
+    # Nodes of one shape differ only in identity labels: one answers for all unless the
+    # placement names nodes.
+    names = placement.names_nodes(nodes.identity_labels)
+    for shape in nodes.shapes:
+        example = shape.example
+        if not names and not placement.admits(example.labels, example.name, shape.taints):
+            continue
+        for node in shape.members[:1] if shape.pool else shape.members:
+            if names and not placement.admits(node.labels, node.name, shape.taints):
+                continue
+            dra = not shape.pool and dra_node(node)
+            if dra or plugin_node(node):
+                before.append((node, dra))
+    keys = {str(r.get("key")) for r in keyed}
+    # Shut out for want of the labels: a DRA node labelled otherwise (GFD still running)
+    # is judged by its labels, as every node is.
+    shut_out = tuple(n.name for n, dra in before if dra and not keys <= set(n.labels))
+    if not shut_out:
+        return APPLY
+    labelled = [n for n, _ in before if keys <= set(n.labels)]
+    if not labelled and not nodes.unbounded_for(placement):
+        return AffinityPlan("skip", keyed, shut_out)
+    unknown = [n for n, dra in before if not dra and not keys <= set(n.labels)]
+    # Labelled nodes meet the rule: where the DRA nodes could give the pod a refused device
+    # and nothing can steer it there, keeping them out places the pod within the policy.
+    refused = (
+        refused_on is not None
+        and any(_meets(keyed, n.labels) for n in labelled)
+        and any(refused_on(n, keyed) for n, dra in before if dra and n.name in shut_out)
+    )
+    if unknown:
+        return AffinityPlan("applyWarn", keyed, shut_out, "unknown")
+    if refused:
+        return AffinityPlan("applyWarn", keyed, shut_out, "refused")
+    return AffinityPlan("orUnlabelled", keyed, shut_out)
+
+
+_MEMO_SIZE = 4096
+
+
+def remembered_plan(
+    devices: DeviceInventory,
+    nodes: Inventory,
+    key: tuple[Any, ...],
+    owner: object,
+    plan: Callable[[], AffinityPlan],
+) -> AffinityPlan:
+    """``plan()`` once per snapshot (its memo), node inventory, ``owner`` (the rule) and
+    ``key`` (the pod's placement and what serves its GPUs): the plan reads every GPU node,
+    and the pods of one workload ask it alike."""
+    memo = devices._memo
+    full = ("affinity-plan", *key)
+    known = memo.get(full)
+    if known is not None and known[0] is nodes and known[1] is owner:
+        return known[2]  # type: ignore[no-any-return]
+    answer = plan()
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    memo[full] = (nodes, owner, answer)
+    return answer
+
+
+def affinity_finding(rule: str, plan: AffinityPlan, where: str) -> Finding | None:
+    """The warning that names the rule whose affinity was not applied as written."""
+    if plan.verdict == "apply":
+        return None
+    text = ", ".join(map(_requirement_text, plan.keyed))
+    labels = ", ".join(sorted({str(r.get("key")) for r in plan.keyed}))
+    nodes = ", ".join(plan.shut_out[:3]) + (", ..." if len(plan.shut_out) > 3 else "")
+    if plan.verdict == "skip":
+        message = (
+            f"required node affinity {text} not added: no GPU node the pod can use carries "
+            f"{labels} (DRA nodes such as {nodes} describe their GPUs in ResourceSlices, not "
+            "in GPU feature discovery's labels), so it would leave the pod nowhere. The rule "
+            "is held on the devices instead: every device the pod's claims may get must meet it."
+        )
+        summary = f"affinity on {labels} not added: no GPU node carries it"
+    elif plan.verdict == "orUnlabelled":
+        message = (
+            f"required node affinity {text} added with an alternative for nodes without "
+            f"{labels}: the DRA nodes ({nodes}) describe their GPUs in ResourceSlices, where "
+            "the rule is held on the devices."
+        )
+        summary = f"affinity on {labels}, or nodes without it whose devices meet it"
+    else:
+        because = (
+            "they hold devices the rule refuses, which nothing can keep a plain GPU resource "
+            "off, and labelled nodes meet it"
+            if plan.why == "refused"
+            else "other GPU nodes without the labels have no DRA driver whose devices could "
+            "be read, and would get in too"
+        )
+        message = (
+            f"required node affinity {text} keeps the DRA nodes {nodes} out: they carry no "
+            f"{labels}, and {because}. Ask for the GPUs through a ResourceClaim with a "
+            "selector on the devices to use them."
+        )
+        summary = f"affinity on {labels} keeps DRA nodes out"
+    return Finding(rule, "nodeAffinity", "warn", message, summary, where)
+
+
+def refuses_devices(
+    devices: DeviceInventory, classes: Sequence[str], rules: Sequence[DeviceRule] = ()
+) -> Callable[[Node, Sequence[Mapping[str, Any]]], bool]:
+    """Whether a node holds an allocatable device of ``classes`` (the classes that serve
+    the pod's plain GPU resources) whose GPU-feature-discovery labels fail the requirements
+    or the rule's other device constraints (``rules``: its checks read on devices)."""
+
+    def refused(node: Node, requirements: Sequence[Mapping[str, Any]]) -> bool:
+        held = devices.profile(node).devices
+        for device_class in classes:
+            for device in eligible_devices(SubRequest("policy", device_class), held, devices):
+                labels = device_labels(device)
+                if not _meets(requirements, labels) or not all(r.allows(labels) for r in rules):
+                    return True
+        return False
+
+    return refused

@@ -1,0 +1,127 @@
+"""Rules keyed on node labels that no GPU node carries: warnings for ``rules lint --inventory``
+and ``serve`` (issue 31).
+
+GPU Operator's DRA stack (``GPUCluster``) runs neither the device plugin nor GPU feature
+discovery, so a rule written for GFD's labels keys on labels its GPU nodes lack. The engine
+then holds product, memory, architecture and driver rules on the devices ResourceSlices
+publish (``scheduling.devicepolicy``); every other key (sharing strategy, MIG strategy, a
+label the cluster never set) silently matches no node. Either way the admin is told: which
+rule, which label, and what to key on instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from webhook.engine.policy.ruleset import Policy, PolicyProblem, Rule
+from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.gpufacts import MEMORY_LABEL, PRODUCT_LABEL
+from webhook.engine.resources.inventory import Inventory, Node
+from webhook.engine.scheduling.devicepolicy import DEVICE_LABELS, NVIDIA_DRA_DRIVER
+from webhook.engine.scheduling.dra import gpu_devices, gpu_names
+
+# The DRA driver's reading of each GFD label (k8s-dra-driver-gpu deviceinfo.go).
+_ATTRIBUTE = {
+    PRODUCT_LABEL: f"device.attributes['{NVIDIA_DRA_DRIVER}'].productName",
+    MEMORY_LABEL: f"device.capacity['{NVIDIA_DRA_DRIVER}'].memory",
+    "nvidia.com/gpu.family": f"device.attributes['{NVIDIA_DRA_DRIVER}'].architecture",
+    "nvidia.com/gpu.compute": f"device.attributes['{NVIDIA_DRA_DRIVER}'].cudaComputeCapability",
+    "nvidia.com/cuda.driver": f"device.attributes['{NVIDIA_DRA_DRIVER}'].driverVersion",
+    "nvidia.com/cuda.runtime": f"device.attributes['{NVIDIA_DRA_DRIVER}'].cudaDriverVersion",
+}
+
+
+def _attribute(key: str) -> str:
+    for prefix, attribute in _ATTRIBUTE.items():
+        if key == prefix or key.startswith(f"{prefix}."):
+            return attribute
+    return _ATTRIBUTE["nvidia.com/cuda.driver"]  # cuda.driver-version.* keys
+
+
+def _keys(rule: Rule) -> Iterator[tuple[str, str]]:
+    """(path, label key) of every node label the rule's mutations key on."""
+    for requirement in rule.mutations.required_affinity:
+        yield "spec.mutate.nodeAffinity", str(requirement.get("key"))
+    for preference in rule.mutations.preferred_affinity:
+        for expression in preference.get("matchExpressions") or []:
+            yield "spec.mutate.nodeAffinity.preferred", str(expression.get("key"))
+    if rule.mutations.avoid_gpu_nodes is not None:
+        yield "spec.mutate.avoidGPUNodes.nodeLabel", rule.mutations.avoid_gpu_nodes.key
+
+
+def _instead(key: str, *, dra: bool, carried: Sequence[str]) -> str:
+    if dra and key in DEVICE_LABELS:
+        return (
+            f"its GPUs are described in ResourceSlices ({_attribute(key)}), where the webhook "
+            "holds the rule: pods are admitted where every device they may get meets it, and "
+            "a plain GPU resource that the class could serve from other devices is denied with "
+            f"the claim to write. Key claims on {_attribute(key)} in a CEL selector instead"
+        )
+    if dra:
+        return (
+            "no DRA device attribute stands for it (the DRA driver shares GPUs by consumable "
+            "capacity and partitions them by DynamicMIG, not by node labels): select the "
+            "devices in a ResourceClaim (class, selectors, capacity requests) instead"
+        )
+    shown = ", ".join(carried[:4]) or "none"
+    return (
+        "check that GPU feature discovery runs, or key the rule on a label the GPU nodes "
+        f"carry (every GPU node has: {shown})"
+    )
+
+
+def label_warnings(
+    policy: Policy, nodes: Inventory | None, devices: DeviceInventory | None
+) -> list[PolicyProblem]:
+    """One warning per rule and label key that no GPU node carries (a node offering a GPU
+    resource, or holding devices of a GPU class). Nothing without GPU nodes to look at."""
+    if nodes is None:
+        return []
+    gpu_node = _gpu_node(policy, devices)
+    members = [n for shape in nodes.shapes if not shape.pool for n in shape.members]
+    gpu = [n for n in members if gpu_node(n)]
+    if not gpu:
+        return []
+    labelled = set().union(*(set(n.labels) for n in gpu))
+    carried = sorted(
+        set.intersection(*(set(n.labels) for n in gpu)) - {"kubernetes.io/hostname"},
+        key=lambda k: (not k.startswith("nvidia.com/"), k),
+    )
+    dra = devices is not None and any(_holds(devices, policy)(n) for n in gpu)
+    warnings: list[PolicyProblem] = []
+    seen: set[tuple[str, str]] = set()
+    for rule in policy.rules:
+        for path, key in _keys(rule):
+            if key in labelled or (rule.name, key) in seen:
+                continue
+            seen.add((rule.name, key))
+            warnings.append(
+                PolicyProblem(
+                    rule.document,
+                    path,
+                    f"rule {rule.name} keys on node label {key}, which no GPU node carries "
+                    f"({len(gpu)} GPU node{'s' if len(gpu) != 1 else ''}): "
+                    + _instead(key, dra=dra, carried=carried),
+                )
+            )
+    return warnings
+
+
+def _holds(devices: DeviceInventory, policy: Policy) -> Callable[[Node], bool]:
+    settings = policy.settings
+    _, is_gpu_class = gpu_names(
+        settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
+    )
+    return gpu_devices(devices, is_gpu_class).holds
+
+
+def _gpu_node(policy: Policy, devices: DeviceInventory | None) -> Callable[[Node], bool]:
+    is_gpu = policy.settings.gpu_resources.is_gpu
+    holds = _holds(devices, policy) if devices is not None else None
+
+    def gpu(node: Node) -> bool:
+        if any(is_gpu(r) and a > 0 for r, a in node.allocatable.items()):
+            return True
+        return holds is not None and holds(node)
+
+    return gpu
