@@ -90,8 +90,8 @@ def send(client: Path, port: int, cert_dir: Path, work: Path, **options: Any) ->
         argv.append("-unique")
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
     figures: dict[str, Any] = json.loads(done.stdout)
-    if figures["errors"] or not figures["requests"]:
-        raise SystemExit(f"port {port}: {figures}")
+    if not figures["requests"]:
+        raise SystemExit(f"port {port}: nothing answered: {figures}")
     figures["throughput"] = figures["requests"] / figures["seconds"]
     return figures
 
@@ -120,10 +120,15 @@ def main() -> int:
     args = parser.parse_args()
     unique = not args.repeated
     tmp = Path(tempfile.mkdtemp(prefix="gpu-webhook-floor-"))
+    code = 1
     try:
-        return run(args, tmp, unique=unique)
+        code = run(args, tmp, unique=unique)
+        return code
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if code == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"the servers' logs are in {tmp}")
 
 
 def run(args: argparse.Namespace, tmp: Path, *, unique: bool) -> int:
@@ -168,13 +173,21 @@ def report(
             print(
                 f"round {number} {name:8} {figures['throughput']:7.0f} reviews/s (p50 "
                 f"{figures['p50_ms']:.2f} ms, p99 {figures['p99_ms']:.2f} ms, "
-                f"{figures['dials']} connections)"
+                f"{figures['dials']} connections"
+                + (
+                    f", {figures['errors']} failed: {figures['first_error']}"
+                    if figures["errors"]
+                    else ""
+                )
+                + ")"
             )
         ratio = result["webhook"]["throughput"] / result["go"]["throughput"]
         ratios.append(ratio)
         print(f"round {number} webhook/go: {ratio:.2f}")
     median = statistics.median(ratios)
-    met = median >= TARGET
+    # A failed call is a failed admission for the API server: no verdict on speed then.
+    failed = sum(f["errors"] for result in rounds for f in result.values())
+    met = median >= TARGET and not failed
     print(
         f"median of {len(rounds)} rounds, webhook/go reviews per second: {median:.2f} "
         f"(target >= {TARGET:.2f}); worst round {min(ratios):.2f}"
@@ -187,6 +200,8 @@ def report(
         )
         + "\n"
     )
+    if failed:
+        print(f"{failed} calls failed (see each round)")
     print("target met" if met else "TARGET MISSED")
     return 0 if met else 1
 
