@@ -98,7 +98,8 @@ def test_the_first_list_makes_the_source_ready_with_every_node(
     server: ReplayServer, live: LiveInventorySource, clock: FakeClock
 ) -> None:
     gate = threading.Event()
-    server.lists.append(Body(fixture("node-list.json"), delay_seconds=0.2))
+    listed = threading.Event()  # the list is answered once the test has looked before it
+    server.lists.append(Body(fixture("node-list.json"), gate=listed))
     server.watches.append(Stream([gate], end="hold"))
     assert live.status().age_seconds is None
     live.start()
@@ -111,6 +112,7 @@ def test_the_first_list_makes_the_source_ready_with_every_node(
         False,
     )
     assert status.age_seconds == pytest.approx(5), "waiting since start"
+    listed.set()
     eventually(live.ready)
     assert node_names(live.snapshot()) == {"cpu-0", "gpu-a100-0", "gpu-h100-mig-0", "gpu-t4-0"}
     assert largest_gpus(live) == 8
@@ -374,13 +376,15 @@ def test_namespace_labels_are_known_once_namespaces_are_listed(
     namespaces = json.loads(fixture("namespace-list.json"))
     gate = threading.Event()
     server.lists.append(Body(fixture("node-list.json")))
-    server.namespace_lists.append(Body(fixture("namespace-list.json"), delay_seconds=0.2))
+    listed = threading.Event()  # namespaces answered once the nodes alone are seen not ready
+    server.namespace_lists.append(Body(fixture("namespace-list.json"), gate=listed))
     server.watches.append(Stream([gate], end="hold"))
     live = make_source(server, clock, watch_namespaces=True)
     try:
         live.start()
         eventually(lambda: live.snapshot() is not None)
         assert not live.ready()
+        listed.set()
         eventually(live.ready)
         kube_system = next(i for i in namespaces["items"] if i["metadata"]["name"] == "kube-system")
         assert live.namespace_labels("kube-system") == kube_system["metadata"]["labels"]

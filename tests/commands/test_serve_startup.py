@@ -85,8 +85,13 @@ def test_the_same_port_twice_is_one_line_and_exit_2(certs: Path) -> None:
     assert_one_line(output, "--port and --health-port are both")
 
 
-def test_dev_says_a_port_in_use_before_its_banner(listening: int) -> None:
-    done = gpu_webhook("serve", "--dev", "--port", str(listening), "--health-port", "0")
+def test_dev_says_a_port_in_use_before_its_banner(listening: int, tmp_path: Path) -> None:
+    # Its certificates in a directory of its own: the repository's certs/dev/ belongs to
+    # the developer's own ./scripts/serve, and tests run side by side.
+    done = gpu_webhook(
+        "serve", "--dev", "--cert-dir", tmp_path / "dev", "--port", str(listening),
+        "--health-port", "0",
+    )  # fmt: skip
     assert done.returncode == 2
     assert "gpu-webhook (dev)" not in done.stdout + done.stderr
     assert_one_line(done.stdout + done.stderr, "is in use")

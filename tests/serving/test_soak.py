@@ -27,7 +27,8 @@ from tests.running import Server, footprint, mount, post, wait_until
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.serving.worker import CLOSE_LINGER_SECONDS, READ_TIMEOUT_SECONDS
 
-pytestmark = pytest.mark.slow
+# Serial: it asserts answers within ANSWER_WITHIN while it loads the machine itself.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SECONDS = float(os.environ.get("GPU_WEBHOOK_SOAK_SECONDS", "60"))
 ANSWER_WITHIN = 1.0

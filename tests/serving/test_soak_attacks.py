@@ -50,7 +50,8 @@ from tests.serving.test_soak import FD_MARGIN, MASTER_RSS_MARGIN, QUIET, WORKER_
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.serving.worker import ANSWER_SECONDS
 
-pytestmark = pytest.mark.slow
+# Serial: it asserts answers within ANSWER_WITHIN while it loads the machine itself.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SECONDS = float(os.environ.get("GPU_WEBHOOK_SOAK_SECONDS", "45"))
 # The first round's soak allows 1 s. Here the slow readers' own reviews are 750 KB pods whose

@@ -20,6 +20,7 @@ from tests.builders import INVENTORY, RULES, pod, review
 from tests.running import Server, post, wait_until, workers_of
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.serving import worker
+from webhook.serving.server import WORKER_TIMEOUT_SECONDS
 from webhook.serving.worker import FREE, BalancedThreadWorker, ConnectionTable
 
 
@@ -118,6 +119,28 @@ def test_a_connection_closed_on_two_paths_is_taken_off_its_worker_once(make_work
     one._closed(first)
 
     assert (one.nr_conns, table.fewest_elsewhere(FREE)) == (1, 1)
+
+
+def test_a_worker_reads_each_setting_once_and_as_its_config_says(make_worker):
+    one = make_worker(ConnectionTable(slots=2), 0, 0)
+    real = one.cfg._cfg
+
+    assert (one.cfg.keepalive, one.cfg.is_ssl) == (real.keepalive, real.is_ssl)
+    assert "keepalive" in vars(one.cfg)  # the second read does not go through Config
+
+
+def test_the_heartbeat_is_touched_once_per_interval_not_on_every_turn_of_the_loop(make_worker):
+    one = make_worker(ConnectionTable(slots=2), 0, 0)
+    touches = []
+    one.tmp.notify = lambda: touches.append(time.monotonic())
+
+    for _ in range(100):
+        one.notify()
+    one._next_notify = 0.0  # the interval has passed
+    one.notify()
+
+    assert len(touches) == 2
+    assert worker.NOTIFY_SECONDS * 4 <= WORKER_TIMEOUT_SECONDS  # the master's, well within
 
 
 @pytest.mark.parametrize(

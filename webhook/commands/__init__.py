@@ -1,4 +1,9 @@
-"""One module per ``gpu-webhook`` command, found by ``webhook.cli`` at start-up."""
+"""One module per ``gpu-webhook`` command, found by ``webhook.cli`` at start-up.
+
+``webhook.cli`` imports only the module of the command being run (importing them all was
+most of every command's start-up), so this package's own imports stay light: what the
+helpers below need from the engine and the files is imported when they are called.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,26 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from webhook.engine.policy.ruleset import Policy, PolicyError
-from webhook.files.manifests import Document, ManifestError
-from webhook.files.rulefiles import load_policy, shipped_rules
-from webhook.reports.results import Outcome
+if TYPE_CHECKING:
+    from webhook.engine.policy.ruleset import Policy
+    from webhook.files.manifests import Document, ManifestError
+    from webhook.reports.results import Outcome
 
 USAGE_ERROR = 2
 DEFAULT_RULES = "rules"
 RULES_ENV = "GPU_WEBHOOK_RULES"
+# Each command's line in ``gpu-webhook --help``, read there without importing the command.
+SUMMARIES = {
+    "audit": "judge the objects that already exist (a cluster, or files) by the current rules",
+    "certs": "make, check and install TLS certificates",
+    "check": "evaluate manifests offline, as the webhook would on create",
+    "explain": "why a pod can or cannot run on this cluster's GPUs (a live pod, or a file)",
+    "inventory": "print the GPU node classes the webhook sees, from a cluster or a file",
+    "rules": "work with rule files",
+    "serve": "serve /mutate and /validate over TLS (gunicorn)",
+}
 # What check, audit -f and explain -f say of input without a single object, alike.
 NO_OBJECTS = "no objects: the input is empty (or only comments)"
 
@@ -97,6 +112,9 @@ def add_timeout_option(parser: Any) -> None:
 def rules_or_fail(command: str, given: str | None) -> Policy | int:
     """The policy of ``--rules`` (or its default), or the exit code after saying, in one
     line when the default directory is missing, why it is unusable."""
+    from webhook.engine.policy.ruleset import PolicyError
+    from webhook.files.rulefiles import load_policy, shipped_rules
+
     directory, origin = rules_directory(given)
     if origin == "default" and not Path(directory).is_dir() and shipped_rules().is_dir():
         directory, origin = str(shipped_rules()), "shipped"
@@ -120,6 +138,8 @@ def rules_or_fail(command: str, given: str | None) -> Policy | int:
 def unreadable(errors: list[ManifestError], *, paths: list[str], read: bool) -> list[Outcome]:
     """The files that gave no object to judge, as results of their own (``check`` and
     ``audit -f`` alike): each error at its line, or the whole input when it was empty."""
+    from webhook.reports.results import Outcome
+
     unusable = [
         Outcome(file=e.source, line=e.line or 0, status="unusable", problem=e.message)
         for e in errors
@@ -134,6 +154,8 @@ def unreadable(errors: list[ManifestError], *, paths: list[str], read: bool) -> 
 def refused_outcome(doc: Document, problems: list[str]) -> Outcome:
     """An object ``kubectl`` would refuse: named, placed, and not judged (``check`` and
     ``audit -f`` alike)."""
+    from webhook.reports.results import Outcome
+
     meta = doc.obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     kind = doc.obj.get("kind")

@@ -17,6 +17,7 @@ from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_fr
 from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import (
+    SUMMARIES,
     add_ci_options,
     add_context_option,
     add_rules_option,
@@ -52,7 +53,7 @@ COMMAND = "audit"
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "audit",
-        help="judge the objects that already exist (a cluster, or files) by the current rules",
+        help=SUMMARIES["audit"],
         description="Evaluate every object of the kinds the webhook understands as a CREATE "
         "would, and report: a table, JSON, or wgpolicyk8s.io/v1alpha2 PolicyReports. Pods "
         "owned by an audited workload are folded into it. Without -f, the cluster of "

@@ -7,14 +7,14 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from webhook.commands import fail
+from webhook.commands import SUMMARIES, fail
 from webhook.files import certs
 
 DEFAULT_NAME = "gpu-webhook"
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("certs", help="make, check and install TLS certificates")
+    parser = subparsers.add_parser("certs", help=SUMMARIES["certs"])
     sub = parser.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
 
     gen = sub.add_parser("generate", help="write a CA and a serving certificate to a directory")

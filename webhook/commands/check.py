@@ -11,9 +11,8 @@ from typing import Any
 
 import yaml
 
-from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
-from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import (
+    SUMMARIES,
     add_ci_options,
     add_context_option,
     add_rules_option,
@@ -53,7 +52,7 @@ COMMAND = "check"
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "check",
-        help="evaluate manifests offline, as the webhook would on create",
+        help=SUMMARIES["check"],
         description="Evaluate every object in the files as a pod CREATE would: decision, "
         "messages, warnings and the patch. Exit 0: all allowed; 1: any denied; 2: unusable "
         "input (the other files are still checked).",
@@ -136,6 +135,9 @@ def run(args: argparse.Namespace) -> int:
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
     else:
+        # The cluster client only for a cluster: check of files starts in a CI loop.
+        from webhook.cluster.apiclient import ApiError, KubeconfigError
+
         try:
             inventory, labels = _cluster(
                 args.kubeconfig, context=args.context, namespaces=bool(policy.rules)
@@ -206,6 +208,9 @@ def _cluster(
 ) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
     """What the server reads of the cluster (nodes, DRA objects, RuntimeClasses, autoscaler
     pools), and its namespaces' labels when rules may match on them."""
+    from webhook.cluster.apiclient import api_endpoint_from_kubeconfig
+    from webhook.cluster.clusterobjects import ClusterObjects
+
     with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig, context=context)) as cluster:
         notices: list[str] = []
         inventory = cluster.view(notices)

@@ -13,6 +13,7 @@ from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_fr
 from webhook.cluster.clusterobjects import ClusterObjects, event_time
 from webhook.commands import (
     NO_OBJECTS,
+    SUMMARIES,
     add_context_option,
     add_rules_option,
     add_text_or_json_option,
@@ -32,7 +33,7 @@ COMMAND = "explain"
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "explain",
-        help="why a pod can or cannot run on this cluster's GPUs (a live pod, or a file)",
+        help=SUMMARIES["explain"],
         description="Per GPU node class: fits, or the first reason it does not, in "
         "kube-scheduler's words; what the webhook would change and whether it would deny; "
         "for a live pod, the scheduler's last FailedScheduling message. "

@@ -14,6 +14,7 @@ from webhook.cluster.inventorysource import (
     api_endpoint_from_kubeconfig,
 )
 from webhook.commands import (
+    SUMMARIES,
     add_context_option,
     add_text_or_json_option,
     add_timeout_option,
@@ -29,7 +30,7 @@ from webhook.reports.pools import pool_lines, sizing
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "inventory",
-        help="print the GPU node classes the webhook sees, from a cluster or a file",
+        help=SUMMARIES["inventory"],
         description="List the cluster's nodes once, as the webhook's cache does, and print "
         "GPU resources per node class, the largest node per resource, and cordoned and "
         "not-ready nodes. Without --inventory or --kubeconfig: the pod's service account "

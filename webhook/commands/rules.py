@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook.commands import DEFAULT_RULES, RULES_ENV, fail, rules_directory
+from webhook.commands import DEFAULT_RULES, RULES_ENV, SUMMARIES, fail, rules_directory
 from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import rules_schema
@@ -21,7 +21,7 @@ from webhook.reports.wording import counted
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("rules", help="work with rule files")
+    parser = sub.add_parser("rules", help=SUMMARIES["rules"])
     rules = parser.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
     lint = rules.add_parser(
         "lint",

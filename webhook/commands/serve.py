@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from webhook.commands import fail
+from webhook.commands import SUMMARIES, fail
 from webhook.serving import config
 from webhook.serving.config import ConfigError, Settings, env_default
 
@@ -29,7 +29,7 @@ DEV_INVENTORY = Path("examples/inventory.yaml")
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "serve",
-        help="serve /mutate and /validate over TLS (gunicorn)",
+        help=SUMMARIES["serve"],
         description="Serve the admission webhook. Every option can also come from the "
         "environment variable named in its help; the flag wins.",
     )
