@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from importlib import metadata, resources
+from importlib import resources
 from pathlib import Path
 
 
@@ -30,6 +30,8 @@ def cache_file() -> Path | None:
         return None
     if not os.access(directory, os.W_OK):
         return None
+    from importlib import metadata
+
     versions = f"lark{metadata.version('lark')}-celpy{metadata.version('cel-python')}"
     return directory / f"cel-parser-{versions}.cache"
 

@@ -30,6 +30,7 @@ from webhook.engine.policy.ruleset import (
     compile_policy,
 )
 from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS
+from webhook.files import celparser
 from webhook.files.catalogue import shipped_catalogue
 from webhook.files.cudaimages import cuda_table
 from webhook.files.lastgood import LastGood
@@ -294,6 +295,9 @@ def compile_rule_files(files: RuleFiles, *, directory: str) -> Policy:
     toleration and setting (plain GPU pods would then be denied as unable to fit on the
     tainted GPU nodes). Wanting the built-in checks only is said with one ``GPUSettings``
     document."""
+    # Every policy is compiled here (CLI, server, hot reload): the one place that needs the
+    # engine's selectors to find the cached CEL parser, and no command without rules pays.
+    celparser.register()
     documents, problems = read_documents(files)
     if not documents and not problems:
         problems.append(PolicyProblem(None, "", f"{directory}: {NO_DOCUMENTS}"))
