@@ -294,7 +294,7 @@ def _accesses(
 ) -> list[Access]:
     found = env_access(body, template.metadata)
     if paths:
-        found += mount_access(body, spec, paths)
+        found += mount_access(body, spec, paths, template.metadata)
     if privileged(body) and reach.value.can_land:
         found.append(PRIVILEGED)
     return found
