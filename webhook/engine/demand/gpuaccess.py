@@ -10,6 +10,10 @@ container reaches GPUs without a request through:
   which hold them, a ``CharDevice``);
 - ``privileged: true``, which gives a container every device of its node.
 
+Where the NVIDIA runtime is not the default, a pod reaches it by its RuntimeClass: every
+container of a pod with ``runtimeClassName: nvidia`` runs under it, and a CUDA image's
+``NVIDIA_VISIBLE_DEVICES=all`` then hands it the node's GPUs.
+
 Only what the pod spec shows can be judged here: variables an image sets, and keys of the
 ConfigMaps and Secrets behind ``envFrom``, are not visible (``hideGPUsFromNonGPUContainers:
 gpuNodes`` covers them: ``env`` overrides both).
@@ -367,6 +371,33 @@ def may_reach(body: Mapping[str, Any]) -> bool:
 def privileged(body: Mapping[str, Any]) -> bool:
     context = body.get("securityContext")
     return isinstance(context, dict) and context.get("privileged") is True
+
+
+# The RuntimeClasses the GPU operator creates, each with the handler of its name (gpu-operator
+# controllers/object_controls.go, the runtime classes of the toolkit's state: "nvidia", and
+# "nvidia-cdi" and "nvidia-legacy" for its two modes). A class a rule sets with
+# mutate.runtimeClassName is the policy's own word that it runs GPU pods: it counts too.
+NVIDIA_RUNTIME_CLASSES = frozenset({"nvidia", "nvidia-cdi", "nvidia-legacy"})
+
+
+def runtime_access(body: Mapping[str, Any], runtime_class: str) -> list[Access]:
+    """A container under the NVIDIA runtime that does not set ``NVIDIA_VISIBLE_DEVICES``
+    in its ``env``: the image's value decides, and every CUDA image's is ``all``. One that
+    sets it is judged by ``env_access`` (``void`` hides, ``all`` exposes)."""
+    env = body.get("env")
+    if isinstance(env, list) and any(
+        isinstance(e, dict) and e.get("name") == VISIBLE_DEVICES for e in env
+    ):
+        return []
+    return [
+        Access(
+            f'runs under the NVIDIA runtime (runtimeClassName "{runtime_class}"), which gives it '
+            f"every GPU of its node when its image sets {VISIBLE_DEVICES} (all in every CUDA "
+            "image)",
+            f"set {VISIBLE_DEVICES}=void in its env, or remove runtimeClassName",
+            f"runtimeClassName {runtime_class}",
+        )
+    ]
 
 
 PRIVILEGED = Access(

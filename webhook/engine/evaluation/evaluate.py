@@ -504,7 +504,7 @@ def _ephemeral_update(
         before = len(editor.ops)
         hide_gpus(editor, access.spec_path, ephemeral)
         _credit(editor, before, mutated_by, hiding)
-    findings = access_findings(editor, access, settings=settings, reach=reach)
+    findings = access_findings(editor, access, settings=settings, reach=reach, rules=policy.rules)
     return decide(findings, patch=editor.ops, mutated=editor.doc, mutated_by=list(mutated_by))
 
 
@@ -756,7 +756,9 @@ def _evaluate_template(
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
-    findings.extend(access_findings(editor, access, settings=settings, reach=reach))
+    findings.extend(
+        access_findings(editor, access, settings=settings, reach=reach, rules=policy.rules)
+    )
     if not access.asks:
         live = snapshot is not None
         findings.extend(
