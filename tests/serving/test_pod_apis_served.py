@@ -71,7 +71,8 @@ def test_pod_level_resources_and_resizes_are_judged_by_the_same_workers_under_th
     # A pod-level limit below the rule's 64Gi: the container's limit is lowered to it.
     small = with_pod_level(pod(gpus=1), requests={"memory": "16Gi"}, limits={"memory": "16Gi"})
     status, body = post(conn, "/mutate", review(small))
-    assert status == 200 and body["response"]["allowed"] is True
+    assert status == 200
+    assert body["response"]["allowed"] is True
     created = patched(copy.deepcopy(small), body["response"])
     assert memory_limit_of(created) == "16Gi"
 
@@ -80,7 +81,8 @@ def test_pod_level_resources_and_resizes_are_judged_by_the_same_workers_under_th
     two["spec"]["containers"].append(copy.deepcopy(two["spec"]["containers"][0]) | {"name": "b"})
     both = with_pod_level(two, limits={"memory": "64Gi"})
     status, body = post(conn, "/mutate", review(both))
-    assert status == 200 and body["response"]["allowed"] is True
+    assert status == 200
+    assert body["response"]["allowed"] is True
     assert "memoryLimit" in " ".join(body["response"]["warnings"])
     for container in patched(copy.deepcopy(both), body["response"])["spec"]["containers"]:
         assert "memory" not in container["resources"]["limits"]
@@ -88,7 +90,8 @@ def test_pod_level_resources_and_resizes_are_judged_by_the_same_workers_under_th
     # 900Ti of pod-level memory fits no node: the scheduler reads it in place of the sum.
     huge = with_pod_level(pod(gpus=1), requests={"memory": "900Ti"}, limits={"memory": "900Ti"})
     status, body = post(conn, "/validate", review(huge))
-    assert status == 200 and body["response"]["allowed"] is False
+    assert status == 200
+    assert body["response"]["allowed"] is False
     assert "900Ti" in body["response"]["status"]["message"]
 
     # In-place resizes of the pod created with the rule's 64Gi.
