@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from webhook.files.jsonvalues import TOO_DEEP, key_text, unusable
+
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 # What YAML aliases may add to a file's values once expanded: a value, or 64 characters of
 # a string, counts one. Real manifests and rule files use a few aliases (a list of
@@ -72,7 +74,21 @@ class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoa
                     f'key "{key_node.value}" appears twice (first on line {first.line + 1})',
                     key_node.start_mark,
                 )
-        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        # Keys become text as sigs.k8s.io/yaml writes them into JSON (``1: 2`` is
+        # ``"1": 2``), at construction: as Python values, 1, 1.0 and true are one key.
+        self.flatten_mapping(node)
+        mapping: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            text = key_text(key)
+            if text is None:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"a key that is not a string, number or boolean ({_kind(key)}): quote it",
+                    key_node.start_mark,
+                )
+            mapping[text] = self.construct_object(value_node, deep=deep)
         return mapping
 
 
@@ -108,6 +124,10 @@ def parse_text(text: str, source: str) -> tuple[list[Document], list[ManifestErr
             if stripped.startswith("{") and not _looks_like_yaml(text):
                 return [], [ManifestError(source, f"not valid JSON: {exc.msg}", exc.lineno)]
             return _parse_yaml(text, source)
+        except RecursionError:
+            return [], [ManifestError(source, TOO_DEEP)]
+        except ValueError as exc:  # an integer of more digits than Python converts
+            return [], [ManifestError(source, f"not usable: {str(exc)[:100]}")]
         return _documents(loaded, source, lines=[[1]])
     return _parse_yaml(text, source)
 
@@ -166,7 +186,7 @@ def _parse_yaml(text: str, source: str) -> tuple[list[Document], list[ManifestEr
             return [], [ManifestError(source, message, template)]
         return [], [ManifestError(source, message, mark.line + 1 if mark else None)]
     except RecursionError:
-        return [], [ManifestError(source, "not usable: nested too deeply")]
+        return [], [ManifestError(source, TOO_DEEP)]
     except ValueError as exc:  # an integer of more digits than Python converts
         return [], [ManifestError(source, f"not usable: {str(exc)[:100]}")]
     try:
@@ -247,6 +267,10 @@ def _documents(
                     source, f"document {len(docs) + 1} is not an object but {_kind(raw)}", line
                 )
             )
+            continue
+        problem = unusable(raw)
+        if problem:
+            errors.append(ManifestError(source, problem, line))
             continue
         list_kind = str(raw.get("kind", ""))
         if list_kind.endswith("List") and isinstance(raw.get("items"), list):
