@@ -60,7 +60,31 @@ def _string_keys(value: dict[Any, Any], path: list[str]) -> str:
 def unusable(document: object) -> str:
     """Why ``document`` cannot be taken as Kubernetes would take it (``field: what to do``),
     or ``""``. Keys that are numbers or booleans are rewritten as their text, in place, as
-    kubectl does. Iterative: a deep document is refused, not a recursion."""
+    kubectl does. Iterative: a deep document is refused, not a recursion. One pass over the
+    containers alone (an inventory file holds millions of values); the field is named by a
+    second pass, only once something is wrong."""
+    stack: list[tuple[Any, int]] = [(document, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth >= MAX_DEPTH:
+            return TOO_DEEP
+        if type(value) is dict:
+            if not all(type(k) is str for k in value):
+                return _named(document)
+            children: Any = value.values()
+        else:
+            children = value
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append((child, depth + 1))
+            elif kind is float and not math.isfinite(child):
+                return _named(document)
+    return ""
+
+
+def _named(document: object) -> str:
+    """The slow pass: keys rewritten, or the first problem with its field."""
     stack: list[tuple[object, list[str]]] = [(document, [])]
     while stack:
         value, path = stack.pop()
@@ -71,8 +95,6 @@ def unusable(document: object) -> str:
             )
         if not isinstance(value, (dict, list)):
             continue
-        if len(path) >= MAX_DEPTH:
-            return TOO_DEEP
         if isinstance(value, list):
             stack.extend((item, [*path, f"[{i}]"]) for i, item in enumerate(value))
             continue
@@ -81,4 +103,4 @@ def unusable(document: object) -> str:
             if problem:
                 return problem
         stack.extend((item, [*path, f".{key}"]) for key, item in value.items())
-    return ""
+    return unusable(document)  # keys rewritten: judge the rest
