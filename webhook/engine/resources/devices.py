@@ -76,10 +76,10 @@ def _same(one: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
 
 def _attributes(
     found: list[tuple[str, str, Any]],
-) -> tuple[tuple[str, str, Any], ...]:  # also capacities
-    """Attribute triples kept once each, and the device's tuple of them kept once too. An
-    equal triple of another type (``True == 1``, and CEL tells a bool from an int) is not
-    shared."""
+) -> tuple[tuple[str, str, Any], ...]:
+    """Attribute (or capacity) triples kept once each, and the device's tuple of them kept
+    once too. An equal triple of another type (``True == 1``, and CEL tells a bool from an
+    int) is not shared."""
     triples = []
     for triple in sorted(found, key=lambda a: (a[0], a[1])):
         kept = shared(triple)
@@ -326,12 +326,40 @@ def _attribute(raw: Mapping[str, Any]) -> Any:
     return None
 
 
+# Attribute triples by what the JSON says (driver, name, type, value): most devices of a
+# cluster repeat most of them, and a hit skips parsing and sharing. Keys hold the kept
+# copies only (a lookup with the decoder's equal string finds them). Bounded like _SHARED.
+_TRIPLES: dict[tuple[str, str, str, Any], tuple[str, str, Any]] = {}
+
+
+def _attribute_triple(name: str, value: object, driver: str) -> tuple[str, str, Any] | None:
+    raw = _map(value)
+    kind, plain = next(iter(raw.items())) if len(raw) == 1 else ("", None)
+    hashable = isinstance(plain, (str, int))  # bool is an int; a Version is written as str
+    if hashable:
+        hit = _TRIPLES.get((driver, name, kind, plain))
+        if hit is not None:
+            return hit
+    parsed = _attribute(raw)
+    if parsed is None:
+        return None
+    triple: tuple[str, str, Any] = shared((*_qualified(str(name), driver), parsed))
+    if type(triple[2]) is not type(parsed):  # True == 1: not the same attribute
+        triple = (*_qualified(str(name), driver), parsed)
+    if hashable:
+        if len(_TRIPLES) >= _SHARED_MAX:
+            _TRIPLES.clear()
+        key_value = parsed.text if isinstance(parsed, Version) else parsed
+        _TRIPLES[(_intern(driver), _intern(name), _intern(kind), key_value)] = triple
+    return triple
+
+
 def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Device:
     attributes = []
     for name, value in _map(raw.get("attributes")).items():
-        parsed = _attribute(_map(value))
-        if parsed is not None:
-            attributes.append((*_qualified(str(name), driver), parsed))
+        triple = _attribute_triple(name, value, driver)
+        if triple is not None:
+            attributes.append(triple)
     capacity = []
     policies = []
     for name, value in _map(raw.get("capacity")).items():
@@ -348,7 +376,7 @@ def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Devic
         pool=_intern(pool),
         name=_intern(raw.get("name", "")),
         attributes=_attributes(attributes),
-        capacity=shared(tuple(shared(c) for c in sorted(capacity))),
+        capacity=_attributes(capacity),
         shared=bool(raw.get("allowMultipleAllocations")),
         consumes=shared(
             tuple(
