@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from webhook.engine.demand.gpuaccess import nvidia_classes
 from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
@@ -50,6 +51,8 @@ class InventoryFile:
     # The file's ResourceQuotas; None when it lists none (a file of nodes says nothing of
     # quotas).
     quotas: Quotas | None = None
+    # Its RuntimeClasses whose handler is NVIDIA's runtime (``gpuaccess.nvidia_classes``).
+    nvidia_runtime_classes: frozenset[str] = frozenset()
 
     def view(self) -> InventoryView:
         return InventoryView(
@@ -58,6 +61,7 @@ class InventoryFile:
             runtime_classes=self.runtime_classes,
             pools=self.pools,
             quotas=self.quotas,
+            nvidia_runtime_classes=self.nvidia_runtime_classes,
         )
 
 
@@ -157,11 +161,12 @@ def inventory_from_text(text: str, path: str) -> InventoryFile:
     if dra:
         complete = any(o.get("kind") in ("DeviceClass", "ResourceSlice") for o in dra)
         devices = DeviceInventory.of(dra, complete=complete)
-    names = {
-        str((d.obj.get("metadata") or {}).get("name", ""))
+    classes = [
+        (str((d.obj.get("metadata") or {}).get("name", "")), str(d.obj.get("handler", "")))
         for d in docs
         if d.obj.get("kind") == RUNTIME_CLASS
-    }
+    ]
+    names = {name for name, _ in classes}
     pool_docs = [d.obj for d in docs if is_pool_object(d.obj)]
     quotas = [quota_from_json(d.obj) for d in docs if d.obj.get("kind") == RESOURCE_QUOTA]
     return InventoryFile(
@@ -170,6 +175,7 @@ def inventory_from_text(text: str, path: str) -> InventoryFile:
         frozenset(names) if names else None,
         pool_inventory(pool_docs) if pool_docs else None,
         Quotas.of(quotas) if quotas else None,
+        nvidia_classes(classes),
     )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -378,6 +378,15 @@ def privileged(body: Mapping[str, Any]) -> bool:
 # "nvidia-cdi" and "nvidia-legacy" for its two modes). A class a rule sets with
 # mutate.runtimeClassName is the policy's own word that it runs GPU pods: it counts too.
 NVIDIA_RUNTIME_CLASSES = frozenset({"nvidia", "nvidia-cdi", "nvidia-legacy"})
+# The handlers of those classes (the containerd or CRI-O runtimes the toolkit configures,
+# nvidia-container-toolkit cmd/nvidia-ctk/runtime/configure): a class of any name with one
+# of them runs NVIDIA's runtime, as the inventory shows.
+NVIDIA_HANDLERS = frozenset({"nvidia", "nvidia-cdi", "nvidia-legacy", "nvidia-experimental"})
+
+
+def nvidia_classes(classes: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The names of the (name, handler) RuntimeClasses whose handler is NVIDIA's."""
+    return frozenset(name for name, handler in classes if handler in NVIDIA_HANDLERS)
 
 
 def runtime_access(body: Mapping[str, Any], runtime_class: str) -> list[Access]:

@@ -288,7 +288,10 @@ def _body(editor: Editor, template: Template, container: Container) -> Mapping[s
 
 
 def nvidia_runtime_class(
-    spec: Mapping[str, Any], template: Template, rules: Sequence[Rule]
+    spec: Mapping[str, Any],
+    template: Template,
+    rules: Sequence[Rule],
+    known: frozenset[str] = frozenset(),
 ) -> str | None:
     """The pod's RuntimeClass when it is NVIDIA's and the pod asks for no GPU: then every
     container runs under the runtime that hands out GPUs without the scheduler counting
@@ -297,7 +300,9 @@ def nvidia_runtime_class(
     name = spec.get("runtimeClassName")
     if template.asks or not isinstance(name, str):
         return None
-    if name in NVIDIA_RUNTIME_CLASSES or any(r.mutations.runtime_class == name for r in rules):
+    if name in NVIDIA_RUNTIME_CLASSES or name in known:
+        return name
+    if any(r.mutations.runtime_class == name for r in rules):
         return name
     return None
 
@@ -328,13 +333,15 @@ def access_findings(
     settings: Settings,
     reach: PodReach,
     rules: Sequence[Rule] = (),
+    nvidia_classes: frozenset[str] = frozenset(),
 ) -> list[Finding]:
     """``gpuAccessWithoutRequest``: one finding per container that asks for no GPU but can
     reach GPUs, naming every way it does and what to change. ``rules``: the policy's, whose
-    runtime classes are NVIDIA's (``nvidia_runtime_class``)."""
+    runtime classes are NVIDIA's (``nvidia_runtime_class``); ``nvidia_classes``: the
+    cluster's classes whose handler is NVIDIA's (an inventory shows them)."""
     if GPU_ACCESS in template.exempt:
         return []
-    runtime_class = nvidia_runtime_class(_spec(editor, template), template, rules)
+    runtime_class = nvidia_runtime_class(_spec(editor, template), template, rules, nvidia_classes)
     candidates = [
         c
         for c in template.pod.containers

@@ -527,7 +527,14 @@ def _ephemeral_update(
         before = len(editor.ops)
         hide_gpus(editor, access.spec_path, ephemeral)
         _credit(editor, before, mutated_by, hiding)
-    findings = access_findings(editor, access, settings=settings, reach=reach, rules=policy.rules)
+    findings = access_findings(
+        editor,
+        access,
+        settings=settings,
+        reach=reach,
+        rules=policy.rules,
+        nvidia_classes=inventory.nvidia_runtime_classes,
+    )
     return decide(findings, patch=editor.ops, mutated=editor.doc, mutated_by=list(mutated_by))
 
 
@@ -780,7 +787,14 @@ def _evaluate_template(
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
     findings.extend(
-        access_findings(editor, access, settings=settings, reach=reach, rules=policy.rules)
+        access_findings(
+            editor,
+            access,
+            settings=settings,
+            reach=reach,
+            rules=policy.rules,
+            nvidia_classes=view.nvidia_runtime_classes,
+        )
     )
     if not access.asks:
         live = snapshot is not None
