@@ -219,13 +219,16 @@ spec:
 """
 
 
-def resize_review(memory: str | None) -> dict[str, Any]:
+def resize_review(memory: str | None, *, was: str = "1Gi") -> dict[str, Any]:
     """The recorded label UPDATE as kube-apiserver sends an in-place resize (KEP-1287):
-    the whole Pod, old and new, ``subResource: resize``; the new pod's memory limit and
-    request set to ``memory`` (``None``: removed)."""
+    the whole Pod, old and new, ``subResource: resize``; the old pod's memory limit and
+    request ``was``, the new pod's ``memory`` (``None``: removed)."""
     body = label_update()
     request = body["request"]
     request["subResource"] = request["requestSubResource"] = "resize"
+    (old,) = request["oldObject"]["spec"]["containers"]
+    for section in ("limits", "requests"):
+        old["resources"][section]["memory"] = was
     request["object"] = copy.deepcopy(request["oldObject"])
     (container,) = request["object"]["spec"]["containers"]
     for section in ("limits", "requests"):
@@ -237,22 +240,24 @@ def resize_review(memory: str | None) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("memory", "allowed"),
+    ("was", "memory", "allowed"),
     [
-        pytest.param("4Gi", False, id="raised beyond the rule and the old limit"),
-        pytest.param(None, False, id="removed"),
-        pytest.param("512Mi", True, id="raised within the rule"),
-        pytest.param("128Mi", True, id="lowered"),
+        pytest.param("1Gi", "4Gi", False, id="the rule's limit raised beyond it"),
+        pytest.param("1Gi", None, False, id="the rule's limit removed"),
+        pytest.param("256Mi", None, False, id="the owner's limit removed"),
+        pytest.param("1Gi", "512Mi", True, id="the rule's limit lowered"),
+        pytest.param("256Mi", "768Mi", True, id="the owner's limit raised within the rule"),
+        pytest.param("256Mi", "4Gi", True, id="the owner's limit raised: theirs, as at creation"),
     ],
 )
 def test_an_in_place_resize_is_held_to_the_memory_rule(
-    tmp_path: Any, memory: str | None, allowed: bool
+    tmp_path: Any, was: str, memory: str | None, allowed: bool
 ) -> None:
     rules = rules_dir(tmp_path, MEMORY_RULE)
     service = AdmissionService(
         rules=RuleStore(str(rules)), inventory=StaticInventorySource(str(INVENTORY))
     )
-    outcome = answer(service, resize_review(memory), mutate=False)
+    outcome = answer(service, resize_review(memory, was=was), mutate=False)
     response = outcome.body["response"]
     assert response["allowed"] is allowed
     if not allowed:

@@ -10,9 +10,11 @@ rule's limit for a container is what the rule would set on the resized pod were 
 container's memory unset (``stripped``: the same mutation, run again), so every mode
 (``fixed``, ``perGPU``, ``inventoryShare``, pod-level bounds) is judged as at creation.
 
-A resize is judged as UPDATEs are (KEP-4008 ratcheting): a limit already above the rule
-may stay or come down, a pod created without a limit may resize freely; raising a limit
-beyond both the rule and the old limit, or removing it, is denied.
+What the rule sets it holds to: raising a limit that is the rule's own (the old limit
+equals what the rule sets) beyond the rule, or removing a memory limit (the pod would then
+be one the rule gives a limit at creation), is denied. A limit the owner chose is theirs
+to resize, as the rule leaves such limits alone at creation, and a pod created without a
+limit (before the rule) is not this resize's doing (KEP-4008 ratcheting).
 """
 
 from __future__ import annotations
@@ -89,8 +91,8 @@ def resize_findings(
         was, now = memory_limit(old_body), memory_limit(body)
         if was is None:
             continue  # created without a limit: not this resize's doing
-        if now is not None and now <= max(rule_limit, was):
-            continue
+        if now is not None and (was != rule_limit or now <= rule_limit):
+            continue  # the owner's own limit (the rule leaves those alone), or within the rule
         name = f'container "{body.get("name")}"'
         what = (
             "removes its memory limit"
@@ -104,9 +106,9 @@ def resize_findings(
                 "deny",
                 (
                     f"the resize of {name} {what} (was {format_bytes(was)}), beyond the "
-                    f"{format_bytes(max(rule_limit, was))} that rule {names} allows a GPU "
-                    "container: the limit bounds what the container takes of its node's "
-                    f"memory. Resize its memory limit within {format_bytes(max(rule_limit, was))}."
+                    f"{format_bytes(rule_limit)} that rule {names} sets on a GPU container: "
+                    "the limit bounds what the container takes of its node's memory. Resize "
+                    f"its memory limit within {format_bytes(rule_limit)}."
                 ),
                 f"{name}: resized memory limit beyond the rule's",
                 f"spec.{section}[{index}].resources.limits.memory",
