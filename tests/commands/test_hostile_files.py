@@ -14,6 +14,8 @@ import pytest
 
 from tests.builders import INVENTORY, ROOT, RULES, pod, review
 from tests.running import Load, Server, gpu_webhook, mount
+from webhook import cli
+from webhook.commands import check
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.files.jsonvalues import MAX_DEPTH
 
@@ -141,3 +143,28 @@ def test_a_hot_reload_of_hostile_rules_is_a_counted_failure_without_a_traceback(
     finally:
         Server.close_clients()
         assert server.stop() == 0, server.log.read_text()
+
+
+def test_an_object_the_engine_cannot_read_is_unusable_in_check_as_the_server_answers_it(
+    monkeypatch, capsys
+):
+    """The server answers an object the engine trips on with a denial that says so
+    (admission/service.py); ``check`` says so in one line, exit 2, the other files judged."""
+    real = check.evaluate
+
+    def tripping(request, **kwargs):
+        if request.object.get("metadata", {}).get("name") == "cuda-vectoradd":
+            raise TypeError("expected string or bytes-like object, got 'int'")
+        return real(request, **kwargs)
+
+    monkeypatch.setattr(check, "evaluate", tripping)
+    code = cli.main(["check", "--rules", str(RULES), "-f", str(ROOT / "examples")])
+
+    captured = capsys.readouterr()
+    err = captured.err
+    assert code == 2
+    assert "workloads.yaml" in captured.out  # the other files were judged
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if "cannot evaluate it" in x]
+    assert "gpu-pod.yaml" in line
+    assert "TypeError" in line

@@ -152,7 +152,15 @@ def run(args: argparse.Namespace) -> int:
         if refused:
             unusable.append(_refused(doc, refused))
             continue
-        results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
+        try:
+            results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
+        except ENGINE_ERRORS as exc:
+            # What the server answers such an object with (admission/service.py): the
+            # engine could not read it. One line and exit 2 here, never a traceback.
+            error = f"{type(exc).__name__}: {str(exc)[:100]}"
+            unusable.append(
+                _refused(doc, [f"not usable: the webhook cannot evaluate it ({error})"])
+            )
     paint = Paint.for_stream(sys.stderr, no_color=args.no_color)
     for outcome in unusable:
         print(f"{paint('red', 'error:')} {outcome.where}: {_problem(outcome)}", file=sys.stderr)
@@ -161,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
     outcomes = [*map(outcome_of, results), *unusable]
     _print(args, results, unusable, outcomes)
     return exit_code(outcomes, warn_exit_code=args.warn_exit_code)
+
+
+# The errors the server catches around the engine (webhook/admission/service.py review).
+ENGINE_ERRORS = (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError)
 
 
 def _problem(outcome: Outcome) -> str:
