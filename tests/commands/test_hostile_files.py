@@ -168,3 +168,21 @@ def test_an_object_the_engine_cannot_read_is_unusable_in_check_as_the_server_ans
     (line,) = [x for x in err.splitlines() if "cannot evaluate it" in x]
     assert "gpu-pod.yaml" in line
     assert "TypeError" in line
+
+
+def test_an_object_the_engine_cannot_read_is_unusable_in_explain(monkeypatch, capsys):
+    from webhook.commands import explain as explain_command
+
+    def tripping(*args, **kwargs):
+        raise KeyError("spec")
+
+    monkeypatch.setattr(explain_command, "explain", tripping)
+    code = cli.main(
+        ["explain", "--rules", str(RULES), "--inventory", str(INVENTORY), "-f", str(POD)]
+    )
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if "cannot evaluate it" in x]
+    assert "gpu-pod.yaml" in line

@@ -15,6 +15,7 @@ import yaml
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import (
+    ENGINE_ERRORS,
     add_ci_options,
     add_context_option,
     add_rules_option,
@@ -169,10 +170,6 @@ def run(args: argparse.Namespace) -> int:
     outcomes = [*map(outcome_of, results), *unusable]
     _print(args, results, unusable, outcomes)
     return exit_code(outcomes, warn_exit_code=args.warn_exit_code)
-
-
-# The errors the server catches around the engine (webhook/admission/service.py review).
-ENGINE_ERRORS = (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError)
 
 
 def _problem(outcome: Outcome) -> str:
