@@ -16,6 +16,7 @@ from tests.builders import INVENTORY, ROOT, RULES, pod, review
 from tests.running import Load, Server, gpu_webhook, mount
 from webhook import cli
 from webhook.commands import check
+from webhook.commands import explain as explain_command
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.files.jsonvalues import MAX_DEPTH
 
@@ -171,8 +172,6 @@ def test_an_object_the_engine_cannot_read_is_unusable_in_check_as_the_server_ans
 
 
 def test_an_object_the_engine_cannot_read_is_unusable_in_explain(monkeypatch, capsys):
-    from webhook.commands import explain as explain_command
-
     def tripping(*args, **kwargs):
         raise KeyError("spec")
 
