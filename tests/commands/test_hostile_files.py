@@ -19,6 +19,7 @@ from webhook.commands import check
 from webhook.commands import explain as explain_command
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.files.jsonvalues import MAX_DEPTH
+from webhook.reports import audit as audit_report
 
 pytestmark = pytest.mark.slow
 
@@ -185,3 +186,22 @@ def test_an_object_the_engine_cannot_read_is_unusable_in_explain(monkeypatch, ca
     assert "Traceback" not in err
     (line,) = [x for x in err.splitlines() if "cannot evaluate it" in x]
     assert "gpu-pod.yaml" in line
+
+
+def test_an_object_the_engine_cannot_read_is_unusable_in_audit(monkeypatch, capsys):
+    real = audit_report.evaluate
+
+    def tripping(request, **kwargs):
+        if request.object.get("metadata", {}).get("name") == "cuda-vectoradd":
+            raise IndexError("list index out of range")
+        return real(request, **kwargs)
+
+    monkeypatch.setattr(audit_report, "evaluate", tripping)
+    code = cli.main(["audit", "--rules", str(RULES), "-f", str(ROOT / "examples")])
+
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "Traceback" not in captured.err
+    (line,) = [x for x in captured.err.splitlines() if "cannot evaluate it" in x]
+    assert "gpu-pod.yaml" in line
+    assert "workloads.yaml" in captured.out  # the other files were audited
