@@ -21,7 +21,7 @@ from typing import Any
 
 from webhook.admission.inventory import InventoryStatus
 from webhook.cluster import feedwire
-from webhook.cluster.devicesource import DeviceCache
+from webhook.cluster.devicesource import DeviceCache, Key
 from webhook.cluster.feedwire import WatcherStatus
 from webhook.cluster.inventorysource import NodeCache, devices_settled
 from webhook.cluster.poolsource import PoolCacheState
@@ -69,7 +69,7 @@ class FeedInventorySource:
         self._connection: socket.socket | None = None
         self._listing: _Listing | None = None
         self._devices = DeviceCache()
-        self._dra_lists: dict[str, list[Mapping[str, Any]]] = {}
+        self._dra_lists: dict[str, list[tuple[Key, Any]]] = {}
         # The watcher's autoscaler objects (issue 23); None until it sent them.
         self._pool_state: PoolCacheState | None = None
         self._pools: PoolInventory | None = None
@@ -219,10 +219,10 @@ class FeedInventorySource:
         elif kind == "dra":
             # A list in lines: the kind is replaced once whole, never half a list.
             pending = self._dra_lists.setdefault(message["kind"], [])
-            pending.extend(message["objects"])
+            pending.extend(self._devices.parsed(message["kind"], o) for o in message["objects"])
             if message["last"]:
-                objects = self._dra_lists.pop(message["kind"])
-                self._devices.replace(message["kind"], objects, message["rv"])
+                items = self._dra_lists.pop(message["kind"])
+                self._devices.replace_parsed(message["kind"], items, message["rv"])
         elif kind == "dra-event":
             self._devices.apply(message["kind"], message["event"], message["object"], message["rv"])
         elif kind == "runtimeclasses":
