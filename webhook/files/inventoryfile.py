@@ -8,6 +8,8 @@ class the cluster lacks is a finding, as with a live inventory.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import hashlib
 import json
@@ -19,7 +21,7 @@ from typing import Any, cast
 from webhook.engine.demand.gpuaccess import nvidia_classes
 from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
-from webhook.engine.resources.devices import DeviceInventory, is_dra_object
+from webhook.engine.resources.devices import DeviceInventory, forget_shared, is_dra_object
 from webhook.engine.resources.inventory import Inventory, node_from_json
 from webhook.engine.resources.nodepools import PoolInventory
 from webhook.engine.resources.quotas import Quotas, quota_from_json
@@ -117,8 +119,19 @@ def _compacted(text: str, path: str) -> InventoryFile:
     is made, so the copy fills fresh blocks and the old ones are given back. Everything an
     inventory holds is plain immutable data."""
     data = pickle.dumps(inventory_from_text(text, path), protocol=pickle.HIGHEST_PROTOCOL)
+    forget_shared()
     gc.collect()
-    return cast(InventoryFile, pickle.loads(data))
+    copy = cast(InventoryFile, pickle.loads(data))
+    del data
+    _give_back()
+    return copy
+
+
+def _give_back() -> None:
+    """Hand the C allocator's free memory back to the system (glibc keeps what the YAML
+    parser freed: 20 MiB of a 25,600-device file); elsewhere, nothing to do."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def inventory_from_text(text: str, path: str) -> InventoryFile:

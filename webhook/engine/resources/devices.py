@@ -70,6 +70,15 @@ def shared(value: Any) -> Any:
     return value
 
 
+def forget_shared() -> None:
+    """Empty the tables of kept parts (they refill as devices are parsed). A copy of parsed
+    devices (``files/inventoryfile``) must not leave the first parse's parts alive: kept
+    among a decoded file's freed memory, they would hold all of it."""
+    _SHARED.clear()
+    _TRIPLES.clear()
+    _QUALIFIED.clear()
+
+
 def _same(one: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
     return all(a is b for a, b in zip(one, other, strict=True))
 
