@@ -6,6 +6,7 @@ the rest still load.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -147,9 +148,115 @@ def _looks_like_yaml(text: str) -> bool:
     return "\n" in text.strip() and ":" in text.splitlines()[-1]
 
 
+# Past this size a file is read from the parser's events, without the node graph.
+EVENTS_FROM_BYTES = 1024 * 1024
+
+
+class _NotPlain(Exception):
+    """An anchor, alias, tag or merge key: read through the node graph instead."""
+
+
+# An open container while events are read: the container, its pending key (a mapping's),
+# whether it is a mapping, and the lines its keys were first seen on.
+_Open = tuple[Any, list[str], bool, dict[str, int]]
+
+
+def _scalar(loader: _Loader, event: yaml.ScalarEvent) -> object:
+    """A scalar resolved and constructed as the node path does (timestamps stay text)."""
+    if not (event.implicit[0] or event.implicit[1]) and event.tag not in (None, "!"):
+        raise _NotPlain
+    tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+    construct = loader.yaml_constructors.get(tag)
+    if construct is None or tag == "tag:yaml.org,2002:merge":
+        raise _NotPlain
+    # Not construct_object: it would keep every scalar's node until the end.
+    return construct(loader, yaml.ScalarNode(tag, event.value))
+
+
+def _key(value: object, seen: dict[str, int], mark: Any) -> str:
+    """A mapping key as ``_Loader.construct_mapping`` takes it, refused as it refuses."""
+    text_key = key_text(value)
+    problem = ""
+    if text_key is None:
+        problem = f"a key that is not a string, number or boolean ({_kind(value)}): quote it"
+    elif text_key in seen:
+        problem = f'key "{text_key}" appears twice (first on line {seen[text_key]})'
+    if problem:
+        raise yaml.constructor.ConstructorError(None, None, problem, mark)
+    assert text_key is not None
+    seen[text_key] = mark.line + 1
+    return text_key
+
+
+def _starts_here(stack: list[_Open]) -> bool:
+    """Whether a value starting now is the document, or an item of its ``items`` list."""
+    return not stack or (len(stack) == 2 and stack[0][1] == ["items"] and not stack[1][2])
+
+
+def _place(stack: list[_Open], value: object, mark: Any) -> None:
+    container, pending, mapping, seen = stack[-1]
+    if not mapping:
+        container.append(value)
+    elif not pending:
+        pending.append(_key(value, seen, mark))
+    else:
+        container[pending.pop()] = value
+
+
+def _load_events(text: str) -> tuple[list[object], list[list[int]]]:
+    """``_load_all`` for plain YAML (what ``kubectl get -o yaml`` prints: no anchors,
+    aliases, tags or merge keys), built from the parser's events: composing the node graph
+    of a 25,600-device inventory first peaked near 930 MiB, more than the pod's limit
+    (events: 340 MiB). Scalars are resolved and constructed by the same loader, keys as
+    ``construct_mapping`` takes them; anything else raises ``_NotPlain``."""
+    loader = _Loader(text)
+    loaded: list[object] = []
+    lines: list[list[int]] = []
+    stack: list[_Open] = []
+    starts: list[int] = []
+    try:
+        while not loader.check_event(yaml.StreamEndEvent):
+            event = loader.get_event()
+            if isinstance(event, (yaml.StreamStartEvent, yaml.DocumentEndEvent)):
+                continue
+            if isinstance(event, yaml.DocumentStartEvent):
+                starts = []
+                continue
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise _NotPlain
+            mark = event.start_mark
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                if not event.implicit:
+                    raise _NotPlain
+                if _starts_here(stack):
+                    starts.append(mark.line + 1)
+                mapping = isinstance(event, yaml.MappingStartEvent)
+                stack.append(({} if mapping else [], [], mapping, {}))
+                continue
+            if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                value = stack.pop()[0]
+            elif isinstance(event, yaml.ScalarEvent):
+                value = _scalar(loader, event)
+                if _starts_here(stack):
+                    starts.append(mark.line + 1)
+            else:
+                raise _NotPlain
+            if stack:
+                _place(stack, value, mark)
+            else:
+                loaded.append(value)
+                lines.append(starts)
+    finally:
+        loader.dispose()
+    return loaded, lines
+
+
 def _load_all(text: str) -> tuple[list[object], list[list[int]]]:
     """Every document of ``text``, and per document the line it starts on, then the lines
     of its ``items`` (for a ``List``): ``yaml.load_all`` with the nodes' marks kept."""
+    if len(text) > EVENTS_FROM_BYTES:
+        with contextlib.suppress(_NotPlain):
+            return _load_events(text)
     loader = _Loader(text)
     loaded: list[object] = []
     lines: list[list[int]] = []
