@@ -107,6 +107,7 @@ class Server:
         inventory: Path | None,
         workers: int = 2,
         extra: tuple[str, ...] = (),
+        ready_timeout: float = 20.0,
     ) -> None:
         self.port = free_port()
         self.health_port = free_port()
@@ -129,7 +130,7 @@ class Server:
             self.process = subprocess.Popen(
                 args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
             )
-        self._wait_ready()
+        self._wait_ready(ready_timeout)
 
     def _wait_ready(self, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
@@ -248,6 +249,16 @@ def workers_of(master: int) -> list[int]:
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def pss_kib(pid: int) -> int:
+    """A process's proportional set size: its private pages plus its share of the pages it
+    shares (a forked worker with its master), so that a pod's processes add up to what the
+    pod really holds, where ``VmRSS`` counts a shared page in each process."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
             return int(line.split()[1])
     return 0
 

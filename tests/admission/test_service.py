@@ -104,9 +104,9 @@ def test_a_dry_run_gets_exactly_the_answer_of_the_real_request(service, obj, mut
         pytest.param(review(pod(gpus="500m"), sub_resource="status"), "subresource", id="status"),
         pytest.param(review(pod(gpus="500m"), sub_resource="binding"), "subresource", id="binding"),
         pytest.param(
-            review(pod(gpus="500m"), operation="UPDATE", old=pod(gpus=1), sub_resource="resize"),
+            review(pod(gpus="500m"), operation="CREATE", sub_resource="eviction"),
             "subresource",
-            id="resize",
+            id="eviction",
         ),
         pytest.param(
             review(

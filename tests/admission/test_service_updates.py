@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.builders import INVENTORY, decoded_patch, fixture, patched
+from tests.rulesets import rules_dir
 from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.review import parse_review
 from webhook.admission.service import AdmissionService, Outcome
@@ -203,3 +204,62 @@ def test_a_deployment_update_is_judged_on_the_total_it_raises(tmp_path, before, 
     outcome = answer(service, _deployment_scaled(before, after), mutate=False)
 
     assert outcome.verdict == verdict
+
+
+MEMORY_RULE = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata:
+  name: training-memory
+spec:
+  order: 40
+  mutate:
+    memoryLimit:
+      fixed: 1Gi
+"""
+
+
+def resize_review(memory: str | None, *, was: str = "1Gi") -> dict[str, Any]:
+    """The recorded label UPDATE as kube-apiserver sends an in-place resize (KEP-1287):
+    the whole Pod, old and new, ``subResource: resize``; the old pod's memory limit and
+    request ``was``, the new pod's ``memory`` (``None``: removed)."""
+    body = label_update()
+    request = body["request"]
+    request["subResource"] = request["requestSubResource"] = "resize"
+    (old,) = request["oldObject"]["spec"]["containers"]
+    for section in ("limits", "requests"):
+        old["resources"][section]["memory"] = was
+    request["object"] = copy.deepcopy(request["oldObject"])
+    (container,) = request["object"]["spec"]["containers"]
+    for section in ("limits", "requests"):
+        if memory is None:
+            container["resources"][section].pop("memory")
+        else:
+            container["resources"][section]["memory"] = memory
+    return body
+
+
+@pytest.mark.parametrize(
+    ("was", "memory", "allowed"),
+    [
+        pytest.param("1Gi", "4Gi", False, id="the rule's limit raised beyond it"),
+        pytest.param("1Gi", None, False, id="the rule's limit removed"),
+        pytest.param("256Mi", None, False, id="the owner's limit removed"),
+        pytest.param("1Gi", "512Mi", True, id="the rule's limit lowered"),
+        pytest.param("256Mi", "768Mi", True, id="the owner's limit raised within the rule"),
+        pytest.param("256Mi", "4Gi", True, id="the owner's limit raised: theirs, as at creation"),
+    ],
+)
+def test_an_in_place_resize_is_held_to_the_memory_rule(
+    tmp_path: Any, was: str, memory: str | None, allowed: bool
+) -> None:
+    rules = rules_dir(tmp_path, MEMORY_RULE)
+    service = AdmissionService(
+        rules=RuleStore(str(rules)), inventory=StaticInventorySource(str(INVENTORY))
+    )
+    outcome = answer(service, resize_review(memory, was=was), mutate=False)
+    response = outcome.body["response"]
+    assert response["allowed"] is allowed
+    if not allowed:
+        assert "training-memory" in response["status"]["message"]
+        assert "Resize its memory limit within 1Gi" in response["status"]["message"]

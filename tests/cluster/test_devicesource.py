@@ -16,13 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import yaml
 
 from tests.cluster.feeding import fed_worker, live_source, running_watcher
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually
 from webhook.admission.inventory import InventorySource
-from webhook.cluster.devicesource import PATHS, TAINT_RULE_VERSIONS
+from webhook.cluster import feedwire
+from webhook.cluster.devicesource import PATHS, TAINT_RULE_VERSIONS, DeviceCache, trim
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Node
 
@@ -269,3 +271,20 @@ def test_device_taint_rules_are_listed_where_served_and_taint_the_devices(
     finally:
         live.stop()
     assert any(r.path == path for r in server.requests)
+
+
+def test_the_watchers_cache_keeps_objects_as_the_json_it_sends_and_workers_read_them_back():
+    """Issue 35: the watcher held every trimmed object as dicts (about 3 KB a device)."""
+    raw = {
+        "metadata": {"name": "n-gpu", "resourceVersion": "7", "managedFields": [{}]},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "n", "devices": [{"name": "gpu-0"}]},
+    }
+    cache = DeviceCache(parse=False)
+    cache.replace("ResourceSlice", [trim("ResourceSlice", raw)], "7")
+
+    (kept,) = cache.objects("ResourceSlice")
+    assert isinstance(kept, orjson.Fragment)
+    (line,) = feedwire.encode(
+        *feedwire.dra_list("ResourceSlice", cache.objects("ResourceSlice"), resource_version="7")
+    ).splitlines()
+    assert feedwire.decode(line)["objects"] == [trim("ResourceSlice", raw)]

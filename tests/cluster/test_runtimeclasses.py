@@ -26,13 +26,17 @@ from webhook.admission.inventory import view_of
 STARTUP_SECONDS = 30.0
 
 
+# Classes whose handler is not their name: an admin's "gpu" class for NVIDIA's runtime.
+HANDLERS = {"gpu": "nvidia"}
+
+
 def runtime_class(name: str, resource_version: str) -> dict[str, object]:
     """A RuntimeClass as the API server sends it (the GPU operator creates "nvidia")."""
     return {
         "apiVersion": "node.k8s.io/v1",
         "kind": "RuntimeClass",
         "metadata": {"name": name, "resourceVersion": resource_version, "uid": f"uid-{name}"},
-        "handler": name,
+        "handler": HANDLERS.get(name, name),
     }
 
 
@@ -121,3 +125,44 @@ def test_a_worker_fed_by_the_watcher_sees_the_runtime_classes_and_their_changes(
         eventually(lambda: worker.runtime_classes() == {"nvidia", "kata"})
         with fed_worker(watcher, quick=False) as late:
             eventually(lambda: late.runtime_classes() == {"nvidia", "kata"})
+
+
+def test_classes_whose_handler_is_nvidias_runtime_reach_the_engines_view(
+    server: ReplayServer,
+) -> None:
+    gate = threading.Event()
+    server.runtime_class_lists.append(Body(runtime_class_list("gpu", "runc")))
+    server.runtime_class_watches.append(
+        Stream([gate, event("ADDED", "nvidia", "41"), event("DELETED", "gpu", "42")], end="hold")
+    )
+    live = live_source(server)
+    try:
+        live.start()
+        eventually(lambda: live.runtime_classes() == {"gpu", "runc"})
+        eventually(live.ready)
+        assert view_of(live).nvidia_runtime_classes == {"gpu"}
+        gate.set()
+        eventually(lambda: live.runtime_classes() == {"nvidia", "runc"})
+        assert view_of(live).nvidia_runtime_classes == {"nvidia"}
+    finally:
+        live.stop()
+
+
+@pytest.mark.slow
+def test_a_worker_fed_by_the_watcher_knows_which_classes_run_nvidias_runtime(
+    server: ReplayServer, tmp_path: Path
+) -> None:
+    gate = threading.Event()
+    server.runtime_class_lists.append(Body(runtime_class_list("gpu", "runc")))
+    server.runtime_class_watches.append(Stream([gate, event("DELETED", "gpu", "41")], end="hold"))
+    with running_watcher(server, tmp_path) as watcher, fed_worker(watcher) as worker:
+        eventually(lambda: worker.runtime_classes() == {"gpu", "runc"}, timeout=STARTUP_SECONDS)
+        eventually(worker.ready)
+        assert view_of(worker).nvidia_runtime_classes == {"gpu"}
+        with fed_worker(watcher, quick=False) as late:
+            eventually(lambda: late.runtime_classes() == {"gpu", "runc"})
+            eventually(late.ready)
+            assert view_of(late).nvidia_runtime_classes == {"gpu"}
+        gate.set()
+        eventually(lambda: worker.runtime_classes() == {"runc"})
+        assert view_of(worker).nvidia_runtime_classes == frozenset()

@@ -160,14 +160,23 @@ def test_both_webhooks_see_ephemeral_containers_added_by_kubectl_debug(name):
         assert [r["operations"] for r in added] == [["UPDATE"]], kind
 
 
+@each
+def test_only_the_validating_webhook_sees_in_place_resizes(name):
+    for kind, hook in webhooks(render(name)):
+        resizes = [r for r in hook["rules"] if "pods/resize" in r["resources"]]
+        want = [(r["apiGroups"], r["operations"]) for r in resizes]
+        assert want == ([([""], ["UPDATE"])] if kind == "ValidatingWebhookConfiguration" else [])
+
+
 def test_the_validating_rules_list_exactly_the_engines_workload_kinds():
     (hook,) = one(render("base"), "ValidatingWebhookConfiguration")["webhooks"]
     dra, *workloads = hook["rules"]
     listed = {(g, r) for rule in workloads for g in rule["apiGroups"] for r in rule["resources"]}
-    assert listed - {("", "pods/ephemeralcontainers")} == {
+    assert listed - {("", "pods/ephemeralcontainers"), ("", "pods/resize")} == {
         (k.group, k.resource) for k in BUILTIN_KINDS
     }
-    workloads = [r for r in workloads if r["resources"] != ["pods/ephemeralcontainers"]]
+    subresources = (["pods/ephemeralcontainers"], ["pods/resize"])
+    workloads = [r for r in workloads if r["resources"] not in subresources]
     for rule in workloads:
         assert rule["apiVersions"] == ["*"]
         assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]

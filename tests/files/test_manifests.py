@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from tests.builders import billion_laughs
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.builders import ROOT, billion_laughs
+from webhook.files import manifests
 from webhook.files.inventoryfile import InventoryFileError, load_inventory
 from webhook.files.manifests import MAX_ALIAS_EXPANSION, alias_expansion, parse_text
 
@@ -171,3 +177,73 @@ def test_a_shared_alias_is_mapped_where_it_was_written() -> None:
 
     assert doc.line_of("a.containers[0]") == 1
     assert doc.line_of("b.containers[0]") == 2  # the alias itself, the deepest found
+
+
+YAML_FILES = sorted(
+    [
+        *(ROOT / "tests" / "cases" / "_inventories").glob("*.yaml"),
+        *(ROOT / "examples").glob("*.yaml"),
+        *(ROOT / "rules").glob("*.yaml"),
+        *(ROOT / "tests" / "corpus").rglob("*.yaml"),
+    ]
+)
+
+
+def _read(load: Any, text: str) -> object:
+    """What a reader gives, or the kind of error it raises."""
+    try:
+        return load(text)
+    except yaml.YAMLError as exc:
+        return type(exc)
+
+
+def _through_nodes(text: str) -> object:
+    saved = manifests.EVENTS_FROM_BYTES
+    manifests.EVENTS_FROM_BYTES = 10**12
+    try:
+        return _read(lambda t: manifests._load_all(t, fields=False)[:2], text)
+    finally:
+        manifests.EVENTS_FROM_BYTES = saved
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in YAML_FILES])
+def test_large_files_read_from_events_give_what_the_node_graph_gives(path):
+    """Issue 35: a large file is read from the parser's events (the node graph of a
+    25,600-device inventory peaked near 930 MiB); the two readers must agree, values and
+    lines, on every real file (one with anchors or tags is read through nodes anyway)."""
+    text = path.read_text()
+    try:
+        events = _read(manifests._load_events, text)
+    except manifests._NotPlain:
+        return
+    assert events == _through_nodes(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.recursive(
+        st.one_of(
+            st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8)
+        ),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)
+        ),
+        max_leaves=20,
+    )
+)
+def test_any_dumped_value_reads_the_same_from_events_and_nodes(value):
+    text = yaml.safe_dump({"kind": "List", "items": [value, {"a": value}]})
+    try:
+        events = _read(manifests._load_events, text)
+    except manifests._NotPlain:
+        return
+    assert events == _through_nodes(text)
+
+
+def test_a_merge_key_is_read_through_the_node_graph_even_in_a_large_file(monkeypatch):
+    monkeypatch.setattr(manifests, "EVENTS_FROM_BYTES", 0)
+
+    (doc,), errors = parse_text("base: &b {a: 1}\nm:\n  <<: *b\n  c: 2\n", "merge.yaml")
+
+    assert errors == []
+    assert doc.obj["m"] == {"a": 1, "c": 2}

@@ -69,6 +69,8 @@ class InventorySource(Protocol):
 
     # Optional (issue 23): autoscaler objects; a source without it has none.
     # def pools(self) -> PoolInventory | None: ...
+    # Optional (issue 35): the RuntimeClasses whose handler is NVIDIA's; none without it.
+    # def nvidia_runtime_classes(self) -> frozenset[str]: ...
 
 
 def _load_keeping(path: str, last_good: LastGood | None) -> InventoryFile:
@@ -151,6 +153,10 @@ class StaticInventorySource:
         """The file's RuntimeClasses; ``None`` when it lists none."""
         return self._file.runtime_classes
 
+    def nvidia_runtime_classes(self) -> frozenset[str]:
+        """Those of them whose handler is NVIDIA's runtime."""
+        return self._file.nvidia_runtime_classes
+
     def pools(self) -> PoolInventory | None:
         """The file's autoscaler objects; ``None`` when it holds none."""
         return self._file.pools
@@ -176,6 +182,8 @@ def view_of(source: InventorySource | None) -> InventoryView:
     pools_of: Callable[[], PoolInventory | None] | None = getattr(source, "pools", None)
     pools = pools_of() if pools_of is not None else None
     quotas = source.resource_quotas()
+    nvidia_of: Callable[[], frozenset[str]] | None = getattr(source, "nvidia_runtime_classes", None)
+    nvidia = nvidia_of() if nvidia_of is not None else frozenset()
     last = _last_view
     if (
         last is not None
@@ -184,6 +192,7 @@ def view_of(source: InventorySource | None) -> InventoryView:
         and last.runtime_classes is runtime_classes
         and last.pools is pools
         and last.quotas is quotas
+        and last.nvidia_runtime_classes is nvidia
     ):
         return last
     return _remember(
@@ -193,6 +202,7 @@ def view_of(source: InventorySource | None) -> InventoryView:
             runtime_classes=runtime_classes,
             pools=pools,
             quotas=quotas,
+            nvidia_runtime_classes=nvidia,
         )
     )
 

@@ -130,7 +130,13 @@ class DecisionMemo:
         context = (
             policy,
             # Quotas too (issue 26): a pod's quota notice reads what is used now.
-            (inventory.snapshot, inventory.devices, inventory.quotas),
+            # and which RuntimeClasses run NVIDIA's runtime (issue 35).
+            (
+                inventory.snapshot,
+                inventory.devices,
+                inventory.quotas,
+                inventory.nvidia_runtime_classes,
+            ),
             inventory.problem,
             inventory.runtime_classes,
             inventory.pools,  # nodes that could exist (issue 23): a pool change is a change
@@ -222,6 +228,7 @@ class DecisionMemo:
             and held[1][0] is context[1][0]
             and held[1][1] is context[1][1]
             and held[1][2] is context[1][2]
+            and held[1][3:] == context[1][3:]
             and held[2] == context[2]
             and held[3] == context[3]
             and held[4] is context[4]

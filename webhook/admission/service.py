@@ -2,10 +2,11 @@
 
 Short-circuits, in order (each answered ``allowed`` with no patch):
 - operations other than CREATE and UPDATE (DELETE, CONNECT);
-- subresources (``status``, ``binding``, ``eviction``, ``exec``, ``resize``, ``scale``, ...)
-  but a Pod's ``ephemeralcontainers``: ``kubectl debug`` adds a container to a running pod
-  there, and the API server sends the whole Pod. ``status`` and ``binding`` change no
-  container; ``resize`` changes cpu and memory only (``ValidatePodResize``); a ``Scale``
+- subresources (``status``, ``binding``, ``eviction``, ``exec``, ``scale``, ...) but a
+  Pod's ``ephemeralcontainers`` and ``resize``: ``kubectl debug`` adds a container to a
+  running pod there, and a resize changes its cpu and memory (``ValidatePodResize``; its
+  memory limits are judged against the memory rules); the API server sends the whole Pod
+  for both. ``status`` and ``binding`` change no container; a ``Scale``
   holds replicas and no template (a Deployment's new count reaches its ReplicaSet by a
   plain UPDATE, judged there: kubernetes pkg/controller/deployment/sync.go
   ``scaleReplicaSet`` calls ``ReplicaSets(...).Update``);
@@ -200,11 +201,17 @@ class AdmissionService:
         return self.inventory.namespace_labels(namespace)
 
 
+# Pod subresources the engine judges: ``kubectl debug``'s new containers, and in-place
+# resizes (``pods/resize``: memory limits against the memory rules). Both carry the whole
+# Pod, old and new.
+JUDGED_SUBRESOURCES = ("ephemeralcontainers", "resize")
+
+
 def _skip_reason(request: AdmissionRequest) -> str:
     if request.operation not in ("CREATE", "UPDATE"):
         return "operation"
     if request.sub_resource and not (
-        request.sub_resource == "ephemeralcontainers"
+        request.sub_resource in JUDGED_SUBRESOURCES
         and request.kind == "Pod"
         and request.group == ""
         and request.operation == "UPDATE"

@@ -17,6 +17,7 @@ from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError, Expired
 from webhook.cluster.devicesource import GROUP_VERSION_PATH, PATHS, read_devices
 from webhook.cluster.inventorysource import NODES_PATH, RUNTIME_CLASSES_PATH
 from webhook.cluster.poolsource import list_pools
+from webhook.engine.demand.gpuaccess import nvidia_classes
 from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.kube.workloads import POD, KindTable, WorkloadKind
 from webhook.engine.resources.inventory import Inventory, node_from_json
@@ -220,10 +221,12 @@ class ClusterObjects:
         said = notices if notices is not None else []
         devices, dra_notices = read_devices(self._client, page_size=self.page_size)
         said.extend(dra_notices)
+        classes = self.runtime_classes(said)
         return InventoryView(
             self.inventory(),
             devices=devices,
-            runtime_classes=self.runtime_classes(said),
+            runtime_classes=None if classes is None else frozenset(n for n, _ in classes),
+            nvidia_runtime_classes=nvidia_classes(classes or ()),
             pools=self.pools(),
             quotas=self._quotas(said),
         )
@@ -236,12 +239,15 @@ class ClusterObjects:
             notices.append(f"cannot list resourcequotas, so GPU quotas are not judged: {exc}")
             return None
 
-    def runtime_classes(self, notices: list[str]) -> frozenset[str] | None:
-        """Names of the cluster's RuntimeClasses; None when they cannot be read."""
+    def runtime_classes(self, notices: list[str]) -> list[tuple[str, str]] | None:
+        """The cluster's RuntimeClasses, (name, handler); None when they cannot be read."""
         try:
-            names, _ = self._client.list(
+            classes, _ = self._client.list(
                 RUNTIME_CLASSES_PATH,
-                parse=lambda o: str((o.get("metadata") or {}).get("name", "")),
+                parse=lambda o: (
+                    str((o.get("metadata") or {}).get("name", "")),
+                    str(o.get("handler", "")),
+                ),
                 limit=self.page_size,
             )
         except ApiError as exc:
@@ -252,7 +258,7 @@ class ClusterObjects:
                     f"cannot list runtimeclasses, so runtimeClassName is not checked: {exc}"
                 )
             return None
-        return frozenset(names)
+        return list(classes)
 
     def resource_quotas(self) -> Quotas:
         """Every ResourceQuota of the cluster (issue 26: gpuQuota)."""

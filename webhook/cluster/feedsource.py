@@ -21,7 +21,7 @@ from typing import Any
 
 from webhook.admission.inventory import InventoryStatus
 from webhook.cluster import feedwire
-from webhook.cluster.devicesource import DeviceCache
+from webhook.cluster.devicesource import DeviceCache, Key
 from webhook.cluster.feedwire import WatcherStatus
 from webhook.cluster.inventorysource import NodeCache, devices_settled
 from webhook.cluster.poolsource import PoolCacheState
@@ -57,6 +57,7 @@ class FeedInventorySource:
         self._nodes = NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
         self._namespaces: dict[str, Mapping[str, str]] | None = None
         self._runtime_classes: frozenset[str] | None = None
+        self._nvidia_runtime_classes: frozenset[str] = frozenset()
         self._resource_quotas: Quotas | None = None
         self._watcher = WatcherStatus()
         # When the watcher last heard from the API server, on this process's clock.
@@ -68,7 +69,7 @@ class FeedInventorySource:
         self._connection: socket.socket | None = None
         self._listing: _Listing | None = None
         self._devices = DeviceCache()
-        self._dra_lists: dict[str, list[Mapping[str, Any]]] = {}
+        self._dra_lists: dict[str, list[tuple[Key, Any]]] = {}
         # The watcher's autoscaler objects (issue 23); None until it sent them.
         self._pool_state: PoolCacheState | None = None
         self._pools: PoolInventory | None = None
@@ -138,6 +139,10 @@ class FeedInventorySource:
 
     def runtime_classes(self) -> frozenset[str] | None:
         return self._runtime_classes
+
+    def nvidia_runtime_classes(self) -> frozenset[str]:
+        """The RuntimeClasses whose handler is NVIDIA's runtime, as the watcher saw them."""
+        return self._nvidia_runtime_classes
 
     def pools(self) -> PoolInventory | None:
         return self._pools
@@ -214,14 +219,14 @@ class FeedInventorySource:
         elif kind == "dra":
             # A list in lines: the kind is replaced once whole, never half a list.
             pending = self._dra_lists.setdefault(message["kind"], [])
-            pending.extend(message["objects"])
+            pending.extend(self._devices.parsed(message["kind"], o) for o in message["objects"])
             if message["last"]:
-                objects = self._dra_lists.pop(message["kind"])
-                self._devices.replace(message["kind"], objects, message["rv"])
+                items = self._dra_lists.pop(message["kind"])
+                self._devices.replace_parsed(message["kind"], items, message["rv"])
         elif kind == "dra-event":
             self._devices.apply(message["kind"], message["event"], message["object"], message["rv"])
         elif kind == "runtimeclasses":
-            self._apply_runtime_classes(message["names"])
+            self._apply_runtime_classes(message["names"], message.get("nvidia"))
         elif kind == "pools":
             # A watcher that restarted has not read them yet: keep what this worker had.
             state = PoolCacheState.from_wire(message["pools"])
@@ -238,7 +243,9 @@ class FeedInventorySource:
         self._dra_lists = {}
         if message["namespaces"] is not None:
             self._namespaces = dict(message["namespaces"])
-        self._apply_runtime_classes(message.get("runtime_classes"))
+        self._apply_runtime_classes(
+            message.get("runtime_classes"), message.get("nvidia_runtime_classes")
+        )
         self._apply_resource_quotas(message.get("resource_quotas"))
         self._apply_status(message["status"])
         self._backoff.reset()
@@ -278,10 +285,11 @@ class FeedInventorySource:
         if records is not None:
             self._resource_quotas = feedwire.quotas_from_records(records)
 
-    def _apply_runtime_classes(self, names: list[str] | None) -> None:
+    def _apply_runtime_classes(self, names: list[str] | None, nvidia: list[str] | None) -> None:
         """Null keeps what this worker had: a watcher that restarted has not listed yet."""
         if names is not None:
             self._runtime_classes = frozenset(names)
+            self._nvidia_runtime_classes = frozenset(nvidia or ())
 
     def _apply_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
         # A new dict, swapped in whole: readers never see one half-changed.

@@ -12,7 +12,8 @@ then only what changed, in the order the watcher saw it:
 - ``delete``: ``rv``, ``name``. A node is gone.
 - ``namespaces``: ``namespaces``. The namespaces were listed again.
 - ``namespace``: ``name``, ``labels`` (null: deleted). One namespace changed.
-- ``runtimeclasses``: ``names``. The RuntimeClasses' names, whole, whenever they change.
+- ``runtimeclasses``: ``names``, ``nvidia``. The RuntimeClasses' names, whole, whenever
+  they change, and those whose handler is NVIDIA's runtime (``state`` carries both).
 - ``resourcequotas``: ``quotas`` (records; null before their first list). The
   ResourceQuotas, whole, whenever one changes (``state`` carries them too).
 - ``status``: ``status``. About once a second, so that staleness works as in one process.

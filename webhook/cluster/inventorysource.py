@@ -27,6 +27,7 @@ from webhook.cluster.apiclient import (
 from webhook.cluster.devicesource import DeviceCache, DeviceWatch
 from webhook.cluster.poolsource import PoolCache, PoolWatch
 from webhook.cluster.reflector import Backoff, Handler, Reflector, T, let_requests_run
+from webhook.engine.demand.gpuaccess import nvidia_classes
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node, node_from_json
 from webhook.engine.resources.nodepools import PoolInventory
@@ -76,7 +77,7 @@ class ClusterWatch:
         nodes: Handler[Node],
         namespaces: Handler[NamespaceItem] | None,
         devices: DeviceCache | None = None,
-        runtime_classes: Handler[str] | None = None,
+        runtime_classes: Handler[tuple[str, str]] | None = None,
         resource_quotas: Handler[Quota] | None = None,
         backoff: Callable[[], Backoff] = Backoff,
         page_size: int = 500,
@@ -257,6 +258,9 @@ class LiveInventorySource:
 
     def runtime_classes(self) -> frozenset[str] | None:
         return self._runtime_classes.names
+
+    def nvidia_runtime_classes(self) -> frozenset[str]:
+        return self._runtime_classes.nvidia
 
     def pools(self) -> PoolInventory | None:
         return self._pools.snapshot()
@@ -523,20 +527,33 @@ class RuntimeClassCache(Bookkeeping):
     def __init__(self) -> None:
         super().__init__()
         self.names: frozenset[str] | None = None
+        # Those whose handler is NVIDIA's runtime (``gpuaccess.nvidia_classes``).
+        self.nvidia: frozenset[str] = frozenset()
+        self._handlers: dict[str, str] = {}
 
-    def parse(self, obj: Mapping[str, Any]) -> str:
+    def parse(self, obj: Mapping[str, Any]) -> tuple[str, str]:
         meta = obj.get("metadata") or {}
-        return str(meta["name"])
+        return str(meta["name"]), str(obj.get("handler", ""))
 
-    def replace(self, items: list[str], resource_version: str) -> None:
-        self.names = frozenset(items)  # swapped in whole, as readers may be mid-request
+    def replace(self, items: list[tuple[str, str]], resource_version: str) -> None:
+        self._set(dict(items))
         self.resource_version = resource_version
         self.last_error = ""
 
-    def apply(self, kind: str, item: str, resource_version: str) -> None:
-        names = self.names or frozenset()
-        self.names = names - {item} if kind == "DELETED" else names | {item}
+    def apply(self, kind: str, item: tuple[str, str], resource_version: str) -> None:
+        handlers = dict(self._handlers)
+        if kind == "DELETED":
+            handlers.pop(item[0], None)
+        else:
+            handlers[item[0]] = item[1]
+        self._set(handlers)
         self.resource_version = resource_version
+
+    def _set(self, handlers: dict[str, str]) -> None:
+        # Swapped in whole, as readers may be mid-request.
+        self._handlers = handlers
+        self.nvidia = nvidia_classes(handlers.items())
+        self.names = frozenset(handlers)
 
 
 class ResourceQuotaCache(Bookkeeping):

@@ -131,6 +131,7 @@ class FeedState:
             "t": "state",
             "namespaces": namespaces,
             "runtime_classes": feedwire.names(self.runtime_classes.names),
+            "nvidia_runtime_classes": sorted(self.runtime_classes.nvidia),
             "resource_quotas": feedwire.quota_records(
                 None if self.resource_quotas.quotas is None else self.resource_quotas.items()
             ),
@@ -263,24 +264,25 @@ class RuntimeClassFeed:
         self.state = state
         self.cache = state.runtime_classes
 
-    def parse(self, obj: Mapping[str, Any]) -> str:
+    def parse(self, obj: Mapping[str, Any]) -> tuple[str, str]:
         return self.cache.parse(obj)
 
-    def replace(self, items: list[str], resource_version: str) -> None:
+    def replace(self, items: list[tuple[str, str]], resource_version: str) -> None:
         with self.state.subscribers.lock:
             self.cache.replace(items, resource_version)
             self._send()
 
-    def apply(self, kind: str, item: str, resource_version: str) -> None:
+    def apply(self, kind: str, item: tuple[str, str], resource_version: str) -> None:
         with self.state.subscribers.lock:
-            before = self.cache.names
+            before = (self.cache.names, self.cache.nvidia)
             self.cache.apply(kind, item, resource_version)
-            if self.cache.names != before:
+            if (self.cache.names, self.cache.nvidia) != before:
                 self._send()
 
     def _send(self) -> None:
         names = feedwire.names(self.cache.names)
-        self.state.subscribers.send({"t": "runtimeclasses", "names": names})
+        nvidia = sorted(self.cache.nvidia)
+        self.state.subscribers.send({"t": "runtimeclasses", "names": names, "nvidia": nvidia})
 
     def progress(self, resource_version: str) -> None:
         self.cache.progress(resource_version)

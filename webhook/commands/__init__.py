@@ -33,6 +33,9 @@ SUMMARIES = {
 }
 # What check, audit -f and explain -f say of input without a single object, alike.
 NO_OBJECTS = "no objects: the input is empty (or only comments)"
+# The errors the server catches around the engine (webhook/admission/service.py review): an
+# object the engine trips on is unusable, in one line, in every command.
+ENGINE_ERRORS = (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError)
 
 
 def fail(command: str, message: str) -> int:

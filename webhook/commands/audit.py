@@ -17,6 +17,7 @@ from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_fr
 from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.commands import (
+    ENGINE_ERRORS,
     SUMMARIES,
     add_ci_options,
     add_context_option,
@@ -32,7 +33,7 @@ from webhook.engine.kube.workloads import WorkloadKind
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import files_view
 from webhook.files.inventoryfile import InventoryFileError
-from webhook.files.manifests import Document, load_manifests
+from webhook.files.manifests import Document, ManifestError, load_manifests
 from webhook.reports.audit import Audit, AuditEntry, render_text
 from webhook.reports.policyreport import policy_reports
 from webhook.reports.results import (
@@ -203,7 +204,17 @@ def _offline(
     chosen = [d for d in judged if _in_scope(d.obj, policy, wanted, args.namespace, args.kinds)]
     # Owners first, so that pods fold into them without being judged.
     chosen.sort(key=lambda d: d.obj.get("kind") == "Pod")
-    audit.add_all((d.obj, d.where) for d in chosen)
+    for doc in chosen:
+        try:
+            audit.add(doc.obj, source=doc.where)
+        except ENGINE_ERRORS as exc:
+            # As check and the server: the engine could not read it; one line, exit 2.
+            shown = f"not usable: the webhook cannot evaluate it ({type(exc).__name__}: "
+            tripped = ManifestError(doc.source, f"{shown}{str(exc)[:100]})", doc.line)
+            (outcome,) = unreadable([tripped], paths=args.files, read=True)
+            print(f"error: {outcome.where}: {outcome.problem}", file=sys.stderr)
+            audit.errors.append(f"{outcome.where}: {outcome.problem}")
+            unusable.append(outcome)
     return _report(args, audit, policy, unusable=unusable, located={d.where: d for d in chosen})
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from webhook.commands import (
+    ENGINE_ERRORS,
     SUMMARIES,
     add_ci_options,
     add_context_option,
@@ -154,7 +155,15 @@ def run(args: argparse.Namespace) -> int:
         if refused:
             unusable.append(refused_outcome(doc, refused))
             continue
-        results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
+        try:
+            results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
+        except ENGINE_ERRORS as exc:
+            # What the server answers such an object with (admission/service.py): the
+            # engine could not read it. One line and exit 2 here, never a traceback.
+            error = f"{type(exc).__name__}: {str(exc)[:100]}"
+            unusable.append(
+                refused_outcome(doc, [f"not usable: the webhook cannot evaluate it ({error})"])
+            )
     paint = Paint.for_stream(sys.stderr, no_color=args.no_color)
     for outcome in unusable:
         print(f"{paint('red', 'error:')} {outcome.where}: {_problem(outcome)}", file=sys.stderr)

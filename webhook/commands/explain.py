@@ -12,6 +12,7 @@ from urllib.parse import quote
 from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
 from webhook.cluster.clusterobjects import ClusterObjects, event_time
 from webhook.commands import (
+    ENGINE_ERRORS,
     NO_OBJECTS,
     SUMMARIES,
     add_context_option,
@@ -24,7 +25,7 @@ from webhook.commands import (
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import files_view
 from webhook.files.inventoryfile import InventoryFileError
-from webhook.files.manifests import load_manifests
+from webhook.files.manifests import ManifestError, load_manifests
 from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text
 
 COMMAND = "explain"
@@ -127,9 +128,20 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
     assert inventory is not None  # a file without nodes is refused
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
-    explanations = [
-        explain(doc.obj, policy=policy, inventory=view, nodes=inventory.nodes) for doc in documents
-    ]
+    explanations = []
+    for doc in documents:
+        try:
+            explanations.append(
+                explain(doc.obj, policy=policy, inventory=view, nodes=inventory.nodes)
+            )
+        except ENGINE_ERRORS as exc:
+            # As check and the server: the engine could not read it; one line, exit 2.
+            shown = f"{type(exc).__name__}: {str(exc)[:100]}"
+            print(
+                f"error: {doc.where}: not usable: the webhook cannot evaluate it ({shown})",
+                file=sys.stderr,
+            )
+            errors.append(ManifestError(doc.source, shown, doc.line))
     if not explanations and not errors:
         return _fail(f"{', '.join(args.files)}: {NO_OBJECTS}")
     _print(args.output, explanations)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import os
 import shutil
 import socket
@@ -179,6 +180,10 @@ def run(args: argparse.Namespace) -> int:
         config.use_multiprocess_metrics(str(state / "metrics"))
         settings = replace(settings, last_good=state / "last-good")
         remember_last_good(settings)
+        # What the master holds now (the inventory file, parsed once and taken by each
+        # worker: files/inventoryfile) leaves the collector's generations: a worker's
+        # collections then never write to those pages, which stay shared with the master.
+        gc.freeze()
         from webhook.serving.server import WebhookServer
 
         if args.dev:

@@ -6,6 +6,7 @@ the rest still load.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from webhook.files.jsonvalues import TOO_DEEP, key_text, unusable
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 # What YAML aliases may add to a file's values once expanded: a value, or 64 characters of
@@ -95,7 +98,21 @@ class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoa
                     f'key "{key_node.value}" appears twice (first on line {first.line + 1})',
                     key_node.start_mark,
                 )
-        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        # Keys become text as sigs.k8s.io/yaml writes them into JSON (``1: 2`` is
+        # ``"1": 2``), at construction: as Python values, 1, 1.0 and true are one key.
+        self.flatten_mapping(node)
+        mapping: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            text = key_text(key)
+            if text is None:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"a key that is not a string, number or boolean ({_kind(key)}): quote it",
+                    key_node.start_mark,
+                )
+            mapping[text] = self.construct_object(value_node, deep=deep)
         return mapping
 
 
@@ -135,6 +152,10 @@ def parse_text(
             if stripped.startswith("{") and not _looks_like_yaml(text):
                 return [], [ManifestError(source, f"not valid JSON: {exc.msg}", exc.lineno)]
             return _parse_yaml(text, source, fields=fields)
+        except RecursionError:
+            return [], [ManifestError(source, TOO_DEEP)]
+        except ValueError as exc:  # an integer of more digits than Python converts
+            return [], [ManifestError(source, f"not usable: {str(exc)[:100]}")]
         return _documents(loaded, source, lines=[[1]], fields=[])
     return _parse_yaml(text, source, fields=fields)
 
@@ -158,10 +179,118 @@ _Lines = list[list[int]]
 _Fields = list[list[dict[FieldPath, int]]]
 
 
+# Past this size a file is read from the parser's events, without the node graph.
+EVENTS_FROM_BYTES = 1024 * 1024
+
+
+class _NotPlain(Exception):
+    """An anchor, alias, tag or merge key: read through the node graph instead."""
+
+
+# An open container while events are read: the container, its pending key (a mapping's),
+# whether it is a mapping, and the lines its keys were first seen on.
+_Open = tuple[Any, list[str], bool, dict[str, int]]
+
+
+def _scalar(loader: _Loader, event: yaml.ScalarEvent) -> object:
+    """A scalar resolved and constructed as the node path does (timestamps stay text)."""
+    if not (event.implicit[0] or event.implicit[1]) and event.tag not in (None, "!"):
+        raise _NotPlain
+    tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+    construct = loader.yaml_constructors.get(tag)
+    if construct is None or tag == "tag:yaml.org,2002:merge":
+        raise _NotPlain
+    # Not construct_object: it would keep every scalar's node until the end.
+    return construct(loader, yaml.ScalarNode(tag, event.value))
+
+
+def _key(value: object, seen: dict[str, int], mark: Any) -> str:
+    """A mapping key as ``_Loader.construct_mapping`` takes it, refused as it refuses."""
+    text_key = key_text(value)
+    problem = ""
+    if text_key is None:
+        problem = f"a key that is not a string, number or boolean ({_kind(value)}): quote it"
+    elif text_key in seen:
+        problem = f'key "{text_key}" appears twice (first on line {seen[text_key]})'
+    if problem:
+        raise yaml.constructor.ConstructorError(None, None, problem, mark)
+    assert text_key is not None
+    seen[text_key] = mark.line + 1
+    return text_key
+
+
+def _starts_here(stack: list[_Open]) -> bool:
+    """Whether a value starting now is the document, or an item of its ``items`` list."""
+    return not stack or (len(stack) == 2 and stack[0][1] == ["items"] and not stack[1][2])
+
+
+def _place(stack: list[_Open], value: object, mark: Any) -> None:
+    container, pending, mapping, seen = stack[-1]
+    if not mapping:
+        container.append(value)
+    elif not pending:
+        pending.append(_key(value, seen, mark))
+    else:
+        container[pending.pop()] = value
+
+
+def _load_events(text: str) -> tuple[list[object], list[list[int]]]:
+    """``_load_all`` for plain YAML (what ``kubectl get -o yaml`` prints: no anchors,
+    aliases, tags or merge keys), built from the parser's events: composing the node graph
+    of a 25,600-device inventory first peaked near 930 MiB, more than the pod's limit
+    (events: 340 MiB). Scalars are resolved and constructed by the same loader, keys as
+    ``construct_mapping`` takes them; anything else raises ``_NotPlain``."""
+    loader = _Loader(text)
+    loaded: list[object] = []
+    lines: list[list[int]] = []
+    stack: list[_Open] = []
+    starts: list[int] = []
+    try:
+        while not loader.check_event(yaml.StreamEndEvent):
+            event = loader.get_event()
+            if isinstance(event, (yaml.StreamStartEvent, yaml.DocumentEndEvent)):
+                continue
+            if isinstance(event, yaml.DocumentStartEvent):
+                starts = []
+                continue
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise _NotPlain
+            mark = event.start_mark
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                if not event.implicit:
+                    raise _NotPlain
+                if _starts_here(stack):
+                    starts.append(mark.line + 1)
+                mapping = isinstance(event, yaml.MappingStartEvent)
+                stack.append(({} if mapping else [], [], mapping, {}))
+                continue
+            if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                value = stack.pop()[0]
+            elif isinstance(event, yaml.ScalarEvent):
+                value = _scalar(loader, event)
+                if _starts_here(stack):
+                    starts.append(mark.line + 1)
+            else:
+                raise _NotPlain
+            if stack:
+                _place(stack, value, mark)
+            else:
+                loaded.append(value)
+                lines.append(starts)
+    finally:
+        loader.dispose()
+    return loaded, lines
+
+
 def _load_all(text: str, *, fields: bool) -> tuple[list[object], _Lines, _Fields]:
     """Every document of ``text``, and per document the line it starts on, then the lines
     of its ``items`` (for a ``List``): ``yaml.load_all`` with the nodes' marks kept. With
-    ``fields``, per document (or per item of a ``List``) the line of each field."""
+    ``fields``, per document (or per item of a ``List``) the line of each field (the node
+    graph is needed for those: a large file read for CI formats pays for it)."""
+    if len(text) > EVENTS_FROM_BYTES and not fields:
+        with contextlib.suppress(_NotPlain):
+            loaded_events, event_lines = _load_events(text)
+            return loaded_events, event_lines, [[] for _ in loaded_events]
     loader = _Loader(text)
     loaded: list[object] = []
     lines: _Lines = []
@@ -231,7 +360,7 @@ def _parse_yaml(
             return [], [ManifestError(source, message, template)]
         return [], [ManifestError(source, message, mark.line + 1 if mark else None)]
     except RecursionError:
-        return [], [ManifestError(source, "not usable: nested too deeply")]
+        return [], [ManifestError(source, TOO_DEEP)]
     except ValueError as exc:  # an integer of more digits than Python converts
         return [], [ManifestError(source, f"not usable: {str(exc)[:100]}")]
     try:
@@ -313,6 +442,10 @@ def _documents(
                     source, f"document {len(docs) + 1} is not an object but {_kind(raw)}", line
                 )
             )
+            continue
+        problem = unusable(raw)
+        if problem:
+            errors.append(ManifestError(source, problem, line))
             continue
         list_kind = str(raw.get("kind", ""))
         if list_kind.endswith("List") and isinstance(raw.get("items"), list):

@@ -287,6 +287,9 @@ def load_policy(directory: str) -> Policy:
     return compile_rule_files(read_rule_files(directory), directory=directory)
 
 
+_UNEXPECTED = (RecursionError, ValueError, TypeError, KeyError, AttributeError, IndexError)
+
+
 def compile_rule_files(files: RuleFiles, *, directory: str) -> Policy:
     """The policy of the files as read; ``PolicyError`` lists every problem in every file.
 
@@ -298,14 +301,23 @@ def compile_rule_files(files: RuleFiles, *, directory: str) -> Policy:
     # Every policy is compiled here (CLI, server, hot reload): the one place that needs the
     # engine's selectors to find the cached CEL parser, and no command without rules pays.
     celparser.register()
-    documents, problems = read_documents(files)
-    if not documents and not problems:
-        problems.append(PolicyProblem(None, "", f"{directory}: {NO_DOCUMENTS}"))
     try:
-        policy = compile_policy(documents, catalogue=shipped_catalogue(), cuda_table=cuda_table())
+        documents, problems = read_documents(files)
+        if not documents and not problems:
+            problems.append(PolicyProblem(None, "", f"{directory}: {NO_DOCUMENTS}"))
+        policy: Policy | None = compile_policy(
+            documents, catalogue=shipped_catalogue(), cuda_table=cuda_table()
+        )
     except PolicyError as exc:
         problems.extend(exc.problems)
         policy = None
+    except _UNEXPECTED as exc:
+        # What the readers let through and the compiler trips on is still a broken rule
+        # set: one line, counted as a failed reload, never a traceback (issue 35).
+        shown = f"{type(exc).__name__}: {str(exc)[:120]}"
+        raise PolicyError(
+            [PolicyProblem(None, "", f"{directory}: the rule files are not usable ({shown})")]
+        ) from None
     if problems or policy is None:
         raise PolicyError(problems)
     return policy

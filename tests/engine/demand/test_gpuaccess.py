@@ -150,6 +150,25 @@ def test_paths_resolve_as_the_linux_kernel_resolves_them(path: str, kernel: str)
         pytest.param("//var/log", None, None, False, id="logs behind a double slash"),
         pytest.param("/device", None, None, False, id="a lookalike"),
         pytest.param("/dev/shm/../shm", None, None, False, id="shared memory, unnormalised"),
+        pytest.param("/dev/char/195:0", None, None, True, id="a /dev/char link to nvidia0"),
+        pytest.param("/dev/char/195:255", None, None, True, id="the link to nvidiactl"),
+        pytest.param("/dev/char/226:128", None, None, True, id="the link to a DRI render node"),
+        pytest.param("/dev/char", None, None, True, id="the links' directory"),
+        pytest.param("/dev", "char/195:0", None, True, id="a link through a subPath"),
+        pytest.param("/dev/char/10:200", None, None, False, id="the link to /dev/net/tun"),
+        pytest.param("/dev/char/1950:0", None, None, False, id="a lookalike major"),
+        pytest.param("/run/nvidia/driver", "dev", None, True, id="the driver root's /dev"),
+        pytest.param("/run/nvidia/driver/dev", None, None, True, id="the driver's /dev"),
+        pytest.param("/run/nvidia/driver/", None, None, True, id="the driver root"),
+        pytest.param("/run/nvidia/driver/dev/nvidia0", None, None, True, id="a driver node"),
+        pytest.param("/run/nvidia/driver/dev/char/195:1", None, None, True, id="its link"),
+        pytest.param("/run/nvidia", None, None, True, id="the driver root's parent"),
+        pytest.param("/var/run/nvidia/driver", None, None, True, id="through /var/run"),
+        pytest.param("/run/nvidia/driver/../driver/dev/", None, None, True, id="backsteps"),
+        pytest.param("/run/nvidia/driver", "etc", None, False, id="the driver's /etc"),
+        pytest.param("/run/nvidia/mps", None, None, False, id="the MPS pipes"),
+        pytest.param("/run/containerd", None, None, False, id="another /run directory"),
+        pytest.param("/dev/fuse", None, None, False, id="an unrelated device"),
     ],
 )
 def test_host_paths_of_gpu_device_nodes_are_access(
@@ -163,6 +182,27 @@ def test_host_paths_of_gpu_device_nodes_are_access(
         mount["subPath"] = sub
     spec = {"volumes": [{"name": "v", "hostPath": host}]}
     assert bool(mount_access({"name": "c", "volumeMounts": [mount]}, spec)) is found
+
+
+@pytest.mark.parametrize(
+    ("env", "found"),
+    [
+        pytest.param([{"name": "D", "value": "dev"}], True, id="expanded to dev"),
+        pytest.param([{"name": "D", "value": "etc"}], False, id="expanded to etc"),
+        pytest.param([], False, id="an unknown name stays as written"),
+        pytest.param(
+            [{"name": "D", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}],
+            True,
+            id="a value not visible: judged by the base path",
+        ),
+    ],
+)
+def test_a_sub_path_expr_is_expanded_from_the_containers_env_as_the_kubelet_does(
+    env: list[dict[str, Any]], found: bool
+) -> None:
+    spec = {"volumes": [{"name": "v", "hostPath": {"path": "/"}}]}
+    body = {"name": "c", "env": env, "volumeMounts": [{"name": "v", "subPathExpr": "$(D)"}]}
+    assert bool(mount_access(body, spec)) is found
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,13 @@ nodes, and which containers of a pod hold GPU claims."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from webhook.engine.policy.ruleset import glob_matcher
-from webhook.engine.resources.devices import DeviceInventory
+from webhook.engine.resources.devices import DeviceInventory, device_from_json
 from webhook.engine.resources.inventory import Node
 from webhook.engine.scheduling.dra import EVERYWHERE, candidates, pod_claims
 
@@ -190,3 +191,37 @@ def test_of_two_classes_naming_one_extended_resource_the_schedulers_pick_serves_
     for c in classes:
         name = c["metadata"]["name"]
         assert inventory.extended_class(f"deviceclass.resource.kubernetes.io/{name}") == name
+
+
+def _one_device(attributes: dict) -> Any:
+    return device_from_json(
+        {"name": "gpu-0", "attributes": attributes, "capacity": {"memory": {"value": "80Gi"}}},
+        driver="gpu.nvidia.com",
+        pool="p",
+    )
+
+
+def test_devices_of_one_kind_share_their_attribute_triples_and_capacities():
+    common = {"productName": {"string": "NVIDIA A100-SXM4-80GB"}, "index": {"int": 3}}
+    first = _one_device({**common, "uuid": {"string": "GPU-1"}})
+    second = _one_device({**common, "uuid": {"string": "GPU-2"}})
+
+    shared_triples = [a for a, b in zip(first.attributes, second.attributes, strict=True) if a is b]
+    assert len(shared_triples) == 2  # all but the uuid
+    assert first.capacity is second.capacity
+
+
+def test_a_bool_attribute_is_never_taken_for_an_int_of_equal_value():
+    flag = _one_device({"x": {"bool": True}})
+    number = _one_device({"x": {"int": 1}})
+
+    assert type(flag.attribute(("gpu.nvidia.com", "x"))) is bool
+    assert type(number.attribute(("gpu.nvidia.com", "x"))) is int
+
+
+def test_a_parsed_device_keeps_no_string_of_the_decoded_file():
+    decoded = json.loads('{"uuid": {"string": "GPU-48f165d5-7b00-c7f4-781e-f86f5c8cc1ab"}}')
+    device = _one_device(decoded)
+
+    assert device.attribute(("gpu.nvidia.com", "uuid")) == decoded["uuid"]["string"]
+    assert device.attribute(("gpu.nvidia.com", "uuid")) is not decoded["uuid"]["string"]

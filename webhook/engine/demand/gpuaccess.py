@@ -10,6 +10,10 @@ container reaches GPUs without a request through:
   which hold them, a ``CharDevice``);
 - ``privileged: true``, which gives a container every device of its node.
 
+Where the NVIDIA runtime is not the default, a pod reaches it by its RuntimeClass: every
+container of a pod with ``runtimeClassName: nvidia`` runs under it, and a CUDA image's
+``NVIDIA_VISIBLE_DEVICES=all`` then hands it the node's GPUs.
+
 Only what the pod spec shows can be judged here: variables an image sets, and keys of the
 ConfigMaps and Secrets behind ``envFrom``, are not visible (``hideGPUsFromNonGPUContainers:
 gpuNodes`` covers them: ``env`` overrides both).
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,12 +242,51 @@ def resolved(path: str) -> str:
     return "/" + normal.lstrip("/") if normal.startswith("//") else normal
 
 
+# The GPU operator's driver container keeps its root, and the device nodes it creates in
+# its /dev, at /run/nvidia/driver on the host (gpu-operator assets/state-driver, the
+# "run-nvidia" volume; nvidia-container-toolkit reads driverRoot/dev the same way).
+DRIVER_ROOTS = ("/run/nvidia/driver",)
+# Links every distribution ships (FHS: /var/run is /run).
+_HOST_LINKS = (("/var/run", "/run"),)
+# /dev/char/MAJOR:MINOR links (udev, and ``nvidia-ctk system create-dev-char-symlinks``,
+# nvidia-container-toolkit cmd/nvidia-ctk/system/create-dev-char-symlinks) lead to the
+# device nodes: 195 is NVIDIA's fixed character major (nvidia0.., nvidiactl 195:255,
+# nvidia-modeset 195:254), 226 is DRM's (/dev/dri). nvidia-uvm and nvidia-caps take dynamic
+# majors, so their links are not known here; alone they reach no GPU.
+_CHAR_MAJORS = {"195": "/dev/nvidia", "226": "/dev/dri"}
+_CHAR_LINK = re.compile(r"^/dev/char/(\d+):(\d+)(/.*)?$")
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/")
+
+
+def on_host(path: str) -> str:
+    """A resolved host path through the links whose targets are known: ``/var/run``, and a
+    driver root's files as the host's own (``/run/nvidia/driver/dev`` is the driver's
+    ``/dev``). ``/dev/char`` links are followed by ``_device_path``."""
+    for link, target in _HOST_LINKS:
+        if _under(path, link):
+            path = target + path[len(link) :]
+    for root in DRIVER_ROOTS:
+        if _under(path, root):
+            return resolved("/" + path[len(root) :])
+    return path
+
+
 def _device_path(path: str) -> bool:
-    """GPU device nodes, or a directory that holds ``/dev`` (``/`` or ``/dev`` itself):
-    the mount brings every device node of the host with it."""
-    if path in ("/", "/dev") or path.startswith("/dev/nvidia"):
+    """GPU device nodes (``/dev/nvidia*``, ``/dev/dri``, their ``/dev/char`` links), or a
+    directory that holds them: ``/``, ``/dev``, ``/dev/char``, a driver root or one of its
+    parents (``/run``, ``/run/nvidia``): the mount brings the device nodes with it."""
+    path = on_host(path)
+    if path in ("/", "/dev", "/dev/char") or path.startswith("/dev/nvidia"):
         return True
-    return path == "/dev/dri" or path.startswith("/dev/dri/")
+    if any(root.startswith(path + "/") for root in DRIVER_ROOTS):
+        return True
+    link = _CHAR_LINK.match(path)
+    if link is not None and link.group(1) in _CHAR_MAJORS:
+        return True
+    return _under(path, "/dev/dri")
 
 
 def _host_paths(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -260,12 +303,31 @@ def host_paths(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return _host_paths(spec)
 
 
+def _sub_path(
+    body: Mapping[str, Any], mount: Mapping[str, Any], metadata: Mapping[str, Any]
+) -> str | None:
+    """The mount's ``subPath``, or its ``subPathExpr`` expanded from the container's env as
+    the kubelet does (pkg/kubelet/kubelet_pods.go ``makeMounts``: ``$(NAME)`` from the
+    container's variables); ``None`` when there is none or its value is not visible."""
+    sub = mount.get("subPath")
+    if sub:
+        return str(sub)
+    expr = mount.get("subPathExpr")
+    if not expr:
+        return None
+    return _expand(str(expr), environment(body, metadata), bool(body.get("envFrom")))
+
+
 def mount_access(
-    body: Mapping[str, Any], spec: Mapping[str, Any], paths: Mapping[str, Any] | None = None
+    body: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    paths: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> list[Access]:
-    """A mounted ``hostPath`` of GPU device nodes: ``/dev/nvidia*``, ``/dev/dri``, ``/dev``
-    itself or ``/`` (a ``subPath`` counts), or any ``CharDevice``; paths as the kernel
-    resolves them (``//dev``, ``/dev/../dev/nvidia0``)."""
+    """A mounted ``hostPath`` of GPU device nodes: ``/dev/nvidia*``, ``/dev/dri``, their
+    ``/dev/char`` links, a directory that holds them (``/dev``, ``/``, the driver root) (a
+    ``subPath`` or a visible ``subPathExpr`` counts), or any ``CharDevice``; paths as the
+    kernel resolves them (``//dev``, ``/dev/../dev/nvidia0``)."""
     host_paths = _host_paths(spec) if paths is None else paths
     if not host_paths:
         return []
@@ -278,9 +340,9 @@ def mount_access(
         if host is None:
             continue
         base = str(host.get("path") or "")
-        # A subPathExpr's value is not visible: the mount is judged by its base path.
-        sub = mount.get("subPath")
-        path = resolved(posixpath.join(base, str(sub)) if sub else base or "/")
+        # A subPathExpr whose value is not visible is judged by its base path.
+        sub = _sub_path(body, mount, metadata or {})
+        path = resolved(posixpath.join(base, sub) if sub else base or "/")
         if host.get("type") == "CharDevice" or _device_path(path):
             shown = f"{base} with subPath {sub}" if sub else base
             found.append(
@@ -309,6 +371,42 @@ def may_reach(body: Mapping[str, Any]) -> bool:
 def privileged(body: Mapping[str, Any]) -> bool:
     context = body.get("securityContext")
     return isinstance(context, dict) and context.get("privileged") is True
+
+
+# The RuntimeClasses the GPU operator creates, each with the handler of its name (gpu-operator
+# controllers/object_controls.go, the runtime classes of the toolkit's state: "nvidia", and
+# "nvidia-cdi" and "nvidia-legacy" for its two modes). A class a rule sets with
+# mutate.runtimeClassName is the policy's own word that it runs GPU pods: it counts too.
+NVIDIA_RUNTIME_CLASSES = frozenset({"nvidia", "nvidia-cdi", "nvidia-legacy"})
+# The handlers of those classes (the containerd or CRI-O runtimes the toolkit configures,
+# nvidia-container-toolkit cmd/nvidia-ctk/runtime/configure): a class of any name with one
+# of them runs NVIDIA's runtime, as the inventory shows.
+NVIDIA_HANDLERS = frozenset({"nvidia", "nvidia-cdi", "nvidia-legacy", "nvidia-experimental"})
+
+
+def nvidia_classes(classes: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The names of the (name, handler) RuntimeClasses whose handler is NVIDIA's."""
+    return frozenset(name for name, handler in classes if handler in NVIDIA_HANDLERS)
+
+
+def runtime_access(body: Mapping[str, Any], runtime_class: str) -> list[Access]:
+    """A container under the NVIDIA runtime that does not set ``NVIDIA_VISIBLE_DEVICES``
+    in its ``env``: the image's value decides, and every CUDA image's is ``all``. One that
+    sets it is judged by ``env_access`` (``void`` hides, ``all`` exposes)."""
+    env = body.get("env")
+    if isinstance(env, list) and any(
+        isinstance(e, dict) and e.get("name") == VISIBLE_DEVICES for e in env
+    ):
+        return []
+    return [
+        Access(
+            f'runs under the NVIDIA runtime (runtimeClassName "{runtime_class}"), which gives it '
+            f"every GPU of its node when its image sets {VISIBLE_DEVICES} (all in every CUDA "
+            "image)",
+            f"set {VISIBLE_DEVICES}=void in its env, or remove runtimeClassName",
+            f"runtimeClassName {runtime_class}",
+        )
+    ]
 
 
 PRIVILEGED = Access(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.demand.gpuaccess import (
+    NVIDIA_RUNTIME_CLASSES,
     PRIVILEGED,
     VISIBLE_DEVICES,
     Access,
@@ -22,6 +23,7 @@ from webhook.engine.demand.gpuaccess import (
     may_reach,
     mount_access,
     privileged,
+    runtime_access,
 )
 from webhook.engine.demand.gpus import Container, PodGPUs
 from webhook.engine.enforcement.mutators import avoid_label, hide_gpus, set_runtime_class
@@ -285,30 +287,73 @@ def _body(editor: Editor, template: Template, container: Container) -> Mapping[s
     return body if isinstance(body, dict) else {}
 
 
+def nvidia_runtime_class(
+    spec: Mapping[str, Any],
+    template: Template,
+    rules: Sequence[Rule],
+    known: frozenset[str] = frozenset(),
+) -> str | None:
+    """The pod's RuntimeClass when it is NVIDIA's and the pod asks for no GPU: then every
+    container runs under the runtime that hands out GPUs without the scheduler counting
+    them. A GPU pod's other containers are the hiding rules' matter
+    (``hideGPUsFromNonGPUContainers``), as with the default runtime."""
+    name = spec.get("runtimeClassName")
+    if template.asks or not isinstance(name, str):
+        return None
+    if name in NVIDIA_RUNTIME_CLASSES or name in known:
+        return name
+    if any(r.mutations.runtime_class == name for r in rules):
+        return name
+    return None
+
+
 def _accesses(
     body: Mapping[str, Any],
     template: Template,
     spec: Mapping[str, Any],
     paths: Mapping[str, Any],
+    *,
     reach: PodReach,
+    runtime_class: str | None,
 ) -> list[Access]:
     found = env_access(body, template.metadata)
     if paths:
-        found += mount_access(body, spec, paths)
+        found += mount_access(body, spec, paths, template.metadata)
     if privileged(body) and reach.value.can_land:
         found.append(PRIVILEGED)
+    if runtime_class is not None and not privileged(body) and reach.value.can_land:
+        found += runtime_access(body, runtime_class)
     return found
 
 
 def access_findings(
-    editor: Editor, template: Template, *, settings: Settings, reach: PodReach
+    editor: Editor,
+    template: Template,
+    *,
+    settings: Settings,
+    reach: PodReach,
+    rules: Sequence[Rule] = (),
+    nvidia_classes: frozenset[str] = frozenset(),
 ) -> list[Finding]:
     """``gpuAccessWithoutRequest``: one finding per container that asks for no GPU but can
-    reach GPUs, naming every way it does and what to change."""
-    candidates = [c for c in template.pod.containers if not asks_for_gpu(c) and may_reach(c.body)]
-    if not candidates or GPU_ACCESS in template.exempt:
+    reach GPUs, naming every way it does and what to change. ``rules``: the policy's, whose
+    runtime classes are NVIDIA's (``nvidia_runtime_class``); ``nvidia_classes``: the
+    cluster's classes whose handler is NVIDIA's (an inventory shows them)."""
+    if GPU_ACCESS in template.exempt:
         return []
-    return list(_access_findings(editor, template, candidates, settings=settings, reach=reach))
+    runtime_class = nvidia_runtime_class(_spec(editor, template), template, rules, nvidia_classes)
+    candidates = [
+        c
+        for c in template.pod.containers
+        if not asks_for_gpu(c) and (runtime_class is not None or may_reach(c.body))
+    ]
+    if not candidates:
+        return []
+    return list(
+        _access_findings(
+            editor, template, candidates, settings=settings, reach=reach, runtime=runtime_class
+        )
+    )
 
 
 def _access_findings(
@@ -318,12 +363,14 @@ def _access_findings(
     *,
     settings: Settings,
     reach: PodReach,
+    runtime: str | None,
 ) -> Iterator[Finding]:
     spec = _spec(editor, template)
     paths = host_paths(spec)
     action = action_of(settings.actions.get(GPU_ACCESS, "deny"))
     for container in candidates:
-        found = _accesses(_body(editor, template, container), template, spec, paths, reach)
+        body = _body(editor, template, container)
+        found = _accesses(body, template, spec, paths, reach=reach, runtime_class=runtime)
         if not found:
             continue
         name = f'container "{container.name}"'

@@ -19,7 +19,14 @@ from webhook.engine.kube.selectors import toleration_covers
 from webhook.engine.kube.workloads import Path
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import GPUResources, MemoryLimit, Mutations, NodeLabel
-from webhook.engine.resources.fit import Demand, pod_requests
+from webhook.engine.resources.fit import (
+    Demand,
+    container_requests,
+    containers_ask,
+    pod_level,
+    pod_level_limit,
+    pod_requests,
+)
 from webhook.engine.resources.gpufacts import (
     DEVICE_PLUGIN_DEFAULTS,
     MIG_PREFIX,
@@ -379,8 +386,11 @@ def set_memory_limits(
             amount = max(amount, request)
         planned.append(_Planned(container, path, amount, becomes_request=request is None))
     findings: list[Finding] = []
+    spec = _map(editor.get(spec_path))
+    if planned and spec.get("resources"):
+        planned, findings = _within_pod_level(spec, pod, planned, rule=rule)
     if planned and inventory is not None and pod.total:
-        planned, findings = _fit_memory(
+        planned, more = _fit_memory(
             editor.get(spec_path),
             pod,
             planned,
@@ -389,11 +399,79 @@ def set_memory_limits(
             rule=rule,
             refusal=refusal,
         )
+        findings += more
     for plan in planned:
         editor.add((*plan.path, "limits", "memory"), format_bytes(plan.amount))
         if plan.becomes_request:
             plan.container.memory_set = plan.amount  # Kubernetes copies it into the request
     return findings
+
+
+def _container_request(container: Container) -> int | None:
+    resources = _map(container.body.get("resources"))
+    return _memory(_map(resources.get("requests")).get("memory"))
+
+
+def _pod_memory_request(spec: Mapping[str, Any], pod: PodGPUs) -> int | None:
+    """``spec.resources.requests.memory`` as the API server has it when our patch arrives:
+    written, or defaulted before admission from the pod-level limit (pkg/apis/core/v1
+    defaults.go ``defaultPodRequests``: the containers' effective request when any asks
+    for memory, else the limit). ``None``: the pod sets no pod-level memory."""
+    requests, limits = pod_level(spec)
+    if "memory" in requests:
+        return _memory(requests["memory"])
+    if "memory" not in limits:
+        return None
+    if containers_ask(spec, "memory"):
+        return container_requests(pod.containers)[1]
+    return _memory(limits["memory"])
+
+
+def _within_pod_level(
+    spec: Mapping[str, Any], pod: PodGPUs, planned: list[_Planned], *, rule: str
+) -> tuple[list[_Planned], list[Finding]]:
+    """Keep the injected limits within the pod's own ``spec.resources``, as the API server
+    validates it (pkg/apis/core/validation ``validatePodResourceConsistency``): no
+    container's limit above the pod-level limit, and the containers' effective requests
+    (a limit without a request becomes one) within the pod-level request. A container's
+    limit above the pod's would be refused, and the pod's own limit bounds it anyway: it
+    is lowered to that. Limits that would raise the requests past the pod's are left out,
+    with a warning: setting them would make the API server refuse the pod."""
+    ceiling = pod_level_limit(spec, "memory", cpu=False)
+    if ceiling is not None:
+        # A request above the pod's limit is refused whatever we add: such a container
+        # is left as written.
+        planned = [
+            _Planned(p.container, p.path, min(p.amount, ceiling), p.becomes_request)
+            for p in planned
+            if p.becomes_request or (_container_request(p.container) or 0) <= ceiling
+        ]
+    room = _pod_memory_request(spec, pod)
+    growing = [p for p in planned if p.becomes_request]
+    if room is None or not growing:
+        return planned, []
+    at = {id(c): i for i, c in enumerate(pod.containers)}
+    extra = {at[id(p.container)]: p.amount for p in growing}
+    if container_requests(pod.containers, memory=extra)[1] <= room:
+        return planned, []
+    asked = ", ".join(f"{p.container.name or '?'} {format_bytes(p.amount)}" for p in growing)
+    message = (
+        f"memory limits of rule {rule} ({asked}) left out: a limit without a request becomes "
+        f"the container's request, and the pod's spec.resources.requests.memory "
+        f"({format_bytes(room)}, written or defaulted from its pod-level limit) must hold its "
+        "containers' requests, so the API server would refuse the pod. Set memory requests "
+        "and limits on the GPU containers yourself, within spec.resources."
+    )
+    kept = [p for p in planned if not p.becomes_request]
+    return kept, [
+        Finding(
+            rule,
+            "memoryLimit",
+            "warn",
+            message,
+            f"memory limits {asked} skipped: beyond the pod-level memory request",
+        )
+    ]
 
 
 def _fit_memory(

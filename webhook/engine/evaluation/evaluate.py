@@ -58,6 +58,7 @@ from webhook.engine.enforcement.mutators import (
 from webhook.engine.enforcement.quotas import pod_quota_notices, workload_quota_findings
 from webhook.engine.evaluation.claimobjects import evaluate_claim_object
 from webhook.engine.evaluation.request import NO_INVENTORY_NOTICE, InventoryView, Request
+from webhook.engine.evaluation.resize import RESIZE, resize_findings, stripped
 from webhook.engine.evaluation.updates import (
     added_ephemeral_containers,
     env_reads_metadata,
@@ -651,6 +652,8 @@ def _pod_update(
     obj, old = request.object, request.old_object
     if request.sub_resource == "ephemeralcontainers":
         return _ephemeral_update(request, template, policy=policy, inventory=inventory)
+    if request.sub_resource == RESIZE:
+        return _resize_update(request, policy=policy, inventory=inventory)
     if not isinstance(old, dict):
         old = None
     if old is not None and not judged_fields_changed(obj, old):
@@ -682,6 +685,26 @@ def _pod_update(
         notices=after.notices,
         extra_warnings=[w for w in after.warnings if w not in said],
     )
+
+
+def _resize_update(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
+    """``pods/resize``: the new containers' memory limits against the limits the memory
+    rules would set on the resized pod (``resize``); nothing else changes in a resize, and
+    it is never patched (the API server takes only resources through this subresource)."""
+    obj, old = request.object, request.old_object
+    memory_rules = [r for r in policy.rules if r.mutations.memory_limit is not None]
+    if not isinstance(old, dict) or not memory_rules:
+        return Decision(allowed=True, mutated=obj)
+    bare = stripped(obj)
+    ruled = _evaluate_object(
+        _as_created(request, bare),
+        [PodTemplate(path=(), template=bare, replicas=None)],
+        policy=policy,
+        inventory=inventory,
+    )
+    setters = [r for r in memory_rules if f"{r.name}/mutate" in ruled.mutated_by]
+    found = resize_findings(obj, old, ruled.mutated or bare, setters)
+    return decide(found, patch=(), mutated=obj)
 
 
 def _only_metadata_no_one_reads(
@@ -736,7 +759,14 @@ def _ephemeral_update(
         before = len(editor.ops)
         hide_gpus(editor, access.spec_path, ephemeral)
         _credit(editor, before, mutated_by, hiding)
-    findings = access_findings(editor, access, settings=settings, reach=reach)
+    findings = access_findings(
+        editor,
+        access,
+        settings=settings,
+        reach=reach,
+        rules=policy.rules,
+        nvidia_classes=inventory.nvidia_runtime_classes,
+    )
     return decide(findings, patch=editor.ops, mutated=editor.doc, mutated_by=list(mutated_by))
 
 
@@ -1012,7 +1042,16 @@ def _evaluate_template(
     findings.extend(
         _device_policy(request, claims, rules, scope=scope, snapshot=snapshot, view=view)
     )
-    findings.extend(access_findings(editor, access, settings=settings, reach=reach))
+    findings.extend(
+        access_findings(
+            editor,
+            access,
+            settings=settings,
+            reach=reach,
+            rules=policy.rules,
+            nvidia_classes=view.nvidia_runtime_classes,
+        )
+    )
     if not access.asks:
         live = snapshot is not None
         findings.extend(

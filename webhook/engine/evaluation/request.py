@@ -52,6 +52,8 @@ class InventoryView:
     devices: DeviceInventory | None = None
     # Names of the cluster's RuntimeClasses, from a live inventory; None: not known.
     runtime_classes: frozenset[str] | None = None
+    # Those of them whose handler is NVIDIA's container runtime (``gpuaccess``).
+    nvidia_runtime_classes: frozenset[str] = frozenset()
     # Autoscaler objects (Karpenter NodePools, cluster-autoscaler status, GKE
     # ComputeClasses): nodes that could exist. None: not read.
     pools: PoolInventory | None = None

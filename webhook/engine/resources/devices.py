@@ -61,7 +61,57 @@ Identity = frozenset[tuple[str, str]]
 
 
 def _intern(text: object) -> str:
-    return sys.intern(str(text))
+    """The one copy of ``text``, made apart from the raw JSON it came from: a parsed
+    device that kept the decoder's own string would keep the memory of the whole decoded
+    file alive around it (issue 35: 4.6 KB a device, where the parsed device is 0.5 KB)."""
+    return sys.intern("".join((str(text), "")) if isinstance(text, str) else str(text))
+
+
+# Equal immutable parts of devices, kept once: the thousand nodes of one kind publish the
+# same attributes, capacities and policies on every device but for their identity
+# attributes (issue 35: 25,600 devices held 12 attribute triples each). Bounded: past it
+# the table starts again, which only shares less.
+_SHARED: dict[Any, Any] = {}
+_SHARED_MAX = 200_000
+
+
+def shared(value: Any) -> Any:
+    """The one kept object equal to ``value`` (``value`` itself the first time)."""
+    kept = _SHARED.get(value)
+    if kept is not None:
+        return kept
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
+    _SHARED[value] = value
+    return value
+
+
+def forget_shared() -> None:
+    """Empty the tables of kept parts (they refill as devices are parsed). A copy of parsed
+    devices (``files/inventoryfile``) must not leave the first parse's parts alive: kept
+    among a decoded file's freed memory, they would hold all of it."""
+    _SHARED.clear()
+    _TRIPLES.clear()
+    _QUALIFIED.clear()
+
+
+def _same(one: tuple[Any, ...], other: tuple[Any, ...]) -> bool:
+    return all(a is b for a, b in zip(one, other, strict=True))
+
+
+def _attributes(
+    found: list[tuple[str, str, Any]],
+) -> tuple[tuple[str, str, Any], ...]:
+    """Attribute (or capacity) triples kept once each, and the device's tuple of them kept
+    once too. An equal triple of another type (``True == 1``, and CEL tells a bool from an
+    int) is not shared."""
+    triples = []
+    for triple in sorted(found, key=lambda a: (a[0], a[1])):
+        kept = shared(triple)
+        triples.append(kept if type(kept[2]) is type(triple[2]) else triple)
+    whole = tuple(triples)
+    kept_whole = shared(whole)
+    return kept_whole if _same(kept_whole, whole) else whole
 
 
 def _map(value: object) -> Mapping[str, Any]:
@@ -273,9 +323,20 @@ class Device:
         )
 
 
+_QUALIFIED: dict[tuple[str, str], tuple[str, str]] = {}
+
+
 def _qualified(name: str, driver: str) -> tuple[str, str]:
+    """An attribute or capacity name with its domain (a bare name is the driver's); the
+    few names of a cluster are worked out once."""
+    known = _QUALIFIED.get((name, driver))
+    if known is not None:
+        return known
     domain, slash, ident = name.partition("/")
-    return (_intern(domain), _intern(ident)) if slash else (_intern(driver), _intern(name))
+    found = (_intern(domain), _intern(ident)) if slash else (_intern(driver), _intern(name))
+    if len(_QUALIFIED) < 10_000:
+        _QUALIFIED[(_intern(name), _intern(driver))] = found
+    return found
 
 
 def _attribute(raw: Mapping[str, Any]) -> Any:
@@ -286,16 +347,44 @@ def _attribute(raw: Mapping[str, Any]) -> Any:
     if "int" in raw:
         return int(raw["int"])
     if "version" in raw:
-        return Version(str(raw["version"]))
+        return Version(_intern(raw["version"]))
     return UnreadValue(json.dumps(raw, sort_keys=True, default=str)) if raw else None
+
+
+# Attribute triples by what the JSON says (driver, name, type, value): most devices of a
+# cluster repeat most of them, and a hit skips parsing and sharing. Keys hold the kept
+# copies only (a lookup with the decoder's equal string finds them). Bounded like _SHARED.
+_TRIPLES: dict[tuple[str, str, str, Any], tuple[str, str, Any]] = {}
+
+
+def _attribute_triple(name: str, value: object, driver: str) -> tuple[str, str, Any] | None:
+    raw = _map(value)
+    kind, plain = next(iter(raw.items())) if len(raw) == 1 else ("", None)
+    hashable = isinstance(plain, (str, int))  # bool is an int; a Version is written as str
+    if hashable:
+        hit = _TRIPLES.get((driver, name, kind, plain))
+        if hit is not None:
+            return hit
+    parsed = _attribute(raw)
+    if parsed is None:
+        return None
+    triple: tuple[str, str, Any] = shared((*_qualified(str(name), driver), parsed))
+    if type(triple[2]) is not type(parsed):  # True == 1: not the same attribute
+        triple = (*_qualified(str(name), driver), parsed)
+    if hashable:
+        if len(_TRIPLES) >= _SHARED_MAX:
+            _TRIPLES.clear()
+        key_value = parsed.text if isinstance(parsed, Version) else parsed
+        _TRIPLES[(_intern(driver), _intern(name), _intern(kind), key_value)] = triple
+    return triple
 
 
 def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Device:
     attributes = []
     for name, value in _map(raw.get("attributes")).items():
-        parsed = _attribute(_map(value))
-        if parsed is not None:
-            attributes.append((*_qualified(str(name), driver), parsed))
+        triple = _attribute_triple(name, value, driver)
+        if triple is not None:
+            attributes.append(triple)
     capacity = []
     policies = []
     for name, value in _map(raw.get("capacity")).items():
@@ -310,19 +399,23 @@ def device_from_json(raw: Mapping[str, Any], *, driver: str, pool: str) -> Devic
     return Device(
         driver=_intern(driver),
         pool=_intern(pool),
-        name=str(raw.get("name", "")),
-        attributes=tuple(sorted(attributes, key=lambda a: (a[0], a[1]))),
-        capacity=tuple(sorted(capacity)),
+        name=_intern(raw.get("name", "")),
+        attributes=_attributes(attributes),
+        capacity=_attributes(capacity),
         shared=bool(raw.get("allowMultipleAllocations")),
-        consumes=tuple(
-            (str(c.get("counterSet", "")), _counters(c.get("counters")))
-            for c in map(_map, _list(raw.get("consumesCounters")))
+        consumes=shared(
+            tuple(
+                (_intern(c.get("counterSet", "")), _counters(c.get("counters")))
+                for c in map(_map, _list(raw.get("consumesCounters")))
+            )
         ),
-        taints=tuple(
-            (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
-            for t in map(_map, _list(raw.get("taints")))
+        taints=shared(
+            tuple(
+                (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+                for t in map(_map, _list(raw.get("taints")))
+            )
         ),
-        policies=tuple(sorted(policies, key=lambda p: (p[0], p[1]))),
+        policies=shared(tuple(sorted(policies, key=lambda p: (p[0], p[1])))),
     )
 
 

@@ -211,15 +211,13 @@ def _app_only(containers: Sequence[Requests]) -> bool:
     return True
 
 
-def pod_requests(
-    spec: Mapping[str, Any],
-    containers: Sequence[Requests],
-    *,
-    memory: Mapping[int, int] | None = None,
+def container_requests(
+    containers: Sequence[Requests], *, memory: Mapping[int, int] | None = None
 ) -> tuple[int, int]:
-    """The pod's effective ``cpu`` and ``memory`` requests, overhead included
-    (``spec.overhead``, set by a RuntimeClass). ``memory`` replaces the memory of the
-    containers at those positions (a limit about to be set where no request is)."""
+    """The containers' effective ``cpu`` and ``memory`` requests (component-helpers/resource
+    ``AggregateContainerRequests``), without pod-level resources or overhead. ``memory``
+    replaces the memory of the containers at those positions (a limit about to be set where
+    no request is)."""
     extra = memory or {}
     if not extra and _app_only(containers):
         cpu = mem = 0  # the common case: app containers only, whose requests add up
@@ -227,21 +225,93 @@ def pod_requests(
             c_cpu, c_mem = c.requests
             cpu += c_cpu
             mem += c_mem
-    else:
-        amounts = [c.requests for c in containers]
-        cpu = effective(
-            (c.section, c.sidecar, a[0]) for c, a in zip(containers, amounts, strict=True)
-        )
-        mem = effective(
-            (c.section, c.sidecar, extra.get(i, a[1]))
-            for i, (c, a) in enumerate(zip(containers, amounts, strict=True))
-        )
+        return cpu, mem
+    amounts = [c.requests for c in containers]
+    cpu = effective((c.section, c.sidecar, a[0]) for c, a in zip(containers, amounts, strict=True))
+    mem = effective(
+        (c.section, c.sidecar, extra.get(i, a[1]))
+        for i, (c, a) in enumerate(zip(containers, amounts, strict=True))
+    )
+    return cpu, mem
+
+
+def pod_requests(
+    spec: Mapping[str, Any],
+    containers: Sequence[Requests],
+    *,
+    memory: Mapping[int, int] | None = None,
+) -> tuple[int, int]:
+    """The pod's effective ``cpu`` and ``memory`` requests as the scheduler counts them
+    (component-helpers/resource ``PodRequests``): the containers' aggregate, replaced by
+    pod-level requests where the pod sets them, overhead included (``spec.overhead``, set
+    by a RuntimeClass). ``memory`` as in ``container_requests``."""
+    cpu, mem = container_requests(containers, memory=memory)
+    if spec.get("resources"):
+        cpu, mem = _with_pod_level(spec, cpu, mem)
     overhead = spec.get("overhead")
     if overhead:
         overhead = overhead if isinstance(overhead, dict) else {}
         cpu += _amount(overhead.get("cpu", 0), cpu=True)
         mem += _amount(overhead.get("memory", 0), cpu=False)
     return cpu, mem
+
+
+# --- pod-level resources (KEP-2837, PodLevelResources: beta and on by default since 1.34) ---
+
+# What ``spec.resources`` may hold (component-helpers/resource
+# ``IsSupportedPodLevelResource``): cpu, memory and hugepages-*; the API server refuses any
+# other name there (pkg/apis/core/validation ``validatePodResourceName``), extended resources
+# such as nvidia.com/gpu among them, so only cpu and memory are read here, and a GPU is asked
+# in a container's resources alone.
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def pod_level(spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """The pod's own ``spec.resources`` requests and limits (empty when it sets none)."""
+    resources = _map(spec.get("resources"))
+    return _map(resources.get("requests")), _map(resources.get("limits"))
+
+
+def containers_ask(spec: Mapping[str, Any], name: str) -> bool:
+    """Whether any container (init, sidecar or app) names ``name`` in its requests or
+    limits: a limit becomes the container's request (``SetDefaults_Pod``)."""
+    for section in ("initContainers", "containers"):
+        for body in spec.get(section) or ():
+            resources = _map(_map(body).get("resources"))
+            if name in _map(resources.get("requests")) or name in _map(resources.get("limits")):
+                return True
+    return False
+
+
+def pod_level_request(spec: Mapping[str, Any], name: str, *, cpu: bool) -> int | None:
+    """The pod-level request of ``cpu`` or ``memory`` as the API server leaves it: written,
+    or defaulted where only the pod-level limit is (pkg/apis/core/v1/defaults.go
+    ``defaultPodRequests``: the containers' effective requests when any container asks
+    for it, else the pod-level limit). ``None``: the pod sets neither, or containers ask
+    and the aggregate stands."""
+    requests, limits = pod_level(spec)
+    if name in requests:
+        return _amount(requests[name], cpu=cpu)
+    if name in limits and not containers_ask(spec, name):
+        return _amount(limits[name], cpu=cpu)
+    return None
+
+
+def pod_level_limit(spec: Mapping[str, Any], name: str, *, cpu: bool) -> int | None:
+    limits = pod_level(spec)[1]
+    return _amount(limits[name], cpu=cpu) if name in limits else None
+
+
+def _with_pod_level(spec: Mapping[str, Any], cpu: int, mem: int) -> tuple[int, int]:
+    """The pod's effective requests as the scheduler reads them: pod-level requests replace
+    the containers' aggregate (component-helpers/resource ``PodRequests``,
+    ``applyPodLevelResources``)."""
+    pod_cpu = pod_level_request(spec, "cpu", cpu=True)
+    pod_mem = pod_level_request(spec, "memory", cpu=False)
+    return (cpu if pod_cpu is None else pod_cpu), (mem if pod_mem is None else pod_mem)
 
 
 def demand_of(
