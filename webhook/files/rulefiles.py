@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,11 +28,19 @@ from webhook.engine.policy.ruleset import (
     RuleDocument,
     compile_policy,
 )
-from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS
+from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS, RENAMED_KINDS
 from webhook.files.catalogue import shipped_catalogue
 from webhook.files.cudaimages import cuda_table
 from webhook.files.lastgood import LastGood
 from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
+from webhook.files.ruleobjects import (
+    Key,
+    Merged,
+    RuleObject,
+    judge_object,
+    merge_objects,
+    objects_fingerprint,
+)
 
 # JSON is read too: it is YAML, and a file silently skipped would be a rule not in force.
 RULE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -164,6 +172,12 @@ def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyPro
     if body.get("apiVersion") != API_VERSION:
         problems.append(PolicyProblem(ref, "apiVersion", f"must be {API_VERSION}"))
     validator = _VALIDATORS.get(ref.kind)
+    if validator is None and ref.kind in RENAMED_KINDS:
+        new, why = RENAMED_KINDS[ref.kind]
+        return [
+            *problems,
+            PolicyProblem(ref, "kind", f"did you mean {new}? ({ref.kind} was {why})"),
+        ]
     if validator is None:
         close = difflib.get_close_matches(str(ref.kind), list(DOCUMENT_KINDS), n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -279,7 +293,18 @@ def load_policy(directory: str) -> Policy:
 
 
 def compile_rule_files(files: RuleFiles, *, directory: str) -> Policy:
-    """The policy of the files as read; ``PolicyError`` lists every problem in every file.
+    return compile_rules(files, directory=directory).policy
+
+
+def compile_rules(
+    files: RuleFiles,
+    *,
+    directory: str,
+    objects: Sequence[RuleObject] = (),
+    in_force: Mapping[Key, RuleObject] | None = None,
+) -> Merged:
+    """The policy of the files as read, with the objects that fit (``ruleobjects``);
+    ``PolicyError`` lists every problem in every file.
 
     A directory without a single rule document is refused: it is far more often an empty
     or half-written ConfigMap than a choice, and taking it would silently drop every
@@ -289,14 +314,13 @@ def compile_rule_files(files: RuleFiles, *, directory: str) -> Policy:
     documents, problems = read_documents(files)
     if not documents and not problems:
         problems.append(PolicyProblem(None, "", f"{directory}: {NO_DOCUMENTS}"))
-    try:
-        policy = compile_policy(documents, catalogue=shipped_catalogue(), cuda_table=cuda_table())
-    except PolicyError as exc:
-        problems.extend(exc.problems)
-        policy = None
-    if problems or policy is None:
+    if problems:  # and the semantic problems of the documents that passed, all at once
+        try:
+            compile_policy(documents, catalogue=shipped_catalogue(), cuda_table=cuda_table())
+        except PolicyError as exc:
+            problems.extend(exc.problems)
         raise PolicyError(problems)
-    return policy
+    return merge_objects(documents, objects, in_force=in_force)
 
 
 def fingerprint(directory: str) -> str:
@@ -312,6 +336,9 @@ class RuleSet:
     generation: int
 
 
+ObjectSupplier = Callable[[], Sequence[RuleObject] | None]
+
+
 class RuleStore:
     """The rules in force: replaced atomically by a valid new set, kept on a broken one.
 
@@ -319,14 +346,26 @@ class RuleStore:
     finds the files broken when it starts takes the last good set from there instead of
     failing: a worker started after a broken edit serves what its siblings serve. Its
     first ``reload_if_changed`` then reports the files on disk as rejected.
+
+    With ``objects`` (a live server's: the rule objects the API server serves, None until
+    listed), each reload merges them in (``ruleobjects``), and ``verdicts`` says which are
+    in force.
     """
 
-    def __init__(self, directory: str, *, last_good: LastGood | None = None) -> None:
+    def __init__(
+        self,
+        directory: str,
+        *,
+        last_good: LastGood | None = None,
+        objects: ObjectSupplier | None = None,
+    ) -> None:
         self.directory = os.fspath(directory)
         self.last_good = last_good
+        self.objects = objects
         self._lock = threading.Lock()
         self.last_error: PolicyError | None = None
         self.failed_fingerprint = ""
+        self.merged = Merged(Policy())
         try:
             policy, seen = self._load()
         except PolicyError:
@@ -336,16 +375,38 @@ class RuleStore:
             policy, seen = kept, ""  # "": the files on disk are judged at the first reload
         self.current = RuleSet(policy, seen, 1)
 
-    def _load(self, files: RuleFiles | None = None) -> tuple[Policy, str]:
+    def _objects(self) -> tuple[RuleObject, ...]:
+        found = None if self.objects is None else self.objects()
+        return tuple(found or ())
+
+    def _fingerprint(self, files: RuleFiles, objects: Sequence[RuleObject]) -> str:
+        if self.objects is None:
+            return files.fingerprint
+        return f"{files.fingerprint}:{objects_fingerprint(objects)}"
+
+    def _load(
+        self, files: RuleFiles | None = None, objects: Sequence[RuleObject] | None = None
+    ) -> tuple[Policy, str]:
         """The policy of the files (read now unless given) and the fingerprint of exactly
         the bytes it was compiled from; the same bytes are kept as the last good set."""
         if files is None:
             files = read_rule_files(self.directory)
-        policy = compile_rule_files(files, directory=self.directory)
+        if objects is None:
+            objects = self._objects()
+        merged = compile_rules(
+            files, directory=self.directory, objects=objects, in_force=self.merged.in_force
+        )
+        self.merged = merged
         if self.last_good is not None:
             with contextlib.suppress(OSError):  # serving matters more than the copy
                 self.last_good.save_rules(files.contents())
-        return policy, files.fingerprint
+        return merged.policy, self._fingerprint(files, objects)
+
+    def judge(self, candidate: RuleObject) -> tuple[str, ...]:
+        """What keeps ``candidate`` out of force beside the files and objects in force now
+        (empty: it would be in force): what ``/validate`` refuses it for."""
+        merged = self.merged
+        return judge_object(merged.file_documents, list(merged.in_force.values()), candidate)
 
     def _last_good_policy(self) -> Policy | None:
         if self.last_good is None:
@@ -364,11 +425,12 @@ class RuleStore:
         """True: reloaded; False: the new files are broken (old rules kept); None: no change."""
         with self._lock:
             files = read_rule_files(self.directory)
-            seen = files.fingerprint
+            objects = self._objects()
+            seen = self._fingerprint(files, objects)
             if seen in (self.current.fingerprint, self.failed_fingerprint):
                 return None
             try:
-                policy, seen = self._load(files)
+                policy, seen = self._load(files, objects)
             except PolicyError as exc:
                 self.last_error = exc
                 self.failed_fingerprint = seen
