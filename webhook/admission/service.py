@@ -37,9 +37,12 @@ from webhook.admission.memo import DecisionMemo, Judgement
 from webhook.admission.response import Answer, PatchTooLarge, Verdict, reply
 from webhook.admission.review import AdmissionRequest
 from webhook.engine.evaluation.request import Request
+from webhook.engine.policy.crds import GROUP
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
+from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.files.rulefiles import RuleSet, RuleStore
+from webhook.files.ruleobjects import RuleObject
 
 log = logging.getLogger("gpu_webhook.service")
 UNREADABLE = (
@@ -93,6 +96,8 @@ class AdmissionService:
         skip = _skip_reason(request)
         if skip:
             return Outcome(request.uid, _skipped(skip))
+        if request.group == GROUP and request.kind in DOCUMENT_KINDS:
+            return Outcome(request.uid, self._judge_rule_object(request, mutate=mutate))
         ruleset = self.rules.current
         try:
             judgement = self._judge(request, ruleset)
@@ -110,6 +115,20 @@ class AdmissionService:
             answer = _answer(judgement.decision, mutate=mutate, generation=ruleset.generation)
             self.memo.keep_answer(judgement, mutate=mutate, answer=answer)
         return Outcome(request.uid, answer)
+
+    def _judge_rule_object(self, request: AdmissionRequest, *, mutate: bool) -> Answer:
+        """A GPUPolicy (or other rule object) is refused for what ``rules lint`` would
+        say of it beside the files and the objects in force, so that ``kubectl apply``
+        fails with the same lines; the mutating webhook leaves such objects alone."""
+        if mutate:
+            return _skipped("kind")
+        candidate = RuleObject.of(request.object or {}, kind=request.kind)
+        problems = self.rules.judge(candidate)
+        generation = self.rules.current.generation
+        if not problems:
+            return Answer(reply(allowed=True), "allowed", rules_generation=generation)
+        message = f"{request.kind} {candidate.name}: " + "; ".join(problems)
+        return Answer(reply(allowed=False, message=message), "denied", rules_generation=generation)
 
     def _judge(self, request: AdmissionRequest, ruleset: RuleSet) -> Judgement:
         return self.memo.judge(

@@ -27,6 +27,7 @@ from webhook.cluster.apiclient import (
 from webhook.cluster.devicesource import DeviceCache, DeviceWatch
 from webhook.cluster.poolsource import PoolCache, PoolWatch
 from webhook.cluster.reflector import Backoff, Handler, Reflector, T, let_requests_run
+from webhook.cluster.rulesource import RuleObjectCache, RuleObjectWatch
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node, node_from_json
 from webhook.engine.resources.nodepools import PoolInventory
@@ -83,8 +84,21 @@ class ClusterWatch:
         watch_timeout_seconds: Callable[[], int] | None = None,
         request_timeout_seconds: float = 30.0,
         pools: PoolCache | None = None,
+        rule_objects: RuleObjectCache | None = None,
     ) -> None:
         self._client = ApiClient(api, request_timeout_seconds=request_timeout_seconds)
+        # Rule objects (issue 33): GPUPolicy and the other rule kinds, where served.
+        self._rule_objects = (
+            None
+            if rule_objects is None
+            else RuleObjectWatch(
+                client=self._client,
+                cache=rule_objects,
+                backoff=backoff,
+                page_size=page_size,
+                watch_timeout_seconds=watch_timeout_seconds,
+            )
+        )
         # Autoscaler objects (issue 23): nodes that could exist.
         self._pools = (
             None
@@ -149,7 +163,13 @@ class ClusterWatch:
             threads.append(self._devices.thread(stop))
         if self._pools is not None:
             threads.append(self._pools.thread(stop))
+        if self._rule_objects is not None:
+            threads.append(self._rule_objects.thread(stop))
         return threads
+
+    @property
+    def client(self) -> ApiClient:
+        return self._client
 
     def close(self) -> None:
         self._client.close()

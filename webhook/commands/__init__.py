@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from webhook.cluster.apiclient import ApiClient, ApiError
 from webhook.engine.policy.ruleset import Policy, PolicyError
 from webhook.files.manifests import ManifestError
-from webhook.files.rulefiles import load_policy
+from webhook.files.rulefiles import compile_rules, load_policy, read_rule_files
 from webhook.reports.results import Outcome
 
 USAGE_ERROR = 2
@@ -105,6 +106,26 @@ def rules_or_fail(command: str, given: str | None) -> Policy | int:
         return load_policy(directory)
     except PolicyError as exc:
         return fail(command, f"the rules in {directory} ({origin}) are not usable:\n{exc}")
+
+
+def live_rules(command: str, given: str | None, client: ApiClient) -> Policy | int:
+    """The policy of ``--rules`` merged with the rule objects the cluster serves (issue
+    33), as the server merges them; an object that is not in force is a notice."""
+    from webhook.cluster.rulesource import list_rule_objects
+
+    directory, origin = rules_directory(given)
+    try:
+        objects = list_rule_objects(client)
+    except ApiError as exc:
+        return fail(command, f"cannot read the cluster's rule objects (gpu-webhook.io): {exc}")
+    try:
+        merged = compile_rules(read_rule_files(directory), directory=directory, objects=objects)
+    except PolicyError as exc:
+        return fail(command, f"the rules in {directory} ({origin}) are not usable:\n{exc}")
+    for (kind, name), verdict in merged.verdicts.items():
+        if not verdict.ready:
+            print(f"notice: {kind} {name} (cluster object): {verdict.message}", file=sys.stderr)
+    return merged.policy
 
 
 def unreadable(errors: list[ManifestError], *, paths: list[str], read: bool) -> list[Outcome]:

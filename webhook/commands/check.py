@@ -19,6 +19,7 @@ from webhook.commands import (
     add_context_option,
     add_rules_option,
     fail,
+    live_rules,
     rules_or_fail,
     unreadable,
 )
@@ -136,13 +137,13 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"the inventory is not usable: {exc}")
     elif args.kubeconfig or args.context:
         try:
-            inventory, labels = _cluster(
-                args.kubeconfig, context=args.context, namespaces=bool(policy.rules)
-            )
+            inventory, labels, policy = _cluster(args)
         except KubeconfigError as exc:
             return _fail(f"no usable cluster configuration: {exc}")
         except ApiError as exc:
             return _fail(f"cannot read the cluster's nodes and namespaces: {exc}")
+        except _Unusable as exc:
+            return exc.code
     documents, errors = load_manifests(paths)
     inventory = with_checked_claims(inventory, [d.obj for d in documents])
     unusable = unreadable(errors, paths=paths, read=bool(documents))
@@ -216,17 +217,26 @@ def _own_namespace(obj: Mapping[str, Any]) -> str:
     return own if isinstance(own, str) else ""
 
 
+class _Unusable(Exception):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
 def _cluster(
-    kubeconfig: str | None, *, context: str | None, namespaces: bool
-) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
+    args: argparse.Namespace,
+) -> tuple[InventoryView, Mapping[str, Mapping[str, str]], Policy]:
     """What the server reads of the cluster (nodes, DRA objects, RuntimeClasses, autoscaler
-    pools), and its namespaces' labels when rules may match on them."""
-    with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig, context=context)) as cluster:
+    pools, rule objects), and its namespaces' labels when rules may match on them."""
+    endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
+    with ClusterObjects(endpoint) as cluster:
+        live = live_rules(COMMAND, args.rules, cluster.client)
+        if isinstance(live, int):
+            raise _Unusable(live)
         notices: list[str] = []
         inventory = cluster.view(notices)
         for notice in notices:
             print(f"notice: {notice}", file=sys.stderr)
-        return inventory, cluster.namespace_labels() if namespaces else {}
+        return inventory, cluster.namespace_labels() if live.rules else {}, live
 
 
 def with_checked_claims(view: InventoryView, objects: list[Mapping[str, Any]]) -> InventoryView:

@@ -104,9 +104,15 @@ def inventory_watcher(settings: Settings) -> WatcherProcess | None:
     if settings.inventory is not None or not settings.live_inventory:
         return None
     from webhook.cluster.watcherprocess import WatcherProcess
+    from webhook.serving.auditor import lease_namespace
 
     return WatcherProcess(
-        kubeconfig=_kubeconfig(settings), context=settings.context, log_level=settings.log_level
+        kubeconfig=_kubeconfig(settings),
+        context=settings.context,
+        log_level=settings.log_level,
+        # The watcher also writes the rule objects' status, on one replica (issue 33).
+        status_rules=str(settings.rules),
+        lease_namespace=lease_namespace(settings.audit_lease_namespace),
     )
 
 
@@ -130,8 +136,10 @@ def background_auditor(settings: Settings) -> AuditorProcess | None:
 def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
     """The admission app for one worker, and what stops its background work."""
     inventory = inventory_source(settings)
+    # Rule objects the API server serves, merged with the files (issue 33).
+    objects = getattr(inventory, "rule_objects", None)
     service = AdmissionService(
-        rules=RuleStore(str(settings.rules), last_good=last_good(settings)),
+        rules=RuleStore(str(settings.rules), last_good=last_good(settings), objects=objects),
         inventory=inventory,
         inventory_failure_mode=settings.inventory_failure_mode,
         memo=DecisionMemo(max_bytes=memo_bytes_per_worker(settings.workers)),
