@@ -53,6 +53,7 @@ FailureMode = Literal["allow", "deny"]
 
 
 NOT_SYNCED = "node inventory not synced yet"
+OBJECTS_NOT_MERGED = "rule objects (GPUPolicy, ...) not merged yet"
 
 
 @dataclass(slots=True)  # built per review: frozen would triple its cost
@@ -156,6 +157,8 @@ class AdmissionService:
         """Rules are loaded once the service exists; a live inventory must have synced."""
         if self.inventory is not None and not self.inventory.ready():
             return False, NOT_SYNCED
+        if not self.rules.objects_merged:
+            return False, OBJECTS_NOT_MERGED
         return True, f"rules generation {self.rules.current.generation}"
 
     def _policy(self, ruleset: RuleSet) -> Policy:

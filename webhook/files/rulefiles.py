@@ -366,6 +366,8 @@ class RuleStore:
         self.last_error: PolicyError | None = None
         self.failed_fingerprint = ""
         self.merged = Merged(Policy())
+        self._objects_seen = False
+        self._merged_objects = False
         try:
             policy, seen = self._load()
         except PolicyError:
@@ -377,7 +379,15 @@ class RuleStore:
 
     def _objects(self) -> tuple[RuleObject, ...]:
         found = None if self.objects is None else self.objects()
+        if found is not None:
+            self._objects_seen = True
         return tuple(found or ())
+
+    @property
+    def objects_merged(self) -> bool:
+        """The rule objects were listed and merged at least once (or there are none to
+        wait for): until then a server would judge without the cluster's policies."""
+        return self.objects is None or self._merged_objects
 
     def _fingerprint(self, files: RuleFiles, objects: Sequence[RuleObject]) -> str:
         if self.objects is None:
@@ -393,10 +403,12 @@ class RuleStore:
             files = read_rule_files(self.directory)
         if objects is None:
             objects = self._objects()
+        seen = self._objects_seen
         merged = compile_rules(
             files, directory=self.directory, objects=objects, in_force=self.merged.in_force
         )
         self.merged = merged
+        self._merged_objects = seen
         if self.last_good is not None:
             with contextlib.suppress(OSError):  # serving matters more than the copy
                 self.last_good.save_rules(files.contents())
@@ -427,13 +439,17 @@ class RuleStore:
             files = read_rule_files(self.directory)
             objects = self._objects()
             seen = self._fingerprint(files, objects)
-            if seen in (self.current.fingerprint, self.failed_fingerprint):
+            first_objects = self._objects_seen and not self._merged_objects
+            if seen in (self.current.fingerprint, self.failed_fingerprint) and not first_objects:
                 return None
             try:
                 policy, seen = self._load(files, objects)
             except PolicyError as exc:
                 self.last_error = exc
                 self.failed_fingerprint = seen
+                # Broken files keep the last good rules, without the objects: waiting for
+                # files that may never be fixed would leave the server unready for good.
+                self._merged_objects = self._objects_seen
                 return False
             self.current = RuleSet(policy, seen, self.current.generation + 1)
             self.last_error = None
