@@ -320,7 +320,7 @@ def compile_rules(
         except PolicyError as exc:
             problems.extend(exc.problems)
         raise PolicyError(problems)
-    return merge_objects(documents, objects, in_force=in_force)
+    return merge_objects(documents, objects, lint=schema_problems, in_force=in_force)
 
 
 def fingerprint(directory: str) -> str:
@@ -418,7 +418,12 @@ class RuleStore:
         """What keeps ``candidate`` out of force beside the files and objects in force now
         (empty: it would be in force): what ``/validate`` refuses it for."""
         merged = self.merged
-        return judge_object(merged.file_documents, list(merged.in_force.values()), candidate)
+        return judge_object(
+            merged.file_documents,
+            list(merged.in_force.values()),
+            candidate,
+            lint=schema_problems,
+        )
 
     def _last_good_policy(self) -> Policy | None:
         if self.last_good is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,10 +149,15 @@ def _compile(documents: Sequence[RuleDocument]) -> Policy:
     return compile_policy(documents, catalogue=shipped_catalogue(), cuda_table=cuda_table())
 
 
-def _own_problems(obj: RuleObject, files: Mapping[Key, DocumentRef]) -> list[PolicyProblem]:
-    from webhook.files.rulefiles import schema_problems  # rulefiles imports this module
+# What a document alone is checked for (``rulefiles.schema_problems``, passed in by
+# ``rulefiles``, which imports this module).
+Lint = Callable[[Mapping[str, Any], DocumentRef], list[PolicyProblem]]
 
-    problems = schema_problems(obj.body, obj.ref)
+
+def _own_problems(
+    obj: RuleObject, files: Mapping[Key, DocumentRef], lint: Lint
+) -> list[PolicyProblem]:
+    problems = lint(obj.body, obj.ref)
     defined = files.get(obj.key)
     if defined is not None:
         problems.append(
@@ -170,6 +175,7 @@ def merge_objects(
     file_documents: Sequence[RuleDocument],
     objects: Sequence[RuleObject],
     *,
+    lint: Lint,
     in_force: Mapping[Key, RuleObject] | None = None,
 ) -> Merged:
     """The policy of the files and the objects that fit with them.
@@ -184,7 +190,7 @@ def merge_objects(
     now_in_force: dict[Key, RuleObject] = {}
     policy = _compile(accepted)  # always the policy of ``accepted``
     for obj in sorted(objects, key=lambda o: o.key):
-        problems = _own_problems(obj, files)
+        problems = _own_problems(obj, files, lint)
         if not problems:
             try:
                 policy = _compile([*accepted, obj.document])
@@ -214,12 +220,14 @@ def judge_object(
     file_documents: Sequence[RuleDocument],
     objects: Sequence[RuleObject],
     candidate: RuleObject,
+    *,
+    lint: Lint,
 ) -> tuple[str, ...]:
     """What is wrong with ``candidate`` beside the files and the other objects in force:
     what ``/validate`` refuses it for (empty: it would be in force)."""
     others = [o.document for o in objects if o.key != candidate.key]
     files = {(d.ref.kind, d.ref.name): d.ref for d in file_documents}
-    problems = _own_problems(candidate, files)
+    problems = _own_problems(candidate, files, lint)
     if problems:
         return problem_lines(problems)
     try:
