@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.feeding import fed_worker
+from tests.cluster.feeding import fed_worker, live_source
 from tests.cluster.replayserver import Body, ReplayServer, eventually, fixture, status_body
 from tests.cluster.ruleobjects import POLICIES, event, gpu_policy, serve_policies
 from tests.running import kubeconfig
@@ -167,3 +167,13 @@ def test_tools_list_the_rule_objects_once(replay: ReplayServer) -> None:
         assert list_rule_objects(client) == ()
     finally:
         client.close()
+
+
+def test_the_in_process_live_source_keeps_the_rule_objects_too(replay: ReplayServer) -> None:
+    serve_policies(replay, [gpu_policy("team-a", MAX_FOUR)], [])
+    source = live_source(replay)
+    source.start()
+    try:
+        eventually(lambda: names(source.rule_objects()) == [("team-a", 1)], timeout=10)
+    finally:
+        source.stop()

@@ -32,6 +32,7 @@ from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node, node_from_json
 from webhook.engine.resources.nodepools import PoolInventory
 from webhook.engine.resources.quotas import Quota, Quotas, quota_from_json
+from webhook.files.ruleobjects import RuleObject
 
 __all__ = [
     "ApiEndpoint",
@@ -204,6 +205,7 @@ class LiveInventorySource:
         self._runtime_classes = RuntimeClassCache()
         self._pools = PoolCache()
         self._resource_quotas = ResourceQuotaCache()
+        self._rule_objects = RuleObjectCache()
         self._watch = ClusterWatch(
             api=api,
             nodes=self._nodes,
@@ -216,7 +218,12 @@ class LiveInventorySource:
             page_size=page_size,
             watch_timeout_seconds=watch_timeout_seconds,
             request_timeout_seconds=request_timeout_seconds,
+            rule_objects=self._rule_objects,
         )
+
+    def rule_objects(self) -> tuple[RuleObject, ...] | None:
+        """GPUPolicy and the other rule objects; None until every served kind is listed."""
+        return self._rule_objects.objects()
 
     def start(self) -> None:
         """Start the background threads; returns at once (see ``ready``). A source runs
