@@ -185,12 +185,23 @@ def merge_objects(
     whose new version is broken."""
     kept = in_force or {}
     files = {(d.ref.kind, d.ref.name): d.ref for d in file_documents}
+    ordered = sorted(objects, key=lambda o: o.key)
+    own = {obj.key: _own_problems(obj, files, lint) for obj in ordered}
+    if not any(own.values()):
+        # The usual case, in one compile: every object fits (else find which do not).
+        try:
+            policy = _compile([*file_documents, *(o.document for o in ordered)])
+        except PolicyError:
+            pass
+        else:
+            verdicts = {o.key: Verdict(o.generation) for o in ordered}
+            return Merged(policy, verdicts, {o.key: o for o in ordered}, tuple(file_documents))
     accepted: list[RuleDocument] = list(file_documents)
-    verdicts: dict[Key, Verdict] = {}
+    verdicts = {}
     now_in_force: dict[Key, RuleObject] = {}
     policy = _compile(accepted)  # always the policy of ``accepted``
-    for obj in sorted(objects, key=lambda o: o.key):
-        problems = _own_problems(obj, files, lint)
+    for obj in ordered:
+        problems = own[obj.key]
         if not problems:
             try:
                 policy = _compile([*accepted, obj.document])
