@@ -103,6 +103,7 @@ def rule_documents() -> Iterator[Any]:
         *sorted((ROOT / "rules").glob("*.yaml")),
         *sorted((ROOT / "deploy" / "base" / "rules").glob("*.yaml")),
         *sorted((ROOT / "tests" / "cases").glob("*/rules/*.yaml")),
+        *sorted((ROOT / "tests" / "cases" / "_rules").glob("*/*.yaml")),
     ]
     for path in files:
         if path.name == "kustomization.yaml":
