@@ -177,3 +177,21 @@ def test_the_in_process_live_source_keeps_the_rule_objects_too(replay: ReplaySer
         eventually(lambda: names(source.rule_objects()) == [("team-a", 1)], timeout=10)
     finally:
         source.stop()
+
+
+def test_broken_rule_files_stop_the_statuses_not_the_watcher(
+    replay: ReplayServer, tmp_path: Path
+) -> None:
+    broken = tmp_path / "rules"
+    broken.mkdir()
+    (broken / "00.yaml").write_text("apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolcy\n")
+    serve_policies(replay, [gpu_policy("team-a", MAX_FOUR)], [])
+    process = watcher(replay, tmp_path, rules=broken)
+    try:
+        with fed_worker(process) as worker:
+            eventually(lambda: names(worker.rule_objects()) == [("team-a", 1)], timeout=10)
+            eventually(worker.ready)
+        assert process.restarts == 0
+        assert replay.written(f"{POLICIES}/team-a/status") == []
+    finally:
+        process.stop()

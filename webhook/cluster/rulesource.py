@@ -26,6 +26,7 @@ from webhook.cluster.apiclient import ApiClient, ApiError
 from webhook.cluster.lease import Lease
 from webhook.cluster.reflector import Backoff, Reflector
 from webhook.engine.policy.crds import GROUP, NAMES, VERSION
+from webhook.engine.policy.ruleset import PolicyError
 from webhook.files.rulefiles import RuleStore
 from webhook.files.ruleobjects import Key, RuleObject, Verdict
 
@@ -354,19 +355,25 @@ class StatusWriter:
 
 class StatusKeeper:
     """The loop behind the status: hold the Lease, merge the rules when they changed, and
-    write what the verdicts say. Wakes on every change of the objects, else every tick."""
+    write what the verdicts say. Wakes on every change of the objects, else every tick.
+
+    The store is made at the first step, not before: rule files broken when the watcher
+    starts must not stop it (it feeds the workers' inventory); the statuses wait for the
+    files to be fixed, as the workers keep their last good rules meanwhile."""
 
     def __init__(
         self,
         *,
         client: ApiClient,
         cache: RuleObjectCache,
-        rules: RuleStore,
+        rules: Callable[[], RuleStore],
         lease: Lease,
         tick_seconds: float = 2.0,
     ) -> None:
         self.cache = cache
-        self.rules = rules
+        self._make_store = rules
+        self.rules: RuleStore | None = None
+        self._unusable = ""
         self.lease = lease
         self.tick_seconds = tick_seconds
         self.writer = StatusWriter(client, cache)
@@ -393,10 +400,19 @@ class StatusKeeper:
     def step(self) -> None:
         if self.cache.objects() is None:
             return
-        changed = self.rules.reload_if_changed()
-        if changed is False and self.rules.last_error is not None:
+        store = self.rules
+        if store is None:
+            try:
+                store = self.rules = self._make_store()
+            except PolicyError as exc:
+                if str(exc) != self._unusable:
+                    log.error("rule files unusable; rule object statuses wait for them: %s", exc)
+                self._unusable = str(exc)
+                return
+        changed = store.reload_if_changed()
+        if changed is False and store.last_error is not None:
             log.warning("rule files are broken; rule objects are judged against the last good")
-        self.writer.write(self.rules.merged.verdicts)
+        self.writer.write(store.merged.verdicts)
 
 
 def status_lease(client: ApiClient, *, namespace: str, identity: str) -> Lease:

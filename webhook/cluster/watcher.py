@@ -41,7 +41,6 @@ from webhook.cluster.inventorysource import (
 from webhook.cluster.poolsource import PoolCache, wire
 from webhook.cluster.reflector import Backoff
 from webhook.cluster.rulesource import RuleObjectCache, StatusKeeper, status_lease
-from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.resources.devices import TAINT_RULE
 from webhook.engine.resources.inventory import Node, node_from_json
 from webhook.engine.resources.quotas import Quota
@@ -391,7 +390,7 @@ class InventoryFeed:
         keeper = StatusKeeper(
             client=client,
             cache=self.state.rule_objects,
-            rules=RuleStore(options.rules, objects=self.state.rule_objects.objects),
+            rules=lambda: RuleStore(options.rules, objects=self.state.rule_objects.objects),
             lease=status_lease(
                 client, namespace=options.lease_namespace, identity=options.identity
             ),
@@ -496,11 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rules:
         identity = args.identity or os.environ.get("HOSTNAME") or os.uname().nodename
         status = StatusOptions(args.rules, args.lease_namespace, identity)
-    try:
-        feed = InventoryFeed(api=api, socket_path=args.socket, status=status)
-    except PolicyError as exc:
-        log.error("the rules in %s are not usable: %s", args.rules, exc)
-        return 1
+    feed = InventoryFeed(api=api, socket_path=args.socket, status=status)
     feed.start()
     log.info("inventory watcher listening", extra={"socket": args.socket, "api": api.host})
     while not stop.wait(1.0):
