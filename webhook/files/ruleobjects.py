@@ -186,33 +186,29 @@ def merge_objects(
     kept = in_force or {}
     files = {(d.ref.kind, d.ref.name): d.ref for d in file_documents}
     ordered = sorted(objects, key=lambda o: o.key)
-    own = {obj.key: _own_problems(obj, files, lint) for obj in ordered}
-    if not any(own.values()):
-        # The usual case, in one compile: every object fits (else find which do not).
-        try:
-            policy = _compile([*file_documents, *(o.document for o in ordered)])
-        except PolicyError:
-            pass
-        else:
-            verdicts = {o.key: Verdict(o.generation) for o in ordered}
-            return Merged(policy, verdicts, {o.key: o for o in ordered}, tuple(file_documents))
-    accepted: list[RuleDocument] = list(file_documents)
-    verdicts = {}
-    now_in_force: dict[Key, RuleObject] = {}
-    policy = _compile(accepted)  # always the policy of ``accepted``
-    for obj in ordered:
-        problems = own[obj.key]
-        if not problems:
+    problems = {obj.key: _own_problems(obj, files, lint) for obj in ordered}
+    clean = [o for o in ordered if not problems[o.key]]
+    accepted: list[RuleDocument] = [*file_documents, *(o.document for o in clean)]
+    try:  # the usual case, in one compile: every object that passed its own checks fits
+        policy = _compile(accepted)
+    except PolicyError:
+        accepted = list(file_documents)
+        policy = _compile(accepted)  # files alone must compile, else the set is refused
+        for obj in clean:  # which ones do not fit: each against those before it
             try:
                 policy = _compile([*accepted, obj.document])
             except PolicyError as exc:
-                problems = list(exc.problems)
-        if not problems:
-            accepted.append(obj.document)
+                problems[obj.key] = list(exc.problems)
+            else:
+                accepted.append(obj.document)
+    verdicts: dict[Key, Verdict] = {}
+    now_in_force: dict[Key, RuleObject] = {}
+    for obj in ordered:
+        if not problems[obj.key]:
             now_in_force[obj.key] = obj
             verdicts[obj.key] = Verdict(obj.generation)
             continue
-        verdict = Verdict(obj.generation, problem_lines(problems))
+        verdict = Verdict(obj.generation, problem_lines(problems[obj.key]))
         previous = kept.get(obj.key)
         if previous is not None and previous.generation != obj.generation:
             try:
