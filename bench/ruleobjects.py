@@ -102,7 +102,7 @@ def main() -> int:
         ok = median <= targets[name]
         failed |= not ok
         print(
-            f"{name}: {median:.1f}x the same documents as files (target <= {targets[name]:.0f}x) {'ok' if ok else 'MISSED'}"
+            f"{name}: {median:.1f}x the same documents as files (target <= {targets[name]:g}x) {'ok' if ok else 'MISSED'}"
         )
     return 1 if failed else 0
 
