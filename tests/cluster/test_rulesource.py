@@ -129,8 +129,11 @@ def test_the_lease_holder_writes_each_objects_status_through_the_subresource(
         process.stop()
     assert write.method == "PUT"
     assert write.body["metadata"] == {"name": "team-b", "resourceVersion": "10"}
-    (ready,) = write.body["status"]["conditions"]
+    ready, stalled = write.body["status"]["conditions"]
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "Invalid")
+    # What Flux's wait (kstatus) reads as failed: it does not read Ready.
+    assert (stalled["type"], stalled["status"]) == ("Stalled", "True")
+    assert stalled["message"] == ready["message"]
     assert ready["message"].startswith(
         'spec.validate[0]: unknown check "maxGPUsPerPd" (did you mean "maxGPUsPerPod"?)'
     )

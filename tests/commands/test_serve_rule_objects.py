@@ -113,7 +113,9 @@ def test_a_policy_object_is_enforced_kept_while_broken_and_lifted_when_deleted(
         assert "ask for one GPU" in answer["response"]["status"]["message"]
         status = f"{POLICIES}/one-gpu/status"
         first = eventually(lambda: served.written(status), timeout=10)[0]
-        assert first.body["status"]["conditions"][0]["status"] == "True"
+        assert [(c["type"], c["status"]) for c in first.body["status"]["conditions"]] == [
+            ("Ready", "True")
+        ]
 
         refused = validate_object(
             server, gpu_policy("one-gpu", TYPO, generation=2), operation="UPDATE"
@@ -123,7 +125,7 @@ def test_a_policy_object_is_enforced_kept_while_broken_and_lifted_when_deleted(
 
         steps[1].set()  # stored anyway (the webhook was down, say)
         broken = eventually(lambda: served.written(status)[1:], timeout=10)[0]
-        (ready,) = broken.body["status"]["conditions"]
+        ready, _stalled = broken.body["status"]["conditions"]
         assert (ready["status"], broken.body["status"]["observedGeneration"]) == ("False", 2)
         assert ready["message"].startswith(LINT)
         assert ready["message"].endswith("(generation 1 stays in force)")

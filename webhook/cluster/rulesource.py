@@ -35,6 +35,7 @@ GROUP_VERSION = f"{GROUP}/{VERSION}"
 DISCOVERY_PATH = f"/apis/{GROUP_VERSION}"
 STATUS_LEASE = "gpu-webhook-policy-status"
 READY = "Ready"
+STALLED = "Stalled"
 
 
 def collection(kind: str) -> str:
@@ -284,7 +285,13 @@ def desired_status(
         "observedGeneration": verdict.generation,
         "lastTransitionTime": since or now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    status: dict[str, Any] = {"observedGeneration": verdict.generation, "conditions": [condition]}
+    conditions = [condition]
+    if not verdict.ready:
+        # kstatus' own condition (sigs.k8s.io/cli-utils pkg/kstatus/status/generic.go,
+        # checkGenericProperties): Flux's wait and kubectl-style tools read a custom
+        # resource with Stalled True as failed; they do not read Ready.
+        conditions.append({**condition, "type": STALLED, "status": "True"})
+    status: dict[str, Any] = {"observedGeneration": verdict.generation, "conditions": conditions}
     if obj.kind == "GPUPolicy":
         checks = [
             name
