@@ -20,6 +20,7 @@ from webhook.cluster.reflector import Backoff
 from webhook.cluster.rulesource import (
     DISCOVERY_PATH,
     RuleObjectCache,
+    RuleObjectWatch,
     StatusWriter,
     list_rule_objects,
 )
@@ -198,3 +199,31 @@ def test_broken_rule_files_stop_the_statuses_not_the_watcher(
         assert replay.written(f"{POLICIES}/team-a/status") == []
     finally:
         process.stop()
+
+
+def test_crds_installed_after_the_server_are_picked_up_without_a_restart(
+    replay: ReplayServer,
+) -> None:
+    serve_policies(replay, [gpu_policy("team-a", MAX_FOUR)], [])
+    installed_later = replay.routes[DISCOVERY_PATH]
+    installed_later.appendleft(Body(status_body(404, "NotFound", "the server could not find"), 404))
+    cache = RuleObjectCache()
+    client = ApiClient(ApiEndpoint(host=replay.url))
+    watch = RuleObjectWatch(
+        client=client,
+        cache=cache,
+        backoff=lambda: Backoff(initial_seconds=0.01, cap_seconds=0.05),
+        rediscover_seconds=0.5,
+    )
+    stop = threading.Event()
+    thread = watch.thread(stop)
+    thread.start()
+    try:
+        eventually(lambda: cache.objects() == ())  # no CRDs yet: no rule objects
+        eventually(lambda: names(cache.objects()) == [("team-a", 1)])
+    finally:
+        stop.set()
+        client.close()
+        thread.join(5)
+    discoveries = replay.collection_requests(DISCOVERY_PATH)
+    assert len(discoveries) >= 2

@@ -167,7 +167,9 @@ def served_kinds(client: ApiClient) -> list[str]:
 
 class RuleObjectWatch:
     """Discovery, then one list-and-watch loop per served kind, in threads that end with
-    ``stop``."""
+    ``stop``. Discovery is asked again every ``rediscover_seconds`` while some kind is not
+    watched: CRDs installed after the server (or read access granted later) are picked up
+    without a restart."""
 
     def __init__(
         self,
@@ -177,44 +179,61 @@ class RuleObjectWatch:
         backoff: Callable[[], Backoff] = Backoff,
         page_size: int = 500,
         watch_timeout_seconds: Callable[[], int] | None = None,
+        rediscover_seconds: float = 60.0,
     ) -> None:
         self._client = client
         self._cache = cache
         self._backoff = backoff
         self._page_size = page_size
         self._watch_timeout_seconds = watch_timeout_seconds
+        self.rediscover_seconds = rediscover_seconds
+        self._forbidden: set[str] = set()  # said once each
 
     def thread(self, stop: threading.Event) -> threading.Thread:
         return threading.Thread(target=self._run, args=(stop,), name="rule-objects", daemon=True)
 
     def _run(self, stop: threading.Event) -> None:
-        kinds = self._discover(stop)
-        if kinds is None:
-            return
-        threads = []
-        for kind in kinds:
-            reflector = Reflector(
-                client=self._client,
-                path=collection(kind),
-                handler=_KindHandler(self._cache, kind),
-                backoff=self._backoff(),
-                page_size=self._page_size,
-                watch_timeout_seconds=self._watch_timeout_seconds,
-            )
-            threads.append(
-                threading.Thread(
-                    target=reflector.run,
-                    args=(stop,),
-                    name=f"rule-objects-{NAMES[kind].plural}",
-                    daemon=True,
-                )
-            )
-        for thread in threads:
-            thread.start()
-        for thread in threads:
+        watched: dict[str, threading.Thread] = {}
+        served: list[str] | None = None
+        while len(watched) < len(NAMES):
+            kinds = self._discover(stop, watched=watched)
+            if kinds is None:
+                break
+            if kinds != served:
+                self._cache.set_served([*watched, *(k for k in kinds if k not in watched)])
+                log.info("rule objects served: %s", ", ".join(kinds) or "none (no CRDs)")
+                served = kinds
+            for kind in kinds:
+                if kind not in watched:
+                    watched[kind] = self._watch(kind, stop)
+            if stop.wait(self.rediscover_seconds):
+                break
+        for thread in watched.values():
             thread.join()
 
-    def _discover(self, stop: threading.Event) -> list[str] | None:
+    def _watch(self, kind: str, stop: threading.Event) -> threading.Thread:
+        reflector = Reflector(
+            client=self._client,
+            path=collection(kind),
+            handler=_KindHandler(self._cache, kind),
+            backoff=self._backoff(),
+            page_size=self._page_size,
+            watch_timeout_seconds=self._watch_timeout_seconds,
+        )
+        thread = threading.Thread(
+            target=reflector.run,
+            args=(stop,),
+            name=f"rule-objects-{NAMES[kind].plural}",
+            daemon=True,
+        )
+        thread.start()
+        return thread
+
+    def _discover(
+        self, stop: threading.Event, *, watched: Mapping[str, object]
+    ) -> list[str] | None:
+        """The kinds served and readable now (those watched already are not probed
+        again); None once stopped."""
         backoff = self._backoff()
         while not stop.is_set():
             try:
@@ -225,10 +244,7 @@ class RuleObjectWatch:
                 if stop.wait(delay):
                     return None
                 continue
-            readable = [kind for kind in kinds if self._readable(kind)]
-            self._cache.set_served(readable)
-            log.info("rule objects served: %s", ", ".join(kinds) or "none (no CRDs installed)")
-            return readable
+            return [kind for kind in kinds if kind in watched or self._readable(kind)]
         return None
 
     def _readable(self, kind: str) -> bool:
@@ -236,11 +252,13 @@ class RuleObjectWatch:
             self._client.get(collection(kind), {"limit": 1})
         except ApiError as exc:
             if exc.code == 403:
-                log.warning(
-                    "%s: served but not readable (403): grant list and watch "
-                    "(deploy/base/rbac.yaml); only the rule files apply",
-                    collection(kind),
-                )
+                if kind not in self._forbidden:
+                    log.warning(
+                        "%s: served but not readable (403): grant list and watch "
+                        "(deploy/base/rbac.yaml); only the rule files apply",
+                        collection(kind),
+                    )
+                self._forbidden.add(kind)
                 return False
         return True  # other errors: the reflector retries them
 
