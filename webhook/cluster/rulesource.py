@@ -1,9 +1,10 @@
 """Rule objects (GPUPolicy, GPUSettings, ... in ``gpu-webhook.io/v1alpha1``), kept by list
 and watch where their CRDs are installed, and their status written back.
 
-Discovery is asked once, as for DRA and the autoscaler objects: a cluster without the CRDs
-has no rule objects, which is the same as an empty list. A kind that is served but may not
-be read (403) is logged and counts as empty: the files still apply.
+A cluster without the CRDs has no rule objects, which is the same as an empty list; a kind
+that is served but may not be read (403) is logged and counts as empty: the files still
+apply. Discovery is asked again every minute until all kinds are watched, so CRDs installed
+after the server are picked up.
 
 The status (``Ready`` and ``observedGeneration``) is written by one replica, the holder of
 the ``gpu-webhook-policy-status`` Lease, through the status subresource: a PUT there takes
