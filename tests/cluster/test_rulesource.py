@@ -4,6 +4,7 @@ that the Lease holder writes."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from webhook.cluster.rulesource import (
     RuleObjectCache,
     RuleObjectWatch,
     StatusWriter,
+    desired_status,
     list_rule_objects,
 )
 from webhook.cluster.watcherprocess import WatcherProcess
@@ -227,3 +229,14 @@ def test_crds_installed_after_the_server_are_picked_up_without_a_restart(
         thread.join(5)
     discoveries = replay.collection_requests(DISCOVERY_PATH)
     assert len(discoveries) >= 2
+
+
+def test_the_transition_time_moves_only_when_ready_does() -> None:
+    obj = RuleObject.of(gpu_policy("team-a", MAX_FOUR))
+    then = dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC)
+    first = desired_status(obj, Verdict(1), {}, now=then)
+    later = then + dt.timedelta(hours=1)
+    assert desired_status(obj, Verdict(1), first, now=later) == first
+    broken = desired_status(obj, Verdict(2, ("spec: bad",)), first, now=later)
+    assert [c["lastTransitionTime"] for c in broken["conditions"]] == ["2026-12-01T11:00:00Z"] * 2
+    assert broken["observedGeneration"] == 2
