@@ -348,7 +348,7 @@ class RuleStore:
     first ``reload_if_changed`` then reports the files on disk as rejected.
 
     With ``objects`` (a live server's: the rule objects the API server serves, None until
-    listed), each reload merges them in (``ruleobjects``), and ``verdicts`` says which are
+    listed), each reload merges them in (``ruleobjects``), and ``merged.verdicts`` says which are
     in force.
     """
 
