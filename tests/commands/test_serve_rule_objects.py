@@ -129,6 +129,7 @@ def test_a_policy_object_is_enforced_kept_while_broken_and_lifted_when_deleted(
         assert (ready["status"], broken.body["status"]["observedGeneration"]) == ("False", 2)
         assert ready["message"].startswith(LINT)
         assert ready["message"].endswith("(generation 1 stays in force)")
+        assert broken.body["status"]["inForce"] == {"generation": 1, "spec": ONE_GPU}
         assert two_gpus_denied(server), "the last good version stays in force"
 
         steps[2].set()  # kubectl delete
@@ -160,5 +161,21 @@ def test_a_restarted_server_enforces_the_cluster_policies_before_it_is_ready(
                 assert server.stop() == 0
             replay.lists.append(Body(fixture("node-list.json")))
             replay.namespace_lists.append(Body(fixture("namespace-list.json")))
+    finally:
+        replay.stop()
+
+
+def test_a_restarted_server_keeps_in_force_what_a_broken_objects_status_kept(
+    tmp_path: Path,
+) -> None:
+    broken = gpu_policy("one-gpu", TYPO, generation=2)
+    broken["status"] = {"observedGeneration": 2, "inForce": {"generation": 1, "spec": ONE_GPU}}
+    replay = replay_with([broken], [])
+    try:
+        server = start(tmp_path, replay)
+        try:
+            assert two_gpus_denied(server)
+        finally:
+            assert server.stop() == 0
     finally:
         replay.stop()

@@ -154,3 +154,19 @@ def test_judging_an_object_before_it_is_stored(rules: Path, spec: Any, said: Any
 def test_an_update_is_judged_in_place_of_the_version_it_replaces(rules: Path) -> None:
     store = RuleStore(str(rules), objects=lambda: [policy("team-a", MAX_FOUR)])
     assert store.judge(policy("team-a", {"validate": [{"maxGPUsPerPod": 2}]}, generation=2)) == ()
+
+
+def test_a_restarted_server_keeps_the_version_the_status_says_was_in_force(rules: Path) -> None:
+    """The API server stores only the broken version; its status keeps the good one."""
+    raw = {
+        "apiVersion": API,
+        "kind": "GPUPolicy",
+        "metadata": {"name": "team-a", "generation": 2},
+        "spec": TYPO,
+        "status": {"observedGeneration": 2, "inForce": {"generation": 1, "spec": MAX_FOUR}},
+    }
+    result = merged(rules, RuleObject.of(raw))  # no memory of an earlier merge
+    assert result.policy.rule_names == ("team-a",)
+    verdict = result.verdicts[("GPUPolicy", "team-a")]
+    assert (verdict.ready, verdict.kept_generation) == (False, 1)
+    assert RuleObject.from_wire(RuleObject.of(raw).wire()) == RuleObject.of(raw)

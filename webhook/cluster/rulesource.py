@@ -283,7 +283,12 @@ def list_rule_objects(client: ApiClient) -> tuple[RuleObject, ...]:
 
 
 def desired_status(
-    obj: RuleObject, verdict: Verdict, current: Mapping[str, Any], *, now: dt.datetime
+    obj: RuleObject,
+    verdict: Verdict,
+    current: Mapping[str, Any],
+    *,
+    now: dt.datetime,
+    kept: RuleObject | None = None,
 ) -> dict[str, Any]:
     """The status an object should carry; the transition time moves only when Ready does."""
     ready = "True" if verdict.ready else "False"
@@ -311,6 +316,10 @@ def desired_status(
         # resource with Stalled True as failed; they do not read Ready.
         conditions.append({**condition, "type": STALLED, "status": "True"})
     status: dict[str, Any] = {"observedGeneration": verdict.generation, "conditions": conditions}
+    if kept is not None and verdict.kept_generation == kept.generation:
+        # So that a restarted server keeps the same version in force (the API server
+        # stores only the broken one).
+        status["inForce"] = {"generation": kept.generation, "spec": kept.body.get("spec") or {}}
     if obj.kind == "GPUPolicy":
         checks = [
             name
@@ -343,7 +352,9 @@ class StatusWriter:
         self.clock = clock
         self.written = 0
 
-    def write(self, verdicts: Mapping[Key, Verdict]) -> None:
+    def write(
+        self, verdicts: Mapping[Key, Verdict], in_force: Mapping[Key, RuleObject] | None = None
+    ) -> None:
         for key, verdict in verdicts.items():
             seen = self.cache.current(key)
             if seen is None:
@@ -351,7 +362,8 @@ class StatusWriter:
             obj, current = seen
             if obj.generation != verdict.generation:
                 continue  # judged an older version: the newer one is judged next
-            status = desired_status(obj, verdict, current, now=self.clock())
+            kept = (in_force or {}).get(key)
+            status = desired_status(obj, verdict, current, now=self.clock(), kept=kept)
             if _same(status, current):
                 continue
             self._put(obj, status)
@@ -438,7 +450,7 @@ class StatusKeeper:
         changed = store.reload_if_changed()
         if changed is False and store.last_error is not None:
             log.warning("rule files are broken; rule objects are judged against the last good")
-        self.writer.write(store.merged.verdicts)
+        self.writer.write(store.merged.verdicts, store.merged.in_force)
 
 
 def status_lease(client: ApiClient, *, namespace: str, identity: str) -> Lease:

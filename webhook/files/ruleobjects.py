@@ -44,6 +44,9 @@ class RuleObject:
     generation: int
     resource_version: str
     body: Mapping[str, Any]
+    # The version in force when this one was found broken, as its status keeps it
+    # (``status.inForce``): what a restarted server keeps in force meanwhile.
+    kept: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, raw: Mapping[str, Any], *, kind: str = "") -> RuleObject:
@@ -58,13 +61,28 @@ class RuleObject:
             "spec": raw.get("spec") if "spec" in raw else {},
         }
         generation = meta.get("generation")
+        status = raw.get("status")
+        kept = status.get("inForce") if isinstance(status, Mapping) else None
+        usable = (
+            isinstance(kept, Mapping)
+            and isinstance(kept.get("generation"), int)
+            and isinstance(kept.get("spec"), Mapping)
+        )
         return cls(
             kind=kind,
             name=str(meta.get("name") or ""),
             generation=generation if isinstance(generation, int) else 0,
             resource_version=str(meta.get("resourceVersion") or ""),
             body=body,
+            kept=dict(kept) if usable and isinstance(kept, Mapping) else None,
         )
+
+    def kept_version(self) -> RuleObject | None:
+        """The version its status says was in force, as an object of its own."""
+        if self.kept is None:
+            return None
+        body = {**self.body, "spec": self.kept["spec"]}
+        return RuleObject(self.kind, self.name, self.kept["generation"], "", body)
 
     @property
     def key(self) -> Key:
@@ -85,6 +103,7 @@ class RuleObject:
             "generation": self.generation,
             "resource_version": self.resource_version,
             "body": self.body,
+            "kept": self.kept,
         }
 
     @classmethod
@@ -95,6 +114,7 @@ class RuleObject:
             generation=int(raw["generation"]),
             resource_version=str(raw["resource_version"]),
             body=raw["body"],
+            kept=raw.get("kept"),
         )
 
 
@@ -209,7 +229,7 @@ def merge_objects(
             verdicts[obj.key] = Verdict(obj.generation)
             continue
         verdict = Verdict(obj.generation, problem_lines(problems[obj.key]))
-        previous = kept.get(obj.key)
+        previous = kept.get(obj.key) or obj.kept_version()
         if previous is not None and previous.generation != obj.generation:
             try:
                 policy = _compile([*accepted, previous.document])

@@ -106,6 +106,14 @@ STATUS: dict[str, Any] = {
             "x-kubernetes-list-map-keys": ["type"],
         },
         "checks": {"type": "string", "description": "The checks a GPUPolicy runs, for kubectl."},
+        "inForce": {
+            "type": "object",
+            "description": "While this version is not in force: the one that stays in force.",
+            "properties": {
+                "generation": {"type": "integer", "format": "int64"},
+                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            },
+        },
     },
 }
 
