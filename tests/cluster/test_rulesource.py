@@ -79,7 +79,7 @@ def test_a_worker_sees_each_rule_object_as_it_is_added_changed_and_deleted(
     process = watcher(replay, tmp_path)
     try:
         with fed_worker(process) as worker:
-            eventually(lambda: names(worker.rule_objects()) == [("team-a", 1)], timeout=10)
+            eventually(lambda: names(worker.rule_objects()) == [("team-a", 1)], timeout=30)
             step[0].set()
             eventually(lambda: names(worker.rule_objects()) == [("team-a", 1), ("team-b", 1)])
             step[1].set()
@@ -100,7 +100,7 @@ def test_a_cluster_without_the_crds_has_no_rule_objects_and_is_ready(
     process = watcher(replay, tmp_path)
     try:
         with fed_worker(process) as worker:
-            eventually(worker.ready, timeout=10)
+            eventually(worker.ready, timeout=30)
             assert worker.rule_objects() == ()
     finally:
         process.stop()
@@ -114,7 +114,7 @@ def test_a_kind_it_may_not_read_counts_as_none(replay: ReplayServer, tmp_path: P
     process = watcher(replay, tmp_path)
     try:
         with fed_worker(process) as worker:
-            eventually(lambda: worker.rule_objects() == (), timeout=10)
+            eventually(lambda: worker.rule_objects() == (), timeout=30)
     finally:
         process.stop()
 
@@ -126,7 +126,7 @@ def test_the_lease_holder_writes_each_objects_status_through_the_subresource(
     process = watcher(replay, tmp_path, rules=ROOT / "rules")
     status = f"{POLICIES}/team-b/status"
     try:
-        (write,) = eventually(lambda: replay.written(status), timeout=15)
+        (write,) = eventually(lambda: replay.written(status), timeout=30)
         eventually(lambda: replay.written(f"{POLICIES}/team-a/status"))
     finally:
         process.stop()
@@ -180,7 +180,7 @@ def test_the_in_process_live_source_keeps_the_rule_objects_too(replay: ReplaySer
     source = live_source(replay)
     source.start()
     try:
-        eventually(lambda: names(source.rule_objects()) == [("team-a", 1)], timeout=10)
+        eventually(lambda: names(source.rule_objects()) == [("team-a", 1)], timeout=30)
     finally:
         source.stop()
 
@@ -195,7 +195,7 @@ def test_broken_rule_files_stop_the_statuses_not_the_watcher(
     process = watcher(replay, tmp_path, rules=broken)
     try:
         with fed_worker(process) as worker:
-            eventually(lambda: names(worker.rule_objects()) == [("team-a", 1)], timeout=10)
+            eventually(lambda: names(worker.rule_objects()) == [("team-a", 1)], timeout=30)
             eventually(worker.ready)
         assert process.restarts == 0
         assert replay.written(f"{POLICIES}/team-a/status") == []

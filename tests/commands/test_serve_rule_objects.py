@@ -108,11 +108,11 @@ def test_a_policy_object_is_enforced_kept_while_broken_and_lifted_when_deleted(
     try:
         assert two_gpus_allowed(server)
         steps[0].set()  # kubectl apply of one-gpu
-        eventually(lambda: two_gpus_denied(server), timeout=10)
+        eventually(lambda: two_gpus_denied(server), timeout=30)
         _, answer = post(server.connection(), "/mutate", review(pod(gpus=2)))
         assert "ask for one GPU" in answer["response"]["status"]["message"]
         status = f"{POLICIES}/one-gpu/status"
-        first = eventually(lambda: served.written(status), timeout=10)[0]
+        first = eventually(lambda: served.written(status), timeout=30)[0]
         assert [(c["type"], c["status"]) for c in first.body["status"]["conditions"]] == [
             ("Ready", "True")
         ]
@@ -124,7 +124,7 @@ def test_a_policy_object_is_enforced_kept_while_broken_and_lifted_when_deleted(
         assert refused["status"]["message"].startswith(f"GPUPolicy one-gpu: {LINT}")
 
         steps[1].set()  # stored anyway (the webhook was down, say)
-        broken = eventually(lambda: served.written(status)[1:], timeout=10)[0]
+        broken = eventually(lambda: served.written(status)[1:], timeout=30)[0]
         ready, _stalled = broken.body["status"]["conditions"]
         assert (ready["status"], broken.body["status"]["observedGeneration"]) == ("False", 2)
         assert ready["message"].startswith(LINT)
@@ -133,7 +133,7 @@ def test_a_policy_object_is_enforced_kept_while_broken_and_lifted_when_deleted(
         assert two_gpus_denied(server), "the last good version stays in force"
 
         steps[2].set()  # kubectl delete
-        eventually(lambda: two_gpus_allowed(server), timeout=10)
+        eventually(lambda: two_gpus_allowed(server), timeout=30)
     finally:
         assert server.stop() == 0, server.log.read_text()
     assert "rule object GPUPolicy one-gpu is not in force" in server.log.read_text()
