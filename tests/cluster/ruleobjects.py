@@ -11,7 +11,7 @@ from collections import deque
 from typing import Any
 
 from tests.cluster.replayserver import Body, ReplayServer, Stream
-from webhook.cluster.rulesource import DISCOVERY_PATH, collection
+from webhook.cluster.sources.rulesource import DISCOVERY_PATH, collection
 from webhook.engine.policy.crds import NAMES
 
 API = "gpu-webhook.io/v1alpha1"

@@ -22,7 +22,7 @@ import yaml
 from tests.cluster.feeding import fed_worker, live_source, running_watcher
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually
 from webhook.admission.inventory import InventorySource
-from webhook.cluster.devicesource import PATHS, TAINT_RULE_VERSIONS
+from webhook.cluster.sources.devicesource import PATHS, TAINT_RULE_VERSIONS
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Node
 

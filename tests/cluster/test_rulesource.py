@@ -18,7 +18,7 @@ from tests.cluster.ruleobjects import POLICIES, event, gpu_policy, serve_policie
 from tests.running import kubeconfig
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint
 from webhook.cluster.reflector import Backoff
-from webhook.cluster.rulesource import (
+from webhook.cluster.sources.rulesource import (
     DISCOVERY_PATH,
     RuleObjectCache,
     RuleObjectWatch,

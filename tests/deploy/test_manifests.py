@@ -19,8 +19,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from webhook.cluster.devicesource import PATHS, TAINT_RULE_RESOURCE
-from webhook.cluster.poolsource import KINDS as POOL_KINDS
+from webhook.cluster.sources.devicesource import PATHS, TAINT_RULE_RESOURCE
+from webhook.cluster.sources.poolsource import KINDS as POOL_KINDS
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS
 from webhook.engine.policy.crds import GROUP, NAMES, VERSION
@@ -284,9 +284,9 @@ NAMED_ONLY = {
 }
 
 
-# Exactly the collections webhook.cluster.devicesource lists and watches.
+# Exactly the collections webhook.cluster.sources.devicesource lists and watches.
 DRA_RESOURCES = tuple(path.rsplit("/", 1)[1] for path in PATHS.values())
-# Exactly the autoscaler collections webhook.cluster.poolsource lists and watches.
+# Exactly the autoscaler collections webhook.cluster.sources.poolsource lists and watches.
 POOL_RULES = [
     {
         "apiGroups": [kind.group_version.split("/")[0]],

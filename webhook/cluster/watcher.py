@@ -4,7 +4,7 @@ and feeds the gunicorn workers over a Unix socket.
 Why a process of its own: parsing an 11 KB node event takes the interpreter lock, and in a
 worker that lock is what admissions wait for. Here the parsing happens once per pod, not
 once per worker, and the API server serves one list and one watch per pod. Workers get
-compact records (``webhook.cluster.feedwire``) and only when something policy reads
+compact records (``webhook.cluster.sources.feedwire``) and only when something policy reads
 changed: a heartbeat-only update costs a worker nothing.
 
 Run by ``webhook.cluster.watcherprocess`` as ``python -m webhook.cluster.watcher``.
@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook import jsonlog
-from webhook.cluster import feedwire
 from webhook.cluster.apiclient import ApiEndpoint, ApiError, KubeconfigError
-from webhook.cluster.devicesource import PATHS, DeviceCache
-from webhook.cluster.inventorysource import (
+from webhook.cluster.reflector import Backoff
+from webhook.cluster.sources import feedwire
+from webhook.cluster.sources.devicesource import PATHS, DeviceCache
+from webhook.cluster.sources.inventorysource import (
     ClusterWatch,
     NamespaceCache,
     NamespaceItem,
@@ -38,9 +39,8 @@ from webhook.cluster.inventorysource import (
     RuntimeClassCache,
     api_endpoint_from_kubeconfig,
 )
-from webhook.cluster.poolsource import PoolCache, wire
-from webhook.cluster.reflector import Backoff
-from webhook.cluster.rulesource import RuleObjectCache, StatusKeeper, status_lease
+from webhook.cluster.sources.poolsource import PoolCache, wire
+from webhook.cluster.sources.rulesource import RuleObjectCache, StatusKeeper, status_lease
 from webhook.engine.resources.devices import TAINT_RULE
 from webhook.engine.resources.inventory import Node, node_from_json
 from webhook.engine.resources.quotas import Quota

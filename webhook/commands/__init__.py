@@ -111,7 +111,7 @@ def rules_or_fail(command: str, given: str | None) -> Policy | int:
 def live_rules(command: str, given: str | None, client: ApiClient) -> Policy | int:
     """The policy of ``--rules`` merged with the rule objects the cluster serves (issue
     33), as the server merges them; an object that is not in force is a notice."""
-    from webhook.cluster.rulesource import list_rule_objects
+    from webhook.cluster.sources.rulesource import list_rule_objects
 
     directory, origin = rules_directory(given)
     try:

@@ -33,7 +33,7 @@ from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.cluster.lease import Lease
 from webhook.cluster.reportwriter import CrdMissing, ReportWriter
-from webhook.cluster.rulesource import list_rule_objects
+from webhook.cluster.sources.rulesource import list_rule_objects
 from webhook.cluster.watcherprocess import WatcherProcess
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.files.rulefiles import RuleStore

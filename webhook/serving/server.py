@@ -68,13 +68,16 @@ def live_inventory(settings: Settings) -> InventorySource:
     one, else watched in this process. Imported here, not at the top: a server with a
     static inventory never loads the cluster code."""
     if settings.inventory_feed is not None:
-        from webhook.cluster.feedsource import FeedInventorySource
+        from webhook.cluster.sources.feedsource import FeedInventorySource
 
         return FeedInventorySource(
             socket_path=str(settings.inventory_feed),
             max_staleness_seconds=LIVE_MAX_STALENESS_SECONDS,
         )
-    from webhook.cluster.inventorysource import LiveInventorySource, api_endpoint_from_kubeconfig
+    from webhook.cluster.sources.inventorysource import (
+        LiveInventorySource,
+        api_endpoint_from_kubeconfig,
+    )
 
     return LiveInventorySource(
         api=api_endpoint_from_kubeconfig(_kubeconfig(settings), context=settings.context),

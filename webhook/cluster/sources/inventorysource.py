@@ -24,10 +24,10 @@ from webhook.cluster.apiclient import (
     KubeconfigError,
     api_endpoint_from_kubeconfig,
 )
-from webhook.cluster.devicesource import DeviceCache, DeviceWatch
-from webhook.cluster.poolsource import PoolCache, PoolWatch
 from webhook.cluster.reflector import Backoff, Handler, Reflector, T, let_requests_run
-from webhook.cluster.rulesource import RuleObjectCache, RuleObjectWatch
+from webhook.cluster.sources.devicesource import DeviceCache, DeviceWatch
+from webhook.cluster.sources.poolsource import PoolCache, PoolWatch
+from webhook.cluster.sources.rulesource import RuleObjectCache, RuleObjectWatch
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node, node_from_json
 from webhook.engine.resources.nodepools import PoolInventory

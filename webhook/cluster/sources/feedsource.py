@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.inventory import InventoryStatus
-from webhook.cluster import feedwire
-from webhook.cluster.devicesource import DeviceCache
-from webhook.cluster.feedwire import WatcherStatus
-from webhook.cluster.inventorysource import NodeCache, devices_settled
-from webhook.cluster.poolsource import PoolCacheState
 from webhook.cluster.reflector import Backoff, let_requests_run
+from webhook.cluster.sources import feedwire
+from webhook.cluster.sources.devicesource import DeviceCache
+from webhook.cluster.sources.feedwire import WatcherStatus
+from webhook.cluster.sources.inventorysource import NodeCache, devices_settled
+from webhook.cluster.sources.poolsource import PoolCacheState
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node
 from webhook.engine.resources.nodepools import PoolInventory
