@@ -48,8 +48,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import fakenodes  # noqa: E402
 
 from webhook.admission.inventory import InventorySource  # noqa: E402
-from webhook.cluster.feedsource import FeedInventorySource  # noqa: E402
-from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource  # noqa: E402
+from webhook.cluster.sources.feedsource import FeedInventorySource  # noqa: E402
+from webhook.cluster.sources.inventorysource import ApiEndpoint, LiveInventorySource  # noqa: E402
 from webhook.cluster.watcherprocess import WatcherProcess  # noqa: E402
 from webhook.engine.resources.inventory import Inventory, Placement, node_from_json  # noqa: E402
 from webhook.serving.server import GIL_SWITCH_SECONDS  # noqa: E402

@@ -261,3 +261,68 @@ def test_a_pod_whose_patch_is_under_the_limit_is_allowed_with_it(service):
 
     assert response["allowed"] is True
     assert len(decoded_patch(response)) == 19_000
+
+
+def _gpu_policy(spec, *, kind="GPUPolicy"):
+    return {
+        "apiVersion": "gpu-webhook.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "team-a", "generation": 1, "uid": "u-1"},
+        "spec": spec,
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "said"),
+    [
+        pytest.param(_gpu_policy({"validate": [{"maxGPUsPerPod": 4}]}), None, id="valid"),
+        pytest.param(
+            _gpu_policy({"validate": [{"maxGPUsPerPd": 4}]}),
+            'GPUPolicy team-a: spec.validate[0]: unknown check "maxGPUsPerPd" (did you mean '
+            '"maxGPUsPerPod"?)',
+            id="unknown-check",
+        ),
+        pytest.param(
+            _gpu_policy({"mtach": {}}),
+            'GPUPolicy team-a: spec: unknown field "mtach" (did you mean "match"?)',
+            id="unknown-field",
+        ),
+        pytest.param(
+            _gpu_policy({}, kind="GPUSettings"),
+            "GPUSettings team-a: only one GPUSettings is allowed, first in rules/00-settings.yaml",
+            id="a-second-gpusettings",
+        ),
+    ],
+)
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_a_rule_object_is_judged_at_validate_as_rules_lint_would(service, obj, said, operation):
+    body = review(obj, operation=operation, old=obj if operation == "UPDATE" else None)
+    outcome = answer(service, body, mutate=False)
+    if said is None:
+        assert outcome.body["response"] == {"uid": body["request"]["uid"], "allowed": True}
+    else:
+        assert outcome.verdict == "denied"
+        assert outcome.body["response"]["status"]["message"].startswith(said)
+
+
+@pytest.mark.parametrize(
+    ("body", "mutate", "reason"),
+    [
+        pytest.param(review(_gpu_policy({"bogus": 1})), True, "kind", id="at-mutate"),
+        pytest.param(
+            review(_gpu_policy({"bogus": 1}), operation="UPDATE", sub_resource="status"),
+            False,
+            "subresource",
+            id="its-status",
+        ),
+        pytest.param(
+            review(None, operation="DELETE", old=_gpu_policy({"bogus": 1})),
+            False,
+            "operation",
+            id="its-deletion",
+        ),
+    ],
+)
+def test_a_rule_objects_status_deletion_and_mutation_are_left_alone(service, body, mutate, reason):
+    outcome = answer(service, body, mutate=mutate)
+    assert (outcome.verdict, outcome.answer.skipped_because) == ("skipped", reason)

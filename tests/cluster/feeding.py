@@ -14,10 +14,10 @@ from typing import Any
 
 from tests.cluster.replayserver import ReplayServer, fixture
 from tests.running import kubeconfig
-from webhook.cluster import feedwire
-from webhook.cluster.feedsource import FeedInventorySource
-from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.cluster.reflector import Backoff
+from webhook.cluster.sources import feedwire
+from webhook.cluster.sources.feedsource import FeedInventorySource
+from webhook.cluster.sources.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.cluster.watcherprocess import WatcherProcess
 
 

@@ -102,6 +102,13 @@ class Request:
     headers: dict[str, str]
 
 
+@dataclass
+class Write:
+    method: str
+    path: str
+    body: Any
+
+
 class ReplayServer:
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         # Answers for nodes; namespaces get their own queues (unscripted watches stay idle).
@@ -125,6 +132,10 @@ class ReplayServer:
         self.quota_lists: deque[Body] = deque()
         self.quota_watches: deque[Stream | Body] = deque()
         self.requests: list[Request] = []
+        # Writes (POST, PUT: a Lease, a status): each recorded with its JSON body and
+        # answered with that body, unless ``write_answers`` has one for its path.
+        self.writes: list[Write] = []
+        self.write_answers: dict[str, deque[Body]] = {}
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         server = self
@@ -137,6 +148,12 @@ class ReplayServer:
 
             def do_GET(self) -> None:
                 server._serve(self)
+
+            def do_PUT(self) -> None:
+                server._write(self, "PUT")
+
+            def do_POST(self) -> None:
+                server._write(self, "POST")
 
         self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
@@ -188,6 +205,22 @@ class ReplayServer:
     def runtime_class_requests(self) -> list[Request]:
         with self._lock:
             return [r for r in self.requests if r.path == RUNTIME_CLASSES]
+
+    def written(self, path: str) -> list[Write]:
+        with self._lock:
+            return [w for w in self.writes if w.path == path]
+
+    def _write(self, handler: BaseHTTPRequestHandler, method: str) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = json.loads(handler.rfile.read(length) or b"null")
+        path = urlsplit(handler.path).path
+        with self._lock:
+            self.writes.append(Write(method, path, body))
+            queue = self.write_answers.get(path)
+            answer = queue.popleft() if queue else None
+        if answer is None:
+            answer = Body(json.dumps(body).encode(), 201 if method == "POST" else 200)
+        self._body(handler, answer)
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(handler.path)

@@ -23,8 +23,8 @@ import yaml
 from tests.cluster.feeding import fed_worker, live_source, running_watcher
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually
 from webhook.admission.inventory import InventorySource
-from webhook.cluster import feedwire
-from webhook.cluster.devicesource import PATHS, TAINT_RULE_VERSIONS, DeviceCache, trim
+from webhook.cluster.sources import feedwire
+from webhook.cluster.sources.devicesource import PATHS, TAINT_RULE_VERSIONS, DeviceCache, trim
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Node
 

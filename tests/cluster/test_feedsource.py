@@ -24,9 +24,9 @@ from tests.cluster.replayserver import (
     fixture_lines,
 )
 from webhook.admission.inventory import InventorySource, view_of
-from webhook.cluster.feedsource import STARTUP_GRACE_SECONDS, FeedInventorySource
-from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.cluster.reflector import Backoff
+from webhook.cluster.sources.feedsource import STARTUP_GRACE_SECONDS, FeedInventorySource
+from webhook.cluster.sources.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.engine.resources.inventory import Node
 
 pytestmark = pytest.mark.slow

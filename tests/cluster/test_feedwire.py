@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.cluster import feedwire
+from webhook.cluster.sources import feedwire
 from webhook.engine.resources.inventory import Node, Taint
 
 A100 = Node(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webhook.cluster.feedwire import quota_records, quotas_from_records
+from webhook.cluster.sources.feedwire import quota_records, quotas_from_records
 from webhook.engine.resources.quotas import Quota, Scope
 
 

@@ -24,14 +24,14 @@ from tests.cluster.replayserver import (
     fixture_lines,
     status_body,
 )
-from webhook.cluster.inventorysource import (
+from webhook.cluster.reflector import Backoff
+from webhook.cluster.sources.inventorysource import (
     ApiEndpoint,
     KubeconfigError,
     LiveInventorySource,
     StaticInventorySource,
     api_endpoint_from_kubeconfig,
 )
-from webhook.cluster.reflector import Backoff
 from webhook.engine.resources.inventory import Inventory, Placement
 
 GPU = "nvidia.com/gpu"

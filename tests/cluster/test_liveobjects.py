@@ -24,8 +24,8 @@ from tests.cluster.test_devicesource import DRA_FILE, NAMESPACE_LIST, RESOURCES,
 from webhook.admission.lookups import LOOKUP_BUDGET_SECONDS
 from webhook.admission.review import parse_review
 from webhook.admission.service import AdmissionService
-from webhook.cluster.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.cluster.liveobjects import LiveObjects, object_path
+from webhook.cluster.sources.inventorysource import ApiEndpoint, LiveInventorySource
 from webhook.engine.evaluation.references import RESOURCE_CLAIM, Reference
 from webhook.files.rulefiles import RuleStore
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from webhook.cluster.inventorysource import NodeCache
+from webhook.cluster.sources.inventorysource import NodeCache
 from webhook.engine.resources.inventory import PAUSE_EVERY, Inventory, Node
 
 

@@ -14,9 +14,9 @@ import pytest
 from tests.cluster.feeding import fed_worker, running_watcher
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture, status_body
 from webhook.cluster.apiclient import ApiEndpoint
-from webhook.cluster.inventorysource import LiveInventorySource
-from webhook.cluster.poolsource import CA_STATUS_PATH, KINDS, PoolCache, trim
 from webhook.cluster.reflector import Backoff
+from webhook.cluster.sources.inventorysource import LiveInventorySource
+from webhook.cluster.sources.poolsource import CA_STATUS_PATH, KINDS, PoolCache, trim
 from webhook.engine.resources.nodepools import PoolInventory
 from webhook.files.poolobjects import pool_inventory
 

@@ -15,8 +15,8 @@ from prometheus_client import REGISTRY
 
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture, status_body
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError
-from webhook.cluster.devicesource import GROUP_VERSION_PATH, PATHS, DeviceCache, DeviceWatch
 from webhook.cluster.reflector import Backoff, Reflector
+from webhook.cluster.sources.devicesource import GROUP_VERSION_PATH, PATHS, DeviceCache, DeviceWatch
 from webhook.cluster.watchmetrics import source_name
 
 NODES = "/api/v1/nodes"

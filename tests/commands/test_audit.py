@@ -16,6 +16,7 @@ import yaml
 from tests.builders import INVENTORY, RULES, deployment, pod
 from tests.cluster.listpages import api_group, discovery, list_bodies
 from tests.cluster.replayserver import Body, ReplayServer, fixture, status_body
+from tests.cluster.ruleobjects import gpu_policy, serve_policies
 from tests.reports.reportschema import assert_valid_report
 from tests.running import kubeconfig
 from webhook.cli import main
@@ -416,3 +417,15 @@ def test_the_cli_docs_show_what_the_audit_of_the_example_prints(
     assert code == 1
     shown = "".join(("   " + line if line.strip() else "") + "\n" for line in out.splitlines())
     assert shown in (root / "docs" / "cli.md").read_text()
+
+
+def test_a_cluster_audit_judges_with_the_clusters_rule_objects(
+    cluster: tuple[ReplayServer, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The GPUPolicy objects count as the server counts them (issue 33)."""
+    replay, config = cluster
+    audit_rule = {"validate": [{"maxGPUsPerPod": 0, "action": "audit"}]}
+    serve_policies(replay, [gpu_policy("cluster-no-gpus", audit_rule)], [])
+    _, out, _ = _audit(capsys, "--kubeconfig", config, "-o", "json")
+    results = {(r["kind"], r["name"]): r for r in json.loads(out)["results"]}
+    assert "cluster-no-gpus/maxGPUsPerPod" in results["Deployment", "train"]["rules"]

@@ -12,6 +12,7 @@ import yaml
 
 from tests.builders import pod
 from tests.cluster.replayserver import Body, ReplayServer, fixture
+from tests.cluster.ruleobjects import gpu_policy, serve_policies
 from tests.running import kubeconfig
 from webhook.cli import main
 
@@ -83,3 +84,32 @@ def test_inventory_and_kubeconfig_are_one_or_the_other(
         main(["check", "-f", manifest, "--rules", rules, "--kubeconfig", "k", "--inventory", "i"])
     assert exit_.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_clusters_rule_objects_judge_with_the_files(
+    tmp_path: Path, server: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the server merges them (issue 33): an object in force fires; a broken one is a
+    notice, not a failure of the command."""
+    server.lists.append(Body(fixture("node-list.json")))
+    server.namespace_lists.append(Body(fixture("namespace-list.json")))
+    serve_policies(
+        server,
+        [
+            gpu_policy("cluster-one-gpu", {"validate": [{"maxGPUsPerPod": 1}]}),
+            gpu_policy("cluster-typo", {"validate": [{"maxGPUsPerPd": 1}]}),
+        ],
+        [],
+    )
+    rules, manifest = _inputs(tmp_path)
+    config = kubeconfig(tmp_path, server.url)
+    code = main(["check", "-f", manifest, "--rules", rules, "--kubeconfig", config, "-o", "json"])
+    out, err = capsys.readouterr()
+    (result,) = json.loads(out)
+    assert code == 1
+    fired = {f["rule"] + "/" + f["check"] for f in result["findings"]}
+    assert "cluster-one-gpu/maxGPUsPerPod" in fired
+    assert (
+        'notice: GPUPolicy cluster-typo (cluster object): spec.validate[0]: unknown check "maxGPUsPerPd"'
+        in err
+    )

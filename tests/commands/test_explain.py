@@ -15,6 +15,7 @@ import yaml
 from tests.builders import RULES
 from tests.cluster.listpages import list_pages
 from tests.cluster.replayserver import Body, ReplayServer, status_body
+from tests.cluster.ruleobjects import gpu_policy, serve_policies
 from tests.running import kubeconfig
 from webhook.cli import main
 
@@ -296,3 +297,13 @@ def test_explain_says_what_a_pool_decides_as_the_webhook_does(
 ) -> None:
     _explain_case(case, inventory)
     assert any(line.endswith(verdict) for line in capsys.readouterr().out.splitlines())
+
+
+def test_a_live_pod_is_explained_with_the_clusters_rule_objects(
+    cluster: tuple[ReplayServer, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """explain judges with the GPUPolicy objects, as the server does (issue 33)."""
+    replay, config = cluster
+    serve_policies(replay, [gpu_policy("cluster-four", {"validate": [{"maxGPUsPerPod": 4}]})], [])
+    main(["explain", "pod", "big", "-n", "team-a", "--kubeconfig", config, "--rules", str(RULES)])
+    assert "cluster-four/maxGPUsPerPod" in capsys.readouterr().out

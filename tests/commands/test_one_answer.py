@@ -34,8 +34,8 @@ from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.review import parse_review
 from webhook.admission.service import AdmissionService
 from webhook.cli import main
-from webhook.cluster.devicesource import PATHS
-from webhook.cluster.poolsource import CA_STATUS_PATH
+from webhook.cluster.sources.devicesource import PATHS
+from webhook.cluster.sources.poolsource import CA_STATUS_PATH
 from webhook.files.rulefiles import RuleStore, load_policy
 
 Verdict = tuple[bool, list[tuple[str, str, str]]]

@@ -3,8 +3,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
+from jsonschema import Draft202012Validator
 
 from tests.builders import INVENTORY
+from tests.deploy.test_crds import as_json_schema, open_api
 from tests.running import gpu_webhook
 from webhook.cli import main
 
@@ -241,3 +244,41 @@ def test_lint_reports_every_problem_of_a_document_at_once(tmp_path: Path) -> Non
     assert "kind: must be one of" in out
     assert "(did you mean GPUPolicy?)" in out
     assert "2 problems found" in out
+
+
+def test_export_prints_the_documents_as_objects_the_crds_take(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["rules", "export", "rules", "--kind", "GPUPolicy"]) == 0
+    objects = list(yaml.safe_load_all(capsys.readouterr().out))
+    shipped = [
+        d
+        for p in sorted(Path("rules").glob("*.yaml"))
+        for d in yaml.safe_load_all(p.read_text())
+        if d and d["kind"] == "GPUPolicy"
+    ]
+    assert objects == shipped
+    for obj in objects:
+        validator = Draft202012Validator(as_json_schema(open_api("GPUPolicy")))
+        assert list(validator.iter_errors(obj)) == []
+
+
+def test_export_writes_a_policy_repository_layout_and_never_overwrites(tmp_path: Path) -> None:
+    out = tmp_path / "policies"
+    done = gpu_webhook("rules", "export", "rules", "--output-dir", out)
+    assert done.returncode == 0, done.stderr
+    assert "written under" in done.stdout
+    settings = yaml.safe_load((out / "gpusettings" / "cluster.yaml").read_text())
+    assert settings["kind"] == "GPUSettings"
+    assert sorted(p.name for p in out.iterdir()) == ["gpupolicies", "gpusettings"]
+    again = gpu_webhook("rules", "export", "rules", "--output-dir", out)
+    assert again.returncode == 2
+    assert "exists: not overwritten" in again.stderr
+
+
+def test_export_of_broken_rules_exports_nothing(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(policy("a", "  validate: [{maxGPUsPerPd: 1}]\n"))
+    done = gpu_webhook("rules", "export", tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert 'unknown check "maxGPUsPerPd"' in done.stderr
+    assert done.stderr.endswith("1 problem found; nothing exported\n")

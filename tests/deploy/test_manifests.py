@@ -19,10 +19,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from webhook.cluster.devicesource import PATHS, TAINT_RULE_RESOURCE
-from webhook.cluster.poolsource import KINDS as POOL_KINDS
+from webhook.cluster.sources.devicesource import PATHS, TAINT_RULE_RESOURCE
+from webhook.cluster.sources.poolsource import KINDS as POOL_KINDS
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS
+from webhook.engine.policy.crds import GROUP, NAMES, VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -40,6 +41,8 @@ FAILURE_POLICY = {
 AUDIT = {"app.kubernetes.io/component": "audit"}
 NAMESPACE = "gpu-webhook"
 OPT_OUT = {"gpu-webhook.io/ignore": "true"}
+# The rule objects' webhook (issue 33): fail open in every kustomization.
+POLICY_WEBHOOK = "validate-policies.gpu-webhook.io"
 # Custom resources with no schema in kubernetes-validate: checked by the tests below instead.
 CRD_GROUPS = {"cert-manager.io", "monitoring.coreos.com"}
 
@@ -92,9 +95,17 @@ def pod_specs(objs: tuple[dict[str, Any], ...]) -> Iterator[tuple[str, dict[str,
 
 
 def webhooks(objs: tuple[dict[str, Any], ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The webhooks that judge workloads (the rule objects' own: ``policy_webhook``)."""
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for hook in one(objs, kind, "gpu-webhook")["webhooks"]:
-            yield kind, hook
+            if hook["name"] != POLICY_WEBHOOK:
+                yield kind, hook
+
+
+def policy_webhook(objs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    hooks = one(objs, "ValidatingWebhookConfiguration", "gpu-webhook")["webhooks"]
+    (hook,) = [h for h in hooks if h["name"] == POLICY_WEBHOOK]
+    return hook
 
 
 each = pytest.mark.parametrize("name", KUSTOMIZATIONS)
@@ -117,7 +128,7 @@ def test_every_rendered_object_is_valid_against_the_kubernetes_schema(name):
 def test_every_namespaced_object_lands_in_the_webhook_namespace(name):
     cluster_scoped = {
         "Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
-        "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "CustomResourceDefinition",
     }  # fmt: skip
     for obj in render(name):
         expected = None if obj["kind"] in cluster_scoped else NAMESPACE
@@ -169,7 +180,7 @@ def test_only_the_validating_webhook_sees_in_place_resizes(name):
 
 
 def test_the_validating_rules_list_exactly_the_engines_workload_kinds():
-    (hook,) = one(render("base"), "ValidatingWebhookConfiguration")["webhooks"]
+    ((_, hook),) = [w for w in webhooks(render("base")) if w[0].startswith("Validating")]
     dra, *workloads = hook["rules"]
     listed = {(g, r) for rule in workloads for g in rule["apiGroups"] for r in rule["resources"]}
     assert listed - {("", "pods/ephemeralcontainers"), ("", "pods/resize")} == {
@@ -184,6 +195,21 @@ def test_the_validating_rules_list_exactly_the_engines_workload_kinds():
     assert dra["apiGroups"] == ["resource.k8s.io"]
     assert dra["resources"] == ["resourceclaims", "resourceclaimtemplates"]
     assert dra["operations"] == ["CREATE"]
+
+
+@each
+def test_the_rule_objects_are_validated_on_create_and_update_and_always_fail_open(name):
+    hook = policy_webhook(render(name))
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["clientConfig"]["service"]["path"] == "/validate"
+    assert (hook["sideEffects"], hook["matchPolicy"]) == ("None", "Equivalent")
+    assert 1 <= hook["timeoutSeconds"] <= 5
+    (rule,) = hook["rules"]
+    assert rule["apiGroups"] == [GROUP]
+    assert rule["apiVersions"] == [VERSION]
+    assert sorted(rule["resources"]) == sorted(n.plural for n in NAMES.values())
+    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+    assert rule["scope"] == "Cluster"
 
 
 @pytest.mark.parametrize(
@@ -276,9 +302,9 @@ NAMED_ONLY = {
 }
 
 
-# Exactly the collections webhook.cluster.devicesource lists and watches.
+# Exactly the collections webhook.cluster.sources.devicesource lists and watches.
 DRA_RESOURCES = tuple(path.rsplit("/", 1)[1] for path in PATHS.values())
-# Exactly the autoscaler collections webhook.cluster.poolsource lists and watches.
+# Exactly the autoscaler collections webhook.cluster.sources.poolsource lists and watches.
 POOL_RULES = [
     {
         "apiGroups": [kind.group_version.split("/")[0]],
@@ -289,12 +315,34 @@ POOL_RULES = [
 ]
 # And DeviceTaintRules, where the API server serves them.
 READ_DRA = (*DRA_RESOURCES, TAINT_RULE_RESOURCE)
+# Issue 33: the rule objects, read; their status written, and the Lease of the one replica
+# that writes it.
+RULE_OBJECTS = [n.plural for n in NAMES.values()]
+RULE_OBJECT_RULES = [
+    {"apiGroups": [GROUP], "resources": RULE_OBJECTS, "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [GROUP],
+        "resources": [f"{r}/status" for r in RULE_OBJECTS],
+        "verbs": ["update"],
+    },
+]
+STATUS_LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": ["gpu-webhook-policy-status"],
+        "verbs": ["get", "update"],
+    },
+]
 
 
 @each
 def test_rbac_grants_reads_and_named_patches_only(name):
     for role, rule in rbac_rules(render(name)):
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], role
+        if rule in RULE_OBJECT_RULES or (role == "Role gpu-webhook" and rule in STATUS_LEASE_RULES):
+            continue  # the status of the rule objects: tested below
         assert set(rule["verbs"]) <= {"get", "list", "watch", "patch"}, role
         for resource in rule["resources"]:
             if resource in NAMED_ONLY:
@@ -332,8 +380,9 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_dra_
         and not _audit(b)
         and {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} in b["subjects"]
     ]
-    assert bound == [
-        {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account}
+    assert sorted(bound, key=lambda r: r["kind"]) == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account},
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},  # the Lease
     ]
     role = one(objs, "ClusterRole", account)
     assert role["rules"] == [
@@ -371,7 +420,30 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_dra_
         },
         # Issue 35: the pods that name a new ResourceClaim (webhook.cluster.liveobjects).
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        *RULE_OBJECT_RULES,
     ]
+
+
+@each
+def test_the_server_may_write_only_the_status_of_rule_objects_and_its_own_lease(name):
+    objs = render(name)
+    account = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert one(objs, "Role", account)["rules"] == STATUS_LEASE_RULES
+    binding = one(objs, "RoleBinding", account)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": account,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    ]
+    written = [
+        r
+        for r in one(objs, "ClusterRole", account)["rules"]
+        if set(r["verbs"]) - {"get", "list", "watch"}
+    ]
+    assert written == [RULE_OBJECT_RULES[1]]
 
 
 # --- pods ---------------------------------------------------------------------------------

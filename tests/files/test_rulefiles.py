@@ -137,7 +137,9 @@ def test_problems_name_the_file_document_and_field(
 
 def test_every_problem_in_every_file_is_reported_at_once(tmp_path: Path) -> None:
     write(tmp_path, "a.yaml", HEADER + "kind: GPUPolicy\nmetadata: {name: a}\nspec: {bogus: 1}\n")
-    write(tmp_path, "b.yaml", HEADER + "kind: NodePool\nmetadata: {name: b}\nspec: {maxNodes: 0}\n")
+    write(
+        tmp_path, "b.yaml", HEADER + "kind: GPUNodePool\nmetadata: {name: b}\nspec: {maxNodes: 0}\n"
+    )
     found = problems(tmp_path)
     assert any("a.yaml" in p for p in found)
     assert sum("b.yaml" in p for p in found) == 2, "missing allocatable, and maxNodes below 1"
@@ -537,3 +539,14 @@ def test_a_reload_reads_each_file_once(tmp_path: Path, monkeypatch: pytest.Monke
     assert store.reload_if_changed() is True
 
     assert len(listed) == 1
+
+
+def test_the_old_node_pool_kind_is_told_its_new_name(tmp_path: Path) -> None:
+    """GPUNodePool was NodePool: as a CRD that would make `kubectl get nodepools` ambiguous."""
+    body = "kind: NodePool\nmetadata: {name: b}\nspec: {allocatable: {nvidia.com/gpu: 8}}\n"
+    write(tmp_path, "b.yaml", HEADER + body)
+    (found,) = problems(tmp_path)
+    assert found.endswith(
+        "kind: did you mean GPUNodePool? (NodePool was renamed so that kubectl get nodepools "
+        "keeps meaning Karpenter's NodePool)"
+    ), found

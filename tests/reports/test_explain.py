@@ -173,7 +173,7 @@ def test_a_declared_node_pool_is_a_class_of_its_own_that_may_scale_from_zero(
         tmp_path,
         "95-pool.yaml",
         """apiVersion: gpu-webhook.io/v1alpha1
-kind: NodePool
+kind: GPUNodePool
 metadata: {name: h100-on-demand}
 spec:
   labels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}

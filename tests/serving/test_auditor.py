@@ -313,3 +313,25 @@ def test_the_findings_gauge_written_by_the_auditor_process_is_served_by_metrics(
     ).stdout
     assert 'gpu_webhook_audit_findings{result="fail",rule="builtin/capacity"} 2.0' in served
     assert 'gpu_webhook_audit_findings{result="fail",rule="small/maxGPUsPerPod"} 0.0' in served
+
+
+def test_the_background_audit_judges_with_the_clusters_rule_objects(
+    fake_api: FakeApiServer, client: ApiClient, rules: Path
+) -> None:
+    """As the server does (issue 33): the GPUPolicy objects, listed at each audit."""
+    serve_crds(fake_api)
+    fake_api.objects["/apis/gpu-webhook.io/v1alpha1"] = {"resources": [{"name": "gpupolicies"}]}
+    fake_api.put_object(
+        "/apis/gpu-webhook.io/v1alpha1/gpupolicies/cluster-small-pods",
+        {
+            "apiVersion": "gpu-webhook.io/v1alpha1",
+            "kind": "GPUPolicy",
+            "metadata": {"name": "cluster-small-pods", "generation": 1},
+            "spec": {"validate": [{"maxGPUsPerPod": 4, "action": "audit"}]},
+        },
+    )
+    a = auditor(fake_api, client, rules, Clock(), identity="pod-a", exported=[])
+    a.step()
+    assert a.runs == 1
+    policies = {r["policy"] for r in fake_api.objects[TEAM_A]["results"]}
+    assert "cluster-small-pods" in policies

@@ -1,6 +1,6 @@
 """Where the node inventory comes from, as the admission service sees it.
 
-``InventorySource`` is structural: the live source in ``webhook.cluster.inventorysource``
+``InventorySource`` is structural: the live source in ``webhook.cluster.sources.inventorysource``
 (list and watch of nodes) and the static one here (a file) both fit it without importing
 this module. ``view_of`` turns a source's state into what the engine accepts: a stale or
 never-synced inventory is *unavailable*, and the policy's failure mode decides.

@@ -40,10 +40,13 @@ from webhook.admission.response import Answer, PatchTooLarge, Verdict, reply
 from webhook.admission.review import AdmissionRequest
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import Request
+from webhook.engine.policy.crds import GROUP
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
+from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.files.rulefiles import RuleSet, RuleStore
+from webhook.files.ruleobjects import RuleObject
 
 log = logging.getLogger("gpu_webhook.service")
 UNREADABLE = (
@@ -54,6 +57,7 @@ FailureMode = Literal["allow", "deny"]
 
 
 NOT_SYNCED = "node inventory not synced yet"
+OBJECTS_NOT_MERGED = "rule objects (GPUPolicy, ...) not merged yet"
 
 
 @dataclass(slots=True)  # built per review: frozen would triple its cost
@@ -104,6 +108,8 @@ class AdmissionService:
         skip = _skip_reason(request)
         if skip:
             return Outcome(request.uid, _skipped(skip))
+        if request.group == GROUP and request.kind in DOCUMENT_KINDS:
+            return Outcome(request.uid, self._judge_rule_object(request, mutate=mutate))
         ruleset = self.rules.current
         try:
             judgement = self._judge(request, ruleset)
@@ -121,6 +127,20 @@ class AdmissionService:
             answer = _answer(judgement.decision, mutate=mutate, generation=ruleset.generation)
             self.memo.keep_answer(judgement, mutate=mutate, answer=answer)
         return Outcome(request.uid, answer)
+
+    def _judge_rule_object(self, request: AdmissionRequest, *, mutate: bool) -> Answer:
+        """A GPUPolicy (or other rule object) is refused for what ``rules lint`` would
+        say of it beside the files and the objects in force, so that ``kubectl apply``
+        fails with the same lines; the mutating webhook leaves such objects alone."""
+        if mutate:
+            return _skipped("kind")
+        candidate = RuleObject.of(request.object or {}, kind=request.kind)
+        problems = self.rules.judge(candidate)
+        generation = self.rules.current.generation
+        if not problems:
+            return Answer(reply(allowed=True), "allowed", rules_generation=generation)
+        message = f"{request.kind} {candidate.name}: " + "; ".join(problems)
+        return Answer(reply(allowed=False, message=message), "denied", rules_generation=generation)
 
     def _judge(self, request: AdmissionRequest, ruleset: RuleSet) -> Judgement:
         engine_request = Request(
@@ -177,6 +197,8 @@ class AdmissionService:
         self.warn_unlabelled()
         if self.inventory is not None and not self.inventory.ready():
             return False, NOT_SYNCED
+        if not self.rules.objects_merged:
+            return False, OBJECTS_NOT_MERGED
         return True, f"rules generation {self.rules.current.generation}"
 
     def _policy(self, ruleset: RuleSet) -> Policy:

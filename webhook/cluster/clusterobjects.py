@@ -14,9 +14,9 @@ from typing import Any
 from urllib.parse import quote
 
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError, Expired
-from webhook.cluster.devicesource import GROUP_VERSION_PATH, PATHS, read_devices
-from webhook.cluster.inventorysource import NODES_PATH, RUNTIME_CLASSES_PATH
-from webhook.cluster.poolsource import list_pools
+from webhook.cluster.sources.devicesource import GROUP_VERSION_PATH, PATHS, read_devices
+from webhook.cluster.sources.inventorysource import NODES_PATH, RUNTIME_CLASSES_PATH
+from webhook.cluster.sources.poolsource import list_pools
 from webhook.engine.demand.gpuaccess import nvidia_classes
 from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.kube.workloads import POD, KindTable, WorkloadKind

@@ -70,7 +70,7 @@ class Lease:
             return self._try_hold()
         except ApiError as exc:
             if exc.code != 409:
-                log.warning("cannot take or renew the audit Lease %s: %s", self.path, exc)
+                log.warning("cannot take or renew the Lease %s: %s", self.path, exc)
             return False
 
     def _try_hold(self) -> bool:
@@ -81,7 +81,9 @@ class Lease:
             if exc.code != 404:
                 raise
             self.client.send("POST", self.collection, self._body(now, None))
-            log.info("took the audit Lease", extra={"lease": self.name, "holder": self.identity})
+            log.info(
+                "took the Lease %s", self.name, extra={"lease": self.name, "holder": self.identity}
+            )
             return True
         spec = current.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
@@ -90,7 +92,8 @@ class Lease:
         self.client.send("PUT", self.path, self._body(now, current))
         if holder != self.identity:
             log.info(
-                "took the audit Lease",
+                "took the Lease %s",
+                self.name,
                 extra={"lease": self.name, "holder": self.identity, "previous": holder},
             )
         return True
@@ -105,7 +108,7 @@ class Lease:
             body["spec"] |= {"holderIdentity": "", "leaseDurationSeconds": 1}
             self.client.send("PUT", self.path, body)
         except ApiError as exc:
-            log.info("the audit Lease was not released: %s", exc)
+            log.info("the Lease %s was not released: %s", self.name, exc)
 
     def _expired(self, spec: Mapping[str, Any], now: dt.datetime) -> bool:
         renewed = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError
-from webhook.cluster.devicesource import GROUP_VERSION_PATH
+from webhook.cluster.sources.devicesource import GROUP_VERSION_PATH
 from webhook.engine.evaluation.references import (
     DEVICE_CLASS,
     RESOURCE_CLAIM,

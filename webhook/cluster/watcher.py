@@ -4,7 +4,7 @@ and feeds the gunicorn workers over a Unix socket.
 Why a process of its own: parsing an 11 KB node event takes the interpreter lock, and in a
 worker that lock is what admissions wait for. Here the parsing happens once per pod, not
 once per worker, and the API server serves one list and one watch per pod. Workers get
-compact records (``webhook.cluster.feedwire``) and only when something policy reads
+compact records (``webhook.cluster.sources.feedwire``) and only when something policy reads
 changed: a heartbeat-only update costs a worker nothing.
 
 Run by ``webhook.cluster.watcherprocess`` as ``python -m webhook.cluster.watcher``.
@@ -23,13 +23,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from webhook import jsonlog
-from webhook.cluster import feedwire
 from webhook.cluster.apiclient import ApiEndpoint, ApiError, KubeconfigError
-from webhook.cluster.devicesource import PATHS, DeviceCache
-from webhook.cluster.inventorysource import (
+from webhook.cluster.reflector import Backoff
+from webhook.cluster.sources import feedwire
+from webhook.cluster.sources.devicesource import PATHS, DeviceCache
+from webhook.cluster.sources.inventorysource import (
     ClusterWatch,
     NamespaceCache,
     NamespaceItem,
@@ -37,11 +39,12 @@ from webhook.cluster.inventorysource import (
     RuntimeClassCache,
     api_endpoint_from_kubeconfig,
 )
-from webhook.cluster.poolsource import PoolCache, wire
-from webhook.cluster.reflector import Backoff
+from webhook.cluster.sources.poolsource import PoolCache, wire
+from webhook.cluster.sources.rulesource import RuleObjectCache, StatusKeeper, status_lease
 from webhook.engine.resources.devices import TAINT_RULE
 from webhook.engine.resources.inventory import Node, node_from_json
 from webhook.engine.resources.quotas import Quota
+from webhook.files.rulefiles import RuleStore
 
 log = logging.getLogger("webhook.inventory.watcher")
 HEARTBEAT_SECONDS = 1.0
@@ -103,6 +106,22 @@ class FeedState:
         self.relists: Callable[[], int] = lambda: 0
         # Autoscaler objects: sent whole on every change (a cluster has a handful).
         self.pools = PoolCache(on_change=self._send_pools)
+        # Rule objects (issue 33): sent whole on every change, once every kind is listed.
+        self.rule_objects = RuleObjectCache(on_change=self._send_rule_objects)
+        self.rules_changed = threading.Event()
+
+    def _rule_objects_message(self) -> feedwire.Message | None:
+        objects = self.rule_objects.objects()
+        if objects is None:
+            return None
+        return {"t": "rule-objects", "objects": [o.wire() for o in objects]}
+
+    def _send_rule_objects(self, _cache: RuleObjectCache) -> None:
+        with self.subscribers.lock:
+            message = self._rule_objects_message()
+            if message is not None:
+                self.subscribers.send(message)
+        self.rules_changed.set()
 
     def _send_pools(self, pools: PoolCache) -> None:
         with self.subscribers.lock:
@@ -139,10 +158,12 @@ class FeedState:
         }
         devices = self.devices.messages()
         pools = {"t": "pools", "pools": wire(self.pools.state())}
+        rule_objects = self._rule_objects_message()
+        rules = [] if rule_objects is None else [rule_objects]
         if self.nodes is None:
-            return feedwire.encode(state, *devices, pools)
+            return feedwire.encode(state, *devices, pools, *rules)
         nodes = feedwire.node_list(self.nodes.values(), resource_version=self.resource_version)
-        return feedwire.encode(state, *nodes, *devices, pools)
+        return feedwire.encode(state, *nodes, *devices, pools, *rules)
 
 
 class DeviceFeed(DeviceCache):
@@ -336,6 +357,7 @@ class InventoryFeed:
         clock: Callable[[], float] = time.monotonic,
         backoff: Callable[[], Backoff] = Backoff,
         watch_timeout_seconds: Callable[[], int] | None = None,
+        status: StatusOptions | None = None,
     ) -> None:
         self.socket_path = socket_path
         self.heartbeat_seconds = heartbeat_seconds
@@ -351,6 +373,7 @@ class InventoryFeed:
             resource_quotas=ResourceQuotaFeed(self.state),
             backoff=backoff,
             watch_timeout_seconds=watch_timeout_seconds,
+            rule_objects=self.state.rule_objects,
         )
         self.state.relists = lambda: self._watch.relists
         self._stop = threading.Event()
@@ -360,6 +383,22 @@ class InventoryFeed:
             threading.Thread(target=self._accept_loop, name="feed-accept", daemon=True),
             threading.Thread(target=self._heartbeat_loop, name="feed-heartbeat", daemon=True),
         ]
+        if status is not None:
+            self._threads.append(self._status_keeper(status).thread(self._stop))
+
+    def _status_keeper(self, options: StatusOptions) -> StatusKeeper:
+        """The rule objects' status, written by the replica that holds its Lease."""
+        client = self._watch.client
+        keeper = StatusKeeper(
+            client=client,
+            cache=self.state.rule_objects,
+            rules=lambda: RuleStore(options.rules, objects=self.state.rule_objects.objects),
+            lease=status_lease(
+                client, namespace=options.lease_namespace, identity=options.identity
+            ),
+        )
+        keeper.wake = self.state.rules_changed
+        return keeper
 
     def start(self) -> None:
         for thread in self._threads:
@@ -393,6 +432,15 @@ class InventoryFeed:
                 self.subscribers.send({"t": "status", "status": self.state.status().to_json()})
 
 
+@dataclass(frozen=True, slots=True)
+class StatusOptions:
+    """Where the rule files are (the objects are judged with them) and the Lease's place."""
+
+    rules: str
+    lease_namespace: str
+    identity: str
+
+
 def _listen(path: str) -> socket.socket:
     """A listening socket at ``path``, replacing one a crashed watcher left behind."""
     with contextlib.suppress(FileNotFoundError):
@@ -422,6 +470,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--parent", type=int, default=0, help="exit when this process is no longer our parent"
     )
     parser.add_argument("--nice", type=int, default=0, help="lower the CPU priority by this much")
+    parser.add_argument("--rules", help="write the rule objects' status, judged with these files")
+    parser.add_argument("--lease-namespace", default="gpu-webhook")
+    parser.add_argument("--identity", default="", help="default: the pod's host name")
     return parser.parse_args(argv)
 
 
@@ -442,7 +493,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    feed = InventoryFeed(api=api, socket_path=args.socket)
+    status = None
+    if args.rules:
+        identity = args.identity or os.environ.get("HOSTNAME") or os.uname().nodename
+        status = StatusOptions(args.rules, args.lease_namespace, identity)
+    feed = InventoryFeed(api=api, socket_path=args.socket, status=status)
     feed.start()
     log.info("inventory watcher listening", extra={"socket": args.socket, "api": api.host})
     while not stop.wait(1.0):

@@ -43,8 +43,13 @@ class WatcherProcess:
         log_level: str = "info",
         backoff: Backoff | None = None,
         context: str | None = None,
+        status_rules: str | None = None,
+        lease_namespace: str = "",
     ) -> None:
         self.kubeconfig = kubeconfig
+        # Where the rule files are, for the replica that writes the rule objects' status.
+        self.status_rules = status_rules
+        self.lease_namespace = lease_namespace
         self.context = context
         self.log_level = log_level
         self.backoff = backoff or Backoff(initial_seconds=0.5, cap_seconds=30.0)
@@ -98,6 +103,9 @@ class WatcherProcess:
             command += ["--kubeconfig", self.kubeconfig]
         if self.context:
             command += ["--context", self.context]
+        if self.status_rules:
+            command += ["--rules", self.status_rules]
+            command += ["--lease-namespace", self.lease_namespace or "gpu-webhook"]
         return command
 
     def _spawn(self) -> subprocess.Popen[bytes]:

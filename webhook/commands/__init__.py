@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from webhook.cluster.apiclient import ApiClient
     from webhook.engine.policy.ruleset import Policy
     from webhook.files.manifests import Document, ManifestError
     from webhook.reports.results import Outcome
@@ -116,7 +117,22 @@ def rules_or_fail(command: str, given: str | None) -> Policy | int:
     """The policy of ``--rules`` (or its default), or the exit code after saying, in one
     line when the default directory is missing, why it is unusable."""
     from webhook.engine.policy.ruleset import PolicyError
-    from webhook.files.rulefiles import load_policy, shipped_rules
+    from webhook.files.rulefiles import load_policy
+
+    found = _rules_location(command, given)
+    if isinstance(found, int):
+        return found
+    directory, origin = found
+    try:
+        return load_policy(directory)
+    except PolicyError as exc:
+        return fail(command, f"the rules in {directory} ({origin}) are not usable:\n{exc}")
+
+
+def _rules_location(command: str, given: str | None) -> tuple[str, str] | int:
+    """The rule directory and where it came from: ``--rules``, the environment, ./rules,
+    or the rules shipped with the command (said once) when none of those exists."""
+    from webhook.files.rulefiles import shipped_rules
 
     directory, origin = rules_directory(given)
     if origin == "default" and not Path(directory).is_dir() and shipped_rules().is_dir():
@@ -132,10 +148,33 @@ def rules_or_fail(command: str, given: str | None) -> Policy | int:
             f"no rules: looked for the default ./{DEFAULT_RULES} in {Path.cwd()}; pass "
             f"--rules DIR or set {RULES_ENV} (the repository's rules/ is the shipped policy)",
         )
+    return directory, origin
+
+
+def live_rules(command: str, given: str | None, client: ApiClient) -> Policy | int:
+    """The policy of ``--rules`` merged with the rule objects the cluster serves (issue
+    33), as the server merges them; an object that is not in force is a notice."""
+    from webhook.cluster.apiclient import ApiError
+    from webhook.cluster.sources.rulesource import list_rule_objects
+    from webhook.engine.policy.ruleset import PolicyError
+    from webhook.files.rulefiles import compile_rules, read_rule_files
+
+    found = _rules_location(command, given)
+    if isinstance(found, int):
+        return found
+    directory, origin = found
     try:
-        return load_policy(directory)
+        objects = list_rule_objects(client)
+    except ApiError as exc:
+        return fail(command, f"cannot read the cluster's rule objects (gpu-webhook.io): {exc}")
+    try:
+        merged = compile_rules(read_rule_files(directory), directory=directory, objects=objects)
     except PolicyError as exc:
         return fail(command, f"the rules in {directory} ({origin}) are not usable:\n{exc}")
+    for (kind, name), verdict in merged.verdicts.items():
+        if not verdict.ready:
+            print(f"notice: {kind} {name} (cluster object): {verdict.message}", file=sys.stderr)
+    return merged.policy
 
 
 def unreadable(errors: list[ManifestError], *, paths: list[str], read: bool) -> list[Outcome]:

@@ -24,6 +24,7 @@ from webhook.commands import (
     add_rules_option,
     add_timeout_option,
     fail,
+    live_rules,
     refused_outcome,
     rules_or_fail,
     unreadable,
@@ -249,6 +250,10 @@ def _cluster(
         return _fail(f"no usable cluster configuration: {exc}")
     progress = ProgressLine(sys.stderr)
     with cluster:
+        live = live_rules(COMMAND, args.rules, cluster.client)
+        if isinstance(live, int):
+            return live
+        policy = live
         try:
             audit, missing, notices = audit_cluster(
                 cluster,

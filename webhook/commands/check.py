@@ -18,6 +18,7 @@ from webhook.commands import (
     add_context_option,
     add_rules_option,
     fail,
+    live_rules,
     refused_outcome,
     rules_or_fail,
     unreadable,
@@ -140,13 +141,13 @@ def run(args: argparse.Namespace) -> int:
         from webhook.cluster.apiclient import ApiError, KubeconfigError
 
         try:
-            inventory, labels = _cluster(
-                args.kubeconfig, context=args.context, namespaces=bool(policy.rules)
-            )
+            inventory, labels, policy = _cluster(args)
         except KubeconfigError as exc:
             return _fail(f"no usable cluster configuration: {exc}")
         except ApiError as exc:
             return _fail(f"cannot read the cluster's nodes and namespaces: {exc}")
+        except _Unusable as exc:
+            return exc.code
         inventory = applied_together(inventory, objects)
     unusable = unreadable(errors, paths=paths, read=bool(documents))
     results: list[Checked] = []
@@ -212,20 +213,29 @@ def _own_namespace(obj: Mapping[str, Any]) -> str:
     return own if isinstance(own, str) else ""
 
 
+class _Unusable(Exception):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
 def _cluster(
-    kubeconfig: str | None, *, context: str | None, namespaces: bool
-) -> tuple[InventoryView, Mapping[str, Mapping[str, str]]]:
+    args: argparse.Namespace,
+) -> tuple[InventoryView, Mapping[str, Mapping[str, str]], Policy]:
     """What the server reads of the cluster (nodes, DRA objects, RuntimeClasses, autoscaler
-    pools), and its namespaces' labels when rules may match on them."""
+    pools, rule objects), and its namespaces' labels when rules may match on them."""
     from webhook.cluster.apiclient import api_endpoint_from_kubeconfig
     from webhook.cluster.clusterobjects import ClusterObjects
 
-    with ClusterObjects(api_endpoint_from_kubeconfig(kubeconfig, context=context)) as cluster:
+    endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
+    with ClusterObjects(endpoint) as cluster:
+        live = live_rules(COMMAND, args.rules, cluster.client)
+        if isinstance(live, int):
+            raise _Unusable(live)
         notices: list[str] = []
         inventory = cluster.view(notices)
         for notice in notices:
             print(f"notice: {notice}", file=sys.stderr)
-        return inventory, cluster.namespace_labels() if namespaces else {}
+        return inventory, cluster.namespace_labels() if live.rules else {}, live
 
 
 def _evaluate(

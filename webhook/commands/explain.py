@@ -20,6 +20,7 @@ from webhook.commands import (
     add_text_or_json_option,
     add_timeout_option,
     fail,
+    live_rules,
     rules_or_fail,
 )
 from webhook.engine.policy.ruleset import Policy
@@ -159,6 +160,10 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
     except KubeconfigError as exc:
         return _fail(f"no usable cluster configuration: {exc}")
     with cluster:
+        live = live_rules(COMMAND, args.rules, cluster.client)
+        if isinstance(live, int):
+            return live
+        policy = live
         try:
             pod = cluster.pod(args.namespace, name)
         except ApiError as exc:

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from webhook.cluster.clusterobjects import ClusterObjects
-from webhook.cluster.inventorysource import (
+from webhook.cluster.sources.inventorysource import (
     ApiError,
     KubeconfigError,
     api_endpoint_from_kubeconfig,

@@ -1,4 +1,4 @@
-"""``gpu-webhook rules lint [PATH]`` and ``gpu-webhook rules schema``."""
+"""``gpu-webhook rules lint [PATH]``, ``rules schema`` and ``rules export [PATH]``."""
 
 from __future__ import annotations
 
@@ -8,15 +8,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from webhook.commands import DEFAULT_RULES, RULES_ENV, SUMMARIES, fail, rules_directory
 from webhook.engine.evaluation.request import NO_INVENTORY
+from webhook.engine.policy.crds import resource_of
 from webhook.engine.policy.ruleset import PolicyError
-from webhook.engine.policy.schema import rules_schema
+from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
 from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.engine.scheduling.schedulability import memory_warnings
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
-from webhook.files.rulefiles import RULE_SUFFIXES, load_policy
+from webhook.files.rulefiles import (
+    RULE_SUFFIXES,
+    compile_rule_files,
+    load_policy,
+    read_documents,
+    read_rule_files,
+)
 from webhook.reports.wording import counted
 
 
@@ -47,6 +56,33 @@ def register(sub: Any) -> None:
     lint.set_defaults(handler=_lint)
     schema = rules.add_parser("schema", help="print the JSON Schema of rule file documents")
     schema.set_defaults(handler=_schema)
+    export = rules.add_parser(
+        "export",
+        help="print rule documents as Kubernetes objects, for kubectl apply or a GitOps repo",
+        description="Lint PATH, then print its rule documents as one YAML stream of objects "
+        "(kubectl apply -f - takes it once the CRDs are installed), or write one file per "
+        "object under --output-dir (KIND-PLURAL/NAME.yaml), the layout of a policy "
+        "repository. Comments are not kept. Exit 0: exported; 1: problems found (nothing "
+        "exported); 2: PATH unusable or a file to write exists.",
+    )
+    export.add_argument(
+        "path",
+        nargs="?",
+        metavar="PATH",
+        help=f"rule directory or one rule file (default: ${RULES_ENV}, else ./{DEFAULT_RULES})",
+    )
+    export.add_argument(
+        "--kind",
+        action="append",
+        choices=list(DOCUMENT_KINDS),
+        help="export only documents of this kind (repeatable; default: all)",
+    )
+    export.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help="write one file per object under DIR (default: one stream on stdout)",
+    )
+    export.set_defaults(handler=_export)
 
 
 def _fail(message: str) -> int:
@@ -86,6 +122,37 @@ def _lint(args: argparse.Namespace) -> int:
         f"{counted(len(policy.node_pools), 'node pool')}, no problems"
         + (f", {counted(len(warnings), 'warning')}" if warnings else "")
     )
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    """The documents exactly as linted: the file form is the object form."""
+    path, _ = rules_directory(args.path)
+    if not Path(path).exists():
+        return fail("rules export", f"{path}: no such directory or file")
+    files = read_rule_files(path)
+    try:
+        compile_rule_files(files, directory=path)
+    except PolicyError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        print(f"{counted(len(exc.problems), 'problem')} found; nothing exported", file=sys.stderr)
+        return 1
+    documents, _ = read_documents(files)
+    chosen = [d for d in documents if not args.kind or d.ref.kind in args.kind]
+    if args.output_dir is None:
+        yaml.safe_dump_all([dict(d.body) for d in chosen], sys.stdout, sort_keys=False)
+        return 0
+    targets = {
+        Path(args.output_dir) / resource_of(d.ref.kind) / f"{d.ref.name}.yaml": d for d in chosen
+    }
+    existing = [str(t) for t in targets if t.exists()]
+    if existing:
+        return fail("rules export", f"{existing[0]} exists: not overwritten")
+    for target, document in targets.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump(dict(document.body), sort_keys=False))
+    print(f"{counted(len(targets), 'object')} written under {args.output_dir}")
     return 0
 
 

@@ -254,7 +254,10 @@ def preflight(settings: Settings, *, dev: bool = False) -> str:
         except InventoryFileError as exc:
             return f"the inventory is not usable: {exc}"
     elif settings.live_inventory:
-        from webhook.cluster.inventorysource import KubeconfigError, api_endpoint_from_kubeconfig
+        from webhook.cluster.sources.inventorysource import (
+            KubeconfigError,
+            api_endpoint_from_kubeconfig,
+        )
 
         try:
             api_endpoint_from_kubeconfig(

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -29,12 +29,20 @@ from webhook.engine.policy.ruleset import (
     RuleDocument,
     compile_policy,
 )
-from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS
+from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS, RENAMED_KINDS
 from webhook.files import celparser
 from webhook.files.catalogue import shipped_catalogue
 from webhook.files.cudaimages import cuda_table
 from webhook.files.lastgood import LastGood
 from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
+from webhook.files.ruleobjects import (
+    Key,
+    Merged,
+    RuleObject,
+    judge_object,
+    merge_objects,
+    objects_fingerprint,
+)
 
 # JSON is read too: it is YAML, and a file silently skipped would be a rule not in force.
 RULE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -166,6 +174,12 @@ def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyPro
     if body.get("apiVersion") != API_VERSION:
         problems.append(PolicyProblem(ref, "apiVersion", f"must be {API_VERSION}"))
     validator = _VALIDATORS.get(ref.kind)
+    if validator is None and ref.kind in RENAMED_KINDS:
+        new, why = RENAMED_KINDS[ref.kind]
+        return [
+            *problems,
+            PolicyProblem(ref, "kind", f"did you mean {new}? ({ref.kind} was {why})"),
+        ]
     if validator is None:
         close = difflib.get_close_matches(str(ref.kind), list(DOCUMENT_KINDS), n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -291,7 +305,18 @@ _UNEXPECTED = (RecursionError, ValueError, TypeError, KeyError, AttributeError, 
 
 
 def compile_rule_files(files: RuleFiles, *, directory: str) -> Policy:
-    """The policy of the files as read; ``PolicyError`` lists every problem in every file.
+    return compile_rules(files, directory=directory).policy
+
+
+def compile_rules(
+    files: RuleFiles,
+    *,
+    directory: str,
+    objects: Sequence[RuleObject] = (),
+    in_force: Mapping[Key, RuleObject] | None = None,
+) -> Merged:
+    """The policy of the files as read, with the objects that fit (``ruleobjects``);
+    ``PolicyError`` lists every problem in every file.
 
     A directory without a single rule document is refused: it is far more often an empty
     or half-written ConfigMap than a choice, and taking it would silently drop every
@@ -305,12 +330,13 @@ def compile_rule_files(files: RuleFiles, *, directory: str) -> Policy:
         documents, problems = read_documents(files)
         if not documents and not problems:
             problems.append(PolicyProblem(None, "", f"{directory}: {NO_DOCUMENTS}"))
-        policy: Policy | None = compile_policy(
-            documents, catalogue=shipped_catalogue(), cuda_table=cuda_table()
-        )
-    except PolicyError as exc:
-        problems.extend(exc.problems)
-        policy = None
+        if problems:  # and the semantic problems of the documents that passed, all at once
+            try:
+                compile_policy(documents, catalogue=shipped_catalogue(), cuda_table=cuda_table())
+            except PolicyError as exc:
+                problems.extend(exc.problems)
+            raise PolicyError(problems)
+        return merge_objects(documents, objects, lint=schema_problems, in_force=in_force)
     except _UNEXPECTED as exc:
         # What the readers let through and the compiler trips on is still a broken rule
         # set: one line, counted as a failed reload, never a traceback (issue 35).
@@ -318,9 +344,6 @@ def compile_rule_files(files: RuleFiles, *, directory: str) -> Policy:
         raise PolicyError(
             [PolicyProblem(None, "", f"{directory}: the rule files are not usable ({shown})")]
         ) from None
-    if problems or policy is None:
-        raise PolicyError(problems)
-    return policy
 
 
 def fingerprint(directory: str) -> str:
@@ -336,6 +359,9 @@ class RuleSet:
     generation: int
 
 
+ObjectSupplier = Callable[[], Sequence[RuleObject] | None]
+
+
 class RuleStore:
     """The rules in force: replaced atomically by a valid new set, kept on a broken one.
 
@@ -343,14 +369,28 @@ class RuleStore:
     finds the files broken when it starts takes the last good set from there instead of
     failing: a worker started after a broken edit serves what its siblings serve. Its
     first ``reload_if_changed`` then reports the files on disk as rejected.
+
+    With ``objects`` (a live server's: the rule objects the API server serves, None until
+    listed), each reload merges them in (``ruleobjects``), and ``merged.verdicts`` says which are
+    in force.
     """
 
-    def __init__(self, directory: str, *, last_good: LastGood | None = None) -> None:
+    def __init__(
+        self,
+        directory: str,
+        *,
+        last_good: LastGood | None = None,
+        objects: ObjectSupplier | None = None,
+    ) -> None:
         self.directory = os.fspath(directory)
         self.last_good = last_good
+        self.objects = objects
         self._lock = threading.Lock()
         self.last_error: PolicyError | None = None
         self.failed_fingerprint = ""
+        self.merged = Merged(Policy())
+        self._objects_seen = False
+        self._merged_objects = False
         try:
             policy, seen = self._load()
         except PolicyError:
@@ -360,16 +400,53 @@ class RuleStore:
             policy, seen = kept, ""  # "": the files on disk are judged at the first reload
         self.current = RuleSet(policy, seen, 1)
 
-    def _load(self, files: RuleFiles | None = None) -> tuple[Policy, str]:
+    def _objects(self) -> tuple[RuleObject, ...]:
+        found = None if self.objects is None else self.objects()
+        if found is not None:
+            self._objects_seen = True
+        return tuple(found or ())
+
+    @property
+    def objects_merged(self) -> bool:
+        """The rule objects were listed and merged at least once (or there are none to
+        wait for): until then a server would judge without the cluster's policies."""
+        return self.objects is None or self._merged_objects
+
+    def _fingerprint(self, files: RuleFiles, objects: Sequence[RuleObject]) -> str:
+        if self.objects is None:
+            return files.fingerprint
+        return f"{files.fingerprint}:{objects_fingerprint(objects)}"
+
+    def _load(
+        self, files: RuleFiles | None = None, objects: Sequence[RuleObject] | None = None
+    ) -> tuple[Policy, str]:
         """The policy of the files (read now unless given) and the fingerprint of exactly
         the bytes it was compiled from; the same bytes are kept as the last good set."""
         if files is None:
             files = read_rule_files(self.directory)
-        policy = compile_rule_files(files, directory=self.directory)
+        if objects is None:
+            objects = self._objects()
+        seen = self._objects_seen
+        merged = compile_rules(
+            files, directory=self.directory, objects=objects, in_force=self.merged.in_force
+        )
+        self.merged = merged
+        self._merged_objects = seen
         if self.last_good is not None:
             with contextlib.suppress(OSError):  # serving matters more than the copy
                 self.last_good.save_rules(files.contents())
-        return policy, files.fingerprint
+        return merged.policy, self._fingerprint(files, objects)
+
+    def judge(self, candidate: RuleObject) -> tuple[str, ...]:
+        """What keeps ``candidate`` out of force beside the files and objects in force now
+        (empty: it would be in force): what ``/validate`` refuses it for."""
+        merged = self.merged
+        return judge_object(
+            merged.file_documents,
+            list(merged.in_force.values()),
+            candidate,
+            lint=schema_problems,
+        )
 
     def _last_good_policy(self) -> Policy | None:
         if self.last_good is None:
@@ -388,18 +465,23 @@ class RuleStore:
         """True: reloaded; False: the new files are broken (old rules kept); None: no change."""
         with self._lock:
             files = read_rule_files(self.directory)
-            seen = files.fingerprint
-            if seen == self.current.fingerprint:
+            objects = self._objects()
+            seen = self._fingerprint(files, objects)
+            first_objects = self._objects_seen and not self._merged_objects
+            if seen == self.current.fingerprint and not first_objects:
                 # Broken files put back as they were: nothing on disk is rejected any more.
                 self.last_error, self.failed_fingerprint = None, ""
                 return None
-            if seen == self.failed_fingerprint:
+            if seen == self.failed_fingerprint and not first_objects:
                 return None
             try:
-                policy, seen = self._load(files)
+                policy, seen = self._load(files, objects)
             except PolicyError as exc:
                 self.last_error = exc
                 self.failed_fingerprint = seen
+                # Broken files keep the last good rules, without the objects: waiting for
+                # files that may never be fixed would leave the server unready for good.
+                self._merged_objects = self._objects_seen
                 return False
             self.current = RuleSet(policy, seen, self.current.generation + 1)
             self.last_error = None

@@ -14,12 +14,8 @@ from webhook.engine.resources.fit import Demand, shortfalls
 from webhook.engine.resources.gpufacts import gpu_facts
 from webhook.engine.resources.inventory import Inventory, Node, Placement, min_values_unmet
 from webhook.engine.resources.nodepools import PoolInventory
-from webhook.engine.scheduling.karpenter import (
-    PoolSizing,
-    autoscaler_admits,
-    describe_pool,
-    size_pools,
-)
+from webhook.engine.scheduling.karpenter import autoscaler_admits, describe_pool
+from webhook.engine.scheduling.poolsizing import PoolSizing, size_pools
 
 
 @dataclass(frozen=True, slots=True)

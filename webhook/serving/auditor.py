@@ -33,9 +33,11 @@ from webhook.cluster.clusteraudit import audit_cluster
 from webhook.cluster.clusterobjects import ClusterObjects
 from webhook.cluster.lease import Lease
 from webhook.cluster.reportwriter import CrdMissing, ReportWriter
+from webhook.cluster.sources.rulesource import list_rule_objects
 from webhook.cluster.watcherprocess import WatcherProcess
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.files.rulefiles import RuleStore
+from webhook.files.ruleobjects import RuleObject
 from webhook.reports.policyreport import policy_reports
 
 log = logging.getLogger("webhook.audit")
@@ -90,6 +92,8 @@ class BackgroundAudit:
         self._holding = False
         self.runs = 0
         self.last_error = ""
+        self.rule_objects: tuple[RuleObject, ...] = ()
+        rules.objects = lambda: self.rule_objects
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -131,11 +135,14 @@ class BackgroundAudit:
                 raise LeaseLost("another replica took the audit Lease during the audit")
 
     def audit_once(self) -> bool:
-        ruleset = self.rules.current
-        self._audited_generation = ruleset.generation
         started = self._clock()
         try:
             with ClusterObjects(self.endpoint, request_timeout_seconds=self._timeout) as cluster:
+                # The rule objects as they are now (issue 33), merged as the server does.
+                self.rule_objects = list_rule_objects(cluster.client)
+                self.rules.reload_if_changed()
+                ruleset = self.rules.current
+                self._audited_generation = ruleset.generation
                 audit, _, notices = audit_cluster(
                     cluster, ruleset.policy, progress=self._keep_lease
                 )

@@ -69,13 +69,16 @@ def live_inventory(settings: Settings) -> InventorySource:
     one, else watched in this process. Imported here, not at the top: a server with a
     static inventory never loads the cluster code."""
     if settings.inventory_feed is not None:
-        from webhook.cluster.feedsource import FeedInventorySource
+        from webhook.cluster.sources.feedsource import FeedInventorySource
 
         return FeedInventorySource(
             socket_path=str(settings.inventory_feed),
             max_staleness_seconds=LIVE_MAX_STALENESS_SECONDS,
         )
-    from webhook.cluster.inventorysource import LiveInventorySource, api_endpoint_from_kubeconfig
+    from webhook.cluster.sources.inventorysource import (
+        LiveInventorySource,
+        api_endpoint_from_kubeconfig,
+    )
 
     return LiveInventorySource(
         api=api_endpoint_from_kubeconfig(_kubeconfig(settings), context=settings.context),
@@ -122,9 +125,15 @@ def inventory_watcher(settings: Settings) -> WatcherProcess | None:
     if settings.inventory is not None or not settings.live_inventory:
         return None
     from webhook.cluster.watcherprocess import WatcherProcess
+    from webhook.serving.auditor import lease_namespace
 
     return WatcherProcess(
-        kubeconfig=_kubeconfig(settings), context=settings.context, log_level=settings.log_level
+        kubeconfig=_kubeconfig(settings),
+        context=settings.context,
+        log_level=settings.log_level,
+        # The watcher also writes the rule objects' status, on one replica (issue 33).
+        status_rules=str(settings.rules),
+        lease_namespace=lease_namespace(settings.audit_lease_namespace),
     )
 
 
@@ -149,8 +158,10 @@ def webhook_app(settings: Settings) -> tuple[WSGIApp, Callable[[], None]]:
     """The admission app for one worker, and what stops its background work."""
     inventory = inventory_source(settings)
     reader = cluster_reader(settings)
+    # Rule objects the API server serves, merged with the files (issue 33).
+    objects = getattr(inventory, "rule_objects", None)
     service = AdmissionService(
-        rules=RuleStore(str(settings.rules), last_good=last_good(settings)),
+        rules=RuleStore(str(settings.rules), last_good=last_good(settings), objects=objects),
         inventory=inventory,
         inventory_failure_mode=settings.inventory_failure_mode,
         memo=DecisionMemo(max_bytes=memo_bytes_per_worker(settings.workers)),

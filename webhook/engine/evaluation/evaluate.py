@@ -100,7 +100,7 @@ from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
 from webhook.engine.scheduling.gke import auto_provisioning
 from webhook.engine.scheduling.gpunodes import bound_node_reach
-from webhook.engine.scheduling.karpenter import PoolSizing, size_pools
+from webhook.engine.scheduling.poolsizing import PoolSizing, size_pools
 from webhook.engine.scheduling.wholepod import (
     cluster_capacity_finding,
     needs_whole_pod,

@@ -82,6 +82,8 @@ class DocumentRef:
 
     def __str__(self) -> str:
         named = f"{self.kind} {self.name}" if self.name else f"{self.kind}, no metadata.name"
+        if self.index < 0:  # an object the API server serves: kubectl names it so
+            return f"{named} ({self.source} object)"
         return f"{self.source}: doc {self.index} ({named})"
 
 
@@ -396,7 +398,7 @@ def compile_policy(
                 )
             settings_seen = doc.ref
             settings = _compile_settings(spec, table, doc.ref, problems)
-        elif kind == "NodePool":
+        elif kind == "GPUNodePool":
             pools.append(_compile_pool(doc.ref, spec, problems))
         elif kind == "WorkloadKind":
             kinds.append(_compile_kind(spec))

@@ -400,7 +400,7 @@ _SETTINGS = _obj(
             "enum": ["detect", "declared", "off", False],
             "description": "detect (default): count live Karpenter NodePools (sized through "
             "the instance-type catalogue) and let detected autoscalers (cluster-autoscaler, "
-            "GKE) stop capacity denials; declared: NodePool rule documents only; off: "
+            "GKE) stop capacity denials; declared: GPUNodePool rule documents only; off: "
             "today's nodes only.",
         },
         "systemReserved": _obj(
@@ -560,7 +560,10 @@ DOCUMENT_KINDS: dict[str, dict[str, Any]] = {
         "GPUPolicy", _GPU_POLICY, "Rules: which pods, what to check, what to set."
     ),
     "GPUSettings": _document("GPUSettings", _SETTINGS, "Cluster-wide settings; at most one."),
-    "NodePool": _document("NodePool", _NODE_POOL, "Nodes an autoscaler may create on demand."),
+    # Not NodePool: as a CRD, ``kubectl get nodepools`` would be ambiguous with Karpenter's.
+    "GPUNodePool": _document(
+        "GPUNodePool", _NODE_POOL, "Nodes an autoscaler may create on demand."
+    ),
     "WorkloadKind": _document(
         "WorkloadKind", _WORKLOAD_KIND, "Where a custom resource keeps its pod templates."
     ),
@@ -568,6 +571,15 @@ DOCUMENT_KINDS: dict[str, dict[str, Any]] = {
         "InstanceType",
         _INSTANCE_TYPE,
         "A GPU instance type for the catalogue Karpenter NodePools are sized by.",
+    ),
+}
+
+
+# Kinds that were renamed, and why: a document of the old kind is told the new name.
+RENAMED_KINDS = {
+    "NodePool": (
+        "GPUNodePool",
+        "renamed so that kubectl get nodepools keeps meaning Karpenter's NodePool",
     ),
 }
 

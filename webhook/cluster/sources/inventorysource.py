@@ -24,14 +24,16 @@ from webhook.cluster.apiclient import (
     KubeconfigError,
     api_endpoint_from_kubeconfig,
 )
-from webhook.cluster.devicesource import DeviceCache, DeviceWatch
-from webhook.cluster.poolsource import PoolCache, PoolWatch
 from webhook.cluster.reflector import Backoff, Handler, Reflector, T, let_requests_run
+from webhook.cluster.sources.devicesource import DeviceCache, DeviceWatch
+from webhook.cluster.sources.poolsource import PoolCache, PoolWatch
+from webhook.cluster.sources.rulesource import RuleObjectCache, RuleObjectWatch
 from webhook.engine.demand.gpuaccess import nvidia_classes
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node, node_from_json
 from webhook.engine.resources.nodepools import PoolInventory
 from webhook.engine.resources.quotas import Quota, Quotas, quota_from_json
+from webhook.files.ruleobjects import RuleObject
 
 __all__ = [
     "ApiEndpoint",
@@ -84,8 +86,21 @@ class ClusterWatch:
         watch_timeout_seconds: Callable[[], int] | None = None,
         request_timeout_seconds: float = 30.0,
         pools: PoolCache | None = None,
+        rule_objects: RuleObjectCache | None = None,
     ) -> None:
         self._client = ApiClient(api, request_timeout_seconds=request_timeout_seconds)
+        # Rule objects (issue 33): GPUPolicy and the other rule kinds, where served.
+        self._rule_objects = (
+            None
+            if rule_objects is None
+            else RuleObjectWatch(
+                client=self._client,
+                cache=rule_objects,
+                backoff=backoff,
+                page_size=page_size,
+                watch_timeout_seconds=watch_timeout_seconds,
+            )
+        )
         # Autoscaler objects (issue 23): nodes that could exist.
         self._pools = (
             None
@@ -150,7 +165,13 @@ class ClusterWatch:
             threads.append(self._devices.thread(stop))
         if self._pools is not None:
             threads.append(self._pools.thread(stop))
+        if self._rule_objects is not None:
+            threads.append(self._rule_objects.thread(stop))
         return threads
+
+    @property
+    def client(self) -> ApiClient:
+        return self._client
 
     def close(self) -> None:
         self._client.close()
@@ -185,6 +206,7 @@ class LiveInventorySource:
         self._runtime_classes = RuntimeClassCache()
         self._pools = PoolCache()
         self._resource_quotas = ResourceQuotaCache()
+        self._rule_objects = RuleObjectCache()
         self._watch = ClusterWatch(
             api=api,
             nodes=self._nodes,
@@ -197,7 +219,12 @@ class LiveInventorySource:
             page_size=page_size,
             watch_timeout_seconds=watch_timeout_seconds,
             request_timeout_seconds=request_timeout_seconds,
+            rule_objects=self._rule_objects,
         )
+
+    def rule_objects(self) -> tuple[RuleObject, ...] | None:
+        """GPUPolicy and the other rule objects; None until every served kind is listed."""
+        return self._rule_objects.objects()
 
     def start(self) -> None:
         """Start the background threads; returns at once (see ``ready``). A source runs

@@ -21,8 +21,11 @@ then only what changed, in the order the watcher saw it:
 - ``dra``: ``kind``, ``rv``, ``objects``, ``last``. A list of one DRA kind (trimmed objects,
   ``OBJECTS_PER_LINE`` at most per line); it replaces the kind once ``last`` is true.
 - ``dra-event``: ``kind``, ``event`` (ADDED, MODIFIED, DELETED), ``object``, ``rv``.
-- ``pools``: ``pools`` (``webhook.cluster.poolsource.wire``): the autoscaler objects,
+- ``pools``: ``pools`` (``webhook.cluster.sources.poolsource.wire``): the autoscaler objects,
   whole, on connect and whenever they change (a cluster has a handful).
+- ``rule-objects``: ``objects`` (``RuleObject.wire``): GPUPolicy and the other rule
+  objects, whole, once every served kind is listed (on connect too) and whenever a
+  document changes (a status write alone is no change).
 
 A list comes in small lines because decoding one line holds a worker's interpreter lock:
 10,000 nodes in one 27 MB line would stop its admissions for a third of a second.

@@ -20,16 +20,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.inventory import InventoryStatus
-from webhook.cluster import feedwire
-from webhook.cluster.devicesource import DeviceCache, Key
-from webhook.cluster.feedwire import WatcherStatus
-from webhook.cluster.inventorysource import NodeCache, devices_settled
-from webhook.cluster.poolsource import PoolCacheState
 from webhook.cluster.reflector import Backoff, let_requests_run
+from webhook.cluster.sources import feedwire
+from webhook.cluster.sources.devicesource import DeviceCache, Key
+from webhook.cluster.sources.feedwire import WatcherStatus
+from webhook.cluster.sources.inventorysource import NodeCache, devices_settled
+from webhook.cluster.sources.poolsource import PoolCacheState
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node
 from webhook.engine.resources.nodepools import PoolInventory
 from webhook.engine.resources.quotas import Quotas
+from webhook.files.ruleobjects import RuleObject
 
 log = logging.getLogger("webhook.inventory")
 # A worker starts beside the watcher process, which needs a moment (its first list of the
@@ -73,6 +74,8 @@ class FeedInventorySource:
         # The watcher's autoscaler objects (issue 23); None until it sent them.
         self._pool_state: PoolCacheState | None = None
         self._pools: PoolInventory | None = None
+        # The rule objects (issue 33); None until the watcher listed them.
+        self._rule_objects: tuple[RuleObject, ...] | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -109,7 +112,12 @@ class FeedInventorySource:
             and self._namespaces is not None
             and devices_settled(self._devices)
             and self._pool_state is not None
+            and self._rule_objects is not None
         )
+
+    def rule_objects(self) -> tuple[RuleObject, ...] | None:
+        """GPUPolicy and the other rule objects as the API server serves them."""
+        return self._rule_objects
 
     def devices(self) -> DeviceInventory | None:
         return self._devices.snapshot()
@@ -235,6 +243,8 @@ class FeedInventorySource:
                 self._pool_state = state
         elif kind == "resourcequotas":
             self._apply_resource_quotas(message["quotas"])
+        elif kind == "rule-objects":
+            self._rule_objects = tuple(RuleObject.from_wire(o) for o in message["objects"])
 
     def _apply_state(self, message: feedwire.Message) -> None:
         """A (re)connection: take the watcher's whole state. Its node list follows; a
