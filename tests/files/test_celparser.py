@@ -82,7 +82,7 @@ def test_a_cache_directory_that_cannot_be_made_means_no_cache(monkeypatch, tmp_p
 def test_importing_the_selectors_imports_no_cel_library():
     # Issue 36: celpy and lark only when a selector is first compiled.
     code = (
-        "import sys, webhook.files, webhook.engine.resources.deviceselectors;"
+        "import sys, webhook.files, webhook.engine.resources.cel.deviceselectors;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('celpy', 'lark')))"
     )
     out = subprocess.run(

@@ -3,7 +3,7 @@
 Building the LALR tables of celpy's grammar takes about 0.2 s, loading them from lark's
 cache about 0.01 s: most of what a ``check`` that evaluates a DRA selector pays for CEL. The
 engine reads no file, so this shell module gives it a loader
-(``deviceselectors.use_parser_loader``), run once, just before the first selector is
+(``cel.values.use_parser_loader``), run once, just before the first selector is
 compiled; a command that evaluates none never gets here.
 
 The cache is ``$XDG_CACHE_HOME/gpu-webhook/`` (default ``~/.cache/gpu-webhook/``), one file
@@ -66,6 +66,6 @@ def load_cached_parser() -> None:
 
 
 def register() -> None:
-    from webhook.engine.resources.deviceselectors import use_parser_loader
+    from webhook.engine.resources.cel.values import use_parser_loader
 
     use_parser_loader(load_cached_parser)

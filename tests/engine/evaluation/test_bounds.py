@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from webhook.engine.enforcement.mutators import MAX_RENDERED_GPU_INDEXES, render_env
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
-from webhook.engine.resources.celbudget import EVALUATION_STEPS, REVIEW_STEPS, review_budget
+from webhook.engine.resources.cel.celbudget import EVALUATION_STEPS, REVIEW_STEPS, review_budget
+from webhook.engine.resources.cel.deviceselectors import Selector, SelectorError, compile_selector
 from webhook.engine.resources.devices import ALLOCATION_RESULTS_MAX_SIZE, device_from_json
-from webhook.engine.resources.deviceselectors import Selector, SelectorError, compile_selector
 from webhook.files.inventoryfile import load_inventory_file
 from webhook.files.rulefiles import load_policy
 

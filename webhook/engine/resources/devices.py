@@ -27,7 +27,7 @@ from typing import Any
 
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.kube.selectors import clean_terms, dig, terms_match, tolerates
-from webhook.engine.resources.deviceselectors import DeviceView, UnreadValue, Version
+from webhook.engine.resources.cel.values import DeviceView, UnreadValue, Version
 from webhook.engine.resources.inventory import Node
 
 GROUP = "resource.k8s.io"

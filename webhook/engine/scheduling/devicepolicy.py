@@ -34,8 +34,8 @@ from webhook.engine.kube.quantity import format_bytes
 from webhook.engine.kube.selectors import requirement_matches
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import Action, Rule
+from webhook.engine.resources.cel.deviceselectors import SelectorError, compile_selector
 from webhook.engine.resources.devices import ClaimSpec, Device, DeviceInventory, SubRequest
-from webhook.engine.resources.deviceselectors import SelectorError, compile_selector
 from webhook.engine.resources.gpufacts import MEMORY_LABEL, PRODUCT_LABEL
 from webhook.engine.resources.inventory import Inventory, Node, Placement
 from webhook.engine.scheduling.dra import (

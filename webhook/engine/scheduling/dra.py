@@ -52,7 +52,8 @@ from webhook.engine.kube.selectors import dig, terms_match
 from webhook.engine.kube.workloads import Path
 from webhook.engine.policy.decision import Finding, action_of
 from webhook.engine.policy.ruleset import GPUResources
-from webhook.engine.resources.celbudget import review_spent
+from webhook.engine.resources.cel.celbudget import review_spent
+from webhook.engine.resources.cel.deviceselectors import Selector, SelectorError, compile_selector
 from webhook.engine.resources.devices import (
     ALLOCATION_RESULTS_MAX_SIZE,
     Claim,
@@ -63,7 +64,6 @@ from webhook.engine.resources.devices import (
     Profile,
     SubRequest,
 )
-from webhook.engine.resources.deviceselectors import Selector, SelectorError, compile_selector
 from webhook.engine.resources.fit import quantity_text
 from webhook.engine.resources.inventory import Inventory, Node, Placement
 

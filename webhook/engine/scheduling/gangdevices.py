@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.engine.resources.celbudget import review_spent
+from webhook.engine.resources.cel.celbudget import review_spent
 from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, Profile
 from webhook.engine.resources.fit import pods_per_node
 from webhook.engine.resources.inventory import FitAnswer, Node

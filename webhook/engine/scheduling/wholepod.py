@@ -31,7 +31,7 @@ from typing import Any
 
 from webhook.engine.kube.selectors import terms_match
 from webhook.engine.policy.decision import Finding, action_of
-from webhook.engine.resources.celbudget import review_spent
+from webhook.engine.resources.cel.celbudget import review_spent
 from webhook.engine.resources.devices import (
     ALLOCATION_RESULTS_MAX_SIZE,
     ClaimSpec,

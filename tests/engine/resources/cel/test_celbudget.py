@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.engine.resources.celbudget import (
+from webhook.engine.resources.cel.celbudget import (
     LIST_ITEMS,
     MAP_ENTRIES,
     Meter,
@@ -15,7 +15,7 @@ from webhook.engine.resources.celbudget import (
     review_budget,
     review_spent,
 )
-from webhook.engine.resources.celenvironment import compile_program
+from webhook.engine.resources.cel.celenvironment import compile_program
 
 
 def cost(text: str) -> int:

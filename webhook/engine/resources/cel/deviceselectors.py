@@ -12,10 +12,10 @@ Kubernetes quantity and semver CEL libraries (``k8s.io/apiserver/pkg/cel/library
 Each expression is compiled once per process (``compile_selector`` is memoised): the
 allocator does the same with its CEL cache (``structured/celcache.go``), and admission
 cannot afford a parse per request. celpy itself is imported on the first compile
-(``webhook.engine.resources.celenvironment``, which also lists what of Kubernetes' CEL
+(``webhook.engine.resources.cel.celenvironment``, which also lists what of Kubernetes' CEL
 libraries it gives): a command that evaluates no selector never pays for it.
 
-Evaluation is bounded (``webhook.engine.resources.celbudget``): an expression whose
+Evaluation is bounded (``webhook.engine.resources.cel.celbudget``): an expression whose
 estimated cost is past the budget is not evaluated at all, and an evaluation stops at its
 own step limit or at the review's. Any answer this webhook cannot be sure of (a function or
 syntax its library lacks, a type its library handles differently, a spent budget) is a
@@ -30,12 +30,9 @@ import contextlib
 import re
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from webhook.engine.resources.celbudget import (
+from webhook.engine.resources.cel.celbudget import (
     COMPILE_CHARACTERS_PER_STEP,
     EVALUATION_STEPS,
     REVIEW_STEPS,
@@ -44,23 +41,12 @@ from webhook.engine.resources.celbudget import (
     current_review,
     estimated_steps,
 )
+from webhook.engine.resources.cel.values import (
+    DeviceView,
+)
 
 if TYPE_CHECKING:
-    from webhook.engine.resources.celenvironment import Program
-
-# Called once before celpy's environment is built: the shell may install celpy's parser
-# from a cache there (``webhook.files.celparser``), as the engine itself reads no file.
-_PARSER_LOADERS: list[Callable[[], None]] = []
-
-
-def use_parser_loader(loader: Callable[[], None]) -> None:
-    """Have ``loader`` run once, before the first selector is compiled."""
-    _PARSER_LOADERS[:] = [loader]
-
-
-def parser_loaders() -> tuple[Callable[[], None], ...]:
-    return tuple(_PARSER_LOADERS)
-
+    from webhook.engine.resources.cel.celenvironment import Program
 
 # celpy raises the recursion limit to 2,500 when its environment is built (for deeply
 # nested expressions); done here, at import as it always was, so that building the
@@ -76,9 +62,6 @@ _CELPY_RULE = re.compile(r"Token\('RULE', '(\w+)'\)")
 _CELPY_TYPE = re.compile(r"<class 'celpy\.celtypes\.(\w+)Type'>")
 # Comprehension macros can read every attribute of a device without naming it.
 _MACROS = re.compile(r"\.\s*(all|exists|exists_one|map|filter)\s*\(|\bsize\s*\(")
-SEMVER = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$"
-)
 
 
 class SelectorError(Exception):
@@ -95,69 +78,6 @@ class SelectorError(Exception):
         self.spent = spent
 
 
-@dataclass(frozen=True, slots=True)
-class Version:
-    """A semantic version attribute (``VersionValue``), ordered as semver 2.0 orders it."""
-
-    text: str
-
-    def key(self) -> tuple[Any, ...]:
-        match = SEMVER.match(self.text)
-        if match is None:
-            return (0, 0, 0, 1, ())
-        major, minor, patch, pre = match.groups()
-        prerelease: tuple[Any, ...] = ()
-        if pre:
-            prerelease = tuple(
-                (0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split(".")
-            )
-        # A release sorts after every pre-release of the same version.
-        return (int(major), int(minor), int(patch), 0 if pre else 1, prerelease)
-
-
-@dataclass(frozen=True, slots=True)
-class UnreadValue:
-    """An attribute of a kind this webhook does not read (a list-valued attribute of
-    1.36's ``DRAListTypeAttributes``, or a kind still to come): kept, so that a selector
-    naming it is not a "no such member" error, but any use of it is not evaluated."""
-
-    json: str
-
-
-class QuantityValue:
-    """A capacity: compared with the quantity library's methods, never with ``==``."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Fraction) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"quantity({self.value})"
-
-
-class SemverValue:
-    __slots__ = ("version",)
-
-    def __init__(self, version: Version) -> None:
-        self.version = version
-
-    def __repr__(self) -> str:
-        return f"semver({self.version.text})"
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceView:
-    """What a selector sees of a device: its driver, attributes and capacity by domain."""
-
-    driver: str
-    attributes: Mapping[str, Mapping[str, Any]]
-    capacity: Mapping[str, Mapping[str, Fraction]]
-    # ``device.allowMultipleAllocations`` (compile.go, DRAConsumableCapacity): false when
-    # the slice does not say.
-    allow_multiple_allocations: bool = False
-
-
 class Selector:
     """One compiled expression. ``matches`` raises ``SelectorError`` where the allocator
     would report a CEL runtime error (which fails the allocation on that node), or where
@@ -166,7 +86,7 @@ class Selector:
     def __init__(self, expression: str) -> None:
         from celpy.celparser import CELParseError
 
-        from webhook.engine.resources.celenvironment import compile_program, desugar
+        from webhook.engine.resources.cel.celenvironment import compile_program, desugar
 
         self.expression = expression
         try:
@@ -200,7 +120,7 @@ class Selector:
     def matches(self, device: DeviceView) -> bool:
         from celpy.evaluation import CELEvalError
 
-        from webhook.engine.resources.celenvironment import is_bool
+        from webhook.engine.resources.cel.celenvironment import is_bool
 
         review = current_review()
         if review is not None and review.left <= 0:

@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.engine.resources.celbudget import EVALUATION_STEPS, REVIEW_STEPS, review_budget
-from webhook.engine.resources.celenvironment import desugar
+from webhook.engine.resources.cel.celbudget import EVALUATION_STEPS, REVIEW_STEPS, review_budget
+from webhook.engine.resources.cel.celenvironment import desugar
+from webhook.engine.resources.cel.deviceselectors import Selector, SelectorError, compile_selector
+from webhook.engine.resources.cel.values import Version
 from webhook.engine.resources.devices import device_from_json
-from webhook.engine.resources.deviceselectors import (
-    Selector,
-    SelectorError,
-    Version,
-    compile_selector,
-)
 
 H100 = device_from_json(
     {

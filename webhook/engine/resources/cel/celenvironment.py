@@ -1,6 +1,6 @@
 """Kubernetes' CEL environment for DRA selectors, built on celpy.
 
-``webhook.engine.resources.deviceselectors`` imports this module only when a selector is
+``webhook.engine.resources.cel.deviceselectors`` imports this module only when a selector is
 first compiled: celpy and its lark parser cost a CLI start a few hundred milliseconds that
 most commands never need (issue 36).
 
@@ -47,8 +47,8 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError, Evaluator, base_functions
 
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
-from webhook.engine.resources.celbudget import Meter
-from webhook.engine.resources.deviceselectors import (
+from webhook.engine.resources.cel.celbudget import Meter
+from webhook.engine.resources.cel.values import (
     SEMVER,
     DeviceView,
     QuantityValue,
