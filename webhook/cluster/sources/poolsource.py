@@ -18,10 +18,15 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from webhook.cluster.apiclient import ApiClient, ApiError
-from webhook.cluster.reflector import Backoff, Reflector
+from webhook.cluster.sources.kindwatch import (
+    KindWatch,
+    ReflectorSettings,
+    list_readable,
+    served_resources,
+)
 from webhook.engine.resources.nodepools import (
     CA_STATUS_NAME,
     CA_STATUS_NAMESPACE,
@@ -271,7 +276,7 @@ class _KindHandler:
         self.cache.last_error = str(error)
 
 
-class PoolWatch:
+class PoolWatch(KindWatch):
     """Discovery, one list-and-watch loop per served kind, and the status poll, in
     threads that end with ``stop``."""
 
@@ -280,48 +285,34 @@ class PoolWatch:
         *,
         client: ApiClient,
         cache: PoolCache,
-        backoff: Callable[[], Backoff] = Backoff,
-        page_size: int = 500,
-        watch_timeout_seconds: Callable[[], int] | None = None,
         poll_seconds: float = 30.0,
+        **reflectors: Unpack[ReflectorSettings],
     ) -> None:
-        self._client = client
+        super().__init__(client=client, **reflectors)
         self._cache = cache
-        self._backoff = backoff
-        self._page_size = page_size
-        self._watch_timeout_seconds = watch_timeout_seconds
         self.poll_seconds = poll_seconds
 
     def thread(self, stop: threading.Event) -> threading.Thread:
         return threading.Thread(target=self._run, args=(stop,), name="inventory-pools", daemon=True)
 
     def _run(self, stop: threading.Event) -> None:
-        served = self._discover(stop)
+        served = self.discover(stop, self.served, what="autoscaler")
         if served is None:
             return
+        self._cache.set_served(served)
+        found = [k for k, on in served.items() if on]
+        log.info("autoscaler objects served: %s", ", ".join(found) or "none")
         threads = []
         for kind in KINDS:
             if not served[kind.kind]:
                 continue
-            if not self._readable(kind):
+            if not self.readable(kind.path):
+                log.warning("%s: served but not readable (403)", kind.path)
                 self._cache.set_unreadable(kind.kind)
                 continue
-            reflector = Reflector(
-                client=self._client,
-                path=kind.path,
-                handler=_KindHandler(self._cache, kind),
-                backoff=self._backoff(),
-                page_size=self._page_size,
-                watch_timeout_seconds=self._watch_timeout_seconds,
-            )
-            threads.append(
-                threading.Thread(
-                    target=reflector.run,
-                    args=(stop,),
-                    name=f"inventory-{kind.resource}",
-                    daemon=True,
-                )
-            )
+            handler = _KindHandler(self._cache, kind)
+            name = f"inventory-{kind.resource}"
+            threads.append(self.reflector_thread(kind.path, handler, name=name, stop=stop))
         for thread in threads:
             thread.start()
         backoff = self._backoff()
@@ -332,41 +323,13 @@ class PoolWatch:
         for thread in threads:
             thread.join()
 
-    def _discover(self, stop: threading.Event) -> dict[str, bool] | None:
-        backoff = self._backoff()
-        while not stop.is_set():
-            try:
-                served = {kind.kind: self.serves(kind) for kind in KINDS}
-            except ApiError as exc:
-                delay = backoff.next()
-                log.warning("autoscaler discovery failed, retrying in %.1f s: %s", delay, exc)
-                if stop.wait(delay):
-                    return None
-                continue
-            self._cache.set_served(served)
-            found = [k for k, on in served.items() if on]
-            log.info("autoscaler objects served: %s", ", ".join(found) or "none")
-            return served
-        return None
-
-    def serves(self, kind: PoolKind) -> bool:
-        try:
-            document = self._client.get(f"/apis/{kind.group_version}")
-        except ApiError as exc:
-            if exc.code == 404:
-                return False
-            raise
-        resources = document.get("resources") or []
-        return any(isinstance(r, Mapping) and r.get("name") == kind.resource for r in resources)
-
-    def _readable(self, kind: PoolKind) -> bool:
-        try:
-            self._client.get(kind.path, {"limit": 1})
-        except ApiError as exc:
-            if exc.code == 403:
-                log.warning("%s: served but not readable (403)", kind.path)
-                return False
-        return True  # other errors: the reflector retries them
+    def served(self) -> dict[str, bool]:
+        """Which kinds the API serves (one discovery request per group version)."""
+        return {
+            kind.kind: kind.resource
+            in served_resources(self._client, f"/apis/{kind.group_version}")
+            for kind in KINDS
+        }
 
     def poll_status(self) -> bool:
         """Read the status ConfigMap once; False when the API could not say."""
@@ -389,19 +352,16 @@ def list_pools(client: ApiClient) -> PoolInventory:
     """One read of every autoscaler object, for tools (check, audit, explain, inventory)."""
     cache = PoolCache()
     watch = PoolWatch(client=client, cache=cache)
-    served = {kind.kind: watch.serves(kind) for kind in KINDS}
+    served = watch.served()
     cache.set_served(served)
     for kind in KINDS:
         if not served[kind.kind]:
             continue
-        try:
-            items, _ = client.list(kind.path, parse=functools.partial(trim, kind))
-        except ApiError as exc:
-            if exc.code != 403:
-                raise
+        items = list_readable(client, kind.path, parse=functools.partial(trim, kind))
+        if items is None:
             cache.set_unreadable(kind.kind)
-            continue
-        cache.replace(kind.kind, items)
+        else:
+            cache.replace(kind.kind, items)
     watch.poll_status()
     snapshot = cache.snapshot()
     return snapshot if snapshot is not None else PoolInventory()

@@ -20,12 +20,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import quote
 
 from webhook.cluster.apiclient import ApiClient, ApiError
 from webhook.cluster.lease import Lease
-from webhook.cluster.reflector import Backoff, Reflector
+from webhook.cluster.sources.kindwatch import (
+    KindWatch,
+    ReflectorSettings,
+    list_readable,
+    served_resources,
+)
 from webhook.engine.policy.crds import GROUP, NAMES, VERSION
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.files.rulefiles import RuleStore
@@ -156,37 +161,28 @@ class _KindHandler:
 
 def served_kinds(client: ApiClient) -> list[str]:
     """The rule kinds whose CRDs are installed (empty when none is)."""
-    try:
-        document = client.get(DISCOVERY_PATH)
-    except ApiError as exc:
-        if exc.code == 404:
-            return []
-        raise
-    names = {r.get("name") for r in document.get("resources") or [] if isinstance(r, Mapping)}
+    names = served_resources(client, DISCOVERY_PATH)
     return [kind for kind, kind_names in NAMES.items() if kind_names.plural in names]
 
 
-class RuleObjectWatch:
+class RuleObjectWatch(KindWatch):
     """Discovery, then one list-and-watch loop per served kind, in threads that end with
     ``stop``. Discovery is asked again every ``rediscover_seconds`` while some kind is not
     watched: CRDs installed after the server (or read access granted later) are picked up
     without a restart."""
+
+    log = log
 
     def __init__(
         self,
         *,
         client: ApiClient,
         cache: RuleObjectCache,
-        backoff: Callable[[], Backoff] = Backoff,
-        page_size: int = 500,
-        watch_timeout_seconds: Callable[[], int] | None = None,
         rediscover_seconds: float = 60.0,
+        **reflectors: Unpack[ReflectorSettings],
     ) -> None:
-        self._client = client
+        super().__init__(client=client, **reflectors)
         self._cache = cache
-        self._backoff = backoff
-        self._page_size = page_size
-        self._watch_timeout_seconds = watch_timeout_seconds
         self.rediscover_seconds = rediscover_seconds
         self._forbidden: set[str] = set()  # said once each
 
@@ -213,20 +209,9 @@ class RuleObjectWatch:
             thread.join()
 
     def _watch(self, kind: str, stop: threading.Event) -> threading.Thread:
-        reflector = Reflector(
-            client=self._client,
-            path=collection(kind),
-            handler=_KindHandler(self._cache, kind),
-            backoff=self._backoff(),
-            page_size=self._page_size,
-            watch_timeout_seconds=self._watch_timeout_seconds,
-        )
-        thread = threading.Thread(
-            target=reflector.run,
-            args=(stop,),
-            name=f"rule-objects-{NAMES[kind].plural}",
-            daemon=True,
-        )
+        handler = _KindHandler(self._cache, kind)
+        name = f"rule-objects-{NAMES[kind].plural}"
+        thread = self.reflector_thread(collection(kind), handler, name=name, stop=stop)
         thread.start()
         return thread
 
@@ -235,47 +220,35 @@ class RuleObjectWatch:
     ) -> list[str] | None:
         """The kinds served and readable now (those watched already are not probed
         again); None once stopped."""
-        backoff = self._backoff()
-        while not stop.is_set():
-            try:
-                kinds = served_kinds(self._client)
-            except ApiError as exc:
-                delay = backoff.next()
-                log.warning("rule object discovery failed, retrying in %.1f s: %s", delay, exc)
-                if stop.wait(delay):
-                    return None
-                continue
-            return [kind for kind in kinds if kind in watched or self._readable(kind)]
-        return None
+        kinds = self.discover(
+            stop, functools.partial(served_kinds, self._client), what="rule object"
+        )
+        if kinds is None:
+            return None
+        return [kind for kind in kinds if kind in watched or self._readable(kind)]
 
     def _readable(self, kind: str) -> bool:
-        try:
-            self._client.get(collection(kind), {"limit": 1})
-        except ApiError as exc:
-            if exc.code == 403:
-                if kind not in self._forbidden:
-                    log.warning(
-                        "%s: served but not readable (403): grant list and watch "
-                        "(deploy/base/rbac.yaml); only the rule files apply",
-                        collection(kind),
-                    )
-                self._forbidden.add(kind)
-                return False
-        return True  # other errors: the reflector retries them
+        if self.readable(collection(kind)):
+            return True
+        if kind not in self._forbidden:
+            log.warning(
+                "%s: served but not readable (403): grant list and watch "
+                "(deploy/base/rbac.yaml); only the rule files apply",
+                collection(kind),
+            )
+        self._forbidden.add(kind)
+        return False
 
 
 def list_rule_objects(client: ApiClient) -> tuple[RuleObject, ...]:
     """One read of every rule object, for tools (check, audit, explain)."""
     found: list[RuleObject] = []
     for kind in served_kinds(client):
-        try:
-            items, _ = client.list(collection(kind), parse=functools.partial(_object_of, kind))
-        except ApiError as exc:
-            if exc.code != 403:
-                raise
+        items = list_readable(client, collection(kind), parse=functools.partial(_object_of, kind))
+        if items is None:
             log.warning("%s: not readable (403); only the rule files apply", collection(kind))
-            continue
-        found.extend(items)
+        else:
+            found.extend(items)
     return tuple(found)
 
 
