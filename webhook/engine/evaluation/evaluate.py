@@ -1145,35 +1145,11 @@ def _place_rule(
     judged with and without it (``devicepolicy.affinity_plan``): the webhook never adds an
     affinity that only shuts out DRA nodes, whose GPUs no label describes (issue 31)."""
     before = len(editor.ops)
-    found = _place_rule_guarded(
-        editor,
-        spec_path,
-        rule,
-        pod=pod,
-        claims=claims,
-        snapshot=snapshot,
-        devices=devices,
-        settings=settings,
-    )
-    _credit(editor, before, mutated_by, (rule,))
-    return found
-
-
-def _place_rule_guarded(
-    editor: Editor,
-    spec_path: WorkloadPath,
-    rule: Rule,
-    *,
-    pod: PodGPUs,
-    claims: PodClaims,
-    snapshot: Inventory | None,
-    devices: DeviceInventory | None,
-    settings: Settings,
-) -> list[Finding]:
     mutations = rule.mutations
     keyed = [r for r in mutations.required_affinity if str(r.get("key")) in DEVICE_LABELS]
     if not keyed or snapshot is None or devices is None or not devices.complete or not pod.total:
         apply_placement(editor, spec_path, mutations)
+        _credit(editor, before, mutated_by, (rule,))
         return []
     add_tolerations(editor, spec_path, mutations.tolerations)
     others = [r for r in mutations.required_affinity if r not in keyed]
@@ -1228,6 +1204,7 @@ def _place_rule_guarded(
         )
     if preferred:
         add_preferred_affinity(editor, spec_path, preferred)
+    _credit(editor, before, mutated_by, (rule,))
     finding = affinity_finding(rule.name, plan, ".".join(map(str, spec_path)))
     return [finding] if finding is not None else []
 
