@@ -24,7 +24,7 @@ from webhook.cluster.reflector import Backoff, let_requests_run
 from webhook.cluster.sources import feedwire
 from webhook.cluster.sources.devicesource import DeviceCache, Key
 from webhook.cluster.sources.feedwire import WatcherStatus
-from webhook.cluster.sources.inventorysource import NodeCache, devices_settled
+from webhook.cluster.sources.inventorysource import NodeCache, SourceThreads, devices_settled
 from webhook.cluster.sources.poolsource import PoolCacheState
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Node
@@ -63,7 +63,6 @@ class FeedInventorySource:
         self._watcher = WatcherStatus()
         # When the watcher last heard from the API server, on this process's clock.
         self._contact: float | None = None
-        self._started_at: float | None = None
         self._connection_error = ""
         self._warned = False
         self._connected_once = False
@@ -76,32 +75,26 @@ class FeedInventorySource:
         self._pools: PoolInventory | None = None
         # The rule objects (issue 33); None until the watcher listed them.
         self._rule_objects: tuple[RuleObject, ...] | None = None
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._running = SourceThreads(clock=clock)
 
     def start(self) -> None:
         """Connect in the background; returns at once (see ``ready``). Runs once."""
-        if self._threads or self._stop.is_set():
-            return
-        self._threads = [
-            threading.Thread(target=self._receive_loop, name="inventory-feed", daemon=True),
-            self._nodes.publisher(self._stop),
-        ]
-        self._started_at = self._clock()
-        for thread in self._threads:
-            thread.start()
+        self._running.start(
+            lambda: [
+                threading.Thread(target=self._receive_loop, name="inventory-feed", daemon=True),
+                self._nodes.publisher(self._running.stop),
+            ]
+        )
 
     def stop(self, timeout_seconds: float = 5.0) -> None:
         """Disconnect and wait for the threads; the last snapshot stays readable."""
-        self._stop.set()
+        self._running.stop.set()
         self._nodes.wake()
         connection = self._connection
         if connection is not None:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-        for thread in self._threads:
-            thread.join(timeout_seconds)
-        self._threads = []
+        self._running.join(timeout_seconds)
 
     def snapshot(self) -> Inventory | None:
         return self._nodes.published
@@ -126,7 +119,7 @@ class FeedInventorySource:
         namespaces = self._namespaces
         return self._nodes.status(
             last_contact=self._contact,
-            started_at=self._started_at,
+            started_at=self._running.started_at,
             max_staleness_seconds=self.max_staleness_seconds,
             last_error=self._connection_error or self._watcher.last_error,
             source=f"watcher at {self.socket_path}",
@@ -137,7 +130,7 @@ class FeedInventorySource:
     def stale_seconds(self) -> float | None:
         return self._nodes.stale_seconds(
             last_contact=self._contact,
-            started_at=self._started_at,
+            started_at=self._running.started_at,
             max_staleness_seconds=self.max_staleness_seconds,
         )
 
@@ -161,25 +154,25 @@ class FeedInventorySource:
     # The receiving thread.
 
     def _receive_loop(self) -> None:
-        while not self._stop.is_set():
+        while not self._running.stop.is_set():
             try:
                 self._receive()
                 error = "the inventory watcher closed the connection"
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 error = f"the inventory watcher is unreachable: {exc}"
-            if self._stop.is_set():
+            if self._running.stop.is_set():
                 return
             delay = self._backoff.next()
             if not self._warned and not self._starting():
                 log.warning("%s; connecting again", error, extra={"socket": self.socket_path})
                 self._warned = True
             self._connection_error = error
-            if self._stop.wait(delay):
+            if self._running.stop.wait(delay):
                 return
 
     def _starting(self) -> bool:
         """Not yet connected once, and still within the watcher's start-up time."""
-        started = self._started_at
+        started = self._running.started_at
         return (
             not self._connected_once
             and started is not None

@@ -177,6 +177,31 @@ class ClusterWatch:
         self._client.close()
 
 
+class SourceThreads:
+    """A source's background threads: made and started once, together (a stopped source
+    does not start again: make a new one), and joined on stop. ``started_at`` is set
+    before any of them runs, so that they can tell how long the source has been up."""
+
+    def __init__(self, *, clock: Callable[[], float]) -> None:
+        self.stop = threading.Event()
+        self.started_at: float | None = None
+        self._clock = clock
+        self._threads: list[threading.Thread] = []
+
+    def start(self, threads: Callable[[], list[threading.Thread]]) -> None:
+        if self._threads or self.stop.is_set():
+            return
+        self._threads = threads()
+        self.started_at = self._clock()
+        for thread in self._threads:
+            thread.start()
+
+    def join(self, timeout_seconds: float) -> None:
+        for thread in self._threads:
+            thread.join(timeout_seconds)
+        self._threads = []
+
+
 class LiveInventorySource:
     """Nodes (and optionally namespaces) of a live cluster, kept by list and watch."""
 
@@ -196,10 +221,7 @@ class LiveInventorySource:
         self.api = api
         self.max_staleness_seconds = max_staleness_seconds
         self.publish_interval_seconds = publish_interval_seconds
-        self._clock = clock
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._started_at: float | None = None
+        self._running = SourceThreads(clock=clock)
         self._nodes = NodeCache(clock=clock, publish_interval_seconds=publish_interval_seconds)
         self._namespaces = NamespaceCache(clock=clock) if watch_namespaces else None
         self._devices = DeviceCache()
@@ -229,21 +251,15 @@ class LiveInventorySource:
     def start(self) -> None:
         """Start the background threads; returns at once (see ``ready``). A source runs
         once: after ``stop`` make a new one."""
-        if self._threads or self._stop.is_set():
-            return
-        self._threads = [*self._watch.threads(self._stop), self._nodes.publisher(self._stop)]
-        self._started_at = self._clock()
-        for thread in self._threads:
-            thread.start()
+        stop = self._running.stop
+        self._running.start(lambda: [*self._watch.threads(stop), self._nodes.publisher(stop)])
 
     def stop(self, timeout_seconds: float = 5.0) -> None:
         """Stop watching and wait for the threads; the last snapshot stays readable."""
-        self._stop.set()
+        self._running.stop.set()
         self._nodes.wake()
         self._watch.close()
-        for thread in self._threads:
-            thread.join(timeout_seconds)
-        self._threads = []
+        self._running.join(timeout_seconds)
 
     def snapshot(self) -> Inventory | None:
         return self._nodes.published
@@ -263,7 +279,7 @@ class LiveInventorySource:
         namespaces = self._namespaces
         return nodes.status(
             last_contact=nodes.last_contact,
-            started_at=self._started_at,
+            started_at=self._running.started_at,
             max_staleness_seconds=self.max_staleness_seconds,
             last_error=nodes.last_error or (namespaces.last_error if namespaces else ""),
             source=self.api.host,
@@ -274,7 +290,7 @@ class LiveInventorySource:
     def stale_seconds(self) -> float | None:
         return self._nodes.stale_seconds(
             last_contact=self._nodes.last_contact,
-            started_at=self._started_at,
+            started_at=self._running.started_at,
             max_staleness_seconds=self.max_staleness_seconds,
         )
 
