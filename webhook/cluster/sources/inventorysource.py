@@ -26,6 +26,7 @@ from webhook.cluster.apiclient import (
 )
 from webhook.cluster.reflector import Backoff, Handler, Reflector, T, let_requests_run
 from webhook.cluster.sources.devicesource import DeviceCache, DeviceWatch
+from webhook.cluster.sources.kindwatch import ReflectorSettings
 from webhook.cluster.sources.poolsource import PoolCache, PoolWatch
 from webhook.cluster.sources.rulesource import RuleObjectCache, RuleObjectWatch
 from webhook.engine.demand.gpuaccess import nvidia_classes
@@ -89,29 +90,18 @@ class ClusterWatch:
         rule_objects: RuleObjectCache | None = None,
     ) -> None:
         self._client = ApiClient(api, request_timeout_seconds=request_timeout_seconds)
+        settings = ReflectorSettings(
+            backoff=backoff, page_size=page_size, watch_timeout_seconds=watch_timeout_seconds
+        )
         # Rule objects (issue 33): GPUPolicy and the other rule kinds, where served.
         self._rule_objects = (
             None
             if rule_objects is None
-            else RuleObjectWatch(
-                client=self._client,
-                cache=rule_objects,
-                backoff=backoff,
-                page_size=page_size,
-                watch_timeout_seconds=watch_timeout_seconds,
-            )
+            else RuleObjectWatch(client=self._client, cache=rule_objects, **settings)
         )
         # Autoscaler objects (issue 23): nodes that could exist.
         self._pools = (
-            None
-            if pools is None
-            else PoolWatch(
-                client=self._client,
-                cache=pools,
-                backoff=backoff,
-                page_size=page_size,
-                watch_timeout_seconds=watch_timeout_seconds,
-            )
+            None if pools is None else PoolWatch(client=self._client, cache=pools, **settings)
         )
 
         def reflector(path: str, handler: Handler[T]) -> Reflector[T]:
@@ -132,9 +122,7 @@ class ClusterWatch:
                 client=self._client,
                 handlers=devices.handler,
                 on_served=devices.set_served,
-                backoff=backoff,
-                page_size=page_size,
-                watch_timeout_seconds=watch_timeout_seconds,
+                **settings,
             )
         self._runtime_classes = (
             None if runtime_classes is None else reflector(RUNTIME_CLASSES_PATH, runtime_classes)
