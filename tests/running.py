@@ -16,7 +16,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.builders import ROOT, pod, review
+from tests.builders import ROOT, RULES, pod, review
+from webhook.files.certs import DEV_HOSTS, generate, write
 
 
 def command_line(*args: str | Path) -> list[str]:
@@ -199,6 +200,28 @@ class Server:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+def dev_certs(directory: Path, *, days: int = 1) -> Path:
+    """A throwaway CA and a serving certificate for the dev hosts, written to ``directory``."""
+    write(
+        generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=days),
+        directory,
+    )
+    return directory
+
+
+def live_inventory_server(tmp: Path, api_url: str) -> Server:
+    """``serve --kubeconfig``: the shipped rules and two workers, with no inventory file but
+    the live one of the API server at ``api_url``, and fresh certificates in ``tmp/certs``."""
+    return Server(
+        tmp=tmp,
+        cert_dir=dev_certs(tmp / "certs"),
+        rules=RULES,
+        inventory=None,
+        workers=2,
+        extra=("--kubeconfig", kubeconfig(tmp, api_url)),
+    )
 
 
 def post(

@@ -13,9 +13,8 @@ import pytest
 
 from tests.builders import RULES, pod, review
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture
-from tests.running import Server, kubeconfig, post
+from tests.running import Server, dev_certs, live_inventory_server, post
 from webhook.cli import main
-from webhook.files.certs import DEV_HOSTS, generate, write
 
 pytestmark = pytest.mark.slow
 
@@ -41,21 +40,6 @@ def running(pid: int) -> bool:
     return True
 
 
-def start_live_server(tmp: Path, replay: ReplayServer) -> Server:
-    write(
-        generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=1),
-        tmp / "certs",
-    )
-    return Server(
-        tmp=tmp,
-        cert_dir=tmp / "certs",
-        rules=RULES,
-        inventory=None,
-        workers=2,
-        extra=("--kubeconfig", kubeconfig(tmp, replay.url)),
-    )
-
-
 def stop_and_check_the_watchers_stopped(server: Server) -> None:
     assert server.stop() == 0, server.log.read_text()
     pids = watcher_pids(server)
@@ -69,7 +53,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory, replay: ReplayServer) 
     replay.lists.append(Body(fixture("node-list.json")))
     replay.namespace_lists.append(Body(fixture("namespace-list.json")))
     replay.watches.extend(Stream([hold], end="hold") for _ in range(4))
-    server = start_live_server(tmp_path_factory.mktemp("live"), replay)
+    server = live_inventory_server(tmp_path_factory.mktemp("live"), replay.url)
     yield server
     hold.set()
     stop_and_check_the_watchers_stopped(server)
@@ -112,10 +96,7 @@ def test_an_unusable_kubeconfig_stops_serve_with_a_message(
 ) -> None:
     broken = tmp_path / "kubeconfig"
     broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
-    write(
-        generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=1),
-        tmp_path / "certs",
-    )
+    dev_certs(tmp_path / "certs")
     code = main(
         [
             "serve",
@@ -137,7 +118,7 @@ def test_a_watcher_that_dies_is_started_again_while_the_workers_keep_serving(
     replay = ReplayServer().start()
     replay.lists.extend(Body(fixture("node-list.json")) for _ in range(2))
     replay.namespace_lists.extend(Body(fixture("namespace-list.json")) for _ in range(2))
-    server = start_live_server(tmp_path, replay)
+    server = live_inventory_server(tmp_path, replay.url)
     try:
         (first,) = watcher_pids(server)
         os.kill(first, signal.SIGKILL)

@@ -15,8 +15,8 @@ from tests.builders import review
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually
 from tests.cluster.test_devicesource import NAMESPACE_LIST, RESOURCES, list_body
 from tests.cluster.test_liveobjects import NODE_LIST, claim, claim_pod, gets, on_api_server
-from tests.commands.test_serve_live import start_live_server, stop_and_check_the_watchers_stopped
-from tests.running import Server, post
+from tests.commands.test_serve_live import stop_and_check_the_watchers_stopped
+from tests.running import Server, live_inventory_server, post
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def replay() -> Iterator[ReplayServer]:
 def live_server(tmp_path_factory: pytest.TempPathFactory, replay: ReplayServer) -> Iterator[Server]:
     hold = threading.Event()
     replay.watches.extend(Stream([hold], end="hold") for _ in range(4))
-    server = start_live_server(tmp_path_factory.mktemp("lookups"), replay)
+    server = live_inventory_server(tmp_path_factory.mktemp("lookups"), replay.url)
     eventually(lambda: server.health("/readyz")[0] == 200, timeout=30)
     yield server
     hold.set()

@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.builders import RULES, pod, review
+from tests.builders import pod, review
 from tests.cluster.replayserver import Body, ReplayServer, eventually, fixture
 from tests.cluster.ruleobjects import POLICIES, event, gpu_policy, serve_policies
-from tests.running import Server, kubeconfig, post
-from webhook.files.certs import DEV_HOSTS, generate, write
+from tests.running import Server, live_inventory_server, post
 
 pytestmark = pytest.mark.slow
 ONE_GPU = {"validate": [{"maxGPUsPerPod": 1, "message": "ask for one GPU"}]}
@@ -30,21 +29,6 @@ def replay_with(items: list[dict[str, Any]], events: list[bytes | threading.Even
     replay.namespace_lists.append(Body(fixture("namespace-list.json")))
     serve_policies(replay, items, events)
     return replay
-
-
-def start(tmp: Path, replay: ReplayServer) -> Server:
-    write(
-        generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=1),
-        tmp / "certs",
-    )
-    return Server(
-        tmp=tmp,
-        cert_dir=tmp / "certs",
-        rules=RULES,
-        inventory=None,
-        workers=2,
-        extra=("--kubeconfig", kubeconfig(tmp, replay.url)),
-    )
 
 
 def two_gpus(server: Server) -> set[bool]:
@@ -104,7 +88,7 @@ def served(steps: list[threading.Event]) -> Iterator[ReplayServer]:
 def test_a_policy_object_is_enforced_kept_while_broken_and_lifted_when_deleted(
     tmp_path: Path, served: ReplayServer, steps: list[threading.Event]
 ) -> None:
-    server = start(tmp_path, served)
+    server = live_inventory_server(tmp_path, served.url)
     try:
         assert two_gpus_allowed(server)
         steps[0].set()  # kubectl apply of one-gpu
@@ -140,7 +124,7 @@ def test_a_policy_object_is_enforced_kept_while_broken_and_lifted_when_deleted(
 
 
 def test_a_valid_object_is_allowed_at_validate(tmp_path: Path, served: ReplayServer) -> None:
-    server = start(tmp_path, served)
+    server = live_inventory_server(tmp_path, served.url)
     try:
         answer = validate_object(server, gpu_policy("team-a", ONE_GPU), operation="CREATE")
         assert answer["allowed"] is True
@@ -154,7 +138,7 @@ def test_a_restarted_server_enforces_the_cluster_policies_before_it_is_ready(
     replay = replay_with([gpu_policy("one-gpu", ONE_GPU)], [])
     try:
         for turn in ("first", "restarted"):
-            server = start(tmp_path / turn, replay)
+            server = live_inventory_server(tmp_path / turn, replay.url)
             try:
                 assert two_gpus_denied(server), turn
             finally:
@@ -172,7 +156,7 @@ def test_a_restarted_server_keeps_in_force_what_a_broken_objects_status_kept(
     broken["status"] = {"observedGeneration": 2, "inForce": {"generation": 1, "spec": ONE_GPU}}
     replay = replay_with([broken], [])
     try:
-        server = start(tmp_path, replay)
+        server = live_inventory_server(tmp_path, replay.url)
         try:
             assert two_gpus_denied(server)
         finally:
