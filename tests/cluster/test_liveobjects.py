@@ -87,15 +87,20 @@ def not_found(replay: ReplayServer, ref: Reference) -> str:
     return path
 
 
-@pytest.fixture
-def replay() -> Iterator[ReplayServer]:
+def dra_replay() -> ReplayServer:
+    """A started API server whose lists hold the nodes and DRA objects of ``DRA_FILE``."""
     server = ReplayServer()
     server.dra_served = True
     server.lists.append(Body(NODE_LIST))
     server.namespace_lists.append(Body(NAMESPACE_LIST))
     for kind, resource in RESOURCES.items():
         server.dra_lists[resource] = deque([Body(list_body(kind))])
-    server.start()
+    return server.start()
+
+
+@pytest.fixture
+def replay() -> Iterator[ReplayServer]:
+    server = dra_replay()
     yield server
     server.stop()
 

@@ -6,15 +6,13 @@ objects of ``tests/cases/_inventories/dra.yaml``, and the claim answers a GET on
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Iterator
 
 import pytest
 
 from tests.builders import review
-from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually
-from tests.cluster.test_devicesource import NAMESPACE_LIST, RESOURCES, list_body
-from tests.cluster.test_liveobjects import NODE_LIST, claim, claim_pod, gets, on_api_server
+from tests.cluster.replayserver import ReplayServer, Stream, eventually
+from tests.cluster.test_liveobjects import claim, claim_pod, dra_replay, gets, on_api_server
 from tests.commands.test_serve_live import stop_and_check_the_watchers_stopped
 from tests.running import Server, live_inventory_server, post
 
@@ -23,13 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def replay() -> Iterator[ReplayServer]:
-    server = ReplayServer()
-    server.dra_served = True
-    server.lists.append(Body(NODE_LIST))
-    server.namespace_lists.append(Body(NAMESPACE_LIST))
-    for kind, resource in RESOURCES.items():
-        server.dra_lists[resource] = deque([Body(list_body(kind))])
-    server.start()
+    server = dra_replay()
     yield server
     server.stop()
 
