@@ -8,6 +8,23 @@ import random
 import uuid
 from typing import Any
 
+# The DeviceClass NVIDIA's DRA driver installs for whole GPUs.
+GPU_CLASS: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'gpu.nvidia.com' && "
+                    "device.attributes['gpu.nvidia.com'].type == 'gpu'"
+                }
+            }
+        ]
+    },
+}
+
 
 def _device(index: int, rnd: random.Random) -> dict[str, Any]:
     return {
@@ -49,23 +66,7 @@ def large_dra_inventory(nodes: int = 200, devices: int = 128) -> dict[str, Any]:
                 },
             }
         )
-    items.append(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": "gpu.nvidia.com"},
-            "spec": {
-                "selectors": [
-                    {
-                        "cel": {
-                            "expression": "device.driver == 'gpu.nvidia.com' && "
-                            "device.attributes['gpu.nvidia.com'].type == 'gpu'"
-                        }
-                    }
-                ]
-            },
-        }
-    )
+    items.append(GPU_CLASS)
     for n in range(nodes):
         items.append(
             {

@@ -40,6 +40,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.dra_inventory import GPU_CLASS
 from tests.engine.evaluation.test_fit_differential import affinity_matches, tolerates
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
@@ -60,22 +61,7 @@ PRODUCTS = [
     ("NVIDIA L40S", 46068),
 ]
 NAMESPACE = "vision"
-CLASS = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "DeviceClass",
-    "metadata": {"name": "gpu.nvidia.com"},
-    "spec": {
-        "selectors": [
-            {
-                "cel": {
-                    "expression": "device.driver == 'gpu.nvidia.com' && "
-                    "device.attributes['gpu.nvidia.com'].type == 'gpu'"
-                }
-            }
-        ],
-        "extendedResourceName": GPU,
-    },
-}
+CLASS = {**GPU_CLASS, "spec": {**GPU_CLASS["spec"], "extendedResourceName": GPU}}
 
 
 def label(product: int) -> str:
