@@ -18,6 +18,17 @@ spec:
     - maxGPUsPerPod: {limit}
       action: {action}
 """
+MEMORY_LIMIT = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata:
+  name: {name}
+spec:
+  order: 40
+  mutate:
+    memoryLimit:
+      fixed: {fixed}
+"""
 
 
 def rules_dir(tmp: Path, *extra: str) -> Path:
@@ -31,3 +42,8 @@ def rules_dir(tmp: Path, *extra: str) -> Path:
 
 def quota(limit: int, action: str = "deny") -> str:
     return QUOTA.format(limit=limit, action=action)
+
+
+def memory_limit(fixed: str, *, name: str = "training-memory") -> str:
+    """A GPUPolicy (order 40) whose ``mutate.memoryLimit`` is ``fixed``."""
+    return MEMORY_LIMIT.format(name=name, fixed=fixed)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.builders import INVENTORY, decoded_patch, fixture, patched
-from tests.rulesets import rules_dir
+from tests.rulesets import memory_limit, rules_dir
 from webhook.admission.inventory import StaticInventorySource
 from webhook.admission.review import parse_review
 from webhook.admission.service import AdmissionService, Outcome
@@ -206,17 +206,7 @@ def test_a_deployment_update_is_judged_on_the_total_it_raises(tmp_path, before, 
     assert outcome.verdict == verdict
 
 
-MEMORY_RULE = """\
-apiVersion: gpu-webhook.io/v1alpha1
-kind: GPUPolicy
-metadata:
-  name: training-memory
-spec:
-  order: 40
-  mutate:
-    memoryLimit:
-      fixed: 1Gi
-"""
+MEMORY_RULE = memory_limit("1Gi")
 
 
 def resize_review(memory: str | None, *, was: str = "1Gi") -> dict[str, Any]:

@@ -12,24 +12,14 @@ import copy
 import pytest
 
 from tests.builders import INVENTORY, patched, pod, review
-from tests.rulesets import rules_dir
+from tests.rulesets import memory_limit, rules_dir
 from tests.running import Server, post, reviews_answered
 from tests.serving.test_memory import container_memory_limit, pod_rss
 from webhook.files.certs import DEV_HOSTS, generate, write
 
 pytestmark = pytest.mark.slow
 
-MEMORY_RULE = """\
-apiVersion: gpu-webhook.io/v1alpha1
-kind: GPUPolicy
-metadata:
-  name: training-memory
-spec:
-  order: 40
-  mutate:
-    memoryLimit:
-      fixed: 64Gi
-"""
+MEMORY_RULE = memory_limit("64Gi")
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.rulesets import memory_limit
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import NO_INVENTORY, Request
 from webhook.engine.kube.quantity import parse_quantity
@@ -26,21 +27,10 @@ from webhook.engine.policy.ruleset import Policy
 from webhook.files.rulefiles import load_policy
 
 GI = 2**30
-RULE = """\
-apiVersion: gpu-webhook.io/v1alpha1
-kind: GPUPolicy
-metadata:
-  name: memory
-spec:
-  order: 40
-  mutate:
-    memoryLimit:
-      fixed: {amount}Gi
-"""
 
 
 def _policy(tmp: Path, amount: int) -> Policy:
-    (tmp / "rules.yaml").write_text(RULE.format(amount=amount))
+    (tmp / "rules.yaml").write_text(memory_limit(f"{amount}Gi", name="memory"))
     return load_policy(str(tmp))
 
 
