@@ -66,17 +66,28 @@ def _constrained_keys(term: Mapping[str, Any]) -> set[str]:
     return {str(e.get("key")) for e in _list(term.get("matchExpressions")) if isinstance(e, dict)}
 
 
+def _unselected(
+    editor: Editor, spec_path: Path, wanted: Sequence[Mapping[str, Any]]
+) -> tuple[list[dict[str, Any]], Path, list[Any]] | None:
+    """The requirements on keys the pod's nodeSelector leaves open, where its required node
+    affinity stands and its terms; None when the nodeSelector fixes every key."""
+    selector = _map(editor.get((*spec_path, "nodeSelector")))
+    unfixed = [dict(r) for r in wanted if r["key"] not in selector]
+    if not unfixed:
+        return None
+    required_path = (*spec_path, "affinity", "nodeAffinity", _REQUIRED)
+    return unfixed, required_path, _list(editor.get((*required_path, "nodeSelectorTerms")))
+
+
 def add_required_affinity(
     editor: Editor, spec_path: Path, wanted: Sequence[Mapping[str, Any]]
 ) -> None:
     """AND each requirement into every existing term (terms are ORed, so a requirement must
     hold in each), skipping terms (or a nodeSelector) that already constrain its key."""
-    selector = _map(editor.get((*spec_path, "nodeSelector")))
-    wanted = [dict(r) for r in wanted if r["key"] not in selector]
-    if not wanted:
+    unselected = _unselected(editor, spec_path, wanted)
+    if unselected is None:
         return
-    required_path = (*spec_path, "affinity", "nodeAffinity", _REQUIRED)
-    terms = _list(editor.get((*required_path, "nodeSelectorTerms")))
+    wanted, required_path, terms = unselected
     if not terms:
         editor.add((*required_path, "nodeSelectorTerms"), [{"matchExpressions": wanted}])
         return
@@ -97,12 +108,10 @@ def add_required_affinity_or_absent(
     requirements' keys are absent (``DoesNotExist``): nodes without the labels (DRA nodes,
     whose GPUs are described in ResourceSlices) stay open, and the rule is held on their
     devices (``scheduling.devicepolicy``). Idempotent: both terms constrain every key."""
-    selector = _map(editor.get((*spec_path, "nodeSelector")))
-    wanted = [dict(r) for r in wanted if r["key"] not in selector]
-    if not wanted:
+    unselected = _unselected(editor, spec_path, wanted)
+    if unselected is None:
         return
-    required_path = (*spec_path, "affinity", "nodeAffinity", _REQUIRED)
-    terms = _list(editor.get((*required_path, "nodeSelectorTerms")))
+    wanted, required_path, terms = unselected
     absent = [{"key": r["key"], "operator": "DoesNotExist"} for r in wanted]
     if not terms:
         editor.add(
