@@ -14,12 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import orjson
 
 from webhook.cluster.apiclient import ApiClient, ApiError
-from webhook.cluster.reflector import Backoff, Handler, Reflector
+from webhook.cluster.reflector import Handler, Reflector
+from webhook.cluster.sources.kindwatch import KindWatch, ReflectorSettings
 from webhook.engine.resources.devices import (
     KINDS,
     TAINT_RULE,
@@ -281,7 +282,7 @@ class _KindHandler:
         self.cache.last_error = str(error)
 
 
-class DeviceWatch:
+class DeviceWatch(KindWatch):
     """Discovery, then one list-and-watch loop per kind, in threads that end with ``stop``."""
 
     def __init__(
@@ -290,26 +291,13 @@ class DeviceWatch:
         client: ApiClient,
         handlers: Callable[[str], Handler[Item]],
         on_served: Callable[[bool], None],
-        backoff: Callable[[], Backoff] = Backoff,
-        page_size: int = 500,
-        watch_timeout_seconds: Callable[[], int] | None = None,
+        **reflectors: Unpack[ReflectorSettings],
     ) -> None:
-        self._client = client
+        super().__init__(client=client, **reflectors)
         self._on_served = on_served
-        self._backoff = backoff
         self._handlers = handlers
-        self._page_size = page_size
-        self._watch_timeout_seconds = watch_timeout_seconds
         self._reflectors = {
-            kind: Reflector(
-                client=client,
-                path=path,
-                handler=handlers(kind),
-                backoff=backoff(),
-                page_size=page_size,
-                watch_timeout_seconds=watch_timeout_seconds,
-            )
-            for kind, path in PATHS.items()
+            kind: self.reflector(path, handlers(kind)) for kind, path in PATHS.items()
         }
 
     def thread(self, stop: threading.Event) -> threading.Thread:
@@ -359,11 +347,4 @@ class DeviceWatch:
             return None
         if path is None:
             return None
-        return Reflector(
-            client=self._client,
-            path=path,
-            handler=self._handlers(TAINT_RULE),
-            backoff=self._backoff(),
-            page_size=self._page_size,
-            watch_timeout_seconds=self._watch_timeout_seconds,
-        )
+        return self.reflector(path, self._handlers(TAINT_RULE))

@@ -1,7 +1,7 @@
-"""What the watches of kinds a cluster may or may not serve share (autoscaler objects,
+"""What the watches of kinds a cluster may or may not serve share (DRA, autoscaler and
 rule objects): discovery asked again with backoff until it answers, a probe that tells a
 collection served but forbidden (403) from one a reflector can read, and one reflector
-thread per collection, ending with ``stop``.
+per collection, all with the same settings, in threads ending with ``stop``.
 
 A kind that is not served (404 on its group version) or not readable (403) is no error:
 each watch says what that means for its kind.
@@ -96,11 +96,9 @@ class KindWatch:
                 return False
         return True
 
-    def reflector_thread(
-        self, path: str, handler: Handler[T], *, name: str, stop: threading.Event
-    ) -> threading.Thread:
-        """A list-and-watch loop of one collection, in a thread not yet started."""
-        reflector = Reflector(
+    def reflector(self, path: str, handler: Handler[T]) -> Reflector[T]:
+        """A list-and-watch loop of one collection, with its own backoff."""
+        return Reflector(
             client=self._client,
             path=path,
             handler=handler,
@@ -108,4 +106,10 @@ class KindWatch:
             page_size=self._page_size,
             watch_timeout_seconds=self._watch_timeout_seconds,
         )
+
+    def reflector_thread(
+        self, path: str, handler: Handler[T], *, name: str, stop: threading.Event
+    ) -> threading.Thread:
+        """``reflector``'s loop, in a thread not yet started."""
+        reflector = self.reflector(path, handler)
         return threading.Thread(target=reflector.run, args=(stop,), name=name, daemon=True)
