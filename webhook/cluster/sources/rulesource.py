@@ -171,7 +171,7 @@ class RuleObjectWatch(KindWatch):
     watched: CRDs installed after the server (or read access granted later) are picked up
     without a restart."""
 
-    log = log
+    log = log  # KindWatch logs discovery failures here, with the other rule-object lines
 
     def __init__(
         self,
