@@ -335,3 +335,33 @@ def test_the_background_audit_judges_with_the_clusters_rule_objects(
     assert a.runs == 1
     policies = {r["policy"] for r in fake_api.objects[TEAM_A]["results"]}
     assert "cluster-small-pods" in policies
+
+
+def test_the_background_audit_judges_resource_claims_as_the_audit_command_does(
+    fake_api: FakeApiServer, client: ApiClient, rules: Path
+) -> None:
+    """Issue 31: ResourceClaims are judged by serve --audit as by gpu-webhook audit; this
+    one names a DeviceClass the cluster does not have."""
+    serve_crds(fake_api)
+    dra = "/apis/resource.k8s.io/v1"
+    fake_api.objects[dra] = {"resources": [{"name": "resourceclaims"}]}
+    # Served and empty, as a real API server lists them.
+    for plural in ("deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims"):
+        fake_api.collections.add(f"{dra}/{plural}")
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "no-class", "namespace": "team-a"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+    }
+    fake_api.put_object(f"{dra}/namespaces/team-a/resourceclaims/no-class", claim)
+    a = auditor(fake_api, client, rules, Clock(), identity="pod-a", exported=[])
+    a.step()
+    assert a.runs == 1
+    results = fake_api.objects[TEAM_A]["results"]
+    claimed = [r for r in results if any(o["name"] == "no-class" for o in r["resources"])]
+    assert [(r["policy"], r["rule"]) for r in claimed] == [("builtin", "unknownDeviceClass")]

@@ -143,8 +143,10 @@ class BackgroundAudit:
                 self.rules.reload_if_changed()
                 ruleset = self.rules.current
                 self._audited_generation = ruleset.generation
+                # Claims and claim templates too, as the audit command judges them
+                # (issue 31: one answer from every command).
                 audit, _, notices = audit_cluster(
-                    cluster, ruleset.policy, progress=self._keep_lease
+                    cluster, ruleset.policy, progress=self._keep_lease, claims=True
                 )
                 for notice in notices:
                     log.warning("background audit: %s", notice)
