@@ -180,7 +180,9 @@ class AdmissionService:
         policy = self.rules.current.policy
         view = view_of(self.inventory)
         judged = (policy, view.snapshot, view.devices)
-        if len(self._labels_judged) == 3 and all(
+        # By identity: a reload or a new snapshot is a new object, and equality of two
+        # inventories would cost as much as the warnings themselves.
+        if self._labels_judged and all(
             a is b for a, b in zip(judged, self._labels_judged, strict=True)
         ):
             return self.label_warnings

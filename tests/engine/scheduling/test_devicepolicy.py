@@ -79,28 +79,22 @@ def test_a_mig_device_is_its_parents_product_with_the_profile_as_gfd_names_it() 
     assert labels[MEMORY_LABEL] == "9856"
 
 
+def _affinity(key: str, operator: str, value: str) -> DeviceRule:
+    """A rule whose required node affinity is the one expression ``key operator value``."""
+    requirement = {"key": key, "operator": operator, "values": [value]}
+    return DeviceRule("r", "nodeAffinity", "deny", "", requirements=(requirement,))
+
+
 @pytest.mark.parametrize(
     ("rule", "allowed"),
     [
         pytest.param(
-            DeviceRule(
-                "r",
-                "nodeAffinity",
-                "deny",
-                "",
-                requirements=({"key": PRODUCT_LABEL, "operator": "In", "values": ["NVIDIA-L4"]},),
-            ),
+            _affinity(PRODUCT_LABEL, "In", "NVIDIA-L4"),
             False,
             id="affinity In another product",
         ),
         pytest.param(
-            DeviceRule(
-                "r",
-                "nodeAffinity",
-                "deny",
-                "",
-                requirements=({"key": MEMORY_LABEL, "operator": "Gt", "values": ["40959"]},),
-            ),
+            _affinity(MEMORY_LABEL, "Gt", "40959"),
             True,
             id="affinity Gt on memory",
         ),
