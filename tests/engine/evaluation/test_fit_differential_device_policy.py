@@ -393,10 +393,10 @@ def test_on_a_dra_only_cluster_a_denied_plain_gpu_pod_is_told_the_claim_that_is_
     nodes: tuple[GPUNode, ...], rule: DevicePolicy, count: int
 ) -> None:
     cluster = [n for n in nodes if n.kind == "dra"]  # no GFD labels at all
-    # A CEL selector sees a device's attributes and capacity, not allowMultipleAllocations
-    # (k8s.io/dynamic-resource-allocation/cel compile.go, the device variable): a shared
-    # GPU and a whole one of the same product cannot be told apart by a claim.
-    if not cluster or (rule.whole and any(n.shared for n in cluster)):
+    # A shared GPU and a whole one of one product differ in allowMultipleAllocations only,
+    # which a selector sees (k8s.io/dynamic-resource-allocation/cel compile.go,
+    # ``device.allowMultipleAllocations``): the claim told keeps to the whole ones.
+    if not cluster:
         return
     ask = Ask(count, claim=False)
 

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from webhook.engine.enforcement.mutators import add_required_affinity_or_absent
+from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.request import Request
 from webhook.engine.kube.patch import Editor
+from webhook.engine.resources.cel.deviceselectors import SelectorError, compile_selector
 from webhook.engine.resources.devices import device_from_json
 from webhook.engine.resources.gpufacts import MEMORY_LABEL, PRODUCT_LABEL
 from webhook.engine.resources.inventory import Inventory, Node, Placement
 from webhook.engine.scheduling.devicepolicy import (
     DeviceRule,
     affinity_plan,
+    allowing_selector,
     device_labels,
+    holds_gpus,
     label_form,
 )
+from webhook.files.inventoryfile import load_inventory_file
+from webhook.files.rulefiles import load_policy
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -250,3 +260,158 @@ def test_whole_gpus_only_is_read_on_the_device_type_and_its_sharing(
     labels = device_labels(device_from_json(json, driver="gpu.nvidia.com", pool="p"))
 
     assert rule.allows(labels) is whole
+
+
+# --- the claim a denial tells, and the denial where none can be told (issue 31, item 1) -------
+
+
+def _gpu(name: str, product: str, *, shared: bool = False) -> Any:
+    raw: dict[str, Any] = {
+        "name": name,
+        "attributes": {"type": {"string": "gpu"}, "productName": {"string": product}},
+        "capacity": {"memory": {"value": "80Gi"}},
+        "allowMultipleAllocations": shared,
+    }
+    return device_from_json(raw, driver="gpu.nvidia.com", pool="p")
+
+
+WHOLE = DeviceRule("r", "wholeGPUsOnly", "deny", "whole GPUs", whole=True)
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def test_a_whole_gpu_rule_selects_the_exclusive_gpus_where_shared_ones_look_alike() -> None:
+    whole, shared = _gpu("gpu-0", A100), _gpu("gpu-1", A100, shared=True)
+
+    selector = allowing_selector([whole], [WHOLE], refused=[shared])
+
+    assert "!device.allowMultipleAllocations" in selector
+    compiled = compile_selector(selector)
+    assert not isinstance(compiled, SelectorError)
+    assert compiled.matches(whole.view())
+    assert not compiled.matches(shared.view())
+
+
+def test_the_selector_names_allow_multiple_allocations_only_where_a_slice_sets_it() -> None:
+    # Without a shared device in sight the API server may lack DRAConsumableCapacity, and a
+    # selector naming the field would not compile there.
+    l4 = _gpu("gpu-1", "NVIDIA L4")
+
+    selector = allowing_selector([_gpu("gpu-0", A100)], [WHOLE], refused=[l4])
+
+    assert "allowMultipleAllocations" not in selector
+
+
+@pytest.mark.parametrize(
+    ("holds", "verdict"),
+    [
+        pytest.param(True, "applyWarn", id="the labelled node holds the pod: kept there"),
+        pytest.param(False, "orUnlabelled", id="it does not: the DRA nodes stay open"),
+    ],
+)
+def test_dra_nodes_with_refused_devices_are_kept_out_only_where_labelled_nodes_hold_the_pod(
+    holds: bool, verdict: str
+) -> None:
+    nodes = [node("a", **{PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB"}), node("d1")]
+
+    plan = affinity_plan(
+        PRODUCT_IN,
+        placement=TAINT_FREE,
+        nodes=Inventory(nodes),
+        dra_node=lambda n: n.name == "d1",
+        plugin_node=lambda n: n.name == "a",
+        refused_on=lambda _node, _requirements: True,
+        holds=lambda _node: holds,
+    )
+
+    assert plan.verdict == verdict
+
+
+def test_a_node_holds_the_pod_by_its_allocatable_or_by_the_devices_of_the_class() -> None:
+    inventory = load_inventory_file(str(INVENTORIES / "dra-gpucluster-mixed-l4.yaml"))
+    devices = inventory.view().devices
+    assert devices is not None
+    nodes = {n.name: n for n in inventory.view().snapshot.nodes}
+    holds = holds_gpus(
+        devices, ["gpu.nvidia.com"], [("nvidia.com/gpu", 4)], dra_node=lambda n: "dra" in n.name
+    )
+
+    assert not holds(nodes["gpu-plugin-h100-0"])  # 2 in allocatable
+    assert holds(nodes["dra-a100-0"])  # 4 devices of the class
+    assert not holds_gpus(
+        devices, ["gpu.nvidia.com"], [("nvidia.com/gpu", 5)], dra_node=lambda _node: True
+    )(nodes["dra-a100-1"])
+
+
+INVENTORIES = ROOT / "tests" / "cases" / "_inventories"
+RULES = ROOT / "tests" / "cases" / "_rules" / "dra-policies"
+_TOLD = re.compile(r"create (\{.*\}), give the pod")
+
+
+def _plain_pod(count: int) -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "resources": {"limits": {"nvidia.com/gpu": count}},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "vis", "namespace": "vision"},
+        "spec": {"containers": [container]},
+    }
+
+
+def _judge(inventory: Path, pod: dict[str, Any]) -> Any:
+    view = load_inventory_file(str(inventory)).view()
+    return evaluate(
+        Request(pod, namespace="vision"), policy=load_policy(str(RULES)), inventory=view
+    )
+
+
+@pytest.mark.parametrize(
+    "inventory",
+    [
+        pytest.param("dra-gpucluster-mixed-l4.yaml", id="DRA nodes with A100s and L4s"),
+        pytest.param("dra-gpucluster-mixed-shared.yaml", id="exclusive and shared A100s alike"),
+    ],
+)
+def test_a_plain_gpu_pod_the_labelled_nodes_cannot_hold_is_told_the_claim_that_is_admitted(
+    inventory: str, tmp_path: Path
+) -> None:
+    decision = _judge(INVENTORIES / inventory, _plain_pod(4))
+
+    assert not decision.allowed
+    told = next((m for f in decision.findings if (m := _TOLD.search(f.message))), None)
+    assert told is not None, [f.message for f in decision.findings]
+    template = json.loads(told.group(1))
+    raw = yaml.safe_load((INVENTORIES / inventory).read_text())
+    raw["items"] = [i for i in raw["items"] if i.get("kind") != "ResourceClaimTemplate"] + [
+        template
+    ]
+    rewritten = tmp_path / "inventory.yaml"
+    rewritten.write_text(yaml.safe_dump(raw))
+    pod = _plain_pod(4)
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpu-policy"}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu", "request": "gpu"}]}
+
+    again = _judge(rewritten, pod)
+
+    assert again.allowed, [f.message for f in again.findings]
+
+
+def test_where_only_refused_devices_are_free_the_denial_says_it_cannot_fit_and_what_it_asked() -> (
+    None
+):
+    decision = _judge(INVENTORIES / "dra-gpucluster-mixed-only-l4.yaml", _plain_pod(4))
+
+    messages = " ".join(f.message for f in decision.denials)
+    assert not decision.allowed
+    assert "asks 4 nvidia.com/gpu, which cannot fit within the policy" in messages
+    assert "create {" not in messages
+
+
+def test_a_plain_gpu_pod_the_labelled_node_holds_is_admitted_there_without_a_claim() -> None:
+    decision = _judge(INVENTORIES / "dra-gpucluster-mixed-l4.yaml", _plain_pod(2))
+
+    assert decision.allowed, [f.message for f in decision.findings]
+    assert not any("create {" in f.message for f in decision.findings)

@@ -81,8 +81,10 @@ from webhook.engine.scheduling.devicepolicy import (
     DEVICE_LABELS,
     affinity_finding,
     affinity_plan,
+    asked_gpus,
     device_policy_findings,
     device_rules,
+    holds_gpus,
     refuses_devices,
     remembered_plan,
 )
@@ -1175,10 +1177,11 @@ def _place_rule(
     absent = [{"key": r["key"], "operator": "DoesNotExist"} for r in keyed]
     bare = Placement.of(_strip_spec(copy.deepcopy(editor.get(spec_path)), [*keyed, *absent]))
     served_classes = [c for _, c in claims.served]
+    asked = asked_gpus(pod.vector, claims)
     plan = remembered_plan(
         devices,
         snapshot,
-        (bare.key(), explicit, tuple(sorted(wanted)), tuple(served_classes)),
+        (bare.key(), explicit, asked, tuple(sorted(wanted)), tuple(served_classes)),
         rule,
         lambda: affinity_plan(
             keyed,
@@ -1189,6 +1192,7 @@ def _place_rule(
             refused_on=refuses_devices(devices, served_classes, device_rules([rule]))
             if claims.served and not explicit
             else None,
+            holds=holds_gpus(devices, served_classes, asked, dra_node=dra_node),
         ),
     )
     if plan.verdict == "orUnlabelled":

@@ -224,10 +224,13 @@ def product_names(devices: Sequence[Device]) -> list[str]:
     return sorted({n for n in names if n})
 
 
-def allowing_selector(good: Sequence[Device], rules: Sequence[DeviceRule]) -> str:
+def allowing_selector(
+    good: Sequence[Device], rules: Sequence[DeviceRule], *, refused: Sequence[Device] = ()
+) -> str:
     """A CEL selector that picks ``good`` devices' products (and, for a memory rule, enough
-    memory): what the user adds to a claim's request so that it gets only allowed devices.
-    The caller checks that it selects no device the rules refuse."""
+    memory; for a whole-GPU rule where ``refused`` holds shared devices, exclusive ones):
+    what the user adds to a claim's request so that it gets only allowed devices. The
+    caller checks that it selects no device the rules refuse."""
     names = product_names(good)
     quoted = ", ".join(f"'{n}'" for n in names)
     parts = [f"device.attributes['{NVIDIA_DRA_DRIVER}'].productName in [{quoted}]"]
@@ -243,6 +246,15 @@ def allowing_selector(good: Sequence[Device], rules: Sequence[DeviceRule]) -> st
             f"device.capacity['{NVIDIA_DRA_DRIVER}'].memory.compareTo(quantity('{max(floors)}Mi'))"
             " >= 0"
         )
+    if any(r.whole for r in rules) and any(d.shared for d in refused):
+        # A device that allows multiple allocations (KEP-5075) is part of a GPU, and a
+        # selector sees the flag: kubernetes staging/src/k8s.io/dynamic-resource-allocation/
+        # cel/compile.go declares ``device.allowMultipleAllocations`` (``multiAllocVar``,
+        # ``deviceTypeV134ConsumableCapacity``) and ``DeviceMatches`` sets it from the
+        # device, false when unset. Only where a slice holds such a device: the API server
+        # stores the field only with DRAConsumableCapacity on, the gate that also declares
+        # it to CEL, so without one a claim naming it could be refused as not compiling.
+        parts.append("!device.allowMultipleAllocations")
     if any(device_labels(d).get(PRODUCT_LABEL, "").count("-MIG-") for d in good):
         return " && ".join(parts)
     parts.append(f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'gpu'")
@@ -407,7 +419,7 @@ def device_policy_findings(
         )
         what = f"{pod_claim.source}" if pod_claim.counted else f"the pod's {pod_claim.source}"
         for number, (rule, bad) in enumerate(offending):
-            products = ", ".join(sorted({shown_product(d) for d in bad}))
+            products = ", ".join(sorted({_offered(d) for d in bad}))
             message = (
                 f"{what} may be given {products}, but rule {rule.rule} allows only "
                 f"{rule.describe} here (read on the devices ResourceSlices publish). "
@@ -415,6 +427,13 @@ def device_policy_findings(
             )
             summary = f"{pod_claim.name} may get {products}, outside {rule.describe}"
             yield Finding(rule.rule, rule.check, rule.action, message, summary, where)
+
+
+def _offered(device: Device) -> str:
+    """A device as a finding names it: a shared one (KEP-5075) says so, since its product
+    alone may be one the rule allows."""
+    shown = shown_product(device)
+    return f"{shown} that allows multiple allocations" if device.shared else shown
 
 
 def _policy_remedy(
@@ -429,19 +448,33 @@ def _policy_remedy(
     namespace: str,
     containers: Sequence[str],
 ) -> str:
+    asked = _asked(pod_claim)
     if not good:
+        if pod_claim.counted:
+            return (
+                "None of the devices it can get on the nodes it can use is allowed: select "
+                "allowed devices in the claim, or ask an admin."
+            )
+        # The affinity plan left the DRA nodes open only where no labelled node the rule
+        # admits holds the pod (``affinity_plan``, ``holds``): no claim can help.
         return (
-            "None of the devices it can get on the nodes it can use is allowed: select "
-            "allowed devices in the claim, or ask an admin."
+            f"The pod asks {asked}, which cannot fit within the policy: no device it can get "
+            "on the DRA nodes it can use is allowed, so no claim can keep it on allowed "
+            "devices there, and no labelled node it can use that the rule admits holds that "
+            "many. Ask for "
+            "fewer, or ask an admin for nodes or devices the rule allows."
         )
-    selector = allowing_selector(good, rules)
+    selector = allowing_selector(good, rules, refused=bad)
     if not _selects_only(selector, good, bad):
-        # A CEL selector sees attributes and capacity only (k8s.io/dynamic-resource-allocation
-        # cel/compile.go, the device variable), not allowMultipleAllocations.
+        # The selector reads product, memory, type and allowMultipleAllocations; a rule
+        # keyed on another label (a driver version, a compute capability) may refuse
+        # devices alike in all four.
+        allowed = ", ".join(product_names(good))
         return (
-            "No selector on the devices' attributes tells the allowed devices from the others "
-            "(a GPU that allows multiple allocations looks like a whole one to CEL): ask an "
-            "admin for a DeviceClass or node selection that keeps them apart."
+            f"No selector this webhook can write on the devices' product, memory, type and "
+            f"allowMultipleAllocations tells the allowed devices ({allowed}) from the "
+            "refused ones: write one on the attributes the rule keys on, or ask an admin "
+            "for a DeviceClass whose selectors keep only allowed devices."
         )
     assert pod_claim.claim is not None
     specs = tuple(
@@ -454,10 +487,18 @@ def _policy_remedy(
     answer = fits_somewhere(specs, found, devices)
     if answer.fits is False:
         return (
-            f"Restricted to allowed devices ({', '.join(product_names(good))}), its requests "
-            "fit no node the pod can use: ask for fewer devices."
+            f"The pod asks {asked}; restricted to allowed devices "
+            f"({', '.join(product_names(good))}), its requests fit no node it can use, so it "
+            "cannot fit within the policy: ask for fewer devices."
         )
     return _remedy(pod_claim, selector, namespace, containers)
+
+
+def _asked(pod_claim: PodClaim) -> str:
+    """What the pod asked, as a denial names it (issue 31, item 5)."""
+    if pod_claim.counted:
+        return f"{pod_claim.gpu_count} GPU device(s) through {pod_claim.source}"
+    return f"{pod_claim.gpu_count} {pod_claim.name}"
 
 
 # --- a rule's label-keyed affinity on nodes that carry no such label ------------------------
@@ -504,11 +545,13 @@ def affinity_plan(
     dra_node: Callable[[Node], bool],
     plugin_node: Callable[[Node], bool],
     refused_on: Callable[[Node, Sequence[Mapping[str, Any]]], bool] | None = None,
+    holds: Callable[[Node], bool] | None = None,
 ) -> AffinityPlan:
     """``dra_node``: the pod's GPUs would come from ResourceSlices there; ``plugin_node``:
     from the node's allocatable; ``refused_on``: the scheduler could give the pod a device
     there that the requirements refuse, and nothing can steer it off (a resource a class
-    serves). Cordons and conditions are ignored, as denials do."""
+    serves); ``holds``: the node has as many GPUs as the pod asks (``holds_gpus``).
+    Cordons and conditions are ignored, as denials do."""
     keyed = tuple(r for r in required if str(r.get("key")) in DEVICE_LABELS)
     if not keyed:
         return APPLY
@@ -538,9 +581,12 @@ def affinity_plan(
     unknown = [n for n, dra in before if not dra and not keys <= set(n.labels)]
     # Labelled nodes meet the rule: where the DRA nodes could give the pod a refused device
     # and nothing can steer it there, keeping them out places the pod within the policy.
+    # Not where none of them holds the pod: the affinity would leave it nowhere, and the
+    # DRA nodes stay open so that the rule, held on their devices, denies it with the
+    # claim that lands it on allowed ones (``device_policy_findings``).
     refused = (
         refused_on is not None
-        and any(_meets(keyed, n.labels) for n in labelled)
+        and any(_meets(keyed, n.labels) and (holds is None or holds(n)) for n in labelled)
         and any(refused_on(n, keyed) for n, dra in before if dra and n.name in shut_out)
     )
     if unknown:
@@ -631,3 +677,41 @@ def refuses_devices(
         return False
 
     return refused
+
+
+def holds_gpus(
+    devices: DeviceInventory,
+    classes: Sequence[str],
+    vector: Sequence[tuple[str, int]],
+    *,
+    dra_node: Callable[[Node], bool],
+) -> Callable[[Node], bool]:
+    """Whether a node has as many GPUs as the pod asks (``vector``: its GPU resources and
+    counts): in its allocatable (NodeResourcesFit), or, on a node whose GPUs come from
+    ResourceSlices, as devices of ``classes`` (the classes serving the resources). Nodes
+    of a pool hold it (their count may grow), and so does a node whose devices cannot be
+    counted, as before this was asked."""
+
+    def holds(node: Node) -> bool:
+        if node.pool or not vector:
+            return True
+        if all(node.allocatable.get(name, 0) >= count for name, count in vector):
+            return True
+        if not dra_node(node) or not classes:
+            return False
+        held = devices.profile(node).devices
+        found = {
+            _key(d)
+            for device_class in classes
+            for d in eligible_devices(SubRequest("policy", device_class), held, devices)
+        }
+        return len(found) >= sum(count for _, count in vector)
+
+    return holds
+
+
+def asked_gpus(vector: Sequence[tuple[str, int]], claims: PodClaims) -> tuple[tuple[str, int], ...]:
+    """The pod's GPU resources and counts, those a device class serves included (they
+    are taken out of its request vector, ``dra.extended_resource_claims``)."""
+    served = tuple((c.name, c.gpu_count) for c in claims.claims if not c.counted)
+    return (*vector, *served) if served else tuple(vector)
