@@ -426,3 +426,44 @@ def test_on_a_dra_only_cluster_a_denied_plain_gpu_pod_is_told_the_claim_that_is_
     ]
     assert selected, text
     assert all(rule.allows(p) for p in selected), text
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=st.integers(1, 4).flatmap(
+        lambda n: st.tuples(*(gpu_node(i, mixed=True) for i in range(n)))
+    ),
+    rule=device_policies,
+    count=st.integers(1, 4),
+)
+def test_on_a_mixed_cluster_a_denied_plain_gpu_pod_that_allowed_dra_devices_hold_is_told_the_claim(
+    nodes: tuple[GPUNode, ...], rule: DevicePolicy, count: int
+) -> None:
+    """ClusterPolicy beside GPUCluster: where the denied pod's GPUs fit on allowed DRA devices
+    of one node, the denial tells the ResourceClaimTemplate, and the pod written with it is
+    admitted (the labelled nodes lacking room, or the DRA nodes also holding refused devices)."""
+    cluster = list(nodes)
+    decision = judge(cluster, rule, Ask(count, claim=False).pod(), [])
+
+    allowed_fit = any(
+        sum(rule.allows(p, i in n.shared) for i, p in enumerate(n.devices)) >= count
+        for n in cluster
+        if n.kind != "plugin"
+    )
+    if decision.allowed or not allowed_fit:
+        return
+    messages = [f.message for f in decision.findings]
+    told = next((t for m in messages if (t := written_as_told(m)) is not None), None)
+    # Or, where labelled device-plugin nodes the rule admits hold it while labelled DRA
+    # nodes beside them hold refused devices, the nodeSelector that keeps it on the former.
+    plugin_holds = any(
+        n.kind == "plugin" and rule.allows(n.devices[0]) and len(n.devices) >= count
+        for n in cluster
+    )
+    if told is None and plugin_holds:
+        assert any("select them (a nodeSelector" in m for m in messages), messages
+        return
+    assert told is not None, messages
+    template, pod = told
+    again = judge(cluster, rule, pod, [template])
+    assert again.allowed, [f.message for f in again.findings]

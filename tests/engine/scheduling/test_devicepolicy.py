@@ -406,7 +406,8 @@ def test_where_only_refused_devices_are_free_the_denial_says_it_cannot_fit_and_w
 
     messages = " ".join(f.message for f in decision.denials)
     assert not decision.allowed
-    assert "asks 4 nvidia.com/gpu, which cannot fit within the policy" in messages
+    assert "The pod asks 4 nvidia.com/gpu: no device it can get" in messages
+    assert "it cannot fit within the policy" in messages
     assert "create {" not in messages
 
 

@@ -1192,7 +1192,9 @@ def _place_rule(
             refused_on=refuses_devices(devices, served_classes, device_rules([rule]))
             if claims.served and not explicit
             else None,
-            holds=holds_gpus(devices, served_classes, asked, dra_node=dra_node),
+            holds=holds_gpus(
+                devices, served_classes, asked, dra_node=dra_node, rules=device_rules([rule])
+            ),
         ),
     )
     if plan.verdict == "orUnlabelled":

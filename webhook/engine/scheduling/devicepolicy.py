@@ -416,6 +416,8 @@ def device_policy_findings(
             devices=devices,
             namespace=namespace,
             containers=containers,
+            nodes=nodes,
+            placement=placement,
         )
         what = f"{pod_claim.source}" if pod_claim.counted else f"the pod's {pod_claim.source}"
         for number, (rule, bad) in enumerate(offending):
@@ -447,6 +449,8 @@ def _policy_remedy(
     devices: DeviceInventory,
     namespace: str,
     containers: Sequence[str],
+    nodes: Inventory | None,
+    placement: Placement,
 ) -> str:
     asked = _asked(pod_claim)
     if not good:
@@ -455,14 +459,10 @@ def _policy_remedy(
                 "None of the devices it can get on the nodes it can use is allowed: select "
                 "allowed devices in the claim, or ask an admin."
             )
-        # The affinity plan left the DRA nodes open only where no labelled node the rule
-        # admits holds the pod (``affinity_plan``, ``holds``): no claim can help.
         return (
-            f"The pod asks {asked}, which cannot fit within the policy: no device it can get "
-            "on the DRA nodes it can use is allowed, so no claim can keep it on allowed "
-            "devices there, and no labelled node it can use that the rule admits holds that "
-            "many. Ask for "
-            "fewer, or ask an admin for nodes or devices the rule allows."
+            f"The pod asks {asked}: no device it can get on the DRA nodes it can use is "
+            "allowed, so no claim can keep it on allowed devices there"
+            + _elsewhere(pod_claim, nodes, placement)
         )
     selector = allowing_selector(good, rules, refused=bad)
     if not _selects_only(selector, good, bad):
@@ -488,10 +488,35 @@ def _policy_remedy(
     if answer.fits is False:
         return (
             f"The pod asks {asked}; restricted to allowed devices "
-            f"({', '.join(product_names(good))}), its requests fit no node it can use, so it "
-            "cannot fit within the policy: ask for fewer devices."
+            f"({', '.join(product_names(good))}), its requests fit on no DRA node it can "
+            "use, so no claim can place it there" + _elsewhere(pod_claim, nodes, placement)
         )
     return _remedy(pod_claim, selector, namespace, containers)
+
+
+def _elsewhere(pod_claim: PodClaim, nodes: Inventory | None, placement: Placement) -> str:
+    """The rest of a denial that no claim can mend: the nodes whose device plugin would
+    hold the resource (the pod's placement, the rule's affinity included, admits them), or
+    that it cannot fit within the policy."""
+    if pod_claim.counted or nodes is None:
+        return ": ask for fewer devices, or ask an admin."
+    healed = placement.healed()
+    holders = [
+        n.name
+        for n in nodes.nodes
+        if n.allocatable.get(pod_claim.name, 0) >= pod_claim.gpu_count
+        and healed.admits(n.labels, n.name, n.taints)
+    ]
+    if holders:
+        shown = ", ".join(holders[:3]) + (", ..." if len(holders) > 3 else "")
+        return (
+            f". Its device plugin's nodes ({shown}) hold it: select them (a nodeSelector on "
+            "their labels) to keep the pod off the DRA nodes."
+        )
+    return (
+        ", and no node whose device plugin serves it holds that many: it cannot fit within "
+        "the policy. Ask for fewer, or ask an admin for nodes or devices the rule allows."
+    )
 
 
 def _asked(pod_claim: PodClaim) -> str:
@@ -685,12 +710,13 @@ def holds_gpus(
     vector: Sequence[tuple[str, int]],
     *,
     dra_node: Callable[[Node], bool],
+    rules: Sequence[DeviceRule] = (),
 ) -> Callable[[Node], bool]:
     """Whether a node has as many GPUs as the pod asks (``vector``: its GPU resources and
-    counts): in its allocatable (NodeResourcesFit), or, on a node whose GPUs come from
-    ResourceSlices, as devices of ``classes`` (the classes serving the resources). Nodes
-    of a pool hold it (their count may grow), and so does a node whose devices cannot be
-    counted, as before this was asked."""
+    counts) within the policy: in its allocatable (NodeResourcesFit; its labels meet the
+    rule), or, on a node whose GPUs come from ResourceSlices, as devices of ``classes``
+    (the classes serving the resources) that ``rules`` allow. Nodes of a pool hold it
+    (their count may grow)."""
 
     def holds(node: Node) -> bool:
         if node.pool or not vector:
@@ -704,6 +730,7 @@ def holds_gpus(
             _key(d)
             for device_class in classes
             for d in eligible_devices(SubRequest("policy", device_class), held, devices)
+            if all(r.allows(device_labels(d)) for r in rules)
         }
         return len(found) >= sum(count for _, count in vector)
 
