@@ -27,7 +27,10 @@ wherever the webhook can keep it on allowed devices (a claim whose every device 
 a plain GPU that the labelled nodes the rule admits hold, or that unlabelled DRA nodes hold
 with no refused device there or on those labelled nodes: the webhook steers by the rule's
 own label requirement, with or without a label-absent alternative); and on DRA-only clusters a plain GPU pod that is denied while allowed devices could
-hold it is told the ResourceClaimTemplate to write, which, written, is admitted.
+hold it is told the ResourceClaimTemplate to write, which, written, is admitted; and on mixed
+clusters so is one that allowed DRA devices of one node hold (the labelled nodes lacking
+room, or the DRA nodes holding refused devices too, shared GPUs among them), unless labelled
+device-plugin nodes the rule admits hold it, where the denial names them to select.
 """
 
 from __future__ import annotations
