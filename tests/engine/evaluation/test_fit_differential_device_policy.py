@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.dra_inventory import GPU_CLASS
@@ -438,6 +438,30 @@ def test_on_a_dra_only_cluster_a_denied_plain_gpu_pod_is_told_the_claim_that_is_
     ),
     rule=device_policies,
     count=st.integers(1, 4),
+)
+# The labelled H100 node holds two, the DRA nodes hold A100s beside L4s: the claim is told.
+@example(
+    nodes=(GPUNode("gpu-0", "plugin", [1, 1]), GPUNode("gpu-1", "dra", [0, 0, 0, 2])),
+    rule=DevicePolicy(products=(0, 1), check=True),
+    count=3,
+)
+# Exclusive and shared A100s alike but for allowMultipleAllocations: the claim is told.
+@example(
+    nodes=(GPUNode("gpu-0", "dra", [0, 0, 0]), GPUNode("gpu-1", "dra", [0], frozenset({0}))),
+    rule=DevicePolicy(products=(0,), whole=True),
+    count=2,
+)
+# A labelled device-plugin node holds it beside a labelled DRA node with a shared GPU: the
+# denial names the node to select.
+@example(
+    nodes=(
+        GPUNode("gpu-0", "plugin", [0, 0, 0, 0]),
+        GPUNode("gpu-1", "dra", [0], frozenset({0})),
+        GPUNode("gpu-2", "dra-labelled", [0, 0], frozenset({1})),
+        GPUNode("gpu-3", "dra", [0, 3, 1], frozenset({1})),
+    ),
+    rule=DevicePolicy(min_mib=20480, check=True, whole=True),
+    count=2,
 )
 def test_on_a_mixed_cluster_a_denied_plain_gpu_pod_that_allowed_dra_devices_hold_is_told_the_claim(
     nodes: tuple[GPUNode, ...], rule: DevicePolicy, count: int

@@ -510,8 +510,8 @@ def _elsewhere(pod_claim: PodClaim, nodes: Inventory | None, placement: Placemen
     if holders:
         shown = ", ".join(holders[:3]) + (", ..." if len(holders) > 3 else "")
         return (
-            f". Its device plugin's nodes ({shown}) hold it: select them (a nodeSelector on "
-            "their labels) to keep the pod off the DRA nodes."
+            f". Nodes whose device plugin holds that many ({shown}) take it: select them "
+            "(a nodeSelector on their labels) to keep the pod off the DRA nodes."
         )
     return (
         ", and no node whose device plugin serves it holds that many: it cannot fit within "
