@@ -416,3 +416,44 @@ def test_a_plain_gpu_pod_the_labelled_node_holds_is_admitted_there_without_a_cla
 
     assert decision.allowed, [f.message for f in decision.findings]
     assert not any("create {" in f.message for f in decision.findings)
+
+
+DRIVER_RULE = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata:
+  name: driver-580
+spec:
+  order: 30
+  match:
+    namespaces: [vision]
+  mutate:
+    tolerations:
+      - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+    nodeAffinity:
+      required:
+        - {key: nvidia.com/cuda.driver.major, operator: In, values: ["580"]}
+"""
+
+
+def test_where_no_selector_it_writes_tells_the_devices_apart_the_denial_says_so(
+    tmp_path: Path,
+) -> None:
+    # dra-a100-1's A100s run driver 570, dra-a100-0's 580: alike in product, memory, type
+    # and allowMultipleAllocations, all the selector it writes reads.
+    text = (INVENTORIES / "dra-gpucluster-mixed-l4.yaml").read_text()
+    start = text.index("name: dra-a100-1-gpu.nvidia.com")
+    older = text[:start] + text[start:].replace("version: 580.82.7", "version: 570.124.6")
+    (tmp_path / "inventory.yaml").write_text(older)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "30-driver.yaml").write_text(DRIVER_RULE)
+    view = load_inventory_file(str(tmp_path / "inventory.yaml")).view()
+    request = Request(_plain_pod(1), namespace="vision")
+
+    decision = evaluate(request, policy=load_policy(str(rules)), inventory=view)
+
+    messages = " ".join(f.message for f in decision.denials)
+    assert not decision.allowed
+    assert "No selector this webhook can write" in messages, messages
+    assert "create {" not in messages
