@@ -269,17 +269,27 @@ def _key(device: Device) -> tuple[str, str, str]:
 
 
 def _claim_devices(
-    pod_claim: PodClaim, found: Candidates, devices: DeviceInventory
+    pod_claim: PodClaim,
+    found: Candidates,
+    devices: DeviceInventory,
+    specs: tuple[ClaimSpec, ...] = (),
 ) -> list[Device]:
     """Every device a GPU request of the claim may be allocated on the candidate nodes:
-    each ``firstAvailable`` alternative counts, since the allocator may take any."""
+    each ``firstAvailable`` alternative counts, since the allocator may take any. A node
+    where the pod's claims (``specs``) surely cannot all be allocated gives none: the
+    scheduler's DynamicResources filter leaves it out, as the allocator fails there."""
     assert pod_claim.claim is not None
     seen: dict[tuple[str, str, str], Device] = {}
+    profiles = [
+        p
+        for p in found.profiles
+        if not specs or fits_somewhere(specs, Candidates((p,)), devices).fits is not False
+    ]
     for request in pod_claim.claim.spec.requests:
         for sub in request.alternatives:
             if pod_claim.counted and sub.name not in pod_claim.gpu_requests:
                 continue
-            for profile in found.profiles:
+            for profile in profiles:
                 for device in eligible_devices(sub, profile.devices, devices):
                     seen.setdefault(_key(device), device)
     return list(seen.values())
@@ -396,9 +406,10 @@ def device_policy_findings(
     pending = [
         c for c in claims.claims if c.claim is not None and not c.claim.allocated and c.gpu_count
     ]
+    specs = tuple(c.claim.spec for c in pending if c.claim is not None)
     for pod_claim in pending:
         assert pod_claim.claim is not None
-        eligible = _claim_devices(pod_claim, found, devices)
+        eligible = _claim_devices(pod_claim, found, devices, specs)
         labels = {_key(d): device_labels(d) for d in eligible}
         offending = [(r, [d for d in eligible if not r.allows(labels[_key(d)])]) for r in rules]
         offending = [(r, bad) for r, bad in offending if bad]
