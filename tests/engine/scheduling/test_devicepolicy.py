@@ -276,6 +276,9 @@ def _gpu(name: str, product: str, *, shared: bool = False) -> Any:
 
 
 WHOLE = DeviceRule("r", "wholeGPUsOnly", "deny", "whole GPUs", whole=True)
+INVENTORIES = ROOT / "tests" / "cases" / "_inventories"
+RULES = ROOT / "tests" / "cases" / "_rules" / "dra-policies"
+_TOLD = re.compile(r"create (\{.*\}), give the pod")
 A100 = "NVIDIA A100-SXM4-80GB"
 
 
@@ -340,11 +343,6 @@ def test_a_node_holds_the_pod_by_its_allocatable_or_by_the_devices_of_the_class(
     assert not holds_gpus(
         devices, ["gpu.nvidia.com"], [("nvidia.com/gpu", 5)], dra_node=lambda _node: True
     )(nodes["dra-a100-1"])
-
-
-INVENTORIES = ROOT / "tests" / "cases" / "_inventories"
-RULES = ROOT / "tests" / "cases" / "_rules" / "dra-policies"
-_TOLD = re.compile(r"create (\{.*\}), give the pod")
 
 
 def _plain_pod(count: int) -> dict[str, Any]:
