@@ -82,15 +82,23 @@ import ssl
 import struct
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from email.utils import formatdate
 from functools import partial
 from typing import Any
 
-from gunicorn import http
+from gunicorn import SERVER, http
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from webhook.admission.review import MAX_BODY_BYTES
+from webhook.serving.plainrequest import (
+    PlainRequest,
+    limits_of,
+    plain_request,
+    script_name_set,
+    wsgi_environ,
+)
 
 READ_TIMEOUT_SECONDS = 10.0
 IO_TIMEOUT_SECONDS = 10.0
@@ -327,6 +335,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
     it, and closes connections without blocking that loop (see the module docstring)."""
 
     cfg: Any
+    alive: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -341,6 +350,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         self._large: TConn | None = None
         self._next_sweep = 0.0
         self._stopping_since: float | None = None
+        self._plain_limits = limits_of(self.cfg, body=MAX_BODY_BYTES)
+        self._plain = not script_name_set() and not _hooked(self.cfg)
 
     def notify(self) -> None:
         """The heartbeat, at most every ``NOTIFY_SECONDS`` (gthread's loop calls this on
@@ -370,6 +381,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         conn.handshaken = not self.cfg.is_ssl
         conn.ended = False
         conn.outbox = None
+        conn.plain = None
+        conn.rest = b""
         try:
             if self.cfg.is_ssl:
                 # Wrapping reads the socket when the client is gone already (ssl.py's
@@ -495,15 +508,26 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         end = request_end(conn.pending, head)
         if end is not None:
             self._unwatch(conn)
-            self._dispatch(conn)
+            self._dispatch(conn, end)
         elif not conn.continued and _EXPECT_CONTINUE.search(bytes(conn.pending[: head[0]]).lower()):
             conn.continued = True  # curl waits for this before sending a large body
             with contextlib.suppress(OSError):
                 conn.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
 
-    def _dispatch(self, conn: TConn) -> None:
-        """The whole request is buffered: a thread serves it."""
-        conn.parser.unreader.unread(bytes(conn.pending))
+    def _dispatch(self, conn: TConn, end: int) -> None:
+        """The whole request is buffered: a thread serves it, without gunicorn's parser
+        when it is plain (``webhook.serving.plainrequest``); what follows it (pipelined)
+        waits in ``conn.rest`` for the next turn."""
+        plain = None
+        if self._plain and isinstance(conn.server, tuple):
+            plain = plain_request(
+                conn.pending, body_start=conn.head[0], end=end, limits=self._plain_limits
+            )
+        if plain is not None:
+            conn.plain = plain
+            conn.rest = bytes(conn.pending[end:])
+        else:
+            conn.parser.unreader.unread(bytes(conn.pending))
         conn.pending = bytearray()
         conn.sock.settimeout(IO_TIMEOUT_SECONDS)
         self.enqueue_req(conn)
@@ -538,6 +562,9 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         main loop (``conn.outbox``); the reads left (a body drained) time out."""
         req = None
         try:
+            plain, conn.plain = conn.plain, None
+            if plain is not None:
+                return self._handle_plain(conn, plain)
             req = next(conn.parser)
             if not req:
                 return False
@@ -569,6 +596,43 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         except Exception as exc:  # what gthread does: a 400 for what the parser refused
             self.handle_error(req, conn.sock, conn.client, exc)
         return False
+
+    def _handle_plain(self, conn: TConn, plain: PlainRequest) -> bool:
+        """``handle`` for a plain request: gthread's ``handle_request`` without gunicorn's
+        parser and ``Response``; the answer is written in one piece through the outbox."""
+        conn.answer_deadline = time.monotonic() + ANSWER_SECONDS
+        self.nr += 1
+        close = plain.close or not self.alive or not self.cfg.keepalive
+        if self.nr >= self.max_requests:
+            if self.alive:
+                self.log.info("Autorestarting worker after current request.")
+                self.alive = False
+            close = True
+        environ = wsgi_environ(
+            plain,
+            cfg=self.cfg,
+            client=conn.client,
+            server=conn.server,
+            scheme="https" if self.cfg.is_ssl else "http",
+        )
+        answer = _PlainAnswer()
+        chunks = self.wsgi(environ, answer.start_response)
+        try:
+            body = b"".join(chunks)
+        finally:
+            if hasattr(chunks, "close"):
+                chunks.close()
+        data = answer.encode(body, close=close)
+        sock = conn.sock
+        outbox = _Outbox(sock)
+        sock.settimeout(0.0)
+        try:
+            outbox.sendall(data)
+        finally:
+            sock.settimeout(IO_TIMEOUT_SECONDS)
+        if outbox.unsent:
+            conn.outbox = outbox
+        return not close
 
     def _keepalive_after(self, conn: TConn, keepalive: bool) -> bool:
         """What the app left of the body is dropped from the buffer; a body still arriving
@@ -659,7 +723,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
 
     def _keep(self, conn: TConn) -> None:
         conn.sock.setblocking(False)
-        conn.pending = bytearray(conn.parser.unreader.take_buffered())  # pipelined bytes
+        rest, conn.rest = conn.rest, b""
+        conn.pending = bytearray(rest + conn.parser.unreader.take_buffered())  # pipelined
         conn.head = request_head(conn.pending)
         conn.continued = False
         now = time.monotonic()
@@ -763,6 +828,73 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         super().run()
         for conn in [*self._reading, *self._lingering, *self._parked, *self._writing]:
             conn.close()
+
+
+class _PlainAnswer:
+    """``start_response`` for a plain request, and the answer's head as gunicorn's
+    ``Response`` writes it (``default_headers``), with the body's length when the app
+    gives none (the whole body is at hand: no chunked framing is needed)."""
+
+    __slots__ = ("headers", "status", "written")
+
+    def __init__(self) -> None:
+        self.status = ""
+        self.headers: list[tuple[str, str]] = []
+        self.written: list[bytes] = []  # through the legacy ``write`` callable
+
+    def start_response(
+        self, status: str, headers: list[tuple[str, str]], exc_info: Any = None
+    ) -> Callable[[bytes], None]:
+        if exc_info is not None and self.status:
+            raise exc_info[1].with_traceback(exc_info[2])
+        for name, value in headers:
+            if _UNSAFE_HEADER.search(name) or _UNSAFE_HEADER.search(value):
+                raise ValueError(f"the app gave an invalid header: {name!r}")
+        self.status, self.headers = status, headers
+        return self.written.append
+
+    def encode(self, body: bytes, *, close: bool) -> bytes:
+        lines = [
+            f"HTTP/1.1 {self.status}\r\nServer: {SERVER}\r\nDate: {_http_date()}\r\n"
+            f"Connection: {'close' if close else 'keep-alive'}\r\n"
+        ]
+        lines += [f"{name}: {value}\r\n" for name, value in self.headers]
+        if not any(name.lower() == "content-length" for name, _ in self.headers):
+            size = len(body) + sum(len(part) for part in self.written)
+            lines.append(f"Content-Length: {size}\r\n")
+        lines.append("\r\n")
+        return b"".join([("".join(lines)).encode("latin-1"), *self.written, body])
+
+
+_UNSAFE_HEADER = re.compile(r"[\r\n\x00]")
+
+
+class _DateHeader:
+    """The ``Date`` header, formatted once a second rather than per answer."""
+
+    def __init__(self) -> None:
+        self._last: tuple[int, str] = (0, "")
+
+    def __call__(self) -> str:
+        now = int(time.time())
+        last = self._last  # one read: another thread may replace it meanwhile
+        if last[0] != now:
+            last = self._last = (now, formatdate(now, usegmt=True))
+        return last[1]
+
+
+_http_date = _DateHeader()
+
+
+def _hooked(cfg: Any) -> bool:
+    """Whether ``pre_request`` or ``post_request`` hooks are set: they take gunicorn's
+    request object, so every request then goes through gunicorn's parser."""
+    settings = getattr(cfg, "settings", {})
+    for name in ("pre_request", "post_request"):
+        setting = settings.get(name)
+        if setting is not None and setting.value is not type(setting).default:
+            return True
+    return False
 
 
 def _connection_of(callback: Any) -> TConn | None:
