@@ -11,7 +11,7 @@ from gunicorn.http import wsgi
 from gunicorn.http.message import Request
 from gunicorn.http.unreader import IterUnreader
 
-from webhook.serving.plainrequest import limits_of, plain_request, wsgi_environ
+from webhook.serving.plainrequest import base_of, limits_of, plain_request, wsgi_environ
 from webhook.serving.server import gunicorn_options
 from webhook.serving.worker import request_end, request_head
 
@@ -88,7 +88,8 @@ def test_a_plain_request_gets_the_environ_gunicorn_builds(head):
     plain = parsed(data)
 
     assert plain is not None
-    environ = wsgi_environ(plain, cfg=cfg, client=CLIENT, server=SERVER, scheme="http")
+    base = base_of(cfg, scheme="http")
+    environ = wsgi_environ(plain, base=base, client=CLIENT, server=SERVER)
     assert comparable(environ) == comparable(expected)
     assert environ["wsgi.input"].read() == BODY
     assert plain.close == (b"close" in head)
@@ -153,6 +154,10 @@ def test_a_plain_request_gets_the_environ_gunicorn_builds(head):
         pytest.param(
             b"POST /mutate HTTP/1.1\r\nX-A: \x01\r\nContent-Length: 2\r\n\r\n{}",
             id="a-control-character",
+        ),
+        pytest.param(
+            b"POST /mutate HTTP/1.1\r\nX-A: " + b" \t" * 30000 + b"\x01\r\n\r\n",
+            id="a-long-run-of-blanks-refused-without-backtracking",
         ),
     ],
 )
