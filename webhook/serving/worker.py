@@ -21,6 +21,16 @@ worker, as four slow readers sent them, took the pod's processes to 414 MiB, pas
 MiB limit; one at a time, to about 372 MiB). A thread's own reads time out after
 ``IO_TIMEOUT_SECONDS``; its writes never wait (see "Writing").
 
+Serving. A request the API server sends (``webhook.serving.plainrequest``: POST, HTTP/1.1,
+a declared length, ordinary headers) is answered without gunicorn's parser and response,
+which cost more than the engine's review of a unique pod; anything else goes through
+gunicorn as in gthread. A plain request of at most ``INLINE_BODY_BYTES`` with nothing
+pipelined behind it is answered on the main loop itself: its bytes are all here, its
+answer is written without waiting (see "Writing"), and the app does no I/O, so a thread
+would only add the hand-off there and back (``submit``, a future, the method queue's pipe,
+the interpreter lock passed twice), about a fifth of a worker's time on unique pods. Larger
+bodies, which take longer to review, and everything else still go to a thread.
+
 Failures. Whatever goes wrong on one connection costs that connection only. Wrapping a
 socket in TLS reads it when the client is already gone (``ssl.py`` raises "Closed before TLS
 handshake" or the reset itself), and it ran in ``accept`` on the main loop: one client that
@@ -82,15 +92,24 @@ import ssl
 import struct
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from email.utils import formatdate
 from functools import partial
 from typing import Any
 
-from gunicorn import http
+from gunicorn import SERVER, http
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from webhook.admission.review import MAX_BODY_BYTES
+from webhook.serving.plainrequest import (
+    PlainRequest,
+    base_of,
+    limits_of,
+    plain_request,
+    script_name_set,
+    wsgi_environ,
+)
 
 READ_TIMEOUT_SECONDS = 10.0
 IO_TIMEOUT_SECONDS = 10.0
@@ -98,6 +117,10 @@ CLOSE_LINGER_SECONDS = 2.0
 STOP_LINGER_SECONDS = 2.0  # idle kept-alive connections stay this long after SIGTERM
 MAX_HEAD_BYTES = 64 * 1024
 LARGE_BODY_BYTES = 256 * 1024
+# A plain review up to this size is answered on the main loop: a review of a pod of this
+# size takes a few milliseconds, less than handing it to a thread and back costs a loop
+# that holds the one interpreter lock anyway (see "Serving" in the module docstring).
+INLINE_BODY_BYTES = 64 * 1024
 SWEEP_SECONDS = 0.25
 DRAIN_SECONDS = 0.05
 ANSWER_SECONDS = 10.0  # the API server's default timeoutSeconds: it waits no longer
@@ -327,6 +350,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
     it, and closes connections without blocking that loop (see the module docstring)."""
 
     cfg: Any
+    alive: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -341,6 +365,9 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         self._large: TConn | None = None
         self._next_sweep = 0.0
         self._stopping_since: float | None = None
+        self._plain_limits = limits_of(self.cfg, body=MAX_BODY_BYTES)
+        self._plain = not script_name_set() and not _hooked(self.cfg)
+        self._plain_base = base_of(self.cfg, scheme="https" if self.cfg.is_ssl else "http")
 
     def notify(self) -> None:
         """The heartbeat, at most every ``NOTIFY_SECONDS`` (gthread's loop calls this on
@@ -370,6 +397,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         conn.handshaken = not self.cfg.is_ssl
         conn.ended = False
         conn.outbox = None
+        conn.plain = None
+        conn.rest = b""
         try:
             if self.cfg.is_ssl:
                 # Wrapping reads the socket when the client is gone already (ssl.py's
@@ -495,16 +524,31 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         end = request_end(conn.pending, head)
         if end is not None:
             self._unwatch(conn)
-            self._dispatch(conn)
+            self._dispatch(conn, end)
         elif not conn.continued and _EXPECT_CONTINUE.search(bytes(conn.pending[: head[0]]).lower()):
             conn.continued = True  # curl waits for this before sending a large body
             with contextlib.suppress(OSError):
                 conn.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
 
-    def _dispatch(self, conn: TConn) -> None:
-        """The whole request is buffered: a thread serves it."""
-        conn.parser.unreader.unread(bytes(conn.pending))
+    def _dispatch(self, conn: TConn, end: int) -> None:
+        """The whole request is buffered: it is served without gunicorn's parser when it is
+        plain (``webhook.serving.plainrequest``), and on this loop when it is also small
+        and alone (nothing pipelined behind it); else a thread serves it. What follows a
+        plain request waits in ``conn.rest`` for the next turn."""
+        plain = None
+        if self._plain and isinstance(conn.server, tuple):
+            plain = plain_request(
+                conn.pending, body_start=conn.head[0], end=end, limits=self._plain_limits
+            )
+        if plain is not None:
+            conn.plain = plain
+            conn.rest = bytes(conn.pending[end:])
+        else:
+            conn.parser.unreader.unread(bytes(conn.pending))
         conn.pending = bytearray()
+        if plain is not None and len(plain.body) <= INLINE_BODY_BYTES and not conn.rest:
+            self._finished(conn, keep=self.handle(conn))
+            return
         conn.sock.settimeout(IO_TIMEOUT_SECONDS)
         self.enqueue_req(conn)
 
@@ -538,6 +582,9 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         main loop (``conn.outbox``); the reads left (a body drained) time out."""
         req = None
         try:
+            plain, conn.plain = conn.plain, None
+            if plain is not None:
+                return self._handle_plain(conn, plain)
             req = next(conn.parser)
             if not req:
                 return False
@@ -570,6 +617,40 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             self.handle_error(req, conn.sock, conn.client, exc)
         return False
 
+    def _handle_plain(self, conn: TConn, plain: PlainRequest) -> bool:
+        """``handle`` for a plain request: gthread's ``handle_request`` without gunicorn's
+        parser and ``Response``; the answer is written in one piece through the outbox."""
+        conn.answer_deadline = time.monotonic() + ANSWER_SECONDS
+        self.nr += 1
+        close = plain.close or not self.alive or not self.cfg.keepalive
+        if self.nr >= self.max_requests:
+            if self.alive:
+                self.log.info("Autorestarting worker after current request.")
+                self.alive = False
+            close = True
+        environ = wsgi_environ(plain, base=self._plain_base, client=conn.client, server=conn.server)
+        answer = _PlainAnswer()
+        chunks = self.wsgi(environ, answer.start_response)
+        try:
+            body = b"".join(chunks)
+        finally:
+            if hasattr(chunks, "close"):
+                chunks.close()
+        data = answer.encode(body, close=close)
+        sock = conn.sock
+        outbox = _Outbox(sock)
+        timeout = sock.gettimeout()  # 0 on the main loop already: no system call then
+        if timeout != 0.0:
+            sock.settimeout(0.0)
+        try:
+            outbox.sendall(data)
+        finally:
+            if timeout != 0.0:
+                sock.settimeout(timeout)
+        if outbox.unsent:
+            conn.outbox = outbox
+        return not close
+
     def _keepalive_after(self, conn: TConn, keepalive: bool) -> bool:
         """What the app left of the body is dropped from the buffer; a body still arriving
         (one over the cap) closes the connection instead of holding this thread."""
@@ -583,6 +664,10 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             keep = bool(fs.result())  # a cancelled future raises CancelledError
         except Exception:
             keep = False
+        self._finished(conn, keep=keep)
+
+    def _finished(self, conn: TConn, *, keep: bool) -> None:
+        """On the main loop, once a request was served (by a thread, or on this loop)."""
         self._release_large(conn)
         outbox, conn.outbox = conn.outbox, None
         try:
@@ -659,7 +744,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
 
     def _keep(self, conn: TConn) -> None:
         conn.sock.setblocking(False)
-        conn.pending = bytearray(conn.parser.unreader.take_buffered())  # pipelined bytes
+        rest, conn.rest = conn.rest, b""
+        conn.pending = bytearray(rest + conn.parser.unreader.take_buffered())  # pipelined
         conn.head = request_head(conn.pending)
         conn.continued = False
         now = time.monotonic()
@@ -763,6 +849,73 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         super().run()
         for conn in [*self._reading, *self._lingering, *self._parked, *self._writing]:
             conn.close()
+
+
+class _PlainAnswer:
+    """``start_response`` for a plain request, and the answer's head as gunicorn's
+    ``Response`` writes it (``default_headers``), with the body's length when the app
+    gives none (the whole body is at hand: no chunked framing is needed)."""
+
+    __slots__ = ("headers", "status", "written")
+
+    def __init__(self) -> None:
+        self.status = ""
+        self.headers: list[tuple[str, str]] = []
+        self.written: list[bytes] = []  # through the legacy ``write`` callable
+
+    def start_response(
+        self, status: str, headers: list[tuple[str, str]], exc_info: Any = None
+    ) -> Callable[[bytes], None]:
+        if exc_info is not None and self.status:
+            raise exc_info[1].with_traceback(exc_info[2])
+        for name, value in headers:
+            if _UNSAFE_HEADER.search(name) or _UNSAFE_HEADER.search(value):
+                raise ValueError(f"the app gave an invalid header: {name!r}")
+        self.status, self.headers = status, headers
+        return self.written.append
+
+    def encode(self, body: bytes, *, close: bool) -> bytes:
+        lines = [
+            f"HTTP/1.1 {self.status}\r\nServer: {SERVER}\r\nDate: {_http_date()}\r\n"
+            f"Connection: {'close' if close else 'keep-alive'}\r\n"
+        ]
+        lines += [f"{name}: {value}\r\n" for name, value in self.headers]
+        if not any(name.lower() == "content-length" for name, _ in self.headers):
+            size = len(body) + sum(len(part) for part in self.written)
+            lines.append(f"Content-Length: {size}\r\n")
+        lines.append("\r\n")
+        return b"".join([("".join(lines)).encode("latin-1"), *self.written, body])
+
+
+_UNSAFE_HEADER = re.compile(r"[\r\n\x00]")
+
+
+class _DateHeader:
+    """The ``Date`` header, formatted once a second rather than per answer."""
+
+    def __init__(self) -> None:
+        self._last: tuple[int, str] = (0, "")
+
+    def __call__(self) -> str:
+        now = int(time.time())
+        last = self._last  # one read: another thread may replace it meanwhile
+        if last[0] != now:
+            last = self._last = (now, formatdate(now, usegmt=True))
+        return last[1]
+
+
+_http_date = _DateHeader()
+
+
+def _hooked(cfg: Any) -> bool:
+    """Whether ``pre_request`` or ``post_request`` hooks are set: they take gunicorn's
+    request object, so every request then goes through gunicorn's parser."""
+    settings = getattr(cfg, "settings", {})
+    for name in ("pre_request", "post_request"):
+        setting = settings.get(name)
+        if setting is not None and setting.value is not type(setting).default:
+            return True
+    return False
 
 
 def _connection_of(callback: Any) -> TConn | None:
