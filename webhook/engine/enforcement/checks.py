@@ -35,6 +35,7 @@ from webhook.engine.resources.inventory import (
     Units,
 )
 from webhook.engine.resources.offers import VENDOR_GPU_RESOURCES, lookalike, offered, offered_names
+from webhook.engine.scheduling.devicepolicy import ClaimUnits
 from webhook.engine.scheduling.dra import served_gpu_resources
 
 
@@ -768,6 +769,74 @@ def _multiple_migs(
     summary = f"{who}: {total} MIG devices, a CUDA process uses one"
     action = action_of(settings.actions.get("multipleMIGDevices", "warn"))
     return Finding("builtin", "multipleMIGDevices", action, message, summary, scope.at(c))
+
+
+def _claim_who(units: ClaimUnits, request: str) -> str:
+    claim = units.claim
+    if claim.counted:
+        return f'request "{request}" of {claim.source} (claim "{claim.name}")'
+    return f"the pod's {claim.source}"
+
+
+def _unknown_note(units: ClaimUnits) -> str:
+    return (
+        " (a device selector could not be evaluated or a node pool's devices are unknown, "
+        "so this is a warning)"
+        if units.unknown
+        else ""
+    )
+
+
+def _seen(action: Action, units: ClaimUnits) -> Action:
+    """What the allocator picks is not known in full: a warning, never a denial."""
+    return "warn" if units.unknown and action == "deny" else action
+
+
+def claim_unit_findings(
+    scope: Scope, units: Sequence[ClaimUnits], rules: Sequence[Rule]
+) -> Iterator[Finding]:
+    """``multipleMIGDevices`` and ``maxSharedGPUs`` where GPUs come from DRA claims: a
+    request that may get devices with ``allowMultipleAllocations`` asks for shares of GPUs,
+    as time-sliced replicas are; a claim whose requests may get more than one MIG device
+    asks for several MIG devices (``scheduling.devicepolicy.claim_units``)."""
+    for u in units:
+        migs = sum(n for _, n in u.mig)
+        if migs > 1:
+            listed = ", ".join(f"{r}: {n}" for r, n in u.mig)
+            who = _claim_who(u, u.mig[0][0]) if len(u.mig) == 1 else u.claim.source
+            message = (
+                f"{who} may be given {migs} MIG devices ({listed}){_unknown_note(u)}; a CUDA "
+                "process sees only one MIG device, so the others stay idle unless the "
+                "container runs one process per device. Ask for one MIG device of a larger "
+                "profile (a selector on device.attributes['gpu.nvidia.com'].profile), or "
+                "split the work over several containers or pods."
+            )
+            summary = f"{u.claim.name}: {migs} MIG devices, a CUDA process uses one"
+            action = action_of(scope.settings.actions.get("multipleMIGDevices", "warn"))
+            yield Finding(
+                "builtin", "multipleMIGDevices", _seen(action, u), message, summary, scope.where
+            )
+        for rule in rules:
+            for check in rule.checks:
+                if check.kind != "maxSharedGPUs":
+                    continue
+                over = [(r, n) for r, n in u.shared if n > check.value]
+                if not over:
+                    continue
+                request, count = over[0]
+                message = (
+                    f"{_claim_who(u, request)} asks for {count} devices that may allow "
+                    f"multiple allocations{_unknown_note(u)}: shares of a GPU that other "
+                    "claims use too add no compute or memory, and may be parts of one "
+                    f"physical GPU. Request at most {check.value}, or select devices that "
+                    "are not shared."
+                )
+                if check.message:
+                    message = f"{message} {check.message}"
+                summary = f"{u.claim.name}: {count} shared GPUs, at most {check.value}"
+                yield Finding(
+                    rule.name, check.kind, _seen(check.action, u), message, summary, scope.where
+                )
 
 
 # --- rule-driven checks -------------------------------------------------------------------
