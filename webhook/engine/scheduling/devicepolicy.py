@@ -667,6 +667,12 @@ class ClaimUnits:
     unknown: bool = False
 
 
+def served_index(request: str) -> int:
+    """The container index of a request the scheduler's claim for a served resource
+    holds (``_served_index``)."""
+    return _served_index(request)
+
+
 def is_mig(device: Device) -> bool:
     """A MIG device of NVIDIA's DRA driver: ``type`` ``mig``, static or DynamicMIG
     (NVIDIA/k8s-dra-driver-gpu ``cmd/gpu-kubelet-plugin/deviceinfo.go``,
