@@ -52,17 +52,31 @@ def test_rules_on_labels_the_gpu_nodes_carry_are_not_warned(inventory: str) -> N
     assert out.strip().endswith("no problems")
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        pytest.param(
+            "nvidia.com/mig.strategy", "mixed", "select the devices in a ResourceClaim", id="MIG"
+        ),
+        pytest.param(
+            "nvidia.com/gpu.sharing-strategy",
+            "none",
+            "allowMultipleAllocations",
+            id="sharing, read on devices",
+        ),
+    ],
+)
 def test_a_label_with_no_device_reading_is_warned_with_what_dra_offers_instead(
-    tmp_path: Path,
+    tmp_path: Path, key: str, value: str, said: str
 ) -> None:
     (tmp_path / "a.yaml").write_text(
         "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: no-mps}\n"
         "spec:\n  match: {namespaces: [a]}\n  mutate:\n    nodeAffinity:\n      required:\n"
-        "        - {key: nvidia.com/gpu.sharing-strategy, operator: In, values: [none]}\n"
+        f"        - {{key: {key}, operator: In, values: [{value}]}}\n"
     )
 
     code, _, err = lint(tmp_path, "--inventory", INVENTORIES / "dra.yaml")
 
     assert code == 0, err
-    assert "rule no-mps keys on node label nvidia.com/gpu.sharing-strategy" in err
-    assert "select the devices in a ResourceClaim" in err
+    assert f"rule no-mps keys on node label {key}" in err
+    assert said in err

@@ -19,11 +19,15 @@ from webhook.engine.resources.devices import device_from_json
 from webhook.engine.resources.gpufacts import MEMORY_LABEL, PRODUCT_LABEL
 from webhook.engine.resources.inventory import Inventory, Node, Placement
 from webhook.engine.scheduling.devicepolicy import (
+    DEVICE_LABELS,
+    REPLICAS_LABEL,
+    SHARING_LABEL,
     DeviceRule,
     affinity_plan,
     allowing_selector,
     device_labels,
     holds_gpus,
+    is_mig,
     label_form,
 )
 from webhook.files.inventoryfile import load_inventory_file
@@ -260,6 +264,55 @@ def test_whole_gpus_only_is_read_on_the_device_type_and_its_sharing(
     labels = device_labels(device_from_json(json, driver="gpu.nvidia.com", pool="p"))
 
     assert rule.allows(labels) is whole
+
+
+def _sharing(shared: bool) -> dict[str, str]:
+    json = {"name": "d", "attributes": {"type": {"string": "gpu"}}}
+    return device_labels(
+        device_from_json(
+            {**json, "allowMultipleAllocations": shared}, driver="gpu.nvidia.com", pool="p"
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "operator", "value", "shared", "allowed"),
+    [
+        pytest.param(SHARING_LABEL, "In", "none", False, True, id="none on a GPU to itself"),
+        pytest.param(SHARING_LABEL, "In", "none", True, False, id="none on a shared GPU"),
+        pytest.param(SHARING_LABEL, "NotIn", "mps", True, True, id="NotIn mps on a shared GPU"),
+        pytest.param(SHARING_LABEL, "NotIn", "none", True, True, id="NotIn none: shared"),
+        pytest.param(
+            SHARING_LABEL, "NotIn", "none", False, False, id="NotIn none: a GPU to itself"
+        ),
+        pytest.param(REPLICAS_LABEL, "In", "1", False, True, id="one replica"),
+        pytest.param(REPLICAS_LABEL, "In", "1", True, False, id="a shared GPU has no count"),
+    ],
+)
+def test_the_sharing_strategy_is_read_on_whether_a_device_allows_multiple_allocations(
+    key: str, operator: str, value: str, shared: bool, allowed: bool
+) -> None:
+    assert _affinity(key, operator, value).allows(_sharing(shared)) is allowed
+
+
+def test_a_shared_device_claims_no_strategy_and_mig_strategy_stays_off_devices() -> None:
+    assert SHARING_LABEL not in _sharing(True)
+    assert {SHARING_LABEL, REPLICAS_LABEL} <= DEVICE_LABELS
+    assert not {"nvidia.com/mig.strategy", "nvidia.com/mig.config"} & DEVICE_LABELS
+
+
+@pytest.mark.parametrize(
+    ("raw", "mig"),
+    [
+        pytest.param({"type": {"string": "mig"}, "profile": {"string": "1g.10gb"}}, True, id="mig"),
+        pytest.param({"type": {"string": "gpu"}}, False, id="gpu"),
+        pytest.param({}, False, id="no type"),
+    ],
+)
+def test_a_mig_device_is_one_the_driver_types_mig(raw: dict[str, Any], mig: bool) -> None:
+    found = device_from_json({"name": "d", "attributes": raw}, driver="gpu.nvidia.com", pool="p")
+
+    assert is_mig(found) is mig
 
 
 # --- the claim a denial tells, and the denial where none can be told (issue 31, item 1) -------

@@ -35,6 +35,7 @@ from webhook.engine.resources.inventory import (
     Units,
 )
 from webhook.engine.resources.offers import VENDOR_GPU_RESOURCES, lookalike, offered, offered_names
+from webhook.engine.scheduling.devicepolicy import ClaimUnits, served_index
 from webhook.engine.scheduling.dra import served_gpu_resources
 
 
@@ -768,6 +769,97 @@ def _multiple_migs(
     summary = f"{who}: {total} MIG devices, a CUDA process uses one"
     action = action_of(settings.actions.get("multipleMIGDevices", "warn"))
     return Finding("builtin", "multipleMIGDevices", action, message, summary, scope.at(c))
+
+
+def _held(c: Container, u: ClaimUnits, counts: Sequence[tuple[str, int]]) -> int:
+    """How many of ``counts`` (per request of the claim) container ``c`` holds: the
+    requests its ``resources.claims`` names, or, for a claim the scheduler makes for a
+    resource a class serves, the request made for it (``container-<index>-...``)."""
+    if not u.claim.counted:
+        return sum(n for r, n in counts if c.section == "containers" and served_index(r) == c.index)
+    resources = c.body.get("resources")
+    entries = resources.get("claims") if isinstance(resources, Mapping) else None
+    total = 0
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, Mapping) or entry.get("name") != u.claim.name:
+            continue
+        request = entry.get("request")
+        total += sum(n for r, n in counts if not request or r == request)
+    return total
+
+
+def _unknown_note(unknown: bool) -> str:
+    return (
+        " (a device selector could not be evaluated or a node pool's devices are unknown, "
+        "so this is a warning)"
+        if unknown
+        else ""
+    )
+
+
+def _seen(action: Action, unknown: bool) -> Action:
+    """What the allocator picks is not known in full: a warning, never a denial."""
+    return "warn" if unknown and action == "deny" else action
+
+
+def claim_unit_findings(
+    scope: Scope, units: Sequence[ClaimUnits], rules: Sequence[Rule]
+) -> Iterator[Finding]:
+    """``multipleMIGDevices`` and ``maxSharedGPUs`` where GPUs come from DRA claims, per
+    container as the device plugin's resources are judged: a request that may get devices
+    with ``allowMultipleAllocations`` asks for shares of GPUs, as time-sliced replicas are;
+    the requests a container holds that may get MIG devices count as its MIG devices
+    (``scheduling.devicepolicy.claim_units``)."""
+    limits = [
+        (rule, check) for rule in rules for check in rule.checks if check.kind == "maxSharedGPUs"
+    ]
+    for c in scope.pod.containers:
+        held = [(u, _held(c, u, u.shared), _held(c, u, u.mig)) for u in units]
+        held = [(u, shared, mig) for u, shared, mig in held if shared or mig]
+        if not held:
+            continue
+        unknown = any(u.unknown for u, _, _ in held)
+        who = f'container "{c.name}"'
+        through = ", ".join(
+            f'claim "{u.claim.name}" ({u.claim.source})' if u.claim.counted else u.claim.source
+            for u, _, _ in held
+        )
+        migs = sum(mig for _, _, mig in held)
+        if migs > 1:
+            message = (
+                f"{who} may be given {migs} MIG devices through {through}"
+                f"{_unknown_note(unknown)}; a CUDA process sees only one MIG device, so the "
+                "others stay idle unless the container runs one process per device. Ask for "
+                "one MIG device of a larger profile (a selector on "
+                "device.attributes['gpu.nvidia.com'].profile), or split the work over several "
+                "containers or pods."
+            )
+            summary = f"{who}: {migs} MIG devices, a CUDA process uses one"
+            action = action_of(scope.settings.actions.get("multipleMIGDevices", "warn"))
+            yield Finding(
+                "builtin",
+                "multipleMIGDevices",
+                _seen(action, unknown),
+                message,
+                summary,
+                scope.at(c),
+            )
+        shares = sum(shared for _, shared, _ in held)
+        for rule, check in limits:
+            if shares <= check.value:
+                continue
+            message = (
+                f"{who} may be given {shares} devices that allow multiple allocations through "
+                f"{through}{_unknown_note(unknown)}: shares of GPUs that other claims use too "
+                "add no compute or memory, and may be parts of one physical GPU. Request at "
+                f"most {check.value}, or select devices that are not shared."
+            )
+            if check.message:
+                message = f"{message} {check.message}"
+            summary = f"{who}: {shares} shared GPUs, at most {check.value}"
+            yield Finding(
+                rule.name, check.kind, _seen(check.action, unknown), message, summary, scope.where
+            )
 
 
 # --- rule-driven checks -------------------------------------------------------------------

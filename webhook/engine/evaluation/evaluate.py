@@ -28,6 +28,7 @@ from webhook.engine.enforcement.checks import (
     Scope,
     _cannot_know,
     capacity_findings,
+    claim_unit_findings,
     device_findings,
     fit_warnings,
     mig_profile_findings,
@@ -82,6 +83,7 @@ from webhook.engine.scheduling.devicepolicy import (
     affinity_finding,
     affinity_plan,
     asked_gpus,
+    claim_units,
     device_policy_findings,
     device_rules,
     holds_gpus,
@@ -1043,6 +1045,7 @@ def _evaluate_template(
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
     findings.extend(
         _device_policy(request, claims, rules, scope=scope, snapshot=snapshot, view=view)
+        + _claim_units(claims, rules, scope=scope, snapshot=snapshot, view=view, found=findings)
     )
     findings.extend(
         access_findings(
@@ -1129,6 +1132,25 @@ def _device_policy(
         memo.clear()
     memo[key] = (snapshot, tuple(rules), tuple(found))
     return found
+
+
+def _claim_units(
+    claims: PodClaims,
+    rules: Sequence[Rule],
+    *,
+    scope: Scope,
+    snapshot: Inventory | None,
+    view: InventoryView,
+    found: Sequence[Finding],
+) -> list[Finding]:
+    """``maxSharedGPUs`` and ``multipleMIGDevices`` read on the devices the pod's claims
+    may get; a check the pod's resources already broke by name is said once."""
+    devices = view.devices
+    if not claims.claims or devices is None or view.problem:
+        return []
+    said = {(f.rule, f.check) for f in found}
+    units = claim_units(claims, placement=scope.placement, nodes=snapshot, devices=devices)
+    return [f for f in claim_unit_findings(scope, units, rules) if (f.rule, f.check) not in said]
 
 
 def _place_rule(

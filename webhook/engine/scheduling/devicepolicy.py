@@ -44,6 +44,7 @@ from webhook.engine.scheduling.dra import (
     PodClaims,
     candidates,
     eligible_devices,
+    eligible_or_unknown,
     fits_somewhere,
 )
 
@@ -59,12 +60,21 @@ _DRIVER = (
         "nvidia.com/cuda.driver-version.revision",
     ),
 )
+# A device the allocator gives to one claim at a time (no ``allowMultipleAllocations``,
+# kubernetes pkg/apis/resource/types.go, KEP-5075) is what GFD labels sharing strategy
+# ``none`` with ``replicas`` 1 (NVIDIA/k8s-device-plugin internal/lm/resource.go,
+# ``replicasLabel``: 1 unless time-slicing replicates the resource). A device that allows
+# multiple allocations gets no strategy: NVIDIA's DRA driver time-slices or runs MPS per
+# claim (its opaque GpuConfig ``sharing``), so no value holds for the device itself.
+SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 _RUNTIME = (
     ("nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor"),
     ("nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"),
 )
 # The GFD labels a DRA device's attributes can stand for; a rule keyed on any other node
-# label (sharing strategy, MIG strategy, a cloud's accelerator label) has no device reading.
+# label (MIG strategy and config, a cloud's accelerator label) has no device reading: the
+# MIG strategy is the device plugin's way of naming MIG resources, not a device's property.
 DEVICE_LABELS = frozenset(
     {
         PRODUCT_LABEL,
@@ -75,6 +85,8 @@ DEVICE_LABELS = frozenset(
         *(k for keys in _RUNTIME for k in keys),
         "nvidia.com/cuda.driver-version.full",
         "nvidia.com/cuda.runtime-version.full",
+        SHARING_LABEL,
+        REPLICAS_LABEL,
     }
 )
 
@@ -110,6 +122,9 @@ def device_labels(device: Device) -> dict[str, str]:
             labels[PRODUCT_LABEL] += f"-MIG-{profile}"
     kind = _text(attr.get((NVIDIA_DRA_DRIVER, "type")))
     labels[WHOLE_GPU] = str(kind == "gpu" and not device.shared).lower()
+    if not device.shared:
+        labels[SHARING_LABEL] = "none"
+        labels[REPLICAS_LABEL] = "1"
     memory = next(
         (v for d, n, v in device.capacity if (d, n) == (NVIDIA_DRA_DRIVER, "memory")), None
     )
@@ -228,7 +243,8 @@ def allowing_selector(
     good: Sequence[Device], rules: Sequence[DeviceRule], *, refused: Sequence[Device] = ()
 ) -> str:
     """A CEL selector that picks ``good`` devices' products (and, for a memory rule, enough
-    memory; for a whole-GPU rule where ``refused`` holds shared devices, exclusive ones):
+    memory; where ``refused`` holds shared devices and ``good`` none, exclusive ones: a
+    whole-GPU rule, a sharing strategy of none):
     what the user adds to a claim's request so that it gets only allowed devices. The
     caller checks that it selects no device the rules refuse."""
     names = product_names(good)
@@ -246,7 +262,7 @@ def allowing_selector(
             f"device.capacity['{NVIDIA_DRA_DRIVER}'].memory.compareTo(quantity('{max(floors)}Mi'))"
             " >= 0"
         )
-    if any(r.whole for r in rules) and any(d.shared for d in refused):
+    if any(d.shared for d in refused) and not any(d.shared for d in good):
         # A device that allows multiple allocations (KEP-5075) is part of a GPU, and a
         # selector sees the flag: kubernetes staging/src/k8s.io/dynamic-resource-allocation/
         # cel/compile.go declares ``device.allowMultipleAllocations`` (``multiAllocVar``,
@@ -753,3 +769,93 @@ def asked_gpus(vector: Sequence[tuple[str, int]], claims: PodClaims) -> tuple[tu
     are taken out of its request vector, ``dra.extended_resource_claims``)."""
     served = tuple((c.name, c.gpu_count) for c in claims.claims if not c.counted)
     return (*vector, *served) if served else tuple(vector)
+
+
+# --- what one unit of a claim is: a shared GPU, a MIG device ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimUnits:
+    """What the GPU requests of one of a pod's claims may be given on the nodes it can use,
+    for the checks the device plugin's resources answer by name (``maxSharedGPUs``,
+    ``multipleMIGDevices``). Per request, the most of its ``firstAvailable`` alternatives
+    (the allocator takes one): how many devices that may be shared, and how many that may
+    be MIG devices."""
+
+    claim: PodClaim
+    shared: tuple[tuple[str, int], ...] = ()  # (request, devices that may be shared)
+    mig: tuple[tuple[str, int], ...] = ()  # (request, devices that may be MIG devices)
+    # A selector could not be evaluated, or a node pool's devices are unknown: what the
+    # allocator picks is not known in full, so a check on these counts only warns.
+    unknown: bool = False
+
+
+def served_index(request: str) -> int:
+    """The container index of a request the scheduler's claim for a served resource
+    holds (``_served_index``)."""
+    return _served_index(request)
+
+
+def is_mig(device: Device) -> bool:
+    """A MIG device of NVIDIA's DRA driver: ``type`` ``mig``, static or DynamicMIG
+    (NVIDIA/k8s-dra-driver-gpu ``cmd/gpu-kubelet-plugin/deviceinfo.go``,
+    ``MigDeviceInfo.GetDevice``: ``type: mig`` with its ``profile``)."""
+    for domain, name, value in device.attributes:
+        if domain == NVIDIA_DRA_DRIVER and name == "type":
+            return _text(value) == "mig"
+    return False
+
+
+def _sub_units(
+    sub: SubRequest, found: Candidates, devices: DeviceInventory
+) -> tuple[int, int, bool]:
+    """(devices that may be shared, that may be MIG devices, selector not evaluated)."""
+    shared = mig = 0
+    unknown = False
+    for profile in found.profiles:
+        got, blind = eligible_or_unknown(sub, profile.devices, devices)
+        unknown = unknown or blind
+        count = len(got) if sub.all_devices else sub.count
+        if any(d.shared for d in got):
+            shared = max(shared, count)
+        if any(is_mig(d) for d in got):
+            mig = max(mig, count)
+    return shared, mig, unknown
+
+
+def claim_units(
+    claims: PodClaims, *, placement: Placement, nodes: Inventory | None, devices: DeviceInventory
+) -> list[ClaimUnits]:
+    """Per pending GPU claim of the pod, what its requests may be given (``ClaimUnits``).
+    A device with ``allowMultipleAllocations`` (KEP-5075; kubernetes
+    ``pkg/apis/resource/types.go``, ``Device.AllowMultipleAllocations``: "multiple
+    allocations can be made from this device", each taking what its capacity's
+    ``RequestPolicy`` allows) may be given to other claims beside this one: each unit on it
+    is a share of one GPU, as a time-sliced replica is."""
+    pending = [
+        c for c in claims.claims if c.claim is not None and not c.claim.allocated and c.gpu_count
+    ]
+    if not pending or not devices.complete:
+        return []
+    found = candidates(devices, nodes, placement.healed())
+    out: list[ClaimUnits] = []
+    for pod_claim in pending:
+        assert pod_claim.claim is not None
+        shared: list[tuple[str, int]] = []
+        mig: list[tuple[str, int]] = []
+        unknown = found.pool
+        for request in pod_claim.claim.spec.requests:
+            most_shared = most_mig = 0
+            for sub in request.alternatives:
+                if pod_claim.counted and sub.name not in pod_claim.gpu_requests:
+                    continue
+                s, m, blind = _sub_units(sub, found, devices)
+                most_shared, most_mig = max(most_shared, s), max(most_mig, m)
+                unknown = unknown or blind
+            if most_shared:
+                shared.append((request.name, most_shared))
+            if most_mig:
+                mig.append((request.name, most_mig))
+        if shared or mig or unknown:
+            out.append(ClaimUnits(pod_claim, tuple(shared), tuple(mig), unknown))
+    return out

@@ -280,6 +280,15 @@ def eligible_devices(
     return [devices[i] for i in found]
 
 
+def eligible_or_unknown(
+    sub: SubRequest, devices: Sequence[Device], inventory: DeviceInventory
+) -> tuple[list[Device], bool]:
+    """``eligible_devices``, and whether a selector could not be evaluated here (then
+    more devices may match than are listed)."""
+    found, _, unknown = _eligible(sub, devices, inventory.classes, _Matcher(inventory))
+    return [devices[i] for i in found], unknown
+
+
 def _assign(slots: Sequence[Sequence[int]], taken: set[int], shared: Sequence[bool]) -> bool:
     """Whether every slot gets its own device (augmenting paths; shared devices serve any
     number of slots)."""

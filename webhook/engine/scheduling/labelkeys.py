@@ -4,8 +4,9 @@ and ``serve`` (issue 31).
 GPU Operator's DRA stack (``GPUCluster``) runs neither the device plugin nor GPU feature
 discovery, so a rule written for GFD's labels keys on labels its GPU nodes lack. The engine
 then holds product, memory, architecture and driver rules on the devices ResourceSlices
-publish (``scheduling.devicepolicy``); every other key (sharing strategy, MIG strategy, a
-label the cluster never set) silently matches no node. Either way the admin is told: which
+publish (``scheduling.devicepolicy``), and the sharing strategy as whether a device allows
+multiple allocations; every other key (MIG strategy and config, a label the cluster never
+set) silently matches no node. Either way the admin is told: which
 rule, which label, and what to key on instead.
 """
 
@@ -17,7 +18,12 @@ from webhook.engine.policy.ruleset import Policy, PolicyProblem, Rule
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.gpufacts import MEMORY_LABEL, PRODUCT_LABEL
 from webhook.engine.resources.inventory import Inventory, Node
-from webhook.engine.scheduling.devicepolicy import DEVICE_LABELS, NVIDIA_DRA_DRIVER
+from webhook.engine.scheduling.devicepolicy import (
+    DEVICE_LABELS,
+    NVIDIA_DRA_DRIVER,
+    REPLICAS_LABEL,
+    SHARING_LABEL,
+)
 from webhook.engine.scheduling.dra import gpu_devices, gpu_names
 
 # The DRA driver's reading of each GFD label (k8s-dra-driver-gpu deviceinfo.go).
@@ -50,6 +56,18 @@ def _keys(rule: Rule) -> Iterator[tuple[str, str]]:
 
 
 def _instead(key: str, *, dra: bool, carried: Sequence[str]) -> str:
+    if dra and key in (SHARING_LABEL, REPLICAS_LABEL):
+        # kubernetes pkg/apis/resource/types.go, Device.AllowMultipleAllocations; CEL sees it
+        # as device.allowMultipleAllocations (k8s.io/dynamic-resource-allocation
+        # cel/compile.go, multiAllocVar, with DRAConsumableCapacity).
+        return (
+            "its GPUs are described in ResourceSlices, where a device that allows no multiple "
+            "allocations reads as sharing strategy none with 1 replica and a device with "
+            "allowMultipleAllocations (consumable capacity) as shared, strategy not known (the "
+            "DRA driver time-slices or runs MPS per claim): the webhook holds the rule there. "
+            "Key claims on !device.allowMultipleAllocations in a CEL selector instead (or "
+            "keep shared and whole GPUs apart by DeviceClass)"
+        )
     if dra and key in DEVICE_LABELS:
         return (
             f"its GPUs are described in ResourceSlices ({_attribute(key)}), where the webhook "
