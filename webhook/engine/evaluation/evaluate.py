@@ -176,7 +176,7 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
 
 def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
     obj = request.object
-    if is_dra_object(obj) and obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
+    if obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate") and is_dra_object(obj):
         decision = evaluate_claim_object(
             request, policy=policy, view=inventory, snapshot=_inventory(inventory, policy)
         )
@@ -1090,25 +1090,26 @@ def _rule_placements(
     hiding: list[Rule] = []
     for rule in rules:
         mutations = rule.mutations
-        if mutate and mutations.places and not mutations.required_affinity:
-            # The common case, as _place_rule starts: no affinity to judge against DRA nodes.
-            before = len(editor.ops)
-            apply_placement(editor, spec_path, mutations)
-            _credit(editor, before, mutated_by, (rule,))
-        elif mutate and mutations.places:
-            findings.extend(
-                _place_rule(
-                    editor,
-                    spec_path,
-                    rule,
-                    pod=pod,
-                    claims=claims,
-                    snapshot=snapshot,
-                    devices=devices,
-                    settings=settings,
-                    mutated_by=mutated_by,
+        if mutate and mutations.places:
+            if not mutations.required_affinity:
+                # The common case, as _place_rule starts: no affinity to judge on DRA nodes.
+                before = len(editor.ops)
+                apply_placement(editor, spec_path, mutations)
+                _credit(editor, before, mutated_by, (rule,))
+            else:
+                findings.extend(
+                    _place_rule(
+                        editor,
+                        spec_path,
+                        rule,
+                        pod=pod,
+                        claims=claims,
+                        snapshot=snapshot,
+                        devices=devices,
+                        settings=settings,
+                        mutated_by=mutated_by,
+                    )
                 )
-            )
         if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
             places_access = True
         if mutations.hide_gpus == "gpuNodes":
