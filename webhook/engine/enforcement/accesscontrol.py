@@ -341,7 +341,12 @@ def access_findings(
     cluster's classes whose handler is NVIDIA's (an inventory shows them)."""
     if GPU_ACCESS in template.exempt:
         return []
-    runtime_class = nvidia_runtime_class(_spec(editor, template), template, rules, nvidia_classes)
+    # A GPU pod has no NVIDIA runtime finding (``nvidia_runtime_class``): its spec unread.
+    runtime_class = (
+        None
+        if template.asks
+        else nvidia_runtime_class(_spec(editor, template), template, rules, nvidia_classes)
+    )
     candidates = [
         c
         for c in template.pod.containers

@@ -72,7 +72,7 @@ from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.kube.workloads import PodTemplate
 from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
-from webhook.engine.resources.cel.celbudget import review_budget
+from webhook.engine.resources.cel.celbudget import close_review, open_review
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import demand_of
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Node, Placement
@@ -171,13 +171,16 @@ def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
 def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
     """The decision for one review, its CEL selectors within one budget
     (``celbudget.review_budget``): past it they are reported as not evaluated."""
-    with review_budget():
+    token = open_review()
+    try:
         return _evaluate(request, policy=policy, inventory=inventory)
+    finally:
+        close_review(token)
 
 
 def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
     obj = request.object
-    if is_dra_object(obj) and obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
+    if obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate") and is_dra_object(obj):
         decision = evaluate_claim_object(
             request, policy=policy, view=inventory, snapshot=_inventory(inventory, policy)
         )
@@ -463,7 +466,7 @@ def _evaluate_object(
             if devices is None or not devices.complete:
                 notices.append("DRA claims not checked: no DRA inventory (classes and slices)")
     warnings: list[str] = []
-    if any(p.total or p.problems for _, p in per_pod):
+    if _asks_anything(per_pod):
         if inventory.problem:
             _inventory_unavailable(inventory.problem, policy, findings, warnings)
         elif snapshot is None:
@@ -500,10 +503,20 @@ def _evaluate_object(
         findings,
         patch=editor.ops,
         mutated=editor.doc,
-        notices=tuple(dict.fromkeys([*notices, *context.notices])),
+        notices=tuple(dict.fromkeys([*notices, *context.notices]))
+        if notices or context.notices
+        else (),
         extra_warnings=warnings,
         mutated_by=list(mutated_by),
     )
+
+
+def _asks_anything(per_pod: list[tuple[PodTemplate, PodGPUs]]) -> bool:
+    """Some template asks for GPUs or has a quantity problem (a loop: runs every review)."""
+    for _, pod in per_pod:  # noqa: SIM110 - a generator costs more
+        if pod.total or pod.problems:
+            return True
+    return False
 
 
 def _gang_unsure(
@@ -840,15 +853,16 @@ def _asks(
     gpus, is_gpu_class = gpu_names(
         settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
     )
-    pod = pod_gpus(template.spec, gpus, template.singles)
+    spec = template.spec
+    pod = pod_gpus(spec, gpus, template.singles)
     claims = (
         pod_claims(
-            template.spec,
+            spec,
             namespace=request.effective_namespace,
             devices=devices,
             is_gpu_class=is_gpu_class,
         )
-        if template.spec.get("resourceClaims")
+        if spec.get("resourceClaims")
         else NO_CLAIMS
     )
     pod, claims = extended_resource_claims(pod, claims, devices=view.devices)
@@ -945,28 +959,19 @@ def _evaluate_template(
     if not isinstance(editor.get(spec_path), dict):
         return pod, claims, None  # an ill-typed spec: the API server's schema check rejects it
     rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
-    places_access = hides_on_gpu_nodes = exempting = False
-    for rule in rules:
-        mutations = rule.mutations
-        if mutate and mutations.places:
-            findings.extend(
-                _place_rule(
-                    editor,
-                    spec_path,
-                    rule,
-                    pod=pod,
-                    claims=claims,
-                    snapshot=snapshot,
-                    devices=devices,
-                    settings=settings,
-                    mutated_by=mutated_by,
-                )
-            )
-        if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
-            places_access = True
-        if mutations.hide_gpus == "gpuNodes":
-            hides_on_gpu_nodes = True
-        exempting = exempting or bool(rule.exempt)
+    places_access, hiding, exempting = _rule_placements(
+        editor,
+        spec_path,
+        rules,
+        pod=pod,
+        claims=claims,
+        snapshot=snapshot,
+        devices=devices,
+        settings=settings,
+        mutated_by=mutated_by,
+        findings=findings,
+        mutate=mutate,
+    )
     # Built by position here, on every review: a keyword call costs twice as much.
     access = Template(
         spec_path,
@@ -1006,20 +1011,18 @@ def _evaluate_template(
             mutate=mutate,
         )
     reach = PodReach(editor.get(spec_path), placement, settings, snapshot, devices)
-    if hides_on_gpu_nodes and not mutate:
+    if hiding and not mutate:
         findings.extend(
             unhidden_findings(
                 editor, access, rules, settings=settings, reach=reach, claim_holders=claims.holders
             )
         )
-    elif hides_on_gpu_nodes:
+    elif hiding:
         before = len(editor.ops)
         hide_on_gpu_nodes(editor, access, reach=reach)
-        _credit(
-            editor, before, mutated_by, (r for r in rules if r.mutations.hide_gpus == "gpuNodes")
-        )
+        _credit(editor, before, mutated_by, hiding)
     spec = editor.get(spec_path)
-    where, labels = ".".join(map(str, spec_path)), template.labels
+    where, labels = _where(spec_path), template.labels
     scope = Scope(
         where,
         spec,
@@ -1043,10 +1046,15 @@ def _evaluate_template(
     for rule in rules:
         if rule.checks:
             findings.extend(rule_findings(scope, rule, inventory=snapshot))
-    findings.extend(
-        _device_policy(request, claims, rules, scope=scope, snapshot=snapshot, view=view)
-        + _claim_units(claims, rules, scope=scope, snapshot=snapshot, view=view, found=findings)
-    )
+    if claims.claims:  # both steps read claims' devices: none, nothing to judge
+        units = _claim_units(
+            claims, rules, scope=scope, snapshot=snapshot, view=view, found=findings
+        )
+        if rules:
+            findings.extend(
+                _device_policy(request, claims, rules, scope=scope, snapshot=snapshot, view=view)
+            )
+        findings.extend(units)
     findings.extend(
         access_findings(
             editor,
@@ -1070,6 +1078,68 @@ def _evaluate_template(
     return pod, claims, scope.fit
 
 
+def _rule_placements(
+    editor: Editor,
+    spec_path: WorkloadPath,
+    rules: Sequence[Rule],
+    *,
+    pod: PodGPUs,
+    claims: PodClaims,
+    snapshot: Inventory | None,
+    devices: DeviceInventory | None,
+    settings: Settings,
+    mutated_by: dict[str, None],
+    findings: list[Finding],
+    mutate: bool,
+) -> tuple[bool, list[Rule], bool]:
+    """Each rule's tolerations and node affinity (unless the object is judged as it is);
+    and whether some rule places the pod for access, the rules that hide GPUs on GPU nodes,
+    and whether some rule exempts."""
+    places_access = exempting = False
+    hiding: list[Rule] = []
+    for rule in rules:
+        mutations = rule.mutations
+        if mutate and mutations.places:
+            if not mutations.required_affinity:
+                # The common case, as _place_rule starts: no affinity to judge on DRA nodes.
+                before = len(editor.ops)
+                apply_placement(editor, spec_path, mutations)
+                _credit(editor, before, mutated_by, (rule,))
+            else:
+                findings.extend(
+                    _place_rule(
+                        editor,
+                        spec_path,
+                        rule,
+                        pod=pod,
+                        claims=claims,
+                        snapshot=snapshot,
+                        devices=devices,
+                        settings=settings,
+                        mutated_by=mutated_by,
+                    )
+                )
+        if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
+            places_access = True
+        if mutations.hide_gpus == "gpuNodes":
+            hiding.append(rule)
+        exempting = exempting or bool(rule.exempt)
+    return places_access, hiding, exempting
+
+
+# Template paths as findings name them ("spec", "spec.template.spec"): a few per cluster.
+_WHERE: dict[WorkloadPath, str] = {}
+
+
+def _where(spec_path: WorkloadPath) -> str:
+    where = _WHERE.get(spec_path)
+    if where is None:
+        where = ".".join(map(str, spec_path))
+        if len(_WHERE) < 1024:
+            _WHERE[spec_path] = where
+    return where
+
+
 def _device_policy(
     request: Request,
     claims: PodClaims,
@@ -1082,6 +1152,12 @@ def _device_policy(
     """Rules keyed on GPU labels, held on the devices the pod's claims may get."""
     devices = view.devices
     if not claims.claims or not rules or devices is None or view.problem:
+        return []
+    # As device_policy_findings, which finds nothing then: no complete DRA inventory, no
+    # device in it to hold a rule to (every device is a slice's), or no rule read on devices.
+    if not devices.complete or not devices.device_count:
+        return []
+    if not any(_holds_devices(rule) for rule in rules):
         return []
     containers = tuple(c.name for c in scope.pod.containers)
     # Pods of one workload, and replicas created one after another, ask alike: once per
@@ -1151,6 +1227,21 @@ def _claim_units(
     said = {(f.rule, f.check) for f in found}
     units = claim_units(claims, placement=scope.placement, nodes=snapshot, devices=devices)
     return [f for f in claim_unit_findings(scope, units, rules) if (f.rule, f.check) not in said]
+
+
+# Whether a rule reads devices (``device_rules``), by the identity of the immutable rule.
+_DEVICE_RULES: dict[int, tuple[Rule, bool]] = {}
+
+
+def _holds_devices(rule: Rule) -> bool:
+    hit = _DEVICE_RULES.get(id(rule))
+    if hit is not None and hit[0] is rule:
+        return hit[1]
+    held = bool(device_rules([rule]))
+    if len(_DEVICE_RULES) >= 4096:
+        _DEVICE_RULES.clear()
+    _DEVICE_RULES[id(rule)] = (rule, held)
+    return held
 
 
 def _place_rule(

@@ -267,8 +267,8 @@ class KindTable:
         kind = self.lookup(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
         if kind is None:
             return None
-        if kind is POD:  # the common case, on every pod create
-            return [PodTemplate(path=(), template=obj, replicas=None)]
+        if kind is POD:  # the common case, on every pod create: built by position
+            return [PodTemplate((), obj, None)]
         found: list[PodTemplate] = []
         for location in kind.locations:
             for path, template in _walk(obj, location.path, ()):

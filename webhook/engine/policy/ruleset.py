@@ -236,20 +236,22 @@ class Mutations:
     runtime_class: str | None = None
     # Keep pods that ask for no GPU off nodes with this label (required node affinity).
     avoid_gpu_nodes: NodeLabel | None = None
+    # Worked out once per rule set, not per review (every matching rule is asked both):
+    # whether it places the pod, and whether ``mutators.apply_containers`` has anything to
+    # do for it.
+    places: bool = field(init=False, repr=False, compare=False)
+    changes_containers: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def places(self) -> bool:
-        return bool(self.tolerations or self.required_affinity or self.preferred_affinity)
-
-    @property
-    def changes_containers(self) -> bool:
-        """Whether ``mutators.apply_containers`` has anything to do for this rule."""
-        return bool(
+    def __post_init__(self) -> None:
+        places = bool(self.tolerations or self.required_affinity or self.preferred_affinity)
+        object.__setattr__(self, "places", places)
+        changes = bool(
             self.hide_gpus == "gpuPods"
             or self.gpu_env
             or self.memory_limit is not None
             or self.shm_size is not None
         )
+        object.__setattr__(self, "changes_containers", changes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -246,9 +246,12 @@ def pod_requests(
     pod-level requests where the pod sets them, overhead included (``spec.overhead``, set
     by a RuntimeClass). ``memory`` as in ``container_requests``."""
     cpu, mem = container_requests(containers, memory=memory)
-    if spec.get("resources"):
+    # KEP-2837 and overhead: most pods set neither, and pay one lookup for each.
+    resources, overhead = spec.get("resources"), spec.get("overhead")
+    if not resources and not overhead:
+        return cpu, mem
+    if resources:
         cpu, mem = _with_pod_level(spec, cpu, mem)
-    overhead = spec.get("overhead")
     if overhead:
         overhead = overhead if isinstance(overhead, dict) else {}
         cpu += _amount(overhead.get("cpu", 0), cpu=True)

@@ -10,8 +10,10 @@ from webhook.engine.resources.cel.celbudget import (
     MAP_ENTRIES,
     Meter,
     OutOfSteps,
+    close_review,
     current_review,
     estimated_steps,
+    open_review,
     review_budget,
     review_spent,
 )
@@ -83,3 +85,19 @@ def test_the_review_budget_is_shared_by_every_meter_of_the_review() -> None:
 def test_a_review_inside_a_review_keeps_the_outer_budget() -> None:
     with review_budget(steps=10) as outer, review_budget(steps=10**6) as inner:
         assert inner is outer
+
+
+def test_open_and_close_review_are_the_review_budget_as_two_calls() -> None:
+    token = open_review(steps=7)
+    try:
+        budget = current_review()
+        assert budget is not None
+        assert budget.left == 7
+        inner = open_review(steps=10**6)  # an outer review of the same request is kept
+        assert inner is None
+        assert current_review() is budget
+        close_review(inner)
+        assert current_review() is budget
+    finally:
+        close_review(token)
+    assert current_review() is None
