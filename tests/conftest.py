@@ -1,6 +1,7 @@
 """The two phases of ``scripts/test``: the suite runs in parallel (pytest-xdist), except the
 tests marked ``serial``, which assert on timing under load of their own making (answers
-within a second while workers are killed) and so run alone, after the others.
+within a second while workers are killed) and so run after the others, apart from them: the
+two soaks side by side, one per worker (``-n 2 --dist loadfile``), each with its own server.
 
 ``--phase parallel`` keeps every test but those, ``--phase serial`` only those; without
 ``--phase`` (a plain ``pytest``) every test runs. The phase deselects, so ``-k``, ``-m`` and
