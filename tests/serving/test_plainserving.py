@@ -1,5 +1,5 @@
 """Reviews as the API server sends them are answered on the worker's own path (no gunicorn
-parser, on the main loop when small), and behave on the wire as gunicorn's answers did:
+parser), and behave on the wire as gunicorn's answers did:
 kept alive, closed when asked, in order when pipelined, whatever their framing.
 
 One real gunicorn over TLS (two workers of four threads, as deployed) serves the module.
@@ -15,9 +15,10 @@ import pytest
 
 from tests.builders import pod, review
 from tests.running import Server
-from webhook.serving.worker import INLINE_BODY_BYTES
 
 pytestmark = pytest.mark.slow
+
+LARGE = 64 * 1024  # a body several TLS records long
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +105,7 @@ def answers_to(sock, request):
 
 
 def test_pipelined_reviews_are_answered_in_order_whatever_their_framing(sock):
-    large = INLINE_BODY_BYTES + 1024  # plain, but served by a thread
+    large = LARGE + 1024
     sock.sendall(
         plain("/mutate", "a")
         + plain("/validate", "b")
@@ -120,7 +121,7 @@ def test_pipelined_reviews_are_answered_in_order_whatever_their_framing(sock):
 
 
 @pytest.mark.parametrize(
-    "padding", [pytest.param(0, id="small"), pytest.param(INLINE_BODY_BYTES + 1, id="large")]
+    "padding", [pytest.param(0, id="small"), pytest.param(LARGE + 1, id="large")]
 )
 def test_a_review_asking_to_close_is_answered_then_closed(sock, padding):
     status, headers, body = answers_to(
