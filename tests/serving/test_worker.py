@@ -199,9 +199,17 @@ def _established_by_process(port: int, pids: list[int]) -> dict[int, int]:
     held = {}
     for pid in pids:
         fds = Path(f"/proc/{pid}/fd")
-        links = [os.readlink(fd) for fd in fds.iterdir() if fd.is_symlink()]
+        links = [_link(fd) for fd in fds.iterdir()]
         held[pid] = sum(1 for link in links if link[8:-1] in inodes and link.startswith("socket:"))
     return held
+
+
+def _link(fd: Path) -> str:
+    """Where a descriptor points; "" for one the worker closed since it was listed."""
+    try:
+        return os.readlink(fd)
+    except FileNotFoundError:
+        return ""
 
 
 def _wait_for_workers_serving(server: Server, count: int, timeout: float = 20.0) -> None:
