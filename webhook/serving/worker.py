@@ -629,7 +629,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         data = answer.encode(body, close=close)
         sock = conn.sock
         outbox = _Outbox(sock)
-        timeout = sock.gettimeout()  # 0 on the main loop already: no system call then
+        timeout = sock.gettimeout()  # the thread's IO_TIMEOUT_SECONDS: the outbox never waits
         if timeout != 0.0:
             sock.settimeout(0.0)
         try:
