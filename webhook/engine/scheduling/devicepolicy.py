@@ -521,9 +521,11 @@ def served_template(
 
 def _remedy(pod_claim: PodClaim, selector: str, namespace: str, containers: Sequence[str]) -> str:
     if pod_claim.counted:
+        # A claim object judged at its own creation has no name in a pod yet.
+        named = f' (claim "{pod_claim.name}")' if pod_claim.name else ""
         return (
             "The webhook cannot change a claim the pod only names: add this selector to the "
-            f'GPU requests of {pod_claim.source} (claim "{pod_claim.name}"): '
+            f"GPU requests of {pod_claim.source}{named}: "
             f'selectors: [{{cel: {{expression: "{selector}"}}}}].'
         )
     template, holders = served_template(pod_claim, selector, namespace)
@@ -595,7 +597,9 @@ def device_policy_findings(
                 f"{rule.describe} here (read on the devices ResourceSlices publish). "
                 + (remedy if number == 0 else "See the first finding for this claim.")
             )
-            summary = f"{pod_claim.name} may get {products}, outside {rule.describe}"
+            summary = (
+                f"{pod_claim.name or pod_claim.source} may get {products}, outside {rule.describe}"
+            )
             yield Finding(rule.rule, rule.check, rule.action, message, summary, where)
 
 
