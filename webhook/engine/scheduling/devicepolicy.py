@@ -10,8 +10,9 @@ attributes ``type``, ``productName`` (a MIG device's is its parent's), ``archite
 against the labels GFD would have written for that device (NVIDIA/k8s-device-plugin
 ``internal/lm/resource.go``, ``productLabel``: NVML's name with each space replaced by a dash,
 ``-MIG-<profile>`` for MIG devices; ``.memory`` in MiB; ``.family`` from the architecture;
-``internal/lm/nvml.go``: the driver and CUDA versions), so one rule says one thing on both
-kinds of node: ``NVIDIA A100-SXM4-80GB`` is ``NVIDIA-A100-SXM4-80GB``.
+``internal/lm/nvml.go``: the driver and CUDA versions; a MIG device also gets the labels GFD
+writes for its profile, ``nvidia.com/mig-<profile>.*``: ``_mig_labels``), so one rule says one
+thing on both kinds of node: ``NVIDIA A100-SXM4-80GB`` is ``NVIDIA-A100-SXM4-80GB``.
 
 Node affinity cannot choose among the devices of one node, and a webhook cannot change a
 claim that a pod only names (the claim exists already; a template is read when the pod is
