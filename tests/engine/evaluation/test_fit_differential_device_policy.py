@@ -31,6 +31,11 @@ hold it is told the ResourceClaimTemplate to write, which, written, is admitted;
 clusters so is one that allowed DRA devices of one node hold (the labelled nodes lacking
 room, or the DRA nodes holding refused devices too, shared GPUs among them), unless labelled
 device-plugin nodes the rule admits hold it, where the denial names them to select.
+
+MIG devices (the last test): DRA nodes with whole GPUs and MIG devices, GFD-labelled or not,
+under rules keyed on GFD's per-profile MIG labels or ``-MIG-<profile>`` products: admitted
+claims get only allowed devices, a claim whose every device is allowed is admitted, and a
+denied claim is told the selector that, added, gets it admitted.
 """
 
 from __future__ import annotations
@@ -493,4 +498,322 @@ def test_on_a_mixed_cluster_a_denied_plain_gpu_pod_that_allowed_dra_devices_hold
     assert told is not None, messages
     template, pod = told
     again = judge(cluster, rule, pod, [template])
+    assert again.allowed, [f.message for f in again.findings]
+
+
+# --- MIG devices and rules keyed on GFD's per-profile MIG labels -----------------------------
+#
+# DRA nodes holding whole GPUs and static MIG devices (cmd/gpu-kubelet-plugin/mig.go,
+# ``CommonAttributesMig``: type mig, profile, the parent's productName; capacity memory), some
+# still labelled by GFD with mig.strategy mixed (nvidia.com/mig-<profile>.count, .product,
+# .memory, ...: NVIDIA/k8s-device-plugin internal/lm/resource.go, NewMIGResourceLabeler). The
+# class mig.nvidia.com selects type mig. Policies: a required affinity on
+# ``nvidia.com/mig-<profile>.memory Gt`` or ``.product In``, or ``allowedProducts`` of whole and
+# ``-MIG-<profile>`` products. Pods: a claim on mig.nvidia.com (no selector, a profile, a
+# product), or a plain nvidia.com/gpu (whole GPUs only).
+
+MIG_PRODUCTS = [("NVIDIA H100 80GB HBM3", 81559), ("NVIDIA A100-SXM4-80GB", 81920)]
+# GPU-instance memory per profile (MiB), as nvidia-smi mig -lgip has it per product.
+MIG_PROFILES = {
+    "1g.10gb": (9856, 9728),
+    "2g.20gb": (19968, 19968),
+    "3g.40gb": (40192, 40192),
+}
+MIG_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "mig.nvidia.com"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'gpu.nvidia.com' && "
+                    "device.attributes['gpu.nvidia.com'].type == 'mig'"
+                }
+            }
+        ]
+    },
+}
+MigDevice = tuple[int, str]  # (product index, profile; "" for a whole GPU)
+
+
+def mig_memory(device: MigDevice) -> int:
+    product, profile = device
+    return MIG_PROFILES[profile][product] if profile else MIG_PRODUCTS[product][1]
+
+
+def product_label(device: MigDevice) -> str:
+    """GFD's product label of the resource the device would be (``getProductName``)."""
+    product, profile = device
+    name = MIG_PRODUCTS[product][0].replace(" ", "-")
+    return f"{name}-MIG-{profile}" if profile else name
+
+
+@dataclass
+class MigNode:
+    name: str
+    labelled: bool  # GFD still labels it (mig.strategy mixed)
+    devices: list[MigDevice]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        labels = {"kubernetes.io/hostname": self.name, "nvidia.com/gpu.present": "true"}
+        if not self.labelled:
+            return labels
+        labels[PRODUCT] = product_label((self.devices[0][0], ""))
+        labels["nvidia.com/mig.strategy"] = "mixed"
+        for device in self.devices:
+            if device[1]:
+                prefix = f"nvidia.com/mig-{device[1]}"
+                count = sum(d == device for d in self.devices)
+                labels[f"{prefix}.count"] = str(count)
+                labels[f"{prefix}.product"] = product_label(device)
+                labels[f"{prefix}.memory"] = str(mig_memory(device))
+        return labels
+
+    def as_json(self) -> dict[str, Any]:
+        return replace(GPUNode(self.name, "dra", [0]), kind="dra").as_json() | {
+            "metadata": {"name": self.name, "labels": self.labels}
+        }
+
+    def slice(self) -> dict[str, Any]:
+        devices = []
+        for i, (product, profile) in enumerate(self.devices):
+            attributes: dict[str, Any] = {
+                "type": {"string": "mig" if profile else "gpu"},
+                "productName": {"string": MIG_PRODUCTS[product][0]},
+            }
+            if profile:
+                attributes["profile"] = {"string": profile}
+            memory = f"{mig_memory((product, profile))}Mi"
+            devices.append(
+                {
+                    "name": f"dev-{i}",
+                    "attributes": attributes,
+                    "capacity": {"memory": {"value": memory}},
+                }
+            )
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{self.name}-gpu.nvidia.com"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": self.name,
+                "pool": {"name": self.name, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        }
+
+
+mig_devices = st.tuples(st.integers(0, 1), st.sampled_from(["", *MIG_PROFILES]))
+
+
+@st.composite
+def mig_clusters(draw: st.DrawFn) -> list[MigNode]:
+    nodes = []
+    for index in range(draw(st.integers(1, 3))):
+        labelled = draw(st.booleans())
+        devices = draw(st.lists(mig_devices, min_size=1, max_size=5))
+        if labelled:  # GFD labels a node of one product
+            devices = [(devices[0][0], profile) for _, profile in devices]
+        nodes.append(MigNode(f"gpu-{index}", labelled, devices))
+    return nodes
+
+
+@dataclass(frozen=True)
+class MigPolicy:
+    kind: str  # "memory", "product" (affinities) or "allowed" (allowedProducts)
+    profile: str = "1g.10gb"
+    floor: int = 0  # memory Gt, MiB
+    product: int = 0
+    allowed: tuple[str, ...] = ()
+
+    def allows(self, device: MigDevice) -> bool:
+        if self.kind == "allowed":
+            return product_label(device) in self.allowed
+        if device[1] != self.profile:
+            return False
+        if self.kind == "memory":
+            return mig_memory(device) > self.floor
+        return device[0] == self.product
+
+    def compiled(self) -> Policy:
+        tolerate = {"tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]}
+        rule: dict[str, Any] = {"order": 30, "match": {"namespaces": [NAMESPACE]}}
+        key = f"nvidia.com/mig-{self.profile}"
+        if self.kind == "memory":
+            required = [{"key": f"{key}.memory", "operator": "Gt", "values": [str(self.floor)]}]
+        elif self.kind == "product":
+            label = product_label((self.product, self.profile))
+            required = [{"key": f"{key}.product", "operator": "In", "values": [label]}]
+        else:
+            required = []
+            rule["validate"] = [{"allowedProducts": list(self.allowed), "action": "deny"}]
+        if required:
+            rule["mutate"] = {"nodeAffinity": {"required": required}}
+
+        def doc(name: str, spec: dict[str, Any]) -> RuleDocument:
+            body = {"apiVersion": "gpu-webhook.io/v1alpha1", "kind": "GPUPolicy"}
+            ref = DocumentRef("differential", 1, "GPUPolicy", name)
+            return RuleDocument(ref, {**body, "metadata": {"name": name}, "spec": spec})
+
+        return compile_policy(
+            [doc("tolerations", {"order": 10, "mutate": tolerate}), doc("vision", rule)]
+        )
+
+
+_LABELS = [product_label((p, profile)) for p in (0, 1) for profile in ["", *MIG_PROFILES]]
+mig_policies = st.one_of(
+    st.builds(
+        MigPolicy,
+        kind=st.just("memory"),
+        profile=st.sampled_from(list(MIG_PROFILES)),
+        floor=st.sampled_from([9000, 9800, 19000]),
+    ),
+    st.builds(
+        MigPolicy,
+        kind=st.just("product"),
+        profile=st.sampled_from(list(MIG_PROFILES)),
+        product=st.integers(0, 1),
+    ),
+    st.builds(
+        MigPolicy,
+        kind=st.just("allowed"),
+        allowed=st.lists(st.sampled_from(_LABELS), min_size=1, max_size=3, unique=True).map(tuple),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class MigAsk:
+    count: int
+    claim: bool
+    profile: str | None = None  # the claim's selector: profile ==
+    product: int | None = None  # the claim's selector: productName ==
+
+    def selects(self, device: MigDevice) -> bool:
+        if not self.claim:
+            return not device[1]
+        if not device[1]:
+            return False
+        if self.profile is not None and device[1] != self.profile:
+            return False
+        return self.product is None or device[0] == self.product
+
+    def selectors(self) -> list[str]:
+        out = []
+        if self.profile is not None:
+            out.append(f"device.attributes['gpu.nvidia.com'].profile == '{self.profile}'")
+        if self.product is not None:
+            name = MIG_PRODUCTS[self.product][0]
+            out.append(f"device.attributes['gpu.nvidia.com'].productName == '{name}'")
+        return out
+
+    def template(self, extra: str | None = None) -> dict[str, Any]:
+        exactly: dict[str, Any] = {"deviceClassName": "mig.nvidia.com", "count": self.count}
+        selectors = [*self.selectors(), *([extra] if extra else [])]
+        if selectors:
+            exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpus", "namespace": NAMESPACE},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+        }
+
+    def pod(self) -> dict[str, Any]:
+        return Ask(self.count, self.claim).pod()
+
+
+mig_asks = st.one_of(
+    st.builds(MigAsk, count=st.integers(1, 3), claim=st.just(False)),
+    st.builds(
+        MigAsk,
+        count=st.integers(1, 3),
+        claim=st.just(True),
+        profile=st.none() | st.sampled_from(list(MIG_PROFILES)),
+        product=st.none() | st.integers(0, 1),
+    ),
+)
+
+
+def mig_offered(node: MigNode, ask: MigAsk) -> list[MigDevice]:
+    """The devices the scheduler may give the pod on this node (empty: it cannot land)."""
+    matching = [d for d in node.devices if ask.selects(d)]
+    return matching if len(matching) >= ask.count else []
+
+
+def mig_judge(
+    nodes: list[MigNode], rule: MigPolicy, pod: dict[str, Any], extra: list[dict[str, Any]]
+) -> Decision:
+    objects = [CLASS, MIG_CLASS, *(n.slice() for n in nodes), *extra]
+    view = InventoryView(
+        Inventory([node_from_json(n.as_json()) for n in nodes]),
+        devices=DeviceInventory.of(objects),
+    )
+    return evaluate(Request(pod, namespace=NAMESPACE), policy=rule.compiled(), inventory=view)
+
+
+_SELECTOR = re.compile(r'selectors: \[\{cel: \{expression: "(.*?)"\}\}\]')
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=mig_clusters(), rule=mig_policies, ask=mig_asks)
+# Other profiles of an allowed product beside the allowed one: the selector names the profile.
+@example(
+    nodes=[MigNode("gpu-0", False, [(0, "1g.10gb"), (0, "2g.20gb"), (0, "")])],
+    rule=MigPolicy("memory", "1g.10gb", floor=9000),
+    ask=MigAsk(1, claim=True),
+)
+# The same profile on two products, told apart by memory alone.
+@example(
+    nodes=[MigNode("gpu-0", False, [(0, "1g.10gb"), (1, "1g.10gb")])],
+    rule=MigPolicy("memory", "1g.10gb", floor=9800),
+    ask=MigAsk(1, claim=True, profile="1g.10gb"),
+)
+# A GFD-labelled node without the profile beside one with it: judged by their labels.
+@example(
+    nodes=[
+        MigNode("gpu-0", True, [(0, "1g.10gb"), (0, "3g.40gb")]),
+        MigNode("gpu-1", True, [(1, "2g.20gb")]),
+    ],
+    rule=MigPolicy("product", "1g.10gb", product=0),
+    ask=MigAsk(1, claim=True, profile="1g.10gb"),
+)
+def test_mig_rules_on_dra_mig_devices_admit_only_allowed_devices_and_tell_the_claim(
+    nodes: list[MigNode], rule: MigPolicy, ask: MigAsk
+) -> None:
+    """Every admitted pod's possible devices are allowed; a claim whose every matching device
+    is allowed is admitted; a denied claim that allowed devices of one node could hold is
+    told the selector that, added to the claim, gets it admitted."""
+    extra = [ask.template()] if ask.claim else []
+
+    decision = mig_judge(nodes, rule, ask.pod(), extra)
+
+    assert decision.mutated is not None
+    spec = dict(decision.mutated)["spec"]
+    messages = [f"{f.id} {f.action}: {f.message}" for f in decision.findings]
+    if decision.allowed:
+        tolerations = spec.get("tolerations") or []
+        gets = {
+            n.name: mig_offered(n, ask)
+            for n in nodes
+            if affinity_matches(spec, n.labels) and any(tolerates(t, TAINT) for t in tolerations)
+        }
+        assert all(rule.allows(d) for ds in gets.values() for d in ds), (gets, messages)
+    every = replace(ask, count=0)
+    matching = [d for n in nodes for d in mig_offered(n, every)]
+    if any(mig_offered(n, ask) for n in nodes) and all(rule.allows(d) for d in matching):
+        assert decision.allowed, messages
+    if decision.allowed or not ask.claim:
+        return
+    holds = any(
+        sum(ask.selects(d) and rule.allows(d) for d in n.devices) >= ask.count for n in nodes
+    )
+    if not holds:
+        return
+    told = next((m for f in decision.findings if (m := _SELECTOR.search(f.message))), None)
+    assert told is not None, messages
+    again = mig_judge(nodes, rule, ask.pod(), [ask.template(told.group(1))])
     assert again.allowed, [f.message for f in again.findings]

@@ -26,9 +26,13 @@ from webhook.engine.scheduling.devicepolicy import (
     affinity_plan,
     allowing_selector,
     device_labels,
+    dra_profile,
+    gfd_profile,
     holds_gpus,
+    is_device_label,
     is_mig,
     label_form,
+    mig_label,
 )
 from webhook.files.inventoryfile import load_inventory_file
 from webhook.files.rulefiles import load_policy
@@ -508,3 +512,203 @@ def test_where_no_selector_it_writes_tells_the_devices_apart_the_denial_says_so(
     assert not decision.allowed
     assert "No selector this webhook can write" in messages, messages
     assert "create {" not in messages
+
+
+# --- GFD's per-profile MIG labels, read on MIG devices (issue 31) ----------------------------
+
+
+def _mig(profile: str, *, shared: bool = False, **capacity: str) -> Any:
+    raw: dict[str, Any] = {
+        "name": "gpu-0-mig",
+        "attributes": {
+            "type": {"string": "mig"},
+            "profile": {"string": profile},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"},
+        },
+        "capacity": {name: {"value": value} for name, value in capacity.items()},
+        "allowMultipleAllocations": shared,
+    }
+    return device_from_json(raw, driver="gpu.nvidia.com", pool="p")
+
+
+H100_1G = {
+    "memory": "9856Mi",
+    "multiprocessors": "16",
+    "copyEngines": "1",
+    "decoders": "1",
+    "encoders": "0",
+    "jpegEngines": "1",
+    "ofaEngines": "0",
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        pytest.param(
+            "nvidia.com/mig-1g.10gb.product", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", id="product"
+        ),
+        pytest.param("nvidia.com/mig-1g.10gb.memory", "9856", id="memory in MiB"),
+        pytest.param("nvidia.com/mig-1g.10gb.multiprocessors", "16", id="multiprocessors"),
+        pytest.param("nvidia.com/mig-1g.10gb.slices.gi", "1", id="GPU-instance slices"),
+        pytest.param("nvidia.com/mig-1g.10gb.slices.ci", "1", id="compute-instance slices"),
+        pytest.param("nvidia.com/mig-1g.10gb.engines.copy", "1", id="copy engines"),
+        pytest.param("nvidia.com/mig-1g.10gb.engines.decoder", "1", id="decoders"),
+        pytest.param("nvidia.com/mig-1g.10gb.engines.encoder", "0", id="encoders"),
+        pytest.param("nvidia.com/mig-1g.10gb.engines.jpeg", "1", id="jpeg"),
+        pytest.param("nvidia.com/mig-1g.10gb.engines.ofa", "0", id="ofa"),
+        pytest.param("nvidia.com/mig-1g.10gb.replicas", "1", id="replicas"),
+        pytest.param("nvidia.com/mig-1g.10gb.sharing-strategy", "none", id="sharing strategy"),
+        pytest.param("nvidia.com/gpu.multiprocessors", "16", id="single strategy: under gpu"),
+        pytest.param("nvidia.com/gpu.engines.jpeg", "1", id="single strategy: engines"),
+    ],
+)
+def test_a_mig_device_gives_the_labels_gfd_writes_for_its_profile(key: str, value: str) -> None:
+    labels = device_labels(_mig("1g.10gb", **H100_1G))
+
+    assert labels[key] == value
+    assert is_device_label(key)
+
+
+def test_a_nodes_count_of_a_profile_is_no_devices_property() -> None:
+    labels = device_labels(_mig("1g.10gb", **H100_1G))
+
+    assert "nvidia.com/mig-1g.10gb.count" not in labels
+    assert not is_device_label("nvidia.com/mig-1g.10gb.count")
+    assert not is_device_label("nvidia.com/gpu.count")
+
+
+def test_a_profile_with_media_extensions_is_named_as_gfd_names_its_resource() -> None:
+    # go-nvlib's MigProfileInfo.String writes 1g.10gb+me; GFD's nvmlMigDevice.GetName
+    # turns the + into a dot for the resource (and so the label) name.
+    labels = device_labels(_mig("1g.10gb+me", memory="9856Mi"))
+
+    assert labels["nvidia.com/mig-1g.10gb.me.memory"] == "9856"
+    assert labels[PRODUCT_LABEL] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"
+    assert not any(k.startswith("nvidia.com/mig-1g.10gb.memory") for k in labels)
+    assert mig_label("nvidia.com/mig-1g.10gb.me.memory") == ("1g.10gb.me", "memory")
+    assert dra_profile("1g.10gb.me") == "1g.10gb+me"
+    assert gfd_profile(dra_profile("1c.2g.20gb")) == "1c.2g.20gb"
+
+
+def test_a_compute_instance_smaller_than_its_gpu_instance_has_no_sm_count_from_the_profile() -> (
+    None
+):
+    labels = device_labels(_mig("1c.2g.20gb", multiprocessors="32", copyEngines="2"))
+
+    assert labels["nvidia.com/mig-1c.2g.20gb.slices.gi"] == "2"
+    assert labels["nvidia.com/mig-1c.2g.20gb.slices.ci"] == "1"
+    assert labels["nvidia.com/mig-1c.2g.20gb.engines.copy"] == "2"
+    assert "nvidia.com/mig-1c.2g.20gb.multiprocessors" not in labels
+
+
+def test_a_shared_mig_device_claims_no_replicas_and_a_gpu_no_mig_labels() -> None:
+    shared = device_labels(_mig("1g.10gb", shared=True, memory="9856Mi"))
+    whole = device_labels(device(type="gpu", productName="NVIDIA A100-SXM4-80GB", memory="80Gi"))
+
+    assert "nvidia.com/mig-1g.10gb.replicas" not in shared
+    assert "nvidia.com/mig-1g.10gb.memory" in shared
+    assert not any(k.startswith("nvidia.com/mig-") for k in whole)
+    assert "nvidia.com/gpu.multiprocessors" not in whole
+
+
+@pytest.mark.parametrize(
+    ("key", "operator", "value", "allowed"),
+    [
+        pytest.param("nvidia.com/mig-1g.10gb.memory", "Gt", "9000", True, id="its profile"),
+        pytest.param("nvidia.com/mig-2g.20gb.memory", "Gt", "9000", False, id="another profile"),
+        pytest.param("nvidia.com/mig-1g.10gb.memory", "Gt", "9999", False, id="too little"),
+        pytest.param(
+            "nvidia.com/mig-1g.10gb.product",
+            "In",
+            "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+            True,
+            id="product",
+        ),
+    ],
+)
+def test_a_mig_label_affinity_allows_only_devices_of_its_profile(
+    key: str, operator: str, value: str, allowed: bool
+) -> None:
+    assert _affinity(key, operator, value).allows(device_labels(_mig("1g.10gb", **H100_1G))) is (
+        allowed
+    )
+
+
+def _selects(selector: str, devices: list[Any]) -> list[bool]:
+    compiled = compile_selector(selector)
+    assert not isinstance(compiled, SelectorError), selector
+    return [compiled.matches(d.view()) for d in devices]
+
+
+def test_the_selector_told_for_mig_devices_names_their_profiles_after_their_type() -> None:
+    small, large = _mig("1g.10gb", **H100_1G), _mig("3g.40gb", memory="40192Mi")
+    whole = _gpu("gpu-1", "NVIDIA H100 80GB HBM3")
+    rule = _affinity("nvidia.com/mig-1g.10gb.memory", "Gt", "9000")
+
+    selector = allowing_selector([small], [rule], refused=[large, whole])
+
+    # A whole GPU has no profile: type first, so CEL's && absorbs the missing attribute.
+    assert selector.index(".type == 'mig'") < selector.index(".profile in ['1g.10gb']")
+    assert "compareTo(quantity('9001Mi'))" in selector
+    assert _selects(selector, [small, large, whole]) == [True, False, False]
+
+
+def test_the_selector_for_whole_gpus_and_mig_devices_of_one_product_keeps_both() -> None:
+    small, large = _mig("1g.10gb", **H100_1G), _mig("3g.40gb", memory="40192Mi")
+    whole = _gpu("gpu-1", "NVIDIA H100 80GB HBM3")
+    rule = DeviceRule(
+        "r",
+        "allowedProducts",
+        "deny",
+        "",
+        products=("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"),
+    )
+
+    selector = allowing_selector([small, whole], [rule], refused=[large])
+
+    assert _selects(selector, [small, whole, large]) == [True, True, False]
+
+
+def test_mig_devices_of_other_products_need_no_profile_in_the_selector() -> None:
+    a100 = _gpu("gpu-1", "NVIDIA A100-SXM4-80GB")
+
+    selector = allowing_selector([_mig("1g.10gb", **H100_1G)], [], refused=[a100])
+
+    assert "profile" not in selector
+
+
+MIG_MEMORY = ({"key": "nvidia.com/mig-1g.10gb.memory", "operator": "Gt", "values": ["9000"]},)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "verdict"),
+    [
+        pytest.param(
+            [
+                node("h", **{PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3", MIG_MEMORY[0]["key"]: "9856"}),
+                node("a", **{PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB"}),
+            ],
+            "apply",
+            id="GFD labels every node: one without the profile has none of it, as written",
+        ),
+        pytest.param([node("h"), node("a")], "skip", id="no GFD: held on the devices"),
+        pytest.param(
+            [node("h", **{MIG_MEMORY[0]["key"]: "9856"}), node("a")],
+            "orUnlabelled",
+            id="a node GFD does not label stays open",
+        ),
+    ],
+)
+def test_a_mig_label_affinity_judges_a_gfd_labelled_node_without_the_profile_by_its_labels(
+    nodes: list[Node], verdict: str
+) -> None:
+    plan = affinity_plan(
+        MIG_MEMORY,
+        placement=TAINT_FREE,
+        nodes=Inventory(nodes),
+        dra_node=lambda _node: True,
+        plugin_node=lambda _node: False,
+    )
+
+    assert plan.verdict == verdict

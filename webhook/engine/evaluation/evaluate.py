@@ -79,7 +79,6 @@ from webhook.engine.resources.inventory import FitAnswer, Inventory, Node, Place
 from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory
 from webhook.engine.resources.quotas import Quotas
 from webhook.engine.scheduling.devicepolicy import (
-    DEVICE_LABELS,
     affinity_finding,
     affinity_plan,
     asked_gpus,
@@ -87,6 +86,7 @@ from webhook.engine.scheduling.devicepolicy import (
     device_policy_findings,
     device_rules,
     holds_gpus,
+    is_device_label,
     refuses_devices,
     remembered_plan,
 )
@@ -1261,7 +1261,7 @@ def _place_rule(
     affinity that only shuts out DRA nodes, whose GPUs no label describes (issue 31)."""
     before = len(editor.ops)
     mutations = rule.mutations
-    keyed = [r for r in mutations.required_affinity if str(r.get("key")) in DEVICE_LABELS]
+    keyed = [r for r in mutations.required_affinity if is_device_label(str(r.get("key")))]
     if not keyed or snapshot is None or devices is None or not devices.complete or not pod.total:
         apply_placement(editor, spec_path, mutations)
         _credit(editor, before, mutated_by, (rule,))
@@ -1319,7 +1319,7 @@ def _place_rule(
         preferred = tuple(
             p
             for p in preferred
-            if not any(str(e.get("key")) in DEVICE_LABELS for e in p.get("matchExpressions") or [])
+            if not any(is_device_label(str(e.get("key"))) for e in p.get("matchExpressions") or [])
         )
     if preferred:
         add_preferred_affinity(editor, spec_path, preferred)

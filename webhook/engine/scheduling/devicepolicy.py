@@ -10,8 +10,9 @@ attributes ``type``, ``productName`` (a MIG device's is its parent's), ``archite
 against the labels GFD would have written for that device (NVIDIA/k8s-device-plugin
 ``internal/lm/resource.go``, ``productLabel``: NVML's name with each space replaced by a dash,
 ``-MIG-<profile>`` for MIG devices; ``.memory`` in MiB; ``.family`` from the architecture;
-``internal/lm/nvml.go``: the driver and CUDA versions), so one rule says one thing on both
-kinds of node: ``NVIDIA A100-SXM4-80GB`` is ``NVIDIA-A100-SXM4-80GB``.
+``internal/lm/nvml.go``: the driver and CUDA versions; a MIG device also gets the labels GFD
+writes for its profile, ``nvidia.com/mig-<profile>.*``: ``_mig_labels``), so one rule says one
+thing on both kinds of node: ``NVIDIA A100-SXM4-80GB`` is ``NVIDIA-A100-SXM4-80GB``.
 
 Node affinity cannot choose among the devices of one node, and a webhook cannot change a
 claim that a pod only names (the claim exists already; a template is read when the pod is
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,7 +38,7 @@ from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import Action, Rule
 from webhook.engine.resources.cel.deviceselectors import SelectorError, compile_selector
 from webhook.engine.resources.devices import ClaimSpec, Device, DeviceInventory, SubRequest
-from webhook.engine.resources.gpufacts import MEMORY_LABEL, PRODUCT_LABEL
+from webhook.engine.resources.gpufacts import MEMORY_LABEL, MIG_STRATEGY_LABEL, PRODUCT_LABEL
 from webhook.engine.resources.inventory import Inventory, Node, Placement
 from webhook.engine.scheduling.dra import (
     Candidates,
@@ -72,6 +74,16 @@ _RUNTIME = (
     ("nvidia.com/cuda.runtime.major", "nvidia.com/cuda.runtime.minor"),
     ("nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor"),
 )
+# GFD's MIG attribute labels under nvidia.com/gpu (mig.strategy single; see ``MIG_PREFIX``).
+GPU_MIG_LABELS = frozenset(
+    f"nvidia.com/gpu.{suffix}"
+    for suffix in (
+        "multiprocessors",
+        "slices.gi",
+        "slices.ci",
+        *(f"engines.{e}" for e in ("copy", "decoder", "encoder", "jpeg", "ofa")),
+    )
+)
 # The GFD labels a DRA device's attributes can stand for; a rule keyed on any other node
 # label (MIG strategy and config, a cloud's accelerator label) has no device reading: the
 # MIG strategy is the device plugin's way of naming MIG resources, not a device's property.
@@ -87,6 +99,7 @@ DEVICE_LABELS = frozenset(
         "nvidia.com/cuda.runtime-version.full",
         SHARING_LABEL,
         REPLICAS_LABEL,
+        *GPU_MIG_LABELS,
     }
 )
 
@@ -94,6 +107,109 @@ DEVICE_LABELS = frozenset(
 # Not a GFD label: whether a device is a whole GPU to itself (type gpu, no multiple
 # allocations), what ``wholeGPUsOnly`` asks; a MIG device or a shared one is part of a GPU.
 WHOLE_GPU = "gpu-webhook.io/whole-gpu"
+
+# GFD's labels of one MIG profile: with mig.strategy mixed each profile is its resource
+# ``nvidia.com/mig-<profile>`` (NVIDIA/k8s-device-plugin internal/lm/mig-strategy.go,
+# ``newMigStrategyMixedLabeler``), labelled by ``NewMIGResourceLabeler`` (internal/lm/
+# resource.go: ``baseLabeler``'s product, count, replicas, sharing-strategy, and
+# ``newMigAttributeLabels``, the MIG device's NVML attributes of internal/resource/
+# nvml-mig-device.go ``GetAttributes``: memory, multiprocessors, slices.gi, slices.ci,
+# engines.*); with ``single`` the same attribute labels go under ``nvidia.com/gpu``. NVIDIA's
+# DRA driver publishes a MIG device's GPU-instance profile as capacity (k8s-dra-driver-gpu
+# cmd/gpu-kubelet-plugin/mig.go, ``CommonCapacitiesMig``: multiprocessors, copyEngines,
+# decoders, encoders, jpegEngines, ofaEngines, memory) and only profiles whose compute
+# instance spans the GPU instance (nvlib.go: ``G != C`` profiles are skipped), so the SM
+# count and the engines NVML reports for the MIG device are those of its GPU instance.
+MIG_PREFIX = "nvidia.com/mig-"
+_MIG_CAPACITY = {
+    "multiprocessors": "multiprocessors",
+    "engines.copy": "copyEngines",
+    "engines.decoder": "decoders",
+    "engines.encoder": "encoders",
+    "engines.jpeg": "jpegEngines",
+    "engines.ofa": "ofaEngines",
+}
+_MIG_SLICES = ("slices.gi", "slices.ci")
+# The node's count of MIG devices of a profile (``baseLabeler``'s count): a property of the
+# node, not of any one device, so no device reading, as ``nvidia.com/gpu.count`` has none.
+MIG_COUNT = "count"
+_MIG_SUFFIXES = (
+    "product",
+    "memory",
+    "replicas",
+    "sharing-strategy",
+    *_MIG_SLICES,
+    *_MIG_CAPACITY,
+    MIG_COUNT,
+)
+# A profile as go-nvlib names it (``MigProfileInfo.String``: ``[<c>c.]<g>g.<gb>gb``, then
+# ``+attr,...`` or ``-attr``); GFD's resource name replaces each ``+`` by a dot
+# (``nvmlMigDevice.GetName``).
+_PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.\d+gb(?:[+.-].*)?")
+
+
+def mig_label(key: str) -> tuple[str, str] | None:
+    """(profile as GFD names it, suffix) of a per-profile MIG label, else None."""
+    if not key.startswith(MIG_PREFIX):
+        return None
+    rest = key[len(MIG_PREFIX) :]
+    for suffix in _MIG_SUFFIXES:
+        if rest.endswith(f".{suffix}") and len(rest) > len(suffix) + 1:
+            return rest[: -len(suffix) - 1], suffix
+    return None
+
+
+def is_device_label(key: str) -> bool:
+    """Whether a GPU node label has a reading on DRA devices (``device_labels``)."""
+    if key in DEVICE_LABELS:
+        return True
+    found = mig_label(key)
+    return found is not None and found[1] != MIG_COUNT
+
+
+def gfd_profile(profile: str) -> str:
+    """A DRA device's ``profile`` as GFD's labels name it: ``1g.10gb+me`` is ``1g.10gb.me``."""
+    return profile.replace("+", ".")
+
+
+def dra_profile(profile: str) -> str:
+    """GFD's name of a profile as the DRA driver's ``profile`` attribute has it (go-nvlib's
+    ``MigProfileInfo.String``): the dot after ``<gb>gb`` is a ``+``."""
+    base = re.match(r"(?:\d+c\.)?\d+g\.\d+gb", profile)
+    if base is None or base.end() == len(profile) or profile[base.end()] != ".":
+        return profile
+    return f"{base.group(0)}+{profile[base.end() + 1 :]}"
+
+
+def _mig_labels(device: Device, profile: str, product: str, memory: int | None) -> dict[str, str]:
+    """What GFD would label a node holding only this MIG device: its profile's labels, and
+    with mig.strategy single the same attributes under ``nvidia.com/gpu``."""
+    named = gfd_profile(profile)
+    values: dict[str, str] = {}
+    if product:
+        values["product"] = f"{label_form(product)}-MIG-{named}"
+    if memory is not None:
+        values["memory"] = str(memory)
+    if not device.shared:
+        values["replicas"] = "1"
+        values["sharing-strategy"] = "none"
+    slices = _PROFILE.fullmatch(profile)
+    if slices is not None:
+        values["slices.gi"] = slices.group(2)
+        values["slices.ci"] = slices.group(1) or slices.group(2)
+    capacity = {n: v for d, n, v in device.capacity if d == NVIDIA_DRA_DRIVER}
+    whole_instance = slices is not None and slices.group(1) is None
+    for suffix, name in _MIG_CAPACITY.items():
+        value = capacity.get(name)
+        # The GPU instance's SMs are the MIG device's only where its compute instance
+        # spans it; the engines are shared by the instance's compute instances.
+        if value is not None and (whole_instance or suffix != "multiprocessors"):
+            values[suffix] = str(int(value))
+    labels = {f"{MIG_PREFIX}{named}.{suffix}": value for suffix, value in values.items()}
+    for suffix in (*_MIG_SLICES, *_MIG_CAPACITY):
+        if suffix in values:
+            labels[f"nvidia.com/gpu.{suffix}"] = values[suffix]
+    return labels
 
 
 def label_form(product: str) -> str:
@@ -115,12 +231,12 @@ def device_labels(device: Device) -> dict[str, str]:
     attr = {(d, n): v for d, n, v in device.attributes if d == NVIDIA_DRA_DRIVER}
     labels: dict[str, str] = {}
     product = _text(attr.get((NVIDIA_DRA_DRIVER, "productName")))
+    kind = _text(attr.get((NVIDIA_DRA_DRIVER, "type")))
+    profile = _text(attr.get((NVIDIA_DRA_DRIVER, "profile"))) if kind == "mig" else ""
     if product:
         labels[PRODUCT_LABEL] = label_form(product)
-        profile = _text(attr.get((NVIDIA_DRA_DRIVER, "profile")))
-        if _text(attr.get((NVIDIA_DRA_DRIVER, "type"))) == "mig" and profile:
-            labels[PRODUCT_LABEL] += f"-MIG-{profile}"
-    kind = _text(attr.get((NVIDIA_DRA_DRIVER, "type")))
+        if profile:
+            labels[PRODUCT_LABEL] += f"-MIG-{gfd_profile(profile)}"
     labels[WHOLE_GPU] = str(kind == "gpu" and not device.shared).lower()
     if not device.shared:
         labels[SHARING_LABEL] = "none"
@@ -130,6 +246,9 @@ def device_labels(device: Device) -> dict[str, str]:
     )
     if memory is not None:
         labels[MEMORY_LABEL] = str(int(memory) // MIB)
+    if profile:
+        mib = int(memory) // MIB if memory is not None else None
+        labels.update(_mig_labels(device, profile, product, mib))
     family = _text(attr.get((NVIDIA_DRA_DRIVER, "architecture")))
     if family:
         labels[_FAMILY_LABEL] = family.lower()
@@ -184,13 +303,13 @@ def _requirement_text(r: Mapping[str, Any]) -> str:
 
 
 def device_rules(rules: Sequence[Rule], *, affinity: bool = True) -> tuple[DeviceRule, ...]:
-    """The device reading of each rule's label-keyed required affinity (keys in
-    ``DEVICE_LABELS`` only) and of its ``allowedProducts``, ``minGPUMemory`` and
+    """The device reading of each rule's label-keyed required affinity (keys that
+    ``is_device_label``) and of its ``allowedProducts``, ``minGPUMemory`` and
     ``wholeGPUsOnly`` checks."""
     out: list[DeviceRule] = []
     for rule in rules:
         keyed = tuple(
-            r for r in rule.mutations.required_affinity if str(r.get("key")) in DEVICE_LABELS
+            r for r in rule.mutations.required_affinity if is_device_label(str(r.get("key")))
         )
         if keyed and affinity:
             text = ", ".join(map(_requirement_text, keyed))
@@ -244,7 +363,8 @@ def allowing_selector(
 ) -> str:
     """A CEL selector that picks ``good`` devices' products (and, for a memory rule, enough
     memory; where ``refused`` holds shared devices and ``good`` none, exclusive ones: a
-    whole-GPU rule, a sharing strategy of none):
+    whole-GPU rule, a sharing strategy of none; where ``good`` are MIG devices and
+    ``refused`` holds others of their products, their profiles):
     what the user adds to a claim's request so that it gets only allowed devices. The
     caller checks that it selects no device the rules refuse."""
     names = product_names(good)
@@ -254,7 +374,9 @@ def allowing_selector(
     for r in rules:
         for req in r.requirements:
             values = [str(v) for v in req.get("values") or []]
-            gt = req.get("key") == MEMORY_LABEL and req.get("operator") == "Gt"
+            key = str(req.get("key"))
+            memory = key == MEMORY_LABEL or (mig_label(key) or ("", ""))[1] == "memory"
+            gt = memory and req.get("operator") == "Gt"
             if gt and values and values[0].isdigit():
                 floors.append(int(values[0]) + 1)
     if floors:
@@ -271,10 +393,30 @@ def allowing_selector(
         # stores the field only with DRAConsumableCapacity on, the gate that also declares
         # it to CEL, so without one a claim naming it could be refused as not compiling.
         parts.append("!device.allowMultipleAllocations")
-    if any(device_labels(d).get(PRODUCT_LABEL, "").count("-MIG-") for d in good):
+    migs = [d for d in good if is_mig(d)]
+    if not migs:
+        parts.append(f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'gpu'")
         return " && ".join(parts)
-    parts.append(f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'gpu'")
+    if any(set(product_names([d])) & set(names) for d in refused):
+        # Refused devices of an allowed product: the MIG devices are told apart by their
+        # ``profile`` (the DRA driver's, ``CommonAttributesMig``). ``type`` comes first:
+        # a device without ``profile`` fails the selector with an error otherwise, and the
+        # allocator fails the claim on a CEL error (``&&`` and ``||`` absorb it).
+        kinds = ", ".join(f"'{p}'" for p in sorted({_profile(d) for d in migs}))
+        mig = (
+            f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'mig' && "
+            f"device.attributes['{NVIDIA_DRA_DRIVER}'].profile in [{kinds}]"
+        )
+        whole = f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'gpu'"
+        parts.append(mig if len(migs) == len(good) else f"({whole} || ({mig}))")
     return " && ".join(parts)
+
+
+def _profile(device: Device) -> str:
+    return next(
+        (_text(v) for d, n, v in device.attributes if (d, n) == (NVIDIA_DRA_DRIVER, "profile")),
+        "",
+    )
 
 
 # --- the pod's claims against the policy --------------------------------------------------
@@ -380,9 +522,11 @@ def served_template(
 
 def _remedy(pod_claim: PodClaim, selector: str, namespace: str, containers: Sequence[str]) -> str:
     if pod_claim.counted:
+        # A claim object judged at its own creation has no name in a pod yet.
+        named = f' (claim "{pod_claim.name}")' if pod_claim.name else ""
         return (
             "The webhook cannot change a claim the pod only names: add this selector to the "
-            f'GPU requests of {pod_claim.source} (claim "{pod_claim.name}"): '
+            f"GPU requests of {pod_claim.source}{named}: "
             f'selectors: [{{cel: {{expression: "{selector}"}}}}].'
         )
     template, holders = served_template(pod_claim, selector, namespace)
@@ -454,7 +598,9 @@ def device_policy_findings(
                 f"{rule.describe} here (read on the devices ResourceSlices publish). "
                 + (remedy if number == 0 else "See the first finding for this claim.")
             )
-            summary = f"{pod_claim.name} may get {products}, outside {rule.describe}"
+            summary = (
+                f"{pod_claim.name or pod_claim.source} may get {products}, outside {rule.describe}"
+            )
             yield Finding(rule.rule, rule.check, rule.action, message, summary, where)
 
 
@@ -589,6 +735,28 @@ def _meets(requirements: Sequence[Mapping[str, Any]], labels: Mapping[str, str])
     return all(requirement_matches(r, labels) for r in requirements)
 
 
+def _carries(keys: set[str]) -> Callable[[Node], bool]:
+    """Whether a node is described by the labels ``keys`` (has them, or, for labels GFD
+    writes only where MIG devices of the kind exist, is labelled by GFD at all: there the
+    label's absence says the node has none, and the affinity judges it rightly)."""
+    plain = {k for k in keys if not _mig_only(k)}
+    if plain == keys:
+        return lambda node: keys <= node.labels.keys()
+
+    def carries(node: Node) -> bool:
+        labels = node.labels
+        gfd = PRODUCT_LABEL in labels or MIG_STRATEGY_LABEL in labels
+        return plain <= labels.keys() and (gfd or keys <= labels.keys())
+
+    return carries
+
+
+def _mig_only(key: str) -> bool:
+    """A label GFD sets only for MIG devices: per profile (mig.strategy mixed), or the
+    attributes under ``nvidia.com/gpu`` (single)."""
+    return key in GPU_MIG_LABELS or mig_label(key) is not None
+
+
 def affinity_plan(
     required: Sequence[Mapping[str, Any]],
     *,
@@ -604,7 +772,7 @@ def affinity_plan(
     there that the requirements refuse, and nothing can steer it off (a resource a class
     serves); ``holds``: the node has as many GPUs as the pod asks (``holds_gpus``).
     Cordons and conditions are ignored, as denials do."""
-    keyed = tuple(r for r in required if str(r.get("key")) in DEVICE_LABELS)
+    keyed = tuple(r for r in required if is_device_label(str(r.get("key"))))
     if not keyed:
         return APPLY
     before: list[tuple[Node, bool]] = []
@@ -622,15 +790,16 @@ def affinity_plan(
             if dra or plugin_node(node):
                 before.append((node, dra))
     keys = {str(r.get("key")) for r in keyed}
+    carries = _carries(keys)
     # Shut out for want of the labels: a DRA node labelled otherwise (GFD still running)
     # is judged by its labels, as every node is.
-    shut_out = tuple(n.name for n, dra in before if dra and not keys <= set(n.labels))
+    shut_out = tuple(n.name for n, dra in before if dra and not carries(n))
     if not shut_out:
         return APPLY
-    labelled = [n for n, _ in before if keys <= set(n.labels)]
+    labelled = [n for n, _ in before if carries(n)]
     if not labelled and not nodes.unbounded_for(placement):
         return AffinityPlan("skip", keyed, shut_out)
-    unknown = [n for n, dra in before if not dra and not keys <= set(n.labels)]
+    unknown = [n for n, dra in before if not dra and not carries(n)]
     # Labelled nodes meet the rule: where the DRA nodes could give the pod a refused device
     # and nothing can steer it there, keeping them out places the pod within the policy.
     # Not where none of them holds the pod: the affinity would leave it nowhere, and the

@@ -4,8 +4,9 @@ and ``serve`` (issue 31).
 GPU Operator's DRA stack (``GPUCluster``) runs neither the device plugin nor GPU feature
 discovery, so a rule written for GFD's labels keys on labels its GPU nodes lack. The engine
 then holds product, memory, architecture and driver rules on the devices ResourceSlices
-publish (``scheduling.devicepolicy``), and the sharing strategy as whether a device allows
-multiple allocations; every other key (MIG strategy and config, a label the cluster never
+publish (``scheduling.devicepolicy``), GFD's per-profile MIG labels on MIG devices of that
+profile, and the sharing strategy as whether a device allows multiple allocations; every
+other key (MIG strategy and config, a node's count of devices, a label the cluster never
 set) silently matches no node. Either way the admin is told: which
 rule, which label, and what to key on instead.
 """
@@ -19,10 +20,14 @@ from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.gpufacts import MEMORY_LABEL, PRODUCT_LABEL
 from webhook.engine.resources.inventory import Inventory, Node
 from webhook.engine.scheduling.devicepolicy import (
-    DEVICE_LABELS,
+    GPU_MIG_LABELS,
+    MIG_COUNT,
     NVIDIA_DRA_DRIVER,
     REPLICAS_LABEL,
     SHARING_LABEL,
+    dra_profile,
+    is_device_label,
+    mig_label,
 )
 from webhook.engine.scheduling.dra import gpu_devices, gpu_names
 
@@ -37,7 +42,38 @@ _ATTRIBUTE = {
 }
 
 
+# A per-profile MIG label's reading (``devicepolicy._mig_labels``): the device's profile,
+# and the attribute or capacity that stands for the suffix (slices: the profile itself).
+_MIG_ATTRIBUTE = {
+    "product": "attributes['{d}'].productName",
+    "memory": "capacity['{d}'].memory",
+    "multiprocessors": "capacity['{d}'].multiprocessors",
+    "engines.copy": "capacity['{d}'].copyEngines",
+    "engines.decoder": "capacity['{d}'].decoders",
+    "engines.encoder": "capacity['{d}'].encoders",
+    "engines.jpeg": "capacity['{d}'].jpegEngines",
+    "engines.ofa": "capacity['{d}'].ofaEngines",
+}
+
+
 def _attribute(key: str) -> str:
+    device = f"device.attributes['{NVIDIA_DRA_DRIVER}']"
+    found = mig_label(key)
+    if key in GPU_MIG_LABELS:  # mig.strategy single: the attributes of every MIG device
+        suffix, text = key.removeprefix("nvidia.com/gpu."), f"{device}.type == 'mig'"
+    elif found is not None:
+        suffix = found[1]
+        # ``type`` first: ``profile`` on a device without it is a CEL error.
+        text = f"{device}.type == 'mig' && {device}.profile == '{dra_profile(found[0])}'"
+    else:
+        suffix = text = ""
+    if text:
+        if suffix in ("replicas", "sharing-strategy"):
+            return f"{text} && !device.allowMultipleAllocations"
+        extra = _MIG_ATTRIBUTE.get(suffix)
+        if extra:
+            return f"{text} && device.{extra.format(d=NVIDIA_DRA_DRIVER)}"
+        return text if found is not None else f"{text} && {device}.profile"  # the slices
     for prefix, attribute in _ATTRIBUTE.items():
         if key == prefix or key.startswith(f"{prefix}."):
             return attribute
@@ -68,7 +104,16 @@ def _instead(key: str, *, dra: bool, carried: Sequence[str]) -> str:
             "Key claims on !device.allowMultipleAllocations in a CEL selector instead (or "
             "keep shared and whole GPUs apart by DeviceClass)"
         )
-    if dra and key in DEVICE_LABELS:
+    found = mig_label(key)
+    if dra and found is not None and found[1] == MIG_COUNT:
+        return (
+            "its GPUs are described in ResourceSlices, and how many MIG devices of profile "
+            f"{found[0]} a node has is the node's, not any device's (GFD counts them per "
+            "node, as nvidia.com/gpu.count): no device reading. Ask for the devices in a "
+            f"ResourceClaim instead (its count, with device.attributes['{NVIDIA_DRA_DRIVER}']"
+            f".profile == '{dra_profile(found[0])}' in a CEL selector)"
+        )
+    if dra and is_device_label(key):
         return (
             f"its GPUs are described in ResourceSlices ({_attribute(key)}), where the webhook "
             "holds the rule: pods are admitted where every device they may get meets it, and "
