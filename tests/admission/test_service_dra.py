@@ -48,11 +48,18 @@ def claim(count: int) -> dict[str, Any]:
 
 
 def test_a_claim_no_node_can_meet_is_denied_on_create_naming_the_check(service):
-    response = answer(service, review(claim(12)), mutate=False)
+    # 17: more than even the cordoned L40S node (16), which a cordon passing opens.
+    response = answer(service, review(claim(17)), mutate=False)
     assert response["allowed"] is False
     assert response["status"]["code"] == 403
     assert "[builtin/deviceClaims]" in response["status"]["message"]
-    assert "has 8" in response["status"]["message"]
+    assert "has 16" in response["status"]["message"]
+
+
+def test_a_claim_only_a_cordoned_node_can_meet_is_allowed_with_a_warning(service):
+    response = answer(service, review(claim(12)), mutate=False)
+    assert response["allowed"] is True
+    assert any("unavailable now" in w for w in response["warnings"]), response
 
 
 def test_a_claim_that_fits_is_allowed_and_an_update_is_not_judged_again(service):

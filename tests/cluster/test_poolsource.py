@@ -186,6 +186,48 @@ def test_the_cluster_autoscaler_status_is_read_by_name(status: int) -> None:
         server.stop()
 
 
+# What cluster-autoscaler before 1.30 writes (clusterstate/utils/status.go
+# WriteStatusConfigMap): its header, then GetReadableString's report or a message.
+TEXT_HEADER = "Cluster-autoscaler status at 2023-06-01 12:00:00.123456789 +0000 UTC:\n"
+TEXT_REPORT = (
+    "Cluster-wide:\n  Health:      Healthy (ready=1 registered=1)\n\nNodeGroups:\n"
+    "  Name:        gpu-pool\n  Health:      Healthy (ready=0 unready=0 (resourceUnready=0) "
+    "notStarted=0 longNotStarted=0 registered=0 longUnregistered=0 cloudProviderTarget=0 "
+    "(minSize=0, maxSize=3))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "autoscalers"),
+    [
+        pytest.param(TEXT_REPORT, ["gpu-pool"], id="a node group at size 0"),
+        pytest.param("Initializing", ["cluster-autoscaler"], id="starting: groups unknown"),
+    ],
+)
+def test_the_text_status_of_an_older_autoscaler_is_read_from_the_api_server(
+    text: str, autoscalers: list[str]
+) -> None:
+    server = ReplayServer().start()
+    server.lists.append(Body(fixture("node-list.json")))
+    configmap = {
+        "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
+        "data": {"status": TEXT_HEADER + text},
+    }
+    server.routes[CA_STATUS_PATH] = deque([Body(json.dumps(configmap).encode())])
+    source = live(server)
+    try:
+        source.start()
+        eventually(source.ready, timeout=10)
+        pools = source.pools()
+        assert pools is not None
+        assert [a.name for a in pools.autoscalers] == autoscalers
+    finally:
+        source.stop()
+        server.stop()
+
+
 def test_a_worker_sees_the_nodepools_the_watcher_lists_and_watches(tmp_path: Path) -> None:
     """The production path: the pod's watcher process reads the pools, workers follow it."""
     server = ReplayServer().start()

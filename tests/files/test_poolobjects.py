@@ -39,6 +39,28 @@ def test_the_text_status_of_older_autoscalers_names_them_too() -> None:
     assert groups[0].reason == "node group at size 0 (max 3): its nodes' shape is not in the API"
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        # NewStatusMapRecorder, as the autoscaler starts (clusterstate/utils/status.go).
+        pytest.param("Initializing", id="starting"),
+        # OnEmptyCluster (processors/actionablecluster/actionable_cluster_processor.go).
+        pytest.param("Cluster has no ready nodes.", id="waiting for ready nodes"),
+        pytest.param("Cluster has no nodes.", id="waiting for nodes"),
+    ],
+)
+def test_a_text_status_that_is_a_message_is_an_autoscaler_of_unknown_groups(message: str) -> None:
+    text = f"Cluster-autoscaler status at 2023-06-01 12:00:00.123456789 +0000 UTC:\n{message}"
+    (only,) = cluster_autoscaler_groups(status_of({"data": {"status": text}}))
+    assert only.reason == f'its status says "{message}", not its node groups: node groups unknown'
+
+
+def test_a_text_report_without_node_groups_is_an_autoscaler_that_has_none() -> None:
+    """GetReadableString leaves ``NodeGroups:`` out only when there are none."""
+    report = LEGACY.partition("\nNodeGroups:")[0] + "\n"
+    assert cluster_autoscaler_groups(status_of({"data": {"status": report}})) == ()
+
+
 def test_an_unreadable_status_is_an_autoscaler_of_unknown_groups() -> None:
     (only,) = cluster_autoscaler_groups(status_of({"data": {}}))
     assert "node groups unknown" in only.reason

@@ -7,9 +7,11 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.builders import RULES
+from webhook.cli import main
 from webhook.files.inventoryfile import load_inventory_file
 from webhook.files.rulefiles import load_policy
 from webhook.reports.explain import explain, render_text
@@ -65,3 +67,41 @@ def test_the_inventory_report_shows_them_as_two_classes(tmp_path: Path) -> None:
 
     products = sorted((c.product, c.nodes) for c in report.classes)
     assert products == [("(no GPU)", 1), ("NVIDIA A100-SXM4-80GB", 2), ("NVIDIA L4", 2)]
+
+
+CLAIM_POD = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.nvidia.com}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: by-claim, namespace: default}
+spec:
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+  containers:
+  - name: main
+    image: nvcr.io/nvidia/pytorch:24.05-py3
+    resources: {claims: [{name: gpu}]}
+"""
+
+
+def test_the_dra_nodes_a_claim_pod_is_shown_are_not_counted_as_nodes_without_gpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The four DRA nodes are the table's two classes; cpu-0 alone has no GPU."""
+    manifest = tmp_path / "claim-pod.yaml"
+    manifest.write_text(CLAIM_POD)
+
+    main(["explain", "--rules", str(RULES), "--inventory", str(INVENTORY), "-f", str(manifest)])
+    text = capsys.readouterr().out
+
+    assert "NVIDIA A100-SXM4-80GB  2 nodes" in text, text
+    assert "NVIDIA L4              2 nodes" in text, text
+    assert "and 1 node without GPUs" in text, text

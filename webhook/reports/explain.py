@@ -236,7 +236,13 @@ def explain(
                 path=".".join(map(str, template.spec_path)) or "spec",
                 demand=demand,
                 classes=classes,
-                other_nodes=sum(1 for n in nodes if _no_gpu(n, served, inventory.devices)),
+                # A node whose devices the table shows (the pod's claims' classes too)
+                # is no node without GPUs.
+                other_nodes=sum(
+                    1
+                    for n in nodes
+                    if _no_gpu(n, {**served, **_claim_classes(pending)}, inventory.devices)
+                ),
                 unoffered=(
                     _unoffered(
                         inventory,

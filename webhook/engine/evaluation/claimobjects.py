@@ -3,7 +3,7 @@
 A claim that no node can ever meet leaves every pod that uses it Pending; saying so when
 the claim is created (or in ``gpu-webhook check``) is the earliest point to say it. The
 same rules apply as to pods' claims (``webhook.engine.scheduling.dra``): an unknown class, no fit on
-any schedulable node, and a GPU count above a matching rule's ``maxGPUsPerPod``.
+any node once uncordoned, and a GPU count above a matching rule's ``maxGPUsPerPod``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import replace
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.kube.selectors import dig
 from webhook.engine.policy.decision import Decision, Finding, decide
-from webhook.engine.policy.ruleset import Policy, Rule
-from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, claim_from_json
+from webhook.engine.policy.ruleset import Policy, Rule, Settings
+from webhook.engine.resources.devices import Claim, ClaimSpec, DeviceInventory, claim_from_json
 from webhook.engine.resources.inventory import Inventory
 from webhook.engine.scheduling.devicepolicy import device_policy_findings, device_rules
 from webhook.engine.scheduling.dra import (
@@ -136,30 +136,65 @@ def evaluate_claim_object(
             )
         )
     if not unknown:
-        found = candidates(devices, snapshot, EVERYWHERE)
-        answer = fits_somewhere((claim.spec,), found, devices)
-        if answer.fits is False:
-            subject = PodClaim("", kind, claim)
-            message, summary = shortfall((subject,), found, found, devices, usable="in the cluster")
-            findings.append(
-                Finding(
-                    "builtin",
-                    "deviceClaims",
-                    "deny"
-                    if settings.actions.get("deviceClaims") == "deny"
-                    else settings.actions.get("deviceClaims", "deny"),  # type: ignore[arg-type]
-                    f"no node can ever meet this {kind}: {message}",
-                    summary,
-                    where,
-                )
+        findings.extend(
+            _fit_findings(
+                claim, kind, devices=devices, snapshot=snapshot, settings=settings, where=where
             )
-        elif answer.fits is None and "selector" in answer.reason:
-            findings.append(
-                unevaluated_selector(
-                    answer.reason, actions=settings.actions, where=where, subject=f"this {kind}"
-                )
-            )
+        )
     return decide(findings, patch=(), mutated=obj, notices=notices)
+
+
+def _fit_findings(
+    claim: Claim,
+    kind: str,
+    *,
+    devices: DeviceInventory,
+    snapshot: Inventory | None,
+    settings: Settings,
+    where: str,
+) -> list[Finding]:
+    """Whether some node can meet the claim, judged on the nodes as they will be once
+    healed (uncordoned), as a pod's claims are (``evaluate._device_findings``): a cordon
+    passes, so a claim that only a cordoned node can meet is warned, never denied."""
+    healed = EVERYWHERE.healed()
+    found = candidates(devices, snapshot, healed)
+    answer = fits_somewhere((claim.spec,), found, devices)
+    if answer.fits is False:
+        subject = PodClaim("", kind, claim)
+        message, summary = shortfall((subject,), found, found, devices, usable="in the cluster")
+        action = settings.actions.get("deviceClaims", "deny")
+        return [
+            Finding(
+                "builtin",
+                "deviceClaims",
+                action,  # type: ignore[arg-type]
+                f"no node can ever meet this {kind}: {message}",
+                summary,
+                where,
+            )
+        ]
+    if answer.fits is None:
+        if "selector" not in answer.reason:
+            return []
+        return [
+            unevaluated_selector(
+                answer.reason, actions=settings.actions, where=where, subject=f"this {kind}"
+            )
+        ]
+    if fits_somewhere((claim.spec,), candidates(devices, snapshot, EVERYWHERE), devices).fits:
+        return []
+    return [
+        Finding(
+            "builtin",
+            "deviceClaims",
+            "warn",
+            f"this {kind} fits only nodes that cannot take pods right now (cordoned): the pods "
+            "that use it stay Pending until one is uncordoned (a cordon passes, so this is no "
+            "reason to deny it).",
+            "claim fits only nodes that are unavailable now",
+            where,
+        )
+    ]
 
 
 def _policy_warnings(

@@ -188,15 +188,19 @@ def _yaml_groups(groups: Iterable[Any]) -> Iterable[Autoscaler]:
 
 def _text_groups(status: str) -> Iterable[Autoscaler]:
     """The node groups of the text report: ``GetReadableString`` in kubernetes/autoscaler
-    cluster-autoscaler/clusterstate/api/types.go (before 1.30) writes ``Cluster-wide:``,
-    then, when there are node groups, ``NodeGroups:`` and per group a ``Name:`` line (its
-    ProviderID, which may be empty) and a ``Health:`` line whose message
+    cluster-autoscaler/clusterstate/api/utils.go (before 1.30; read at 1.29.5) writes
+    ``Cluster-wide:``, then, when there are node groups, ``NodeGroups:`` and per group a
+    ``Name:`` line (its ProviderID, which may be empty) and a ``Health:`` line whose message
     ``buildHealthStatusNodeGroup`` (clusterstate/clusterstate.go) words as ``ready=.. ...
     registered=.. ... cloudProviderTarget=.. (minSize=.., maxSize=..)``.
 
     A group whose counts cannot be read, or a report that is not this text at all, is a
     node group of unknown size: an autoscaler that is there but unreadable may still
-    bring a GPU node, so it is never taken for no autoscaler."""
+    bring a GPU node, so it is never taken for no autoscaler. So is a report that is a
+    message in place of that text: ``WriteStatusConfigMap`` (clusterstate/utils/status.go)
+    writes ``Initializing`` when the autoscaler starts (``NewStatusMapRecorder``), and
+    ``OnEmptyCluster`` (processors/actionablecluster) writes ``Cluster has no ready
+    nodes.`` while it waits for nodes; neither lists the node groups it has."""
     in_groups = False
     name = ""
     groups = 0
@@ -226,14 +230,23 @@ def _text_groups(status: str) -> Iterable[Autoscaler]:
             elif registered == 0 and max_size:
                 yield _empty_group(group, max_size)
             name = ""
-    if not in_groups and not status.lstrip().startswith(
-        ("Cluster-autoscaler status", "Cluster-wide:")
-    ):
-        yield Autoscaler(
-            "cluster-autoscaler",
-            "cluster-autoscaler",
-            "its status ConfigMap is in no format the webhook can read: node groups unknown",
-        )
+    if not in_groups and (reason := _unlisted_groups(status)):
+        yield Autoscaler("cluster-autoscaler", "cluster-autoscaler", reason)
+
+
+def _unlisted_groups(status: str) -> str:
+    """Why a text report without ``NodeGroups:`` lists no node group, where that does not
+    mean the autoscaler has none: only ``GetReadableString``'s report (``Cluster-wide:``
+    first) leaves the section out for an autoscaler without node groups."""
+    lines = [line.strip() for line in status.strip().splitlines()]
+    if lines[0].startswith("Cluster-autoscaler status at"):
+        lines = lines[1:]
+    elif lines[0] != "Cluster-wide:":
+        return "its status ConfigMap is in no format the webhook can read: node groups unknown"
+    if "Cluster-wide:" in lines:
+        return ""
+    said = next((f'says "{line[:80]}"' for line in lines if line), "holds its header only")
+    return f"its status {said}, not its node groups: node groups unknown"
 
 
 def _empty_group(name: str, max_size: object) -> Autoscaler:
