@@ -536,23 +536,22 @@ def _unknown_resource(
     known = sorted(n for n in inventory.resource_names if settings.gpu_resources.is_gpu(n))
     domain = resource.partition("/")[0]
     alike = [n for n in known if n.startswith(domain + "/")] or known
-    offered = ", ".join(alike) if alike else "no GPU resources at all"
+    offered = ", ".join(alike) if alike else "no GPU resource on any node"
+    # Not "the cluster offers none": a pool may still bring GPU nodes (its sentence follows).
+    here = f"this cluster's nodes offer {offered}" if alike else "no node offers a GPU resource yet"
     profile = resource.removeprefix(MIG_PREFIX).removesuffix(".shared")
     gpus = mig_profile_gpus(profile) if resource.startswith(MIG_PREFIX) else []
     if gpus:
         # A real profile this cluster lacks: another profile is no typo fix.
         message = (
             f"the pod requests {resource}, a MIG profile of {' and '.join(gpus)} GPUs, but no "
-            f"node in this cluster offers it; this cluster offers {offered}. Ask for one of "
+            f"node in this cluster offers it; {here}. Ask for one of "
             "those, or ask an admin to partition GPUs with this profile."
         )
     else:
         close = lookalike(resource, alike)
         hint = f" Did you mean {close}?" if close else " Check the resource name."
-        message = (
-            f"the pod requests {resource}, which no node advertises; this cluster offers "
-            f"{offered}.{hint}"
-        )
+        message = f"the pod requests {resource}, which no node advertises; {here}.{hint}"
     summary = f"{resource} is offered by no node (offered: {offered})"
     return Finding(
         "builtin",
