@@ -41,7 +41,7 @@ from webhook.engine.resources.devices import (
     Profile,
     SubRequest,
 )
-from webhook.engine.resources.fit import Demand, shortfalls
+from webhook.engine.resources.fit import Demand, Shortfall, shortfalls
 from webhook.engine.resources.gpufacts import DEVICE_PLUGIN_DEFAULTS, SlotRefusal
 from webhook.engine.resources.inventory import FitAnswer as NodeFit
 from webhook.engine.resources.inventory import Inventory, Placement, Shape
@@ -109,15 +109,28 @@ def plugin_fit(
     nodes: Inventory,
     refusal: SlotRefusal,
 ) -> NodeFit:
-    """The pod's fit with the resources a device class serves put back in its vector: what
-    the nodes whose allocatable has them (a device plugin serves them there, NodeResourcesFit
-    counts them, ``filterExtendedResources``) do with the pod. Its ``refused`` are the
-    device-plugin nodes that would hold the pod but whose plugin fails a container of it
-    (more than one MPS slot; time-slicing with ``failRequestsGreaterThanOne``); a node
-    without the resources is never among them (it lacks them: the class's devices serve
-    the pod there, judged by ``whole_pod_fit``)."""
-    vector = _vector(demand, served_amounts(claims), dict(claims.served_per_container))
-    return nodes.fit(placement, vector, refusal)
+    """The pod's fit node class by node class, with the resources a device class serves
+    put back in its vector where the class's allocatable has them: a device plugin serves
+    them there and NodeResourcesFit counts them (``filterExtendedResources``); elsewhere
+    the class's devices serve them (``whole_pod_fit`` judges those). Its ``refused`` are the
+    classes that would hold the pod but whose device plugin fails a container of it (more
+    than one MPS slot; time-slicing with ``failRequestsGreaterThanOne``), and its demand
+    holds the served amounts (what a container asks, for the warning). As
+    ``Inventory.fit``, on the nodes as they are once healed."""
+    extra = served_amounts(claims)
+    most = dict(claims.served_per_container)
+    fitting: list[Shape] = []
+    missing: list[tuple[Shape, tuple[Shortfall, ...]]] = []
+    for shape in nodes.placeable(placement.healed()):
+        plugin = [(r, n) for r, n in extra if shape.allocatable.get(r, 0) > 0]
+        vector = _vector(demand, plugin, most) if plugin else demand
+        short = shortfalls(shape.allocatable, shape.gpu, vector, refusal)
+        if short:
+            missing.append((shape, short))
+        else:
+            fitting.append(shape)
+    full = _vector(demand, extra, most)
+    return NodeFit(placement, full, tuple(fitting), tuple(missing), refusal)
 
 
 def whole_pod_fit(
