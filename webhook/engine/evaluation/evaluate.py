@@ -75,8 +75,8 @@ from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.cel.celbudget import close_review, open_review
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
-from webhook.engine.resources.fit import demand_of
-from webhook.engine.resources.gpufacts import SlotRefusal
+from webhook.engine.resources.fit import Demand, demand_of, pod_requests, shortfalls
+from webhook.engine.resources.gpufacts import GPUFacts, SlotRefusal
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Node, Placement
 from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory
 from webhook.engine.resources.quotas import Quotas
@@ -117,6 +117,7 @@ from webhook.engine.scheduling.wholepod import (
 )
 
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+NO_GPU_FACTS = GPUFacts()  # a node's cpu and memory alone: no GPU resource is asked
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
 _sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
 
@@ -1300,10 +1301,20 @@ def _place_rule(
     bare = Placement.of(_strip_spec(copy.deepcopy(editor.get(spec_path)), [*keyed, *absent]))
     served_classes = [c for _, c in claims.served]
     asked = asked_gpus(pod.vector, claims)
+    # Where the pod could land and fit with the rule aside: its GPUs there, and its cpu and
+    # memory as the pod asks them now (container rules may raise them later, never lower).
+    cpu, memory = pod_requests(editor.get(spec_path), pod.containers)
+    unrestricted = holds_gpus(devices, served_classes, asked, dra_node=dra_node)
+
+    def lands(node: Node) -> bool:
+        return unrestricted(node) and not shortfalls(
+            node.allocatable, NO_GPU_FACTS, Demand((), cpu, memory)
+        )
+
     plan = remembered_plan(
         devices,
         snapshot,
-        (bare.key(), explicit, asked, tuple(sorted(wanted)), tuple(served_classes)),
+        (bare.key(), explicit, asked, tuple(sorted(wanted)), tuple(served_classes), cpu, memory),
         rule,
         lambda: affinity_plan(
             keyed,
@@ -1311,7 +1322,7 @@ def _place_rule(
             nodes=snapshot,
             dra_node=dra_node,
             plugin_node=plugin_node,
-            refused_on=refuses_devices(devices, served_classes, device_rules([rule]))
+            refused_on=refuses_devices(devices, served_classes, device_rules([rule]), lands=lands)
             if claims.served and not explicit
             else None,
             holds=holds_gpus(
