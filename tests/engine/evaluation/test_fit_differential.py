@@ -668,6 +668,77 @@ def test_with_a_class_serving_nvidia_gpu_a_pod_is_admitted_exactly_when_some_nod
     assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])
 
 
+def sharing_keys(nodes: list[GeneratedNode]) -> set[str]:
+    """The GFD labels naming the strategy of the nodes' shared resources (a renamed
+    ``X.shared`` under ``X``: k8s-device-plugin ``internal/lm/resource.go``)."""
+    return {
+        f"{n.shared[0].removesuffix('.shared')}.sharing-strategy"
+        for n in nodes
+        if n.shared is not None
+    }
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=inventories(),
+    pod=pods(),
+    tolerate=st.booleans(),
+    dra=st.lists(st.tuples(st.booleans(), st.integers(0, 6), st.integers(0, 2)), min_size=8),
+    plugin=device_plugins,
+)
+def test_with_a_class_serving_nvidia_gpu_an_admitted_pod_never_lands_where_a_plugin_refuses_it(
+    nodes: list[GeneratedNode],
+    pod: dict[str, Any],
+    tolerate: bool,
+    dra: list[tuple[bool, int, int]],
+    plugin: DevicePlugin,
+) -> None:
+    """A class serves nvidia.com/gpu beside device-plugin nodes that share it (MPS, or
+    time-slicing with ``failRequestsGreaterThanOne``): the scheduler serves the resource by
+    the plugin where the node's allocatable has it (``filterExtendedResources``), and the
+    plugin there fails a container asking more than one slot. A pod some node takes is
+    admitted; an admitted pod's patched placement holds no node that would fail it, unless
+    the keep-off is turned off or would leave it nowhere (a DRA node carrying the refused
+    strategy's label), and then it is warned where it may land."""
+    assume(pod_request(pod["spec"], GPU))
+    slices, untainted = served_by_dra(nodes, dra)
+    inventory = Inventory([node_from_json(n.as_json()) for n in nodes])
+
+    decision = evaluate(
+        Request(pod),
+        policy=policy(tolerate=tolerate, memory=None, plugin=plugin),
+        inventory=InventoryView(inventory, devices=DeviceInventory.of([DRA_CLASS, *slices])),
+    )
+
+    assert decision.mutated is not None
+    spec = dict(decision.mutated)["spec"]
+
+    def takes(n: GeneratedNode) -> bool:
+        units = untainted.get(n.name, 0)
+        return (
+            node_admits_healed(n, spec)
+            and node_holds(served_node(n, units) if GPU not in n.allocatable else n, spec)
+            and devices_hold(n, spec, units, [])
+        )
+
+    fits = [n for n in nodes if takes(n) and not refused(n, spec, plugin)]
+    checks = CAPACITY_CHECKS | {"deviceClaims"}
+    denied = [f for f in decision.findings if f.check in checks and f.action == "deny"]
+    assert bool(fits) != bool(denied), (fits, [f.message for f in decision.findings])
+    landing = [n for n in nodes if takes(n) and refused(n, spec, plugin)]
+    if not fits or not landing:
+        return
+    warned = any(
+        f.check == "sharedGPURequest" and "can also land on" in f.message for f in decision.findings
+    )
+    assert warned, (landing, decision.findings)
+    strategies = {s for s in ("mps", "time-slicing") if plugin.refuses(s)}
+    keys = sharing_keys(landing)
+    # A node the keep-off leaves open that takes the pod: the keep-off was possible.
+    stays = [n for n in fits if all(n.labels.get(k) not in strategies for k in keys)]
+    assert not (plugin.keep_off and stays), (landing, stays, decision.findings)
+
+
 IMPLICIT = "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
 
 

@@ -327,9 +327,11 @@ def steerable(nodes: list[GPUNode], ask: Ask, rule: DevicePolicy) -> bool:
     ):
         return True
     # Or with the label absent as well: the webhook steers by the rule's own requirement
-    # only, so the labelled nodes it admits stay open beside the unlabelled ones.
+    # only, so the labelled nodes it admits stay open beside the unlabelled ones. A node
+    # that cannot hold the pod gives it nothing (the scheduler filters it out), so only
+    # the refused devices of nodes that hold it count.
     unlabelled = [n for n in nodes if n.kind == "dra"]
-    refused = any(not rule.allows(*d) for n in [*unlabelled, *admitted] for d in offered(n, every))
+    refused = any(not rule.allows(*d) for n in [*unlabelled, *admitted] for d in offered(n, ask))
     return not refused and any(offered(n, ask) for n in unlabelled)
 
 
@@ -372,6 +374,16 @@ def written_as_told(message: str) -> tuple[dict[str, Any], dict[str, Any]] | Non
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=clusters(), rule=device_policies, ask=asks)
+# An L4 node too small for the pod holds no device it could be given: the DRA nodes stay open.
+@example(
+    nodes=[
+        GPUNode("gpu-0", "plugin", [0, 0]),
+        GPUNode("gpu-1", "dra", [2]),
+        GPUNode("gpu-2", "dra", [0, 0]),
+    ],
+    rule=DevicePolicy(products=(0,)),
+    ask=Ask(2, claim=False),
+)
 def test_an_admitted_pod_gets_only_allowed_devices_and_a_placeable_pod_is_admitted(
     nodes: list[GPUNode], rule: DevicePolicy, ask: Ask
 ) -> None:
@@ -382,6 +394,11 @@ def test_an_admitted_pod_gets_only_allowed_devices_and_a_placeable_pod_is_admitt
     assert decision.mutated is not None
     spec = dict(decision.mutated)["spec"]
     messages = [f"{f.id} {f.action}: {f.message}" for f in decision.findings]
+    # DRA nodes are kept out for their refused devices only where the pod could land on one
+    # of them and be given one: a node that cannot hold it gives it nothing.
+    if any("hold devices the rule refuses" in f.message for f in decision.findings):
+        unlabelled = [n for n in nodes if n.kind == "dra"]
+        assert any(not rule.allows(*d) for n in unlabelled for d in offered(n, ask)), messages
     if decision.allowed:
         gets = possible(nodes, ask, spec)
         assert all(rule.allows(*d) for ds in gets.values() for d in ds), (gets, messages)

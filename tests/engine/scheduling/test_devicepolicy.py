@@ -33,6 +33,7 @@ from webhook.engine.scheduling.devicepolicy import (
     is_mig,
     label_form,
     mig_label,
+    refuses_devices,
 )
 from webhook.files.inventoryfile import load_inventory_file
 from webhook.files.rulefiles import load_policy
@@ -196,6 +197,33 @@ def test_a_rules_gpu_label_affinity_is_planned_with_and_without_it(
     )
 
     assert plan.verdict == verdict
+
+
+DRA_MIXED = load_inventory_file(str(ROOT / "tests/cases/_inventories/dra-mixed.yaml")).view()
+
+
+@pytest.mark.parametrize(
+    ("lands", "refused"),
+    [
+        pytest.param(None, True, id="a node holding H100s refuses an A100-only rule"),
+        pytest.param(lambda _node: True, True, id="where the pod lands there, it refuses"),
+        pytest.param(
+            lambda _node: False, False, id="where the pod cannot land, it refuses nothing"
+        ),
+    ],
+)
+def test_a_dra_node_refuses_devices_only_where_the_pod_could_land_and_fit(
+    lands: Any, refused: bool
+) -> None:
+    """kube-scheduler filters out a node that cannot hold the pod: none of its devices,
+    refused or not, is ever given to it."""
+    assert DRA_MIXED.devices is not None
+    assert DRA_MIXED.snapshot is not None
+    (h100,) = [n for n in DRA_MIXED.snapshot.nodes if n.name == "dra-h100-0"]
+
+    judge = refuses_devices(DRA_MIXED.devices, ["gpu.nvidia.com"], lands=lands)
+
+    assert judge(h100, PRODUCT_IN) is refused
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,22 @@ from typing import Any
 
 import pytest
 
+from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.evaluation.request import InventoryView
+from webhook.engine.policy.ruleset import GPUResources
+from webhook.engine.resources.fit import Demand, demand_of
+from webhook.engine.resources.gpufacts import DEVICE_PLUGIN_DEFAULTS, SlotRefusal
+from webhook.engine.resources.inventory import Placement
+from webhook.engine.scheduling.dra import NO_CLAIMS, PodClaims, extended_resource_claims
 from webhook.engine.scheduling.wholepod import (
     ServedTotal,
     cluster_capacity_finding,
+    plugin_fit,
     served_total,
+    whole_pod_answer,
+    whole_pod_shortfall,
 )
-from webhook.files.inventoryfile import inventory_from_text
+from webhook.files.inventoryfile import inventory_from_text, load_inventory_file
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
 DRIVER = "gpu.nvidia.com"
@@ -235,3 +244,113 @@ def test_partitions_of_one_gpu_count_as_many_as_fit_together() -> None:
     )
     assert answer is not None
     assert (answer.devices, answer.unknown) == (4 + 7, "")
+
+
+# --- device-plugin nodes that would refuse a container of a served resource -----------------
+
+REFUSING = load_inventory_file(str(INVENTORIES / "dra-mixed-refusing.yaml")).view()
+TIME_SLICING_REFUSES = SlotRefusal(time_slicing=True)
+
+
+def served_pod(*counts: int, node: str = "") -> tuple[PodClaims, Demand, Placement]:
+    """A pod whose containers ask ``counts`` nvidia.com/gpu, which the cluster's class
+    serves; tolerating the GPU taint, on ``node`` alone where one is named."""
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": f"c{i}", "resources": {"limits": {"nvidia.com/gpu": n}}}
+            for i, n in enumerate(counts)
+        ],
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    resources = GPUResources((("nvidia.com/gpu", False),))
+    pod, claims = extended_resource_claims(
+        pod_gpus(spec, resources), NO_CLAIMS, devices=REFUSING.devices
+    )
+    demand = demand_of(spec, pod.vector, pod.per_container, pod.containers)
+    return claims, demand, Placement.of(spec)
+
+
+def refused_names(claims: PodClaims, demand: Demand, placement: Placement, **kw: Any) -> set[str]:
+    assert REFUSING.snapshot is not None
+    answer = plugin_fit(
+        claims,
+        demand=demand,
+        placement=placement,
+        nodes=REFUSING.snapshot,
+        refusal=kw.get("refusal", DEVICE_PLUGIN_DEFAULTS),
+    )
+    return {node.name for shape in answer.refused for node in shape.members}
+
+
+@pytest.mark.parametrize(
+    ("counts", "refusal", "refused"),
+    [
+        pytest.param((2,), DEVICE_PLUGIN_DEFAULTS, {"gpu-mps-0"}, id="two MPS slots: the MPS node"),
+        pytest.param((1, 1), DEVICE_PLUGIN_DEFAULTS, set(), id="one slot per container: none"),
+        pytest.param(
+            (2,),
+            TIME_SLICING_REFUSES,
+            {"gpu-mps-0", "gpu-ts-0"},
+            id="failRequestsGreaterThanOne for time-slicing: both plugin nodes",
+        ),
+        pytest.param((9,), DEVICE_PLUGIN_DEFAULTS, set(), id="more than the MPS node holds: none"),
+    ],
+)
+def test_the_plugin_nodes_that_would_fail_a_container_of_a_served_resource_are_refused(
+    counts: tuple[int, ...], refusal: SlotRefusal, refused: set[str]
+) -> None:
+    claims, demand, placement = served_pod(*counts)
+    assert refused_names(claims, demand, placement, refusal=refusal) == refused
+
+
+def whole(claims: PodClaims, demand: Demand, placement: Placement, refusal: SlotRefusal) -> Any:
+    assert REFUSING.snapshot is not None
+    assert REFUSING.devices is not None
+    return whole_pod_answer(
+        claims,
+        demand=demand,
+        placement=placement,
+        nodes=REFUSING.snapshot,
+        devices=REFUSING.devices,
+        refusal=refusal,
+    )
+
+
+@pytest.mark.parametrize(
+    ("counts", "node", "refusal", "fits"),
+    [
+        pytest.param((2,), "gpu-mps-0", DEVICE_PLUGIN_DEFAULTS, False, id="only the MPS node"),
+        pytest.param((1, 1), "gpu-mps-0", DEVICE_PLUGIN_DEFAULTS, True, id="one MPS slot each"),
+        pytest.param((2,), "gpu-ts-0", DEVICE_PLUGIN_DEFAULTS, True, id="time-slicing by default"),
+        pytest.param((2,), "gpu-ts-0", TIME_SLICING_REFUSES, False, id="time-slicing refusing"),
+        pytest.param((4,), "", TIME_SLICING_REFUSES, True, id="the DRA node's 4 devices"),
+        pytest.param((5,), "", TIME_SLICING_REFUSES, False, id="5: only refusing nodes hold it"),
+    ],
+)
+def test_a_node_whose_device_plugin_fails_a_container_takes_no_part_of_the_pod(
+    counts: tuple[int, ...], node: str, refusal: SlotRefusal, fits: bool
+) -> None:
+    claims, demand, placement = served_pod(*counts, node=node)
+    assert whole(claims, demand, placement, refusal).fits is fits
+
+
+def test_the_denial_names_what_was_asked_and_the_nodes_that_refuse_it() -> None:
+    assert REFUSING.snapshot is not None
+    assert REFUSING.devices is not None
+    claims, demand, placement = served_pod(5)
+
+    message, summary = whole_pod_shortfall(
+        claims,
+        demand=demand,
+        placement=placement,
+        nodes=REFUSING.snapshot,
+        devices=REFUSING.devices,
+        refusal=TIME_SLICING_REFUSES,
+    )
+
+    assert message.startswith("the pod requests 5 nvidia.com/gpu, 5 of them in one container")
+    assert "(gpu-ts-0, gpu-mps-0)" in message
+    assert "at most 4 via DeviceClass gpu.nvidia.com on node dra-h100-0" in message
+    assert summary.startswith("5 nvidia.com/gpu asked (5 in one container)")

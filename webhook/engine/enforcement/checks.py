@@ -245,20 +245,9 @@ def fit_warnings(scope: Scope, settings: Settings) -> Iterator[Finding]:
     answer = scope.fit
     if answer is None or not answer.fitting:
         return
-    refused = answer.refused
-    if refused:
-        names = "; ".join(class_name(shape) for shape in refused[:3])
-        asked = ", ".join(f"{n} {r}" for r, n in answer.demand.per_container if n > 1)
-        message = (
-            f"a container asks for {asked}, and the pod can also land on {names}, whose NVIDIA "
-            "device plugin fails a container asking for more than one shared slot (the pod "
-            "is rejected there with UnexpectedAdmissionError and not retried). Keep it off "
-            "those nodes with required node affinity on nvidia.com/gpu.sharing-strategy, or "
-            "ask for 1 slot per container."
-        )
-        action = action_of(settings.actions.get("sharedGPURequest", "warn"))
-        summary = f"may land on nodes that refuse {asked} per container"
-        yield Finding("builtin", "sharedGPURequest", action, message, summary, scope.where)
+    refused = refused_finding(answer, settings=settings, where=scope.where)
+    if refused is not None:
+        yield refused
     waiting = answer.waiting()
     if waiting:
         states = "; ".join(f"{class_name(shape)} are {state}" for shape, state in waiting[:3])
@@ -282,6 +271,26 @@ def fit_warnings(scope: Scope, settings: Settings) -> Iterator[Finding]:
             f"fits only nodes that are unavailable now ({states})",
             scope.where,
         )
+
+
+def refused_finding(answer: FitAnswer, *, settings: Settings, where: str) -> Finding | None:
+    """``sharedGPURequest`` where the pod may land on nodes whose device plugin fails a
+    container of it (``answer.refused``); None where it may not."""
+    refused = answer.refused
+    if not refused:
+        return None
+    names = "; ".join(class_name(shape) for shape in refused[:3])
+    asked = ", ".join(f"{n} {r}" for r, n in answer.demand.per_container if n > 1)
+    message = (
+        f"a container asks for {asked}, and the pod can also land on {names}, whose NVIDIA "
+        "device plugin fails a container asking for more than one shared slot (the pod "
+        "is rejected there with UnexpectedAdmissionError and not retried). Keep it off "
+        "those nodes with required node affinity on nvidia.com/gpu.sharing-strategy, or "
+        "ask for 1 slot per container."
+    )
+    action = action_of(settings.actions.get("sharedGPURequest", "warn"))
+    summary = f"may land on nodes that refuse {asked} per container"
+    return Finding("builtin", "sharedGPURequest", action, message, summary, where)
 
 
 def _too_big(scope: Scope, inventory: Inventory) -> tuple[str, str] | None:

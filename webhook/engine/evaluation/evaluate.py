@@ -35,6 +35,7 @@ from webhook.engine.enforcement.checks import (
     min_values_only,
     misspelled_findings,
     quantity_findings,
+    refused_finding,
     rule_findings,
     whole_gpus,
 )
@@ -74,7 +75,8 @@ from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.cel.celbudget import close_review, open_review
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
-from webhook.engine.resources.fit import demand_of
+from webhook.engine.resources.fit import Demand, demand_of, pod_requests, shortfalls
+from webhook.engine.resources.gpufacts import GPUFacts, SlotRefusal
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Node, Placement
 from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory
 from webhook.engine.resources.quotas import Quotas
@@ -108,11 +110,14 @@ from webhook.engine.scheduling.poolsizing import PoolSizing, size_pools
 from webhook.engine.scheduling.wholepod import (
     cluster_capacity_finding,
     needs_whole_pod,
+    plugin_fit,
     served_total,
+    whole_pod_answer,
     whole_pod_findings,
 )
 
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+NO_GPU_FACTS = GPUFacts()  # a node's cpu and memory alone: no GPU resource is asked
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
 _sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
 
@@ -998,8 +1003,9 @@ def _evaluate_template(
     spec = editor.get(spec_path)
     placement = Placement.of(spec)
     fit = None
+    refused = None
     if snapshot is not None and pod.total:
-        placement, fit = _fit(
+        placement, fit, refused = _fit(
             editor,
             spec_path,
             pod,
@@ -1009,6 +1015,8 @@ def _evaluate_template(
             settings=settings,
             mutated_by=mutated_by,
             mutate=mutate,
+            claims=claims,
+            devices=devices,
         )
     reach = PodReach(editor.get(spec_path), placement, settings, snapshot, devices)
     if hiding and not mutate:
@@ -1036,6 +1044,8 @@ def _evaluate_template(
         bool(claims.gpu_classes),
     )
     findings.extend(_gpu_findings(scope, snapshot))
+    if refused is not None:
+        findings.append(refused)
     if scope.fit is not None and scope.fit.fitting and drivers_known(scope.fit):
         findings.extend(_cuda(editor, scope, access, mutated_by, mutate=mutate))
         context.notices.extend(cuda_notices(scope.pod, settings, scope.fit))
@@ -1291,10 +1301,20 @@ def _place_rule(
     bare = Placement.of(_strip_spec(copy.deepcopy(editor.get(spec_path)), [*keyed, *absent]))
     served_classes = [c for _, c in claims.served]
     asked = asked_gpus(pod.vector, claims)
+    # Where the pod could land and fit with the rule aside: its GPUs there, and its cpu and
+    # memory as the pod asks them now (container rules may raise them later, never lower).
+    cpu, memory = pod_requests(editor.get(spec_path), pod.containers)
+    unrestricted = holds_gpus(devices, served_classes, asked, dra_node=dra_node)
+
+    def lands(node: Node) -> bool:
+        return unrestricted(node) and not shortfalls(
+            node.allocatable, NO_GPU_FACTS, Demand((), cpu, memory)
+        )
+
     plan = remembered_plan(
         devices,
         snapshot,
-        (bare.key(), explicit, asked, tuple(sorted(wanted)), tuple(served_classes)),
+        (bare.key(), explicit, asked, tuple(sorted(wanted)), tuple(served_classes), cpu, memory),
         rule,
         lambda: affinity_plan(
             keyed,
@@ -1302,7 +1322,7 @@ def _place_rule(
             nodes=snapshot,
             dra_node=dra_node,
             plugin_node=plugin_node,
-            refused_on=refuses_devices(devices, served_classes, device_rules([rule]))
+            refused_on=refuses_devices(devices, served_classes, device_rules([rule]), lands=lands)
             if claims.served and not explicit
             else None,
             holds=holds_gpus(
@@ -1369,12 +1389,27 @@ def _fit(
     settings: Settings,
     mutated_by: dict[str, None],
     mutate: bool,
-) -> tuple[Placement, FitAnswer]:
+    claims: PodClaims,
+    devices: DeviceInventory | None,
+) -> tuple[Placement, FitAnswer, Finding | None]:
     """Where the pod's whole request fits; when some nodes it can land on would fail it at
     the device plugin and others would not, it is first kept off the former (issue 21), unless
-    the object may not be patched (a Pod UPDATE)."""
+    the object may not be patched (a Pod UPDATE). With the warning that it may still land on
+    such nodes, where a device class serves its GPUs (``_served_fit``)."""
     demand = demand_of(spec, pod.vector, pod.per_container, pod.containers)
     fit = snapshot.fit(placement, demand, settings.device_plugin)
+    if claims.served:
+        return _served_fit(
+            editor,
+            spec_path,
+            claims,
+            fit,
+            snapshot=snapshot,
+            devices=devices,
+            settings=settings,
+            mutated_by=mutated_by,
+            mutate=mutate,
+        )
     if mutate and fit.fitting and fit.refused and settings.keep_off_refusing_nodes:
         before = len(editor.ops)
         keep_off_refusing_nodes(editor, spec_path, fit)
@@ -1382,7 +1417,71 @@ def _fit(
             mutated_by["builtin/keepOffRefusingNodes"] = None
             placement = Placement.of(editor.get(spec_path))
             fit = snapshot.fit(placement, demand, settings.device_plugin)
-    return placement, fit
+    return placement, fit, None
+
+
+def _served_fit(
+    editor: Editor,
+    spec_path: WorkloadPath,
+    claims: PodClaims,
+    fit: FitAnswer,
+    *,
+    snapshot: Inventory,
+    devices: DeviceInventory | None,
+    settings: Settings,
+    mutated_by: dict[str, None],
+    mutate: bool,
+) -> tuple[Placement, FitAnswer, Finding | None]:
+    """The keep-off where a device class serves the pod's GPU resources (KEP-5004): they are
+    out of ``fit``'s vector, held as claims, but on a node whose allocatable has them the
+    device plugin serves them (``filterExtendedResources``), and may fail a container of
+    the pod there. Those nodes are judged with the served amounts (``plugin_fit``); the
+    affinity that keeps the pod off them is added only where the pod, so patched, still
+    has a node that takes it all (``whole_pod_answer``): never a denial of the webhook's
+    own making. Where it may still land on them, a ``sharedGPURequest`` warning says so."""
+    placement, demand, refusal = fit.placement, fit.demand, settings.device_plugin
+    plugin = plugin_fit(claims, demand=demand, placement=placement, nodes=snapshot, refusal=refusal)
+    if not plugin.refused:
+        return placement, fit, None
+    if mutate and fit.fitting and settings.keep_off_refusing_nodes:
+        scratch = Editor(editor.get(spec_path))
+        keep_off_refusing_nodes(scratch, (), plugin)
+        patched = Placement.of(scratch.doc)
+        refit = snapshot.fit(patched, demand, refusal)
+        if scratch.ops and refit.fitting and _lands(claims, refit, snapshot, devices, refusal):
+            keep_off_refusing_nodes(editor, spec_path, plugin)
+            mutated_by["builtin/keepOffRefusingNodes"] = None
+            placement, fit = Placement.of(editor.get(spec_path)), refit
+            plugin = plugin_fit(
+                claims, demand=demand, placement=placement, nodes=snapshot, refusal=refusal
+            )
+    if not plugin.refused or not _lands(claims, fit, snapshot, devices, refusal):
+        return placement, fit, None  # none refuses it, or nothing takes it: a denial says so
+    where = _where(spec_path)
+    return placement, fit, refused_finding(plugin, settings=settings, where=where)
+
+
+def _lands(
+    claims: PodClaims,
+    fit: FitAnswer,
+    snapshot: Inventory,
+    devices: DeviceInventory | None,
+    refusal: SlotRefusal,
+) -> bool:
+    """Whether some node the placement admits takes the whole pod, its served resources
+    from a device plugin that does not refuse it or from the class's devices; True where
+    the webhook cannot tell (no complete slices), as it then denies nothing."""
+    if devices is None:
+        return True
+    answer = whole_pod_answer(
+        claims,
+        demand=fit.demand,
+        placement=fit.placement.healed(),
+        nodes=snapshot,
+        devices=devices,
+        refusal=refusal,
+    )
+    return answer is None or answer.fits is not False
 
 
 def _claims_findings(
@@ -1492,6 +1591,7 @@ def _claims_on(
                 devices=devices,
                 actions=scope.settings.actions,
                 where=scope.where,
+                refusal=scope.settings.device_plugin,
             )
         )
     return found

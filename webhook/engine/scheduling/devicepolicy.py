@@ -882,13 +882,24 @@ def affinity_finding(rule: str, plan: AffinityPlan, where: str) -> Finding | Non
 
 
 def refuses_devices(
-    devices: DeviceInventory, classes: Sequence[str], rules: Sequence[DeviceRule] = ()
+    devices: DeviceInventory,
+    classes: Sequence[str],
+    rules: Sequence[DeviceRule] = (),
+    *,
+    lands: Callable[[Node], bool] | None = None,
 ) -> Callable[[Node, Sequence[Mapping[str, Any]]], bool]:
     """Whether a node holds an allocatable device of ``classes`` (the classes that serve
     the pod's plain GPU resources) whose GPU-feature-discovery labels fail the requirements
-    or the rule's other device constraints (``rules``: its checks read on devices)."""
+    or the rule's other device constraints (``rules``: its checks read on devices).
+
+    Only where the pod could land and fit, the policy aside (``lands``): kube-scheduler
+    filters out a node that cannot hold the pod (NodeResourcesFit, and DynamicResources'
+    claim for the served resources), so no device of it is ever given to the pod, refused
+    or not."""
 
     def refused(node: Node, requirements: Sequence[Mapping[str, Any]]) -> bool:
+        if lands is not None and not lands(node):
+            return False
         held = devices.profile(node).devices
         for device_class in classes:
             for device in eligible_devices(SubRequest("policy", device_class), held, devices):

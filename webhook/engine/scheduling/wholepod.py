@@ -41,7 +41,9 @@ from webhook.engine.resources.devices import (
     Profile,
     SubRequest,
 )
-from webhook.engine.resources.fit import Demand, shortfalls
+from webhook.engine.resources.fit import Demand, Shortfall, shortfalls
+from webhook.engine.resources.gpufacts import DEVICE_PLUGIN_DEFAULTS, SlotRefusal
+from webhook.engine.resources.inventory import FitAnswer as NodeFit
 from webhook.engine.resources.inventory import Inventory, Placement, Shape
 from webhook.engine.scheduling.dra import (
     EVERYWHERE,
@@ -93,6 +95,44 @@ def _vector(
     return demand._replace(gpus=gpus, per_container=tuple(sorted(most.items())))
 
 
+def served_amounts(claims: PodClaims) -> tuple[tuple[str, int], ...]:
+    """The extended resources a device class serves, with the pod's effective request of
+    each (taken out of its request vector, ``dra.extended_resource_claims``)."""
+    return tuple((c.name, c.gpu_count) for c in claims.claims if not c.counted)
+
+
+def plugin_fit(
+    claims: PodClaims,
+    *,
+    demand: Demand,
+    placement: Placement,
+    nodes: Inventory,
+    refusal: SlotRefusal,
+) -> NodeFit:
+    """The pod's fit node class by node class, with the resources a device class serves
+    put back in its vector where the class's allocatable has them: a device plugin serves
+    them there and NodeResourcesFit counts them (``filterExtendedResources``); elsewhere
+    the class's devices serve them (``whole_pod_fit`` judges those). Its ``refused`` are the
+    classes that would hold the pod but whose device plugin fails a container of it (more
+    than one MPS slot; time-slicing with ``failRequestsGreaterThanOne``), and its demand
+    holds the served amounts (what a container asks, for the warning). As
+    ``Inventory.fit``, on the nodes as they are once healed."""
+    extra = served_amounts(claims)
+    most = dict(claims.served_per_container)
+    fitting: list[Shape] = []
+    missing: list[tuple[Shape, tuple[Shortfall, ...]]] = []
+    for shape in nodes.placeable(placement.healed()):
+        plugin = [(r, n) for r, n in extra if shape.allocatable.get(r, 0) > 0]
+        vector = _vector(demand, plugin, most) if plugin else demand
+        short = shortfalls(shape.allocatable, shape.gpu, vector, refusal)
+        if short:
+            missing.append((shape, short))
+        else:
+            fitting.append(shape)
+    full = _vector(demand, extra, most)
+    return NodeFit(placement, full, tuple(fitting), tuple(missing), refusal)
+
+
 def whole_pod_fit(
     *,
     pending: tuple[ClaimSpec, ...],
@@ -103,11 +143,23 @@ def whole_pod_fit(
     devices: DeviceInventory,
     allowed: Sequence[tuple[Mapping[str, Any], ...] | None] = (),
     per_container: Mapping[str, int] | None = None,
+    refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
 ) -> WholeAnswer:
-    """Whether one node the pod can land on takes its request vector and all its claims."""
+    """Whether one node the pod can land on takes its request vector and all its claims;
+    a node whose device plugin would fail a container of it (``refusal``) takes nothing."""
     names = tuple(c.name for c in served)
     most = tuple(sorted((per_container or {}).items()))
-    key = ("whole", id(nodes), placement.key(), demand, pending, names, most, repr(allowed))
+    key = (
+        "whole",
+        id(nodes),
+        placement.key(),
+        demand,
+        pending,
+        names,
+        most,
+        repr(allowed),
+        refusal,
+    )
     memo = devices._memo
     known = memo.get(key)
     if known is not None and known[0] is nodes:
@@ -121,6 +173,7 @@ def whole_pod_fit(
         devices=devices,
         allowed=allowed,
         per_container=per_container or {},
+        refusal=refusal,
     )
     if review_spent():
         return answer  # found with selectors left unevaluated: this review's answer only
@@ -140,6 +193,7 @@ def _whole_pod_fit(
     devices: DeviceInventory,
     allowed: Sequence[tuple[Mapping[str, Any], ...] | None],
     per_container: Mapping[str, int],
+    refusal: SlotRefusal,
 ) -> WholeAnswer:
     unknown: WholeAnswer | None = None
     names_nodes = placement.names_nodes(nodes.identity_labels)
@@ -148,7 +202,7 @@ def _whole_pod_fit(
         plugin = [c for c in served if shape.allocatable.get(c.name, 0) > 0]
         by_class = [c for c in served if shape.allocatable.get(c.name, 0) == 0]
         vector = _vector(demand, [(c.name, c.gpu_count) for c in plugin], per_container)
-        if shortfalls(shape.allocatable, shape.gpu, vector):
+        if shortfalls(shape.allocatable, shape.gpu, vector, refusal):
             continue
         specs = (*pending, *(c.claim.spec for c in by_class if c.claim is not None))
         if not specs:
@@ -199,11 +253,52 @@ def _node_candidates(
     return Candidates(tuple(profiles.values()))
 
 
-def _plugin_text(resource: str, nodes: Inventory, placement: Placement) -> tuple[int, str]:
-    fit = nodes.largest(resource, placement)
-    if fit.node is None:
-        return 0, ""
-    return fit.amount, f"{fit.amount} allocatable on node {fit.node.name} (its device plugin)"
+def _plugin_text(
+    resource: str, nodes: Inventory, placement: Placement, *, refusing: Sequence[Shape]
+) -> tuple[int, str]:
+    """The most of ``resource`` one usable node's device plugin gives the pod: nodes whose
+    plugin fails a container of it (``refusing``) give nothing."""
+    for shape in nodes.admitted(resource, placement):
+        if any(shape is r for r in refusing):
+            continue
+        amount = shape.allocatable[resource]
+        return amount, f"{amount} allocatable on node {shape.example.name} (its device plugin)"
+    return 0, ""
+
+
+def _refusing(
+    resource: str, nodes: Inventory, placement: Placement, *, most: int, refusal: SlotRefusal
+) -> list[Shape]:
+    """Usable nodes whose device plugin fails a container asking ``most`` of ``resource``
+    (``gpufacts.SlotRefusal``), largest first."""
+    found = []
+    for shape in nodes.admitted(resource, placement):
+        device = shape.gpu.devices.get(resource)
+        if device is not None and refusal.refuses(device, most):
+            found.append(shape)
+    return found
+
+
+def _refused_text(
+    need: int, resource: str, most: int, refusing: Sequence[Shape], offers: Sequence[str]
+) -> tuple[str, str]:
+    names = ", ".join(s.example.name for s in refusing[:3]) + (", ..." if len(refusing) > 3 else "")
+    others = (
+        f"; the other nodes it can use offer at most {', and at most '.join(offers)}"
+        if offers
+        else ""
+    )
+    # NVIDIA/k8s-device-plugin internal/rm/rm.go, ValidateRequest (gpufacts.SlotRefusal).
+    return (
+        f"the pod requests {need} {resource}, {most} of them in one container, and no node it "
+        f"can use takes it: the nodes with that many ({names}) share their GPUs, and their "
+        "NVIDIA device plugin fails a container asking for more than one shared slot "
+        '("maximum request size for shared resources is 1"; the pod is rejected with '
+        f"UnexpectedAdmissionError){others}. Ask for 1 {resource} per container, or for whole "
+        "GPUs on nodes that do not share them.",
+        f"{need} {resource} asked ({most} in one container): the nodes with that many refuse "
+        "more than 1 shared slot per container",
+    )
 
 
 def _served_text(
@@ -235,17 +330,24 @@ def whole_pod_shortfall(
     placement: Placement,
     nodes: Inventory,
     devices: DeviceInventory,
+    refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
 ) -> tuple[str, str]:
     """Why no one node takes the whole pod, worded for the user."""
     served = [c for c in claims.claims if not c.counted and c.claim is not None]
+    per_container = dict(claims.served_per_container)
     for pod_claim in served:
         need = pod_claim.gpu_count
         resource = pod_claim.name
-        plugin, plugin_text = _plugin_text(resource, nodes, placement)
+        most = per_container.get(resource, 0)
+        refusing = _refusing(resource, nodes, placement, most=most, refusal=refusal)
+        plugin, plugin_text = _plugin_text(resource, nodes, placement, refusing=refusing)
         by_class, class_text = _served_text(pod_claim, devices, nodes, placement)
         if need <= max(plugin, by_class):
             continue
         offers = [t for t in (plugin_text, class_text) if t]
+        held = [s for s in refusing if s.allocatable[resource] >= need]
+        if held:
+            return _refused_text(need, resource, most, held, offers)
         if not offers:
             device_class = pod_claim.gpu_classes[0] if pod_claim.gpu_classes else ""
             found = candidates(devices, nodes, placement)
@@ -284,20 +386,20 @@ def whole_pod_shortfall(
     )
 
 
-def whole_pod_findings(
+def whole_pod_answer(
     claims: PodClaims,
     *,
     demand: Demand,
     placement: Placement,
     nodes: Inventory,
     devices: DeviceInventory,
-    actions: Mapping[str, str],
-    where: str,
-) -> Iterator[Finding]:
-    """The ``deviceClaims`` finding for a pod whose devices and resources share a node."""
+    refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
+) -> WholeAnswer | None:
+    """Whether one node the pod can land on takes all of it; None where the claims are not
+    judged here (the slices are not known, or a class is unknown: reported as such)."""
     known = [c for c in claims.claims if c.claim is not None]
     if not devices.complete or not known:
-        return
+        return None
     if any(
         sub.device_class not in devices.classes
         for c in known
@@ -305,7 +407,7 @@ def whole_pod_findings(
         for request in c.claim.spec.requests
         for sub in request.alternatives
     ):
-        return  # reported as an unknown class
+        return None  # reported as an unknown class
     pending = tuple(
         c.claim.spec
         for c in known
@@ -315,7 +417,7 @@ def whole_pod_findings(
         c.claim.allocation_terms for c in known if c.claim is not None and c.claim.allocated
     )
     served = [c for c in known if not c.counted]
-    answer = whole_pod_fit(
+    return whole_pod_fit(
         pending=pending,
         served=served,
         demand=demand,
@@ -324,15 +426,38 @@ def whole_pod_findings(
         devices=devices,
         allowed=allowed,
         per_container=dict(claims.served_per_container),
+        refusal=refusal,
     )
-    if answer.fits:
+
+
+def whole_pod_findings(
+    claims: PodClaims,
+    *,
+    demand: Demand,
+    placement: Placement,
+    nodes: Inventory,
+    devices: DeviceInventory,
+    actions: Mapping[str, str],
+    where: str,
+    refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
+) -> Iterator[Finding]:
+    """The ``deviceClaims`` finding for a pod whose devices and resources share a node."""
+    answer = whole_pod_answer(
+        claims, demand=demand, placement=placement, nodes=nodes, devices=devices, refusal=refusal
+    )
+    if answer is None or answer.fits:
         return
     if answer.fits is None:
         if "selector" in answer.reason:
             yield unevaluated_selector(answer.reason, actions=actions, where=where)
         return
     message, summary = whole_pod_shortfall(
-        claims, demand=demand, placement=placement, nodes=nodes, devices=devices
+        claims,
+        demand=demand,
+        placement=placement,
+        nodes=nodes,
+        devices=devices,
+        refusal=refusal,
     )
     yield _finding("deviceClaims", actions.get("deviceClaims", "deny"), message, summary, where)
 
@@ -565,8 +690,11 @@ __all__ = [
     "ServedTotal",
     "cluster_capacity_finding",
     "needs_whole_pod",
+    "plugin_fit",
+    "served_amounts",
     "served_capacity",
     "served_total",
+    "whole_pod_answer",
     "whole_pod_findings",
     "whole_pod_fit",
 ]
