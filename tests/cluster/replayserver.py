@@ -142,6 +142,12 @@ class ReplayServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY, as the API server's every connection has it (golang/go,
+            # src/net/tcpsock.go, newTCPConn: setNoDelay(fd, true)). Without it a kept-alive
+            # client's request waits about 40 ms for each answer: the handler writes the
+            # headers, then the body, which Nagle holds until the client's delayed ACK of
+            # the headers. A live audit makes about 25 requests (1.3 s a case, 0.1 s with it).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: tests read ``requests`` instead."""

@@ -17,6 +17,7 @@ written when they still appear, so a regenerated file stays short where a human 
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,7 +37,7 @@ from webhook.engine.evaluation.request import (
 )
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
-from webhook.files.inventoryfile import load_inventory_file
+from webhook.files.inventoryfile import InventoryFile, load_inventory_file
 from webhook.files.rulefiles import load_policy
 
 REPO = Path(__file__).resolve().parents[3]
@@ -83,7 +84,22 @@ def inventory_view(case: Path) -> InventoryView:
         path = SHARED_INVENTORIES / f"{_ref(case, 'inventory.ref')}.yaml"
     else:
         return NO_INVENTORY
-    return load_inventory_file(str(path)).view()
+    return _inventory_file(path).view()
+
+
+# Each file read once per test process, not at each of the 1,800 tests that judge a case
+# (about 60% of this module's time): the policy and the inventory file are frozen, plain
+# data, and the tests here are of the engine's answer, not of reading the files
+# (tests/files, and the commands in tests/commands/test_one_answer.py, read them anew).
+@functools.cache
+def _inventory_file(path: Path) -> InventoryFile:
+    return load_inventory_file(str(path))
+
+
+@functools.cache
+def case_policy(directory: Path) -> Policy:
+    """``load_policy`` of a case's rule directory, once per test process."""
+    return load_policy(str(directory))
 
 
 def load_request(case: Path, obj: Mapping[str, Any]) -> Request:
@@ -136,7 +152,7 @@ def _updated_expectations(decision: Decision, old: Mapping[str, Any]) -> dict[st
 
 
 def run_case(case: Path) -> tuple[Policy, Request, Decision]:
-    policy = load_policy(str(rules_dir(case)))
+    policy = case_policy(rules_dir(case))
     obj = _read_yaml(case / "object.yaml")
     request = load_request(case, obj)
     return policy, request, evaluate(request, policy=policy, inventory=inventory_view(case))
@@ -296,7 +312,7 @@ def _relabelled(obj: Mapping[str, Any]) -> dict[str, Any]:
 def test_an_unrelated_label_edit_of_any_stored_object_is_allowed_unpatched(case: Path) -> None:
     """Whatever a case's object is (admitted, or denied today but stored before a rule
     existed), an UPDATE that only adds a label changes nothing it reaches or asks for."""
-    policy = load_policy(str(rules_dir(case)))
+    policy = case_policy(rules_dir(case))
     stored = _read_yaml(case / "expected-object.yaml")
     request = Request(
         _relabelled(stored),
