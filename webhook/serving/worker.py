@@ -451,6 +451,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         conn.outbox = None
         conn.plain = None
         conn.rest = b""
+        conn.polled = False  # registered with the poller for ``_readable``
+        conn.serving = False  # a thread has it
         try:
             if self.cfg.is_ssl:
                 # Wrapping reads the socket when the client is gone already (ssl.py's
@@ -489,14 +491,23 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
 
     def _watch(self, conn: TConn, deadline: float) -> None:
         self._reading[conn] = deadline
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+        if not conn.polled:
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+            conn.polled = True
 
     def _unwatch(self, conn: TConn) -> None:
         self._reading.pop(conn, None)
+        self._unpoll(conn)
+
+    def _unpoll(self, conn: TConn) -> None:
+        conn.polled = False
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(conn.sock)
 
     def _readable(self, conn: TConn, _fileobj: Any = None) -> None:
+        if conn.serving:  # what arrives meanwhile waits for the thread to finish
+            self._unpoll(conn)
+            return
         try:
             if not conn.handshaken and not self._handshake(conn):
                 return
@@ -575,7 +586,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             self._large = conn
         end = request_end(conn.pending, head)
         if end is not None:
-            self._unwatch(conn)
+            self._reading.pop(conn, None)  # a thread has it: no read deadline
             self._dispatch(conn, end)
         elif not conn.continued and _EXPECT_CONTINUE.search(bytes(conn.pending[: head[0]]).lower()):
             conn.continued = True  # curl waits for this before sending a large body
@@ -585,7 +596,12 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
     def _dispatch(self, conn: TConn, end: int) -> None:
         """The whole request is buffered: it is served without gunicorn's parser when it is
         plain (``webhook.serving.plainrequest``); a thread serves it either way. What follows a
-        plain request waits in ``conn.rest`` for the next turn."""
+        plain request waits in ``conn.rest`` for the next turn.
+
+        A plain request's connection stays registered with the poller while the thread
+        serves it, so that a kept-alive connection costs no unregistering and registering
+        (two ``epoll_ctl`` and the selector's bookkeeping) per request; should it turn
+        readable meanwhile, ``_readable`` unregisters it then."""
         plain = None
         if self._plain and isinstance(conn.server, tuple):
             plain = plain_request(
@@ -596,6 +612,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             conn.rest = bytes(conn.pending[end:])
         else:
             conn.parser.unreader.unread(bytes(conn.pending))
+            self._unpoll(conn)  # gunicorn's path may close the socket in the thread
+        conn.serving = True
         conn.pending = bytearray()
         conn.sock.settimeout(IO_TIMEOUT_SECONDS)
         self.enqueue_req(conn)
@@ -708,8 +726,11 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
 
     def _finished(self, conn: TConn, *, keep: bool) -> None:
         """On the main loop, once a request was served (by a thread, or on this loop)."""
+        conn.serving = False
         self._release_large(conn)
         outbox, conn.outbox = conn.outbox, None
+        if conn.polled and (outbox is not None or not keep or conn.ended):
+            self._unpoll(conn)  # it is written to or closed from here: other callbacks
         try:
             if outbox is not None:
                 self._write_later(conn, outbox, keep=keep)
