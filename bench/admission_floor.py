@@ -21,7 +21,10 @@ label value of its own, as real pods are), so the decision memo never answers; w
 
 Rounds alternate the two servers and the verdict is the median of the per-round ratios:
 a neighbour that loads this shared machine for a while spoils one round, not the verdict.
-Target (issue 36): webhook/Go >= 0.35 in the median. Results: printed, and written to
+Target (issue 36): webhook/Go >= 0.35 in the median. Each phase also reads the server's
+CPU time (its processes' user and system time in ``/proc``) and reports it per review:
+on a loaded machine the throughput depends on how much CPU the neighbours leave each
+server, the CPU a review costs much less. Results: printed, and written to
 bench/results/admission_floor.json.
 """
 
@@ -96,6 +99,46 @@ def send(client: Path, port: int, cert_dir: Path, work: Path, **options: Any) ->
     return figures
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU time of ``pid`` and its children (gunicorn's workers), from
+    /proc; None without it."""
+    try:
+        pids = [pid] + [
+            int(child)
+            for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()
+        ]
+    except OSError:
+        return None
+    ticks = 0
+    for each in pids:
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a child gone meanwhile
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def measured(
+    process: subprocess.Popen[bytes],
+    client: Path,
+    port: int,
+    cert_dir: Path,
+    work: Path,
+    **options: Any,
+) -> dict[str, Any]:
+    """``send``'s figures, with the server's CPU time per review (``cpu_us``, None
+    where /proc is not)."""
+    before = cpu_seconds(process.pid)
+    figures = send(client, port, cert_dir, work, **options)
+    after = cpu_seconds(process.pid)
+    figures["cpu_us"] = (
+        None if before is None or after is None else (after - before) * 1e6 / figures["requests"]
+    )
+    return figures
+
+
 def wait_ready(client: Path, port: int, cert_dir: Path, work: Path) -> None:
     deadline = time.monotonic() + 20
     while True:
@@ -149,8 +192,10 @@ def run(args: argparse.Namespace, tmp: Path, *, unique: bool) -> int:
         for _ in range(args.rounds):
             rounds.append(
                 {
-                    which: send(client, port, certs, work, seconds=args.seconds, unique=unique)
-                    for which, (_, port) in servers.items()
+                    which: measured(
+                        process, client, port, certs, work, seconds=args.seconds, unique=unique
+                    )
+                    for which, (process, port) in servers.items()
                 }
             )
     finally:
@@ -168,12 +213,15 @@ def report(
         f"cores: {os.cpu_count()}, {CONCURRENCY} in flight, {pods}, {args.seconds:.0f}s per phase"
     )
     ratios = []
+    costs = []
     for number, result in enumerate(rounds, 1):
         for name, figures in result.items():
+            cpu = figures.get("cpu_us")
             print(
                 f"round {number} {name:8} {figures['throughput']:7.0f} reviews/s (p50 "
                 f"{figures['p50_ms']:.2f} ms, p99 {figures['p99_ms']:.2f} ms, "
-                f"{figures['dials']} connections"
+                + (f"CPU {cpu:.0f} us per review, " if cpu is not None else "")
+                + f"{figures['dials']} connections"
                 + (
                     f", {figures['errors']} failed: {figures['first_error']}"
                     if figures["errors"]
@@ -183,8 +231,16 @@ def report(
             )
         ratio = result["webhook"]["throughput"] / result["go"]["throughput"]
         ratios.append(ratio)
+        go_cpu, webhook_cpu = result["go"].get("cpu_us"), result["webhook"].get("cpu_us")
+        if go_cpu and webhook_cpu:
+            costs.append(go_cpu / webhook_cpu)
         print(f"round {number} webhook/go: {ratio:.2f}")
     median = statistics.median(ratios)
+    if costs:
+        print(
+            f"median of {len(costs)} rounds, webhook/go reviews per CPU second: "
+            f"{statistics.median(costs):.2f} (no target: what a loaded machine does not move)"
+        )
     # A failed call is a failed admission for the API server: no verdict on speed then.
     failed = sum(f["errors"] for result in rounds for f in result.values())
     met = median >= TARGET and not failed
@@ -196,7 +252,14 @@ def report(
     out.mkdir(exist_ok=True)
     (out / "admission_floor.json").write_text(
         json.dumps(
-            {"unique": unique, "rounds": rounds, "ratios": ratios, "median": median}, indent=2
+            {
+                "unique": unique,
+                "rounds": rounds,
+                "ratios": ratios,
+                "median": median,
+                "cpu_ratios": costs,
+            },
+            indent=2,
         )
         + "\n"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import time
 
 import pytest
 
@@ -118,6 +119,43 @@ def test_pipelined_reviews_are_answered_in_order_whatever_their_framing(sock):
 
     assert [status for status, _, _ in got] == ["HTTP/1.1 200 OK"] * 5
     assert [body["response"]["uid"] for _, _, body in got] == ["a", "b", "c", "d", "e"]
+
+
+def many_containers(uid: str, count: int) -> bytes:
+    """A plain review whose pod has ``count`` containers: the engine takes a while."""
+    obj = pod(gpus=1)
+    first = obj["spec"]["containers"][0]
+    obj["spec"]["containers"] = [{**first, "name": f"c{n}"} for n in range(count)]
+    body = json.dumps(review(obj, uid=uid)).encode()
+    return (
+        b"POST /mutate?timeout=10s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
+
+
+def test_a_review_sent_while_the_one_before_is_served_is_answered_after_it(sock):
+    # The connection stays with the poller while a thread serves its request; what
+    # arrives meanwhile waits for that thread, then is read and answered in turn.
+    sock.sendall(many_containers("slow", 2000))
+    time.sleep(0.02)  # the first is being served (2,000 containers take far longer)
+    sock.sendall(plain("/validate", "next"))
+
+    got = answers(sock, 2)
+
+    assert [body["response"]["uid"] for _, _, body in got] == ["slow", "next"]
+    assert got[1][1]["connection"] == "keep-alive"
+
+
+def test_a_client_that_shuts_its_side_while_served_gets_its_answer_then_a_close(sock):
+    sock.sendall(many_containers("served", 2000))
+    time.sleep(0.02)
+    socket.socket.shutdown(sock, socket.SHUT_WR)  # a bare FIN (ssl's shutdown drops TLS)
+
+    ((status, _, body),) = answers(sock, 1)
+
+    assert status == "HTTP/1.1 200 OK"
+    assert body["response"]["uid"] == "served"
+    assert closed_by_server(sock, timeout=5)
 
 
 @pytest.mark.parametrize(

@@ -83,11 +83,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import mmap
+import queue
 import re
 import selectors
 import socket
 import ssl
 import struct
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -324,6 +326,47 @@ class _Outbox:
         return getattr(self._sock, name)
 
 
+class ServingThreads:
+    """The threads that serve a worker's buffered requests, in place of gthread's
+    ``ThreadPoolExecutor``: a connection goes in through one queue, and the thread hands
+    it back with its keep-alive verdict through ``done``. The executor built a ``Future``
+    (a ``Condition`` and its lock), a work item, took two locks and a semaphore per request,
+    and handed the result back through a callback, a lambda and the future's lock again:
+    ``submit`` alone was about a tenth of a worker's time on unique pods."""
+
+    def __init__(
+        self, count: int, *, serve: Callable[[TConn], bool], done: Callable[[TConn, bool], None]
+    ) -> None:
+        self._serve = serve
+        self._done = done
+        self._jobs: queue.SimpleQueue[TConn | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"serving-{number}") for number in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, conn: TConn) -> None:
+        self._jobs.put(conn)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """What ``ThreadPoolExecutor.shutdown`` does: requests queued are still served
+        (gthread's loop waits for them), then each thread ends."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+    def _run(self) -> None:
+        while (conn := self._jobs.get()) is not None:
+            try:
+                keep = self._serve(conn)
+            except BaseException:  # the executor kept it in the future: the connection closes
+                keep = False
+            self._done(conn, keep)
+
+
 class SettledConfig:
     """gunicorn's ``Config`` as a worker reads it: each setting looked up once. Every
     request read it again and again through ``Config.__getattr__`` (the parser's limits,
@@ -363,6 +406,21 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         self._plain = not script_name_set() and not _hooked(self.cfg)
         self._plain_base = base_of(self.cfg, scheme="https" if self.cfg.is_ssl else "http")
 
+    def get_thread_pool(self) -> ServingThreads:
+        """gthread's ``init_process`` calls this after the fork (see ``ServingThreads``)."""
+        return ServingThreads(self.cfg.threads, serve=self.handle, done=self._served)
+
+    def enqueue_req(self, conn: TConn) -> None:
+        self.tpool.submit(conn)
+
+    def _served(self, conn: TConn, keep: bool) -> None:
+        """In the serving thread: the main loop finishes the connection."""
+        self.method_queue.defer(self._finished_by_thread, conn, keep)
+
+    def _finished_by_thread(self, conn: TConn, keep: bool) -> None:
+        """On the main loop, after a thread served a request."""
+        self._finished(conn, keep=keep)
+
     def notify(self) -> None:
         """The heartbeat, at most every ``NOTIFY_SECONDS`` (gthread's loop calls this on
         every turn)."""
@@ -393,6 +451,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         conn.outbox = None
         conn.plain = None
         conn.rest = b""
+        conn.polled = False  # registered with the poller for ``_readable``
+        conn.serving = False  # a thread has it
         try:
             if self.cfg.is_ssl:
                 # Wrapping reads the socket when the client is gone already (ssl.py's
@@ -431,14 +491,23 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
 
     def _watch(self, conn: TConn, deadline: float) -> None:
         self._reading[conn] = deadline
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+        if not conn.polled:
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+            conn.polled = True
 
     def _unwatch(self, conn: TConn) -> None:
         self._reading.pop(conn, None)
+        self._unpoll(conn)
+
+    def _unpoll(self, conn: TConn) -> None:
+        conn.polled = False
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(conn.sock)
 
     def _readable(self, conn: TConn, _fileobj: Any = None) -> None:
+        if conn.serving:  # what arrives meanwhile waits for the thread to finish
+            self._unpoll(conn)
+            return
         try:
             if not conn.handshaken and not self._handshake(conn):
                 return
@@ -517,7 +586,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             self._large = conn
         end = request_end(conn.pending, head)
         if end is not None:
-            self._unwatch(conn)
+            self._reading.pop(conn, None)  # a thread has it: no read deadline
             self._dispatch(conn, end)
         elif not conn.continued and _EXPECT_CONTINUE.search(bytes(conn.pending[: head[0]]).lower()):
             conn.continued = True  # curl waits for this before sending a large body
@@ -527,7 +596,12 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
     def _dispatch(self, conn: TConn, end: int) -> None:
         """The whole request is buffered: it is served without gunicorn's parser when it is
         plain (``webhook.serving.plainrequest``); a thread serves it either way. What follows a
-        plain request waits in ``conn.rest`` for the next turn."""
+        plain request waits in ``conn.rest`` for the next turn.
+
+        A plain request's connection stays registered with the poller while the thread
+        serves it, so that a kept-alive connection costs no unregistering and registering
+        (two ``epoll_ctl`` and the selector's bookkeeping) per request; should it turn
+        readable meanwhile, ``_readable`` unregisters it then."""
         plain = None
         if self._plain and isinstance(conn.server, tuple):
             plain = plain_request(
@@ -538,6 +612,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             conn.rest = bytes(conn.pending[end:])
         else:
             conn.parser.unreader.unread(bytes(conn.pending))
+            self._unpoll(conn)  # gunicorn's path may close the socket in the thread
+        conn.serving = True
         conn.pending = bytearray()
         conn.sock.settimeout(IO_TIMEOUT_SECONDS)
         self.enqueue_req(conn)
@@ -648,18 +724,13 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             return False
         return bool(conn.parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS))
 
-    def finish_request(self, conn: TConn, fs: Any) -> None:
-        """On the main loop, after a thread served a request."""
-        try:
-            keep = bool(fs.result())  # a cancelled future raises CancelledError
-        except Exception:
-            keep = False
-        self._finished(conn, keep=keep)
-
     def _finished(self, conn: TConn, *, keep: bool) -> None:
         """On the main loop, once a request was served (by a thread, or on this loop)."""
+        conn.serving = False
         self._release_large(conn)
         outbox, conn.outbox = conn.outbox, None
+        if conn.polled and (outbox is not None or not keep or conn.ended):
+            self._unpoll(conn)  # it is written to or closed from here: other callbacks
         try:
             if outbox is not None:
                 self._write_later(conn, outbox, keep=keep)
