@@ -108,6 +108,16 @@ def live(server: ReplayServer) -> LiveInventorySource:
     )
 
 
+def status_configmap(status: str) -> dict[str, Any]:
+    """cluster-autoscaler's status ConfigMap (kube-system/cluster-autoscaler-status)."""
+    return {
+        "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
+        "data": {"status": status},
+    }
+
+
 def pool_names(source: LiveInventorySource) -> list[str]:
     pools = source.pools()
     return [] if pools is None else sorted(p.name for p in pools.pools)
@@ -160,14 +170,9 @@ def test_nodepools_the_webhook_may_not_list_are_a_pool_of_unknown_size() -> None
 def test_the_cluster_autoscaler_status_is_read_by_name(status: int) -> None:
     server = ReplayServer().start()
     server.lists.append(Body(fixture("node-list.json")))
-    configmap = {
-        "kind": "ConfigMap",
-        "apiVersion": "v1",
-        "metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
-        "data": {
-            "status": "nodeGroups:\n- name: gpu\n  health:\n    nodeCounts:\n      registered: {total: 0}\n    maxSize: 2\n"
-        },
-    }
+    configmap = status_configmap(
+        "nodeGroups:\n- name: gpu\n  health:\n    nodeCounts:\n      registered: {total: 0}\n    maxSize: 2\n"
+    )
     answer = (
         Body(json.dumps(configmap).encode())
         if status == 200
@@ -209,12 +214,7 @@ def test_the_text_status_of_an_older_autoscaler_is_read_from_the_api_server(
 ) -> None:
     server = ReplayServer().start()
     server.lists.append(Body(fixture("node-list.json")))
-    configmap = {
-        "kind": "ConfigMap",
-        "apiVersion": "v1",
-        "metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
-        "data": {"status": TEXT_HEADER + text},
-    }
+    configmap = status_configmap(TEXT_HEADER + text)
     server.routes[CA_STATUS_PATH] = deque([Body(json.dumps(configmap).encode())])
     source = live(server)
     try:

@@ -225,6 +225,18 @@ device_policies = st.one_of(
 # --- pods ----------------------------------------------------------------------------------
 
 
+def claim_template(exactly: dict[str, Any], selectors: list[str]) -> dict[str, Any]:
+    """The template "gpus" of one request, its CEL selectors ANDed as the scheduler does."""
+    if selectors:
+        exactly = {**exactly, "selectors": [{"cel": {"expression": e}} for e in selectors]}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpus", "namespace": NAMESPACE},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+
+
 @dataclass(frozen=True)
 class Ask:
     count: int
@@ -248,14 +260,7 @@ class Ask:
                 "device.capacity['gpu.nvidia.com'].memory.compareTo("
                 f"quantity('{self.min_mib}Mi')) >= 0"
             )
-        if selectors:
-            exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
-        return {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "gpus", "namespace": NAMESPACE},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
-        }
+        return claim_template(exactly, selectors)
 
     def pod(self) -> dict[str, Any]:
         container: dict[str, Any] = {"name": "main", "image": "nvcr.io/nvidia/cuda:12.4.1-base"}
@@ -730,14 +735,7 @@ class MigAsk:
     def template(self, extra: str | None = None) -> dict[str, Any]:
         exactly: dict[str, Any] = {"deviceClassName": "mig.nvidia.com", "count": self.count}
         selectors = [*self.selectors(), *([extra] if extra else [])]
-        if selectors:
-            exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
-        return {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "gpus", "namespace": NAMESPACE},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
-        }
+        return claim_template(exactly, selectors)
 
     def pod(self) -> dict[str, Any]:
         return Ask(self.count, self.claim).pod()
