@@ -1034,6 +1034,7 @@ def _evaluate_template(
         context.kind,
         devices,
         bool(claims.gpu_classes),
+        claims if claims.held else None,
     )
     findings.extend(_gpu_findings(scope, snapshot))
     if scope.fit is not None and scope.fit.fitting and drivers_known(scope.fit):
