@@ -896,7 +896,7 @@ def _mutate_containers(
                 inventory=snapshot,
                 rule=rule.name,
                 gpus=settings.gpu_resources,
-                claim_holders=claims.holders,
+                claims=claims,
                 refusal=settings.device_plugin,
             )
         )
