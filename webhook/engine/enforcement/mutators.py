@@ -6,7 +6,7 @@ what makes ``reinvocationPolicy: IfNeeded`` and repeated ``kubectl apply`` safe.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -35,6 +35,10 @@ from webhook.engine.resources.gpufacts import (
 )
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
 from webhook.engine.scheduling.dra import NO_CLAIMS, ClaimGPUs, PodClaims
+
+# Whether a pod asking for ``Demand`` at ``Placement`` fits one node together with its DRA
+# claims (``wholepod.claims_fit``); None: not known.
+ClaimsFit = Callable[[Demand, Placement], bool | None]
 
 HIDE_GPUS = ((VISIBLE_DEVICES, "void"), ("CUDA_VISIBLE_DEVICES", ""))
 SHM_VOLUME = "gpu-webhook-dshm"
@@ -418,6 +422,7 @@ def set_memory_limits(
     gpus: GPUResources | None = None,
     refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
     claims: PodClaims = NO_CLAIMS,
+    claims_fit: ClaimsFit | None = None,
 ) -> list[Finding]:
     gpus = gpus or GPUResources()
     placement = Placement.of(_map(editor.get(spec_path)))
@@ -463,6 +468,7 @@ def set_memory_limits(
             inventory=inventory,
             rule=rule,
             refusal=refusal,
+            claims_fit=claims_fit,
         )
         findings += more
     for plan in planned:
@@ -548,8 +554,11 @@ def _fit_memory(
     inventory: Inventory,
     rule: str,
     refusal: SlotRefusal,
+    claims_fit: ClaimsFit | None = None,
 ) -> tuple[list[_Planned], list[Finding]]:
-    """Keep the injected limits within the nodes the pod can use (``whenTooLarge``)."""
+    """Keep the injected limits within the nodes the pod can use (``whenTooLarge``); with
+    DRA claims, within the nodes that also meet them (``claims_fit``): a limit that only a
+    node without the pod's devices holds would make the claims' check deny the pod."""
     spec = _map(spec)
     placement = Placement.of(spec)
     at = {id(c): i for i, c in enumerate(pod.containers)}
@@ -561,15 +570,30 @@ def _fit_memory(
     def fitting(plans: list[_Planned]) -> tuple[Any, ...]:
         cpu, mem = memory(plans)
         demand = Demand(pod.vector, cpu, mem, pod.per_container)
-        return inventory.fit(placement, demand, refusal).fitting
+        found = inventory.fit(placement, demand, refusal).fitting
+        if found and claims_fit is not None and claims_fit(demand, placement) is False:
+            return ()
+        return found
 
     if fitting(planned):
         return planned, []
     without = fitting([])
     if not without:
         return planned, []  # the pod fits nowhere anyway: the capacity check says why
-    room = max(shape.allocatable.get("memory", 0) for shape in without)
-    base = memory([])[1]
+    cpu, base = memory([])
+    rooms = sorted({shape.allocatable.get("memory", 0) for shape in without}, reverse=True)
+    room = rooms[0]
+    if claims_fit is not None:
+        # The most memory of a node that also meets the claims: the first that takes the
+        # pod asking for all of it.
+        room = next(
+            (
+                r
+                for r in rooms
+                if claims_fit(Demand(pod.vector, cpu, r, pod.per_container), placement) is not False
+            ),
+            base,
+        )
     asked = ", ".join(f"{p.container.name or '?'} {format_bytes(p.amount)}" for p in planned)
     where = f"the largest node the pod can use has {format_bytes(room)} allocatable memory"
     if limit.when_too_large == "deny":
@@ -652,6 +676,7 @@ def apply_containers(
     gpus: GPUResources | None = None,
     claims: PodClaims = NO_CLAIMS,
     refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
+    claims_fit: ClaimsFit | None = None,
 ) -> list[Finding]:
     """Container mutations of one rule; findings where a memory limit had to give way, or
     a value needs a count of GPUs that claims leave unknown until allocation."""
@@ -672,6 +697,7 @@ def apply_containers(
             gpus=gpus,
             refusal=refusal,
             claims=claims,
+            claims_fit=claims_fit,
         )
     if mutations.shm_size is not None:
         mount_shm(editor, spec_path, pod, mutations.shm_size, claims)

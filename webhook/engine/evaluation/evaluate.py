@@ -46,6 +46,7 @@ from webhook.engine.enforcement.cudadrivers import (
     gpu_needs,
 )
 from webhook.engine.enforcement.mutators import (
+    ClaimsFit,
     add_preferred_affinity,
     add_required_affinity,
     add_required_affinity_or_absent,
@@ -74,7 +75,7 @@ from webhook.engine.policy.decision import Decision, Finding, action_of, decide
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.cel.celbudget import close_review, open_review
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
-from webhook.engine.resources.fit import demand_of
+from webhook.engine.resources.fit import Demand, demand_of
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Node, Placement
 from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory
 from webhook.engine.resources.quotas import Quotas
@@ -106,6 +107,7 @@ from webhook.engine.scheduling.gke import auto_provisioning
 from webhook.engine.scheduling.gpunodes import bound_node_reach
 from webhook.engine.scheduling.poolsizing import PoolSizing, size_pools
 from webhook.engine.scheduling.wholepod import (
+    claims_fit,
     cluster_capacity_finding,
     needs_whole_pod,
     served_total,
@@ -878,10 +880,12 @@ def _mutate_containers(
     snapshot: Inventory | None,
     mutated_by: dict[str, None],
     settings: Settings,
+    devices: DeviceInventory | None = None,
 ) -> list[Finding]:
     """Each matching rule's container mutations, less what the pod is exempt from."""
     findings: list[Finding] = []
     exempt = access.exempt
+    fits = _claims_fit(claims, snapshot=snapshot, devices=devices)
     for rule in rules:
         if not rule.mutations.changes_containers:
             continue
@@ -898,10 +902,29 @@ def _mutate_containers(
                 gpus=settings.gpu_resources,
                 claims=claims,
                 refusal=settings.device_plugin,
+                claims_fit=fits,
             )
         )
         _credit(editor, before, mutated_by, (rule,))
     return findings
+
+
+def _claims_fit(
+    claims: PodClaims, *, snapshot: Inventory | None, devices: DeviceInventory | None
+) -> ClaimsFit | None:
+    """Whether the pod with a request vector fits one node with its GPU claims, as the
+    ``deviceClaims`` check judges it (healed nodes): the memory limits a rule adds stay
+    within the nodes that hold the pod's devices."""
+    if snapshot is None or devices is None or not claims.gpu_count:
+        return None
+
+    def fits(demand: Demand, placement: Placement) -> bool | None:
+        answer = claims_fit(
+            claims, demand=demand, placement=placement.healed(), nodes=snapshot, devices=devices
+        )
+        return None if answer is None else answer.fits
+
+    return fits
 
 
 def _mutate(
@@ -935,6 +958,7 @@ def _mutate(
             snapshot=snapshot,
             mutated_by=mutated_by,
             settings=settings,
+            devices=devices,
         )
     )
 

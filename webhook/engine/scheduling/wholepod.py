@@ -284,6 +284,48 @@ def whole_pod_shortfall(
     )
 
 
+def claims_fit(
+    claims: PodClaims,
+    *,
+    demand: Demand,
+    placement: Placement,
+    nodes: Inventory,
+    devices: DeviceInventory,
+) -> WholeAnswer | None:
+    """``whole_pod_fit`` of the pod's known claims beside ``demand``; None where it is not
+    judged (devices not known in full, no claim read, a class that does not exist)."""
+    known = [c for c in claims.claims if c.claim is not None]
+    if not devices.complete or not known:
+        return None
+    if any(
+        sub.device_class not in devices.classes
+        for c in known
+        if c.claim is not None
+        for request in c.claim.spec.requests
+        for sub in request.alternatives
+    ):
+        return None  # reported as an unknown class
+    pending = tuple(
+        c.claim.spec
+        for c in known
+        if c.claim is not None and not c.claim.allocated and c.gpu_count and c.counted
+    )
+    allowed = tuple(
+        c.claim.allocation_terms for c in known if c.claim is not None and c.claim.allocated
+    )
+    served = [c for c in known if not c.counted]
+    return whole_pod_fit(
+        pending=pending,
+        served=served,
+        demand=demand,
+        placement=placement,
+        nodes=nodes,
+        devices=devices,
+        allowed=allowed,
+        per_container=dict(claims.served_per_container),
+    )
+
+
 def whole_pod_findings(
     claims: PodClaims,
     *,
@@ -295,37 +337,8 @@ def whole_pod_findings(
     where: str,
 ) -> Iterator[Finding]:
     """The ``deviceClaims`` finding for a pod whose devices and resources share a node."""
-    known = [c for c in claims.claims if c.claim is not None]
-    if not devices.complete or not known:
-        return
-    if any(
-        sub.device_class not in devices.classes
-        for c in known
-        if c.claim is not None
-        for request in c.claim.spec.requests
-        for sub in request.alternatives
-    ):
-        return  # reported as an unknown class
-    pending = tuple(
-        c.claim.spec
-        for c in known
-        if c.claim is not None and not c.claim.allocated and c.gpu_count and c.counted
-    )
-    allowed = tuple(
-        c.claim.allocation_terms for c in known if c.claim is not None and c.claim.allocated
-    )
-    served = [c for c in known if not c.counted]
-    answer = whole_pod_fit(
-        pending=pending,
-        served=served,
-        demand=demand,
-        placement=placement,
-        nodes=nodes,
-        devices=devices,
-        allowed=allowed,
-        per_container=dict(claims.served_per_container),
-    )
-    if answer.fits:
+    answer = claims_fit(claims, demand=demand, placement=placement, nodes=nodes, devices=devices)
+    if answer is None or answer.fits:
         return
     if answer.fits is None:
         if "selector" in answer.reason:
