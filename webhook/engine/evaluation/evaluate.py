@@ -912,10 +912,10 @@ def _mutate_containers(
 def _claims_fit(
     claims: PodClaims, *, snapshot: Inventory | None, devices: DeviceInventory | None
 ) -> ClaimsFit | None:
-    """Whether the pod with a request vector fits one node with its GPU claims, as the
-    ``deviceClaims`` check judges it (healed nodes): the memory limits a rule adds stay
-    within the nodes that hold the pod's devices."""
-    if snapshot is None or devices is None or not claims.gpu_count:
+    """Whether the pod with a request vector fits one node with its GPU claims and the
+    GPU resources a class serves, as the ``deviceClaims`` check judges it (healed nodes):
+    the memory limits a rule adds stay within the nodes that hold the pod's devices."""
+    if snapshot is None or devices is None or not (claims.gpu_count or claims.served):
         return None
 
     def fits(demand: Demand, placement: Placement) -> bool | None:
