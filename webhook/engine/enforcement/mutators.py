@@ -304,6 +304,19 @@ def _uncounted(rule: str, check: str, what: str, target: _GPUContainer) -> Findi
     )
 
 
+def _no_share(rule: str, container: Container) -> Finding:
+    name = container.name
+    return Finding(
+        rule,
+        "memoryLimit",
+        "warn",
+        f'memory limit not set in container "{name}": inventoryShare divides a node\'s memory '
+        "by the GPUs its allocatable lists, and the GPUs this container's claims give are "
+        "listed in ResourceSlices instead. Use perGPU or fixed for it, or set it yourself.",
+        f'memory limit not set in container "{name}": no allocatable GPUs to share by',
+    )
+
+
 def set_gpu_env(
     editor: Editor,
     spec_path: Path,
@@ -449,6 +462,8 @@ def set_memory_limits(
             if inventory is None:
                 continue
             amount = memory_share(inventory, placement, container, gpus=count)
+            if amount is None and target.held is not None:
+                findings.append(_no_share(rule, container))
         if amount is None:
             continue
         request = _memory(_map(resources.get("requests")).get("memory"))
