@@ -8,10 +8,12 @@ import pytest
 
 from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.policy.ruleset import DEFAULT_GPU_DEVICE_CLASSES, GPUResources, glob_matcher
-from webhook.engine.resources.devices import SubRequest
+from webhook.engine.resources.devices import SubRequest, claim_from_json
 from webhook.engine.resources.inventory import Node
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
+    PodClaim,
+    container_claim_gpus,
     device_counts,
     extended_resource_claims,
     gpu_class_matcher,
@@ -164,3 +166,121 @@ def test_devices_a_selector_cannot_be_evaluated_on_are_counted_as_unknown() -> N
     assert known.unknown == 0
     assert unsure.usable == 0
     assert unsure.unknown == 8
+
+
+# --- the GPUs one container holds through the claims it names --------------------------
+
+
+def _exactly(name: str, device_class: str = "gpu.nvidia.com", **more: object) -> dict[str, object]:
+    return {"name": name, "exactly": {"deviceClassName": device_class, **more}}
+
+
+def _pod_claim(name: str, *requests: dict[str, object]) -> PodClaim:
+    raw = {
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"devices": {"requests": list(requests)}},
+    }
+    return PodClaim(name, f"ResourceClaim {name}", claim_from_json(raw))
+
+
+_FOUR_OR_TWO = {
+    "name": "gpus",
+    "firstAvailable": [
+        {"name": "four", "deviceClassName": "gpu.nvidia.com", "count": 4},
+        {"name": "two", "deviceClassName": "gpu.nvidia.com", "count": 2},
+    ],
+}
+_GPU_AND_NICS = (_exactly("gpu"), _exactly("nics", "multinic", count=2))
+
+
+@pytest.mark.parametrize(
+    ("claims", "names", "counts", "exact", "unbounded"),
+    [
+        pytest.param(
+            [_pod_claim("a", _exactly("gpus", count=3))],
+            [{"name": "a"}],
+            {3},
+            3,
+            False,
+            id="exactly 3",
+        ),
+        pytest.param(
+            [_pod_claim("a", *_GPU_AND_NICS)], [{"name": "a"}], {1}, 1, False, id="NICs never count"
+        ),
+        pytest.param(
+            [_pod_claim("a", *_GPU_AND_NICS)],
+            [{"name": "a", "request": "nics"}],
+            {0},
+            0,
+            False,
+            id="only the NIC request",
+        ),
+        pytest.param(
+            [_pod_claim("a", _FOUR_OR_TWO)],
+            [{"name": "a"}],
+            {2, 4},
+            None,
+            False,
+            id="firstAvailable",
+        ),
+        pytest.param(
+            [_pod_claim("a", _FOUR_OR_TWO)],
+            [{"name": "a", "request": "gpus/two"}],
+            {2},
+            2,
+            False,
+            id="one alternative named",
+        ),
+        pytest.param(
+            [_pod_claim("a", _exactly("gpus", allocationMode="All"))],
+            [{"name": "a"}],
+            {1},
+            None,
+            True,
+            id="All: at least one",
+        ),
+        pytest.param(
+            [_pod_claim("a", _exactly("gpus", count=2, capacity={"requests": {"memory": "10Gi"}}))],
+            [{"name": "a"}],
+            {1, 2},
+            None,
+            False,
+            id="consumable capacity shares",
+        ),
+        pytest.param(
+            [PodClaim("a", "ResourceClaim a", None)],
+            [{"name": "a"}],
+            {0},
+            None,
+            True,
+            id="not read",
+        ),
+        pytest.param(
+            [_pod_claim("a", _exactly("gpus", count=2)), _pod_claim("b", _exactly("gpu"))],
+            [{"name": "a"}, {"name": "b"}],
+            {3},
+            3,
+            False,
+            id="two claims add up",
+        ),
+        pytest.param(
+            [_pod_claim("a", _exactly("gpus", count=2)), _pod_claim("b", _exactly("gpu"))],
+            [{"name": "b"}],
+            {1},
+            1,
+            False,
+            id="a claim it does not name",
+        ),
+    ],
+)
+def test_a_container_holds_the_gpus_of_the_gpu_requests_it_names(
+    claims: list[PodClaim],
+    names: list[dict[str, str]],
+    counts: set[int],
+    exact: int | None,
+    unbounded: bool,
+) -> None:
+    body = {"name": "main", "resources": {"claims": names}}
+    held = container_claim_gpus(body, claims, is_gpu_class=GPU_CLASSES)
+    assert (set(held.counts), held.exact, held.unbounded) == (counts, exact, unbounded)
+    assert bool(held.unknown) == (exact is None)

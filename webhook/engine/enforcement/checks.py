@@ -36,7 +36,7 @@ from webhook.engine.resources.inventory import (
 )
 from webhook.engine.resources.offers import VENDOR_GPU_RESOURCES, lookalike, offered, offered_names
 from webhook.engine.scheduling.devicepolicy import ClaimUnits, served_index
-from webhook.engine.scheduling.dra import served_gpu_resources
+from webhook.engine.scheduling.dra import ClaimGPUs, PodClaims, claim_entries, served_gpu_resources
 
 
 @dataclass(slots=True)  # not frozen: built on every admission, and frozen init costs more
@@ -59,6 +59,12 @@ class Scope:
     # serves): rules keyed on GPU labels are then also held on the devices
     # (``scheduling.devicepolicy``), and a node-side check alone does not deny.
     dra_gpus: bool = False
+    # The pod's claims: what each container holds through them (``PodClaims.held``).
+    claims: PodClaims | None = None
+
+    def claim_gpus(self, container: Container) -> ClaimGPUs | None:
+        """The GPUs ``container`` holds through claims, when it names any."""
+        return self.claims.gpus_of(container.path) if self.claims else None
 
     def at(self, container: Container) -> str:
         if container.index < 0:
@@ -785,13 +791,8 @@ def _held(c: Container, u: ClaimUnits, counts: Sequence[tuple[str, int]]) -> int
     resource a class serves, the request made for it (``container-<index>-...``)."""
     if not u.claim.counted:
         return sum(n for r, n in counts if c.section == "containers" and served_index(r) == c.index)
-    resources = c.body.get("resources")
-    entries = resources.get("claims") if isinstance(resources, Mapping) else None
     total = 0
-    for entry in entries if isinstance(entries, list) else ():
-        if not isinstance(entry, Mapping) or entry.get("name") != u.claim.name:
-            continue
-        request = entry.get("request")
+    for request in claim_entries(c.body, u.claim.name):
         total += sum(n for r, n in counts if not request or r == request)
     return total
 
@@ -875,20 +876,31 @@ def claim_unit_findings(
 
 def rule_findings(scope: Scope, rule: Rule, *, inventory: Inventory | None) -> Iterator[Finding]:
     for check in rule.checks:
-        result = (
-            _RULE_CHECKS[check.kind](scope, check, inventory)
-            if check.kind in _RULE_CHECKS
-            else None
-        )
-        if result is None:
-            continue
-        message, summary = result
+        action = check.action
+        if check.kind in _COUNT_CHECKS:
+            judged = _COUNT_CHECKS[check.kind](scope, check, inventory)
+            if judged is None:
+                continue
+            message, summary, unsure = judged
+            action = _seen(action, unsure)
+        else:
+            result = (
+                _RULE_CHECKS[check.kind](scope, check, inventory)
+                if check.kind in _RULE_CHECKS
+                else None
+            )
+            if result is None:
+                continue
+            message, summary = result
         if check.message:
             message = f"{message} {check.message}"
-        yield Finding(rule.name, check.kind, check.action, message, summary, scope.where)
+        yield Finding(rule.name, check.kind, action, message, summary, scope.where)
 
 
 Result = tuple[str, str] | None
+# A result whose third part says the count behind it is not known before allocation (GPUs
+# through claims): then a denial becomes a warning (``_seen``).
+Judged = tuple[str, str, bool] | None
 
 
 def _max_per_pod(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
@@ -901,31 +913,105 @@ def _max_per_pod(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
     )
 
 
-def _max_per_container(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+def _through(scope: Scope, c: Container) -> str:
+    """The GPU claims (or claims not read) a container names, for messages."""
+    named = [
+        f'claim "{p.name}" ({p.source})'
+        for p in (scope.claims.claims if scope.claims else ())
+        if p.counted and (p.gpu_count or p.claim is None) and claim_entries(c.body, p.name)
+    ]
+    return ", ".join(named)
+
+
+def _count_text(counts: Sequence[int], unbounded: bool) -> str:
+    if unbounded:
+        return f"{min(counts)} or more"
+    return " or ".join(map(str, sorted(counts)))
+
+
+def _max_per_container(scope: Scope, check: RuleCheck, _: Inventory | None) -> Judged:
+    """Resources and claims together; where claims give a count not known before
+    allocation, only a count above the limit in every allocation is denied."""
+    limit = int(check.value)
+    warned: Judged = None
     for c in scope.pod.containers:
-        if c.gpu_count > check.value:
+        held = scope.claim_gpus(c)
+        if held is None or not held.gpu:
+            if c.gpu_count > limit:
+                return (
+                    f'container "{c.name}" requests {c.gpu_count} GPUs; at most {limit} per '
+                    "container are allowed here.",
+                    f'container "{c.name}": {c.gpu_count} GPUs, at most {limit}',
+                    False,
+                )
+            continue
+        counts = sorted({c.gpu_count + n for n in held.counts})
+        through = _through(scope, c)
+        if counts[0] > limit:
+            asked = _count_text(counts, held.unbounded)
             return (
-                f'container "{c.name}" requests {c.gpu_count} GPUs; at most {check.value} per '
-                "container are allowed here.",
-                f'container "{c.name}": {c.gpu_count} GPUs, at most {check.value}',
+                f'container "{c.name}" is given {asked} GPUs (through {through}); at most '
+                f"{limit} per container are allowed here. Ask for {limit} or fewer.",
+                f'container "{c.name}": {asked} GPUs through claims, at most {limit}',
+                False,
             )
-    return None
+        if warned is None and (held.unbounded or counts[-1] > limit):
+            asked = _count_text(counts, held.unbounded)
+            warned = (
+                f'container "{c.name}" may be given {asked} GPUs (through {through}), and at '
+                f"most {limit} per container are allowed here; not denied, since the count "
+                f"is not known before allocation: {held.unknown_text()}. Ask for at most "
+                f"{limit} in every alternative (exactly, with allocationMode ExactCount).",
+                f'container "{c.name}": may get {asked} GPUs through claims, at most {limit}',
+                True,
+            )
+    return warned
 
 
-def _allowed_counts(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
+def _allowed_counts(scope: Scope, check: RuleCheck, _: Inventory | None) -> Judged:
+    """Per resource; the GPUs a container's claims give count as one more."""
     allowed = sorted(check.value)
+    listed = ", ".join(map(str, allowed))
+    warned: Judged = None
     for c in scope.pod.containers:
         for resource, count in c.gpus.items():
             if count not in allowed:
                 nearest = min((a for a in allowed if a >= count), default=allowed[-1])
-                listed = ", ".join(map(str, allowed))
                 return (
                     f'container "{c.name}" requests {count} {resource}; allowed counts are '
                     f"{listed} (whole nodes or halves pack without stranding GPUs). "
                     f"Use {nearest}.",
                     f'container "{c.name}": {count} GPUs, allowed {listed}',
+                    False,
                 )
-    return None
+        held = scope.claim_gpus(c)
+        if held is None or not held.gpu:
+            continue
+        bad = sorted(n for n in held.counts if n and n not in allowed)
+        if not bad and not held.unbounded:
+            continue
+        through = _through(scope, c)
+        asked = _count_text(sorted(held.counts), held.unbounded)
+        if held.exact is not None or (
+            not held.unbounded and 0 not in held.counts and len(bad) == len(held.counts)
+        ):
+            return (
+                f'container "{c.name}" is given {asked} GPUs (through {through}); allowed '
+                f"counts are {listed} (whole nodes or halves pack without stranding GPUs). "
+                "Ask for an allowed count.",
+                f'container "{c.name}": {asked} GPUs through claims, allowed {listed}',
+                False,
+            )
+        if warned is None:
+            warned = (
+                f'container "{c.name}" may be given {asked} GPUs (through {through}); allowed '
+                f"counts are {listed}. Not denied, since the count is not known before "
+                f"allocation: {held.unknown_text()}. Ask for an allowed count in every "
+                "alternative (exactly, with allocationMode ExactCount).",
+                f'container "{c.name}": may get {asked} GPUs through claims, allowed {listed}',
+                True,
+            )
+    return warned
 
 
 def _selected_products(scope: Scope) -> set[str] | None:
@@ -1116,8 +1202,11 @@ _PROBE_FIELDS = {
 def _require_probes(scope: Scope, check: RuleCheck, _: Inventory | None) -> Result:
     if scope.kind not in LONG_RUNNING_KINDS:
         return None
+    holders = scope.claims.holders if scope.claims else frozenset()
     for c in scope.pod.containers:
-        if not c.gpu_count or (c.section == "initContainers" and not c.sidecar):
+        if not (c.gpu_count or c.path in holders) or (
+            c.section == "initContainers" and not c.sidecar
+        ):
             continue
         missing = [_PROBE_FIELDS[p] for p in check.value if not c.body.get(_PROBE_FIELDS[p])]
         if missing:
@@ -1152,8 +1241,6 @@ def _allowed_priority_classes(scope: Scope, check: RuleCheck, _: Inventory | Non
 
 _RULE_CHECKS = {
     "maxGPUsPerPod": _max_per_pod,
-    "maxGPUsPerContainer": _max_per_container,
-    "allowedGPUCounts": _allowed_counts,
     "allowedProducts": _allowed_products,
     "maxSharedGPUs": _max_shared,
     "requiredLabels": _required_labels,
@@ -1162,4 +1249,9 @@ _RULE_CHECKS = {
     "minGPUMemory": _min_gpu_memory,
     "requireProbes": _require_probes,
     "allowedPriorityClasses": _allowed_priority_classes,
+}
+# Checks of a count that claims may leave unknown until allocation.
+_COUNT_CHECKS = {
+    "maxGPUsPerContainer": _max_per_container,
+    "allowedGPUCounts": _allowed_counts,
 }

@@ -6,7 +6,7 @@ what makes ``reinvocationPolicy: IfNeeded`` and repeated ``kubectl apply`` safe.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -34,6 +34,11 @@ from webhook.engine.resources.gpufacts import (
     SlotRefusal,
 )
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
+from webhook.engine.scheduling.dra import NO_CLAIMS, ClaimGPUs, PodClaims
+
+# Whether a pod asking for ``Demand`` at ``Placement`` fits one node together with its DRA
+# claims (``wholepod.whole_pod_answer``); None: not known.
+ClaimsFit = Callable[[Demand, Placement], bool | None]
 
 HIDE_GPUS = ((VISIBLE_DEVICES, "void"), ("CUDA_VISIBLE_DEVICES", ""))
 SHM_VOLUME = "gpu-webhook-dshm"
@@ -261,20 +266,81 @@ def render_env(template: str, gpu_count: int) -> str | None:
     return template.replace("{gpuCount}", str(gpu_count))
 
 
+@dataclass(frozen=True, slots=True)
+class _GPUContainer:
+    container: Container
+    # Its GPUs: those it asks for and those its claims give; None where a claim's count is
+    # not known before allocation (``held`` says why).
+    count: int | None
+    held: ClaimGPUs | None = None
+
+
+def gpu_containers(pod: PodGPUs, claims: PodClaims = NO_CLAIMS) -> Iterator[_GPUContainer]:
+    """The containers the container mutations are for: those asking for a GPU resource and
+    those holding a DRA GPU claim (``resources.claims``), whose GPUs the driver gives it."""
+    for container in pod.containers:
+        held = claims.gpus_of(container.path) if container.path in claims.holders else None
+        if held is None:
+            if container.gpu_count:
+                yield _GPUContainer(container, container.gpu_count)
+            continue
+        exact = held.exact
+        count = None if exact is None else container.gpu_count + exact
+        yield _GPUContainer(container, count, held)
+
+
+def _uncounted(rule: str, check: str, what: str, target: _GPUContainer) -> Finding:
+    held = target.held
+    why = held.unknown_text() if held is not None else ""
+    name = target.container.name
+    return Finding(
+        rule,
+        check,
+        "warn",
+        f'{what} not set in container "{name}": the GPUs its claims give are not known '
+        f"before allocation ({why}). Ask for an exact count (allocationMode ExactCount, one "
+        "count in every firstAvailable alternative), or set it yourself.",
+        f'{what} not set in container "{name}": GPU count unknown',
+    )
+
+
+def _no_share(rule: str, container: Container) -> Finding:
+    name = container.name
+    return Finding(
+        rule,
+        "memoryLimit",
+        "warn",
+        f'memory limit not set in container "{name}": inventoryShare divides a node\'s memory '
+        "by the GPUs its allocatable lists, and the GPUs this container's claims give are "
+        "listed in ResourceSlices instead. Use perGPU or fixed for it, or set it yourself.",
+        f'memory limit not set in container "{name}": no allocatable GPUs to share by',
+    )
+
+
 def set_gpu_env(
-    editor: Editor, spec_path: Path, pod: PodGPUs, mutations: Mutations, *, rule: str = ""
+    editor: Editor,
+    spec_path: Path,
+    pod: PodGPUs,
+    mutations: Mutations,
+    *,
+    rule: str = "",
+    claims: PodClaims = NO_CLAIMS,
 ) -> list[Finding]:
     """Set the rule's variables in every GPU container; a warning for a variable left out
-    because its ``{gpuIndexes}`` would be longer than any node's GPUs."""
+    because its ``{gpuIndexes}`` would be longer than any node's GPUs, or because it names
+    the count of GPUs that claims give and that count is not known before allocation."""
     findings: list[Finding] = []
-    for container in pod.containers:
-        if not container.gpu_count:
-            continue
+    for target in gpu_containers(pod, claims):
+        container, count = target.container, target.count
         path = (*spec_path, *container.path)
         for var in mutations.gpu_env:
-            value = render_env(var.value, container.gpu_count)
+            counted = "{gpuCount}" in var.value or "{gpuIndexes}" in var.value
+            if count is None and counted:
+                findings.append(_uncounted(rule, "gpuEnv", var.name, target))
+                continue
+            value = render_env(var.value, count or 0)
             if value is None:
-                findings.append(_unrendered(rule, var.name, container.gpu_count))
+                findings.append(_unrendered(rule, var.name, count or 0))
                 continue
             entry = {"name": var.name, "value": value}
             names = _env_names(editor, path)
@@ -368,36 +434,46 @@ def set_memory_limits(
     rule: str = "",
     gpus: GPUResources | None = None,
     refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
+    claims: PodClaims = NO_CLAIMS,
+    claims_fit: ClaimsFit | None = None,
 ) -> list[Finding]:
     gpus = gpus or GPUResources()
     placement = Placement.of(_map(editor.get(spec_path)))
     planned: list[_Planned] = []
-    for container in pod.containers:
-        if not container.gpu_count:
-            continue
+    findings: list[Finding] = []
+    for target in gpu_containers(pod, claims):
+        container = target.container
         path = (*spec_path, *container.path, "resources")
         resources = _map(editor.get(path))
         if "memory" in _map(resources.get("limits")):
             continue
         count = physical_gpus(container, inventory=inventory, placement=placement, gpus=gpus)
+        if target.held is not None and target.count is not None:
+            # Each device a claim gives is one GPU, or one MIG device (part of one).
+            count += target.count - container.gpu_count
         if limit.mode == "fixed":
             amount: int | None = limit.amount
         elif limit.mode == "perGPU":
+            if target.count is None:
+                findings.append(_uncounted(rule, "memoryLimit", "memory limit", target))
+                continue
             amount = limit.amount * count
         else:
             if inventory is None:
                 continue
             amount = memory_share(inventory, placement, container, gpus=count)
+            if amount is None and target.held is not None:
+                findings.append(_no_share(rule, container))
         if amount is None:
             continue
         request = _memory(_map(resources.get("requests")).get("memory"))
         if request is not None:
             amount = max(amount, request)
         planned.append(_Planned(container, path, amount, becomes_request=request is None))
-    findings: list[Finding] = []
     spec = _map(editor.get(spec_path))
     if planned and spec.get("resources"):
-        planned, findings = _within_pod_level(spec, pod, planned, rule=rule)
+        planned, more = _within_pod_level(spec, pod, planned, rule=rule)
+        findings += more
     if planned and inventory is not None and pod.total:
         planned, more = _fit_memory(
             editor.get(spec_path),
@@ -407,6 +483,7 @@ def set_memory_limits(
             inventory=inventory,
             rule=rule,
             refusal=refusal,
+            claims_fit=claims_fit,
         )
         findings += more
     for plan in planned:
@@ -492,8 +569,11 @@ def _fit_memory(
     inventory: Inventory,
     rule: str,
     refusal: SlotRefusal,
+    claims_fit: ClaimsFit | None = None,
 ) -> tuple[list[_Planned], list[Finding]]:
-    """Keep the injected limits within the nodes the pod can use (``whenTooLarge``)."""
+    """Keep the injected limits within the nodes the pod can use (``whenTooLarge``); with
+    DRA claims, within the nodes that also meet them (``claims_fit``): a limit that only a
+    node without the pod's devices holds would make the claims' check deny the pod."""
     spec = _map(spec)
     placement = Placement.of(spec)
     at = {id(c): i for i, c in enumerate(pod.containers)}
@@ -505,15 +585,30 @@ def _fit_memory(
     def fitting(plans: list[_Planned]) -> tuple[Any, ...]:
         cpu, mem = memory(plans)
         demand = Demand(pod.vector, cpu, mem, pod.per_container)
-        return inventory.fit(placement, demand, refusal).fitting
+        found = inventory.fit(placement, demand, refusal).fitting
+        if found and claims_fit is not None and claims_fit(demand, placement) is False:
+            return ()
+        return found
 
     if fitting(planned):
         return planned, []
     without = fitting([])
     if not without:
         return planned, []  # the pod fits nowhere anyway: the capacity check says why
-    room = max(shape.allocatable.get("memory", 0) for shape in without)
-    base = memory([])[1]
+    cpu, base = memory([])
+    rooms = sorted({shape.allocatable.get("memory", 0) for shape in without}, reverse=True)
+    room = rooms[0]
+    if claims_fit is not None:
+        # The most memory of a node that also meets the claims: the first that takes the
+        # pod asking for all of it.
+        room = next(
+            (
+                r
+                for r in rooms
+                if claims_fit(Demand(pod.vector, cpu, r, pod.per_container), placement) is not False
+            ),
+            base,
+        )
     asked = ", ".join(f"{p.container.name or '?'} {format_bytes(p.amount)}" for p in planned)
     where = f"the largest node the pod can use has {format_bytes(room)} allocatable memory"
     if limit.when_too_large == "deny":
@@ -556,12 +651,13 @@ def _fit_memory(
     ]
 
 
-def mount_shm(editor: Editor, spec_path: Path, pod: PodGPUs, size: str) -> None:
+def mount_shm(
+    editor: Editor, spec_path: Path, pod: PodGPUs, size: str, claims: PodClaims = NO_CLAIMS
+) -> None:
     """A memory-backed /dev/shm: the container runtime's 64 MB breaks PyTorch loaders."""
     targets = []
-    for container in pod.containers:
-        if not container.gpu_count:
-            continue
+    for target in gpu_containers(pod, claims):
+        container = target.container
         path = (*spec_path, *container.path)
         mounts = _list(editor.get((*path, "volumeMounts")))
         if not any(_map(m).get("mountPath") in ("/dev/shm", "/dev/shm/") for m in mounts):
@@ -593,16 +689,18 @@ def apply_containers(
     inventory: Inventory | None,
     rule: str = "",
     gpus: GPUResources | None = None,
-    claim_holders: frozenset[Path] = frozenset(),
+    claims: PodClaims = NO_CLAIMS,
     refusal: SlotRefusal = DEVICE_PLUGIN_DEFAULTS,
+    claims_fit: ClaimsFit | None = None,
 ) -> list[Finding]:
-    """Container mutations of one rule; findings where a memory limit had to give way."""
+    """Container mutations of one rule; findings where a memory limit had to give way, or
+    a value needs a count of GPUs that claims leave unknown until allocation."""
     findings: list[Finding] = []
     # The gpuNodes scope needs to know where the pod can land: see accesscontrol.
     if mutations.hide_gpus == "gpuPods" and pod_asks_for_gpu(pod):
-        hide_gpus(editor, spec_path, pod, claim_holders)
+        hide_gpus(editor, spec_path, pod, claims.holders)
     if mutations.gpu_env:
-        findings.extend(set_gpu_env(editor, spec_path, pod, mutations, rule=rule))
+        findings.extend(set_gpu_env(editor, spec_path, pod, mutations, rule=rule, claims=claims))
     if mutations.memory_limit is not None:
         findings += set_memory_limits(
             editor,
@@ -613,7 +711,9 @@ def apply_containers(
             rule=rule,
             gpus=gpus,
             refusal=refusal,
+            claims=claims,
+            claims_fit=claims_fit,
         )
     if mutations.shm_size is not None:
-        mount_shm(editor, spec_path, pod, mutations.shm_size)
+        mount_shm(editor, spec_path, pod, mutations.shm_size, claims)
     return findings

@@ -47,6 +47,7 @@ from webhook.engine.enforcement.cudadrivers import (
     gpu_needs,
 )
 from webhook.engine.enforcement.mutators import (
+    ClaimsFit,
     add_preferred_affinity,
     add_required_affinity,
     add_required_affinity_or_absent,
@@ -883,10 +884,12 @@ def _mutate_containers(
     snapshot: Inventory | None,
     mutated_by: dict[str, None],
     settings: Settings,
+    devices: DeviceInventory | None = None,
 ) -> list[Finding]:
     """Each matching rule's container mutations, less what the pod is exempt from."""
     findings: list[Finding] = []
     exempt = access.exempt
+    fits = _claims_fit(claims, snapshot=snapshot, devices=devices, settings=settings)
     for rule in rules:
         if not rule.mutations.changes_containers:
             continue
@@ -901,12 +904,40 @@ def _mutate_containers(
                 inventory=snapshot,
                 rule=rule.name,
                 gpus=settings.gpu_resources,
-                claim_holders=claims.holders,
+                claims=claims,
                 refusal=settings.device_plugin,
+                claims_fit=fits,
             )
         )
         _credit(editor, before, mutated_by, (rule,))
     return findings
+
+
+def _claims_fit(
+    claims: PodClaims,
+    *,
+    snapshot: Inventory | None,
+    devices: DeviceInventory | None,
+    settings: Settings,
+) -> ClaimsFit | None:
+    """Whether the pod with a request vector fits one node with its GPU claims and the
+    GPU resources a class serves, as the ``deviceClaims`` check judges it (healed nodes):
+    the memory limits a rule adds stay within the nodes that hold the pod's devices."""
+    if snapshot is None or devices is None or not (claims.gpu_count or claims.served):
+        return None
+
+    def fits(demand: Demand, placement: Placement) -> bool | None:
+        answer = whole_pod_answer(
+            claims,
+            demand=demand,
+            placement=placement.healed(),
+            nodes=snapshot,
+            devices=devices,
+            refusal=settings.device_plugin,
+        )
+        return None if answer is None else answer.fits
+
+    return fits
 
 
 def _mutate(
@@ -940,6 +971,7 @@ def _mutate(
             snapshot=snapshot,
             mutated_by=mutated_by,
             settings=settings,
+            devices=devices,
         )
     )
 
@@ -1042,6 +1074,7 @@ def _evaluate_template(
         context.kind,
         devices,
         bool(claims.gpu_classes),
+        claims if claims.held else None,
     )
     findings.extend(_gpu_findings(scope, snapshot))
     if refused is not None:

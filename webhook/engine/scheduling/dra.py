@@ -94,6 +94,8 @@ class PodClaim:
 class PodClaims:
     claims: tuple[PodClaim, ...] = ()
     holders: frozenset[Path] = frozenset()  # containers that hold a GPU claim
+    # Per container naming a claim in ``resources.claims``: the GPUs it holds through them.
+    held: tuple[tuple[Path, ClaimGPUs], ...] = ()
     # Extended resources of the pod that a device class serves: (resource, class).
     served: tuple[tuple[str, str], ...] = ()
     # Their most per container: where a device plugin serves them after all (a node with
@@ -115,6 +117,49 @@ class PodClaims:
     @property
     def missing(self) -> tuple[PodClaim, ...]:
         return tuple(c for c in self.claims if c.claim is None)
+
+    def gpus_of(self, path: Path) -> ClaimGPUs | None:
+        """What the container at ``path`` holds through claims; None: it names none."""
+        for at, gpus in self.held:
+            if at == path:
+                return gpus
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimGPUs:
+    """The GPUs one container holds through the pod's claims (its ``resources.claims``),
+    for the per-container rules and mutations a resource count answers: each total the
+    allocator may give it (one per combination of ``firstAvailable`` alternatives), and
+    what could not be counted. ``unbounded``: some part has no upper bound known here
+    (``allocationMode: All``, a claim not read); ``counts`` then hold the least."""
+
+    counts: frozenset[int] = frozenset({0})
+    unbounded: bool = False
+    unknown: tuple[str, ...] = ()  # what could not be counted exactly, for messages
+
+    @property
+    def exact(self) -> int | None:
+        """The one count every allocation gives, or None."""
+        if self.unbounded or self.unknown or len(self.counts) != 1:
+            return None
+        return next(iter(self.counts))
+
+    @property
+    def least(self) -> int:
+        return min(self.counts)
+
+    @property
+    def most(self) -> int | None:
+        return None if self.unbounded else max(self.counts)
+
+    @property
+    def gpu(self) -> bool:
+        """Whether it holds (or may hold) any GPU."""
+        return self.unbounded or max(self.counts) > 0
+
+    def unknown_text(self) -> str:
+        return "; ".join(self.unknown)
 
 
 NO_CLAIMS = PodClaims()
@@ -171,17 +216,105 @@ def pod_claims(
         claims.append(PodClaim(entry["name"], source, found, count, names, classes))
     by_name = {c.name: c for c in claims}
     holders: set[Path] = set()
+    held: list[tuple[Path, ClaimGPUs]] = []
     for section in ("initContainers", "containers"):
         for index, container in enumerate(spec.get(section) or []):
             refs = dig(container, "resources", "claims")
+            named = False
             for ref in refs if isinstance(refs, list) else []:
                 claim = by_name.get(str(dig(ref, "name")))
+                named = named or claim is not None
                 if claim is None or not claim.gpu_count:
                     continue
                 request = dig(ref, "request")
                 if not request or str(request) in claim.gpu_requests:
                     holders.add((section, index))
-    return PodClaims(tuple(claims), frozenset(holders))
+            if named:
+                gpus = container_claim_gpus(container, claims, is_gpu_class=is_gpu_class)
+                held.append(((section, index), gpus))
+    return PodClaims(tuple(claims), frozenset(holders), tuple(held))
+
+
+def claim_entries(body: Mapping[str, Any], claim: str) -> list[str]:
+    """The requests a container names of the pod's claim ``claim`` (its
+    ``resources.claims`` entries): "" for the whole claim, "request" or "request/sub"."""
+    refs = dig(body, "resources", "claims")
+    return [
+        str(ref.get("request") or "")
+        for ref in (refs if isinstance(refs, list) else ())
+        if isinstance(ref, Mapping) and ref.get("name") == claim
+    ]
+
+
+# Past this many distinct totals a container's count is judged unbounded: each request with
+# alternatives of different counts multiplies them, and no rule needs them all.
+_MAX_TOTALS = 64
+
+
+def _request_counts(
+    request: DeviceRequest, sub: str, *, is_gpu_class: Callable[[str], bool]
+) -> tuple[frozenset[int], bool, str]:
+    """The GPUs one request may give (each ``firstAvailable`` alternative: the allocator
+    takes the first that fits, ``allocateOne``), whether without bound, and why not exact.
+    ``All`` gives every matching device and at least one (``validateDeviceRequest``); a
+    request for consumable capacity (KEP-5075) takes a share of each device, and shares of
+    one GPU may go to the container's other requests too: 1 to ``count`` GPUs."""
+    counts: set[int] = set()
+    unbounded = False
+    why: list[str] = []
+    for alt in request.alternatives:
+        if sub and alt.name not in (f"{request.name}/{sub}", sub):
+            continue
+        if not is_gpu_class(alt.device_class):
+            counts.add(0)
+        elif alt.all_devices:
+            counts.add(1)
+            unbounded = True
+            why.append(f'request "{alt.name}" asks for all matching devices (allocationMode All)')
+        elif alt.capacity:
+            counts.update(range(min(alt.count, 1), alt.count + 1))
+            why.append(f'request "{alt.name}" asks for shares of {alt.count} devices')
+        else:
+            counts.add(alt.count)
+    if len(request.alternatives) > 1 and len(counts) > 1 and not sub:
+        listed = " or ".join(str(n) for n in sorted(counts))
+        why.append(f'request "{request.name}" may get {listed} GPUs (firstAvailable)')
+    return frozenset(counts or {0}), unbounded, "; ".join(why)
+
+
+def container_claim_gpus(
+    body: Mapping[str, Any], claims: Sequence[PodClaim], *, is_gpu_class: Callable[[str], bool]
+) -> ClaimGPUs:
+    """What one container holds through the claims it names: the GPU requests of GPU
+    device classes only (a NIC's devices are never counted)."""
+    totals: frozenset[int] = frozenset({0})
+    unbounded = False
+    unknown: list[str] = []
+    for pod_claim in claims:
+        if not pod_claim.counted:
+            continue  # a served resource: counted as the resource it is
+        entries = claim_entries(body, pod_claim.name)
+        if not entries:
+            continue
+        if pod_claim.claim is None:
+            unbounded = True
+            unknown.append(f"{pod_claim.source} could not be read")
+            continue
+        shown = f'claim "{pod_claim.name}" ({pod_claim.source})'
+        for request in pod_claim.claim.spec.requests:
+            for entry in entries:
+                name, _, sub = entry.partition("/")
+                if name and name != request.name:
+                    continue
+                counts, endless, why = _request_counts(request, sub, is_gpu_class=is_gpu_class)
+                totals = frozenset(t + n for t in totals for n in counts)
+                unbounded = unbounded or endless
+                if why:
+                    unknown.append(f"{shown}: {why}")
+                break  # a request named twice is held once
+        if len(totals) > _MAX_TOTALS:
+            totals, unbounded = frozenset({min(totals)}), True
+    return ClaimGPUs(totals, unbounded, tuple(unknown))
 
 
 # --- fit ----------------------------------------------------------------------------------
@@ -1254,6 +1387,7 @@ def extended_resource_claims(
     return kept, PodClaims(
         (*claims.claims, *extra),
         claims.holders,
+        claims.held,
         served=tuple(served.items()),
         served_per_container=tuple((r, n) for r, n in pod.per_container if r in served),
     )
