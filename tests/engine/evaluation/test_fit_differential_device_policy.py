@@ -796,6 +796,15 @@ _SELECTOR = re.compile(r'selectors: \[\{cel: \{expression: "(.*?)"\}\}\]')
     rule=MigPolicy("product", "1g.10gb", product=0),
     ask=MigAsk(1, claim=True, profile="1g.10gb"),
 )
+# Products that differ on every device of a slice are no identity attribute (found by CI).
+@example(
+    nodes=[
+        MigNode("gpu-0", False, [(0, "2g.20gb"), (0, "2g.20gb")]),
+        MigNode("gpu-1", False, [(0, "2g.20gb"), (1, "2g.20gb")]),
+    ],
+    rule=MigPolicy("product", "2g.20gb", product=0),
+    ask=MigAsk(1, claim=True),
+)
 def test_mig_rules_on_dra_mig_devices_admit_only_allowed_devices_and_tell_the_claim(
     nodes: list[MigNode], rule: MigPolicy, ask: MigAsk
 ) -> None:

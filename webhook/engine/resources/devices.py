@@ -57,6 +57,24 @@ CEL_SELECTOR_EXPRESSION_MAX_LENGTH = 10 * 1024  # CELSelectorExpressionMaxLength
 COUNT_MAX = 2**63 - 1
 # Attribute names that name one device wherever they appear (NVIDIA's driver's uuid).
 ALWAYS_IDENTITY_ATTRIBUTES = frozenset({"uuid"})
+# What a device is, never which one: two devices of a slice may differ in every one of them
+# (an H100 beside an A100, MIG devices of three profiles on one GPU), and the policy reads
+# them outside any CEL selector (``devicepolicy.device_labels``), so they are never taken
+# for identity, whatever values a slice holds. NVIDIA's DRA driver publishes them on every
+# GPU and MIG device (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/deviceinfo.go,
+# ``GpuInfo.GetDevice``, ``MigDeviceInfo.GetDevice``).
+DESCRIPTIVE_ATTRIBUTES = frozenset(
+    {
+        "type",
+        "productName",
+        "profile",
+        "brand",
+        "architecture",
+        "cudaComputeCapability",
+        "driverVersion",
+        "cudaDriverVersion",
+    }
+)
 Identity = frozenset[tuple[str, str]]
 
 
@@ -504,7 +522,11 @@ def _slice_identity(devices: Sequence[Device]) -> Identity:
     for device in devices:
         for domain, name, value in device.attributes:
             values.setdefault((domain, name), set()).add(value)
-    found.update(k for k, v in values.items() if len(v) == len(devices))
+    found.update(
+        k
+        for k, v in values.items()
+        if len(v) == len(devices) and k[1] not in DESCRIPTIVE_ATTRIBUTES
+    )
     return frozenset(found)
 
 
