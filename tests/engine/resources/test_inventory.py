@@ -202,3 +202,34 @@ def test_an_update_pauses_every_few_changes_and_gives_what_an_unpaused_one_gives
 
     assert len(pauses) >= len(changes) // PAUSE_EVERY
     assert shape_view(paused) == shape_view(unpaused)
+
+
+@pytest.mark.parametrize(
+    ("node", "cordons"),
+    [
+        pytest.param(gpu_node("a", 8, "A100"), False, id="schedulable"),
+        pytest.param(
+            Node("n", {}, taints=(Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),)),
+            False,
+            id="not-ready-taint",
+        ),
+        pytest.param(gpu_node("a", 8, "A100", unschedulable=True), True, id="spec-unschedulable"),
+        pytest.param(
+            Node("n", {}, taints=(Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"),)),
+            True,
+            id="unschedulable-taint",
+        ),
+    ],
+)
+def test_a_snapshot_says_whether_a_node_is_cordoned(node: Node, cordons: bool) -> None:
+    inventory = Inventory([gpu_node("other", 4, "T4"), node])
+    assert inventory.cordons is cordons
+    healed = placement().healed()
+    # Only a cordon tells a placement's nodes from those of its healed one.
+    same = inventory.placeable(placement()) == inventory.placeable(healed)
+    assert same is not cordons
+    updated = Inventory([gpu_node("other", 4, "T4")]).updated(
+        {node.name: node}, resource_version="2"
+    )
+    assert updated.cordons is cordons
+    assert updated.updated({node.name: None}, resource_version="3").cordons is False

@@ -15,7 +15,7 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import Request
 from webhook.engine.kube.patch import Editor
 from webhook.engine.resources.cel.deviceselectors import SelectorError, compile_selector
-from webhook.engine.resources.devices import device_from_json
+from webhook.engine.resources.devices import DeviceInventory, device_from_json
 from webhook.engine.resources.gpufacts import MEMORY_LABEL, PRODUCT_LABEL
 from webhook.engine.resources.inventory import Inventory, Node, Placement
 from webhook.engine.scheduling.devicepolicy import (
@@ -25,6 +25,7 @@ from webhook.engine.scheduling.devicepolicy import (
     DeviceRule,
     affinity_plan,
     allowing_selector,
+    claim_units,
     device_labels,
     dra_profile,
     gfd_profile,
@@ -35,6 +36,7 @@ from webhook.engine.scheduling.devicepolicy import (
     mig_label,
     refuses_devices,
 )
+from webhook.engine.scheduling.dra import pod_claims
 from webhook.files.inventoryfile import load_inventory_file
 from webhook.files.rulefiles import load_policy
 
@@ -740,3 +742,88 @@ def test_a_mig_label_affinity_judges_a_gfd_labelled_node_without_the_profile_by_
     )
 
     assert plan.verdict == verdict
+
+
+# --- what a claim's units are, remembered per snapshot ------------------------------------
+
+
+def _claim_objects(*, mig_on: str) -> list[dict[str, Any]]:
+    """A GPU class, a template for 2 GPUs, and nodes a and b with 2 devices each: MIG
+    devices on ``mig_on``, whole GPUs on the other."""
+    objects: list[dict[str, Any]] = [
+        {
+            "kind": "DeviceClass",
+            "metadata": {"name": "gpu.nvidia.com"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+        },
+        {
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "two", "namespace": "ns"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpus",
+                                "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2},
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    ]
+    for name in ("a", "b"):
+        kind = "mig" if name == mig_on else "gpu"
+        objects.append(
+            {
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"node-{name}-gpu.nvidia.com"},
+                "spec": {
+                    "driver": "gpu.nvidia.com",
+                    "nodeName": f"node-{name}",
+                    "pool": {"name": f"node-{name}", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {"name": f"{kind}-{i}", "attributes": {"type": {"string": kind}}}
+                        for i in range(2)
+                    ],
+                },
+            }
+        )
+    return objects
+
+
+def _units(
+    devices: DeviceInventory, nodes: Inventory, *, on: str | None
+) -> list[tuple[tuple[str, int], ...]]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "resources": {"claims": [{"name": "gpus"}]}}],
+        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two"}],
+    }
+    if on is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": f"node-{on}"}
+    claims = pod_claims(
+        spec, namespace="ns", devices=devices, is_gpu_class=lambda c: c == "gpu.nvidia.com"
+    )
+    placement = Placement.of(spec)
+    found = claim_units(claims, placement=placement, nodes=nodes, devices=devices)
+    return [u.mig for u in found]
+
+
+def _nodes(*names: str) -> Inventory:
+    return Inventory(
+        Node(name=f"node-{n}", labels={"kubernetes.io/hostname": f"node-{n}"}) for n in names
+    )
+
+
+def test_a_claims_units_are_asked_again_for_another_placement_nodes_or_snapshot() -> None:
+    devices = DeviceInventory.of(_claim_objects(mig_on="a"))
+    both = _nodes("a", "b")
+    assert _units(devices, both, on="a") == [(("gpus", 2),)]
+    assert _units(devices, both, on="a") == [(("gpus", 2),)]  # remembered: the same answer
+    assert _units(devices, both, on="b") == []  # another placement
+    assert _units(devices, both, on=None) == [(("gpus", 2),)]
+    assert _units(devices, _nodes("b"), on=None) == []  # other nodes, the same devices
+    changed = DeviceInventory.of(_claim_objects(mig_on="b"))  # a new snapshot
+    assert _units(changed, both, on="a") == []
+    assert _units(changed, both, on="b") == [(("gpus", 2),)]

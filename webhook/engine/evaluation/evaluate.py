@@ -1572,6 +1572,8 @@ def _device_findings(
     found = _claims_on(healed, claims, scope, snapshot=snapshot, devices=devices, judge=judge)
     if healed is scope.placement or any(f.action == "deny" for f in found):
         return found
+    if snapshot is None or not snapshot.cordons:
+        return found  # the pod's placement now admits what the healed one does
     now = _claims_on(
         scope.placement, claims, scope, snapshot=snapshot, devices=devices, judge=judge
     )

@@ -446,6 +446,12 @@ class Inventory:
         self.source = source
         self.identity_labels = identity
         self.shapes = shapes
+        # Only a cordon (NodeUnschedulable's ``spec.unschedulable``, or its taint) tells a
+        # placement from its ``healed()`` one: without one, both admit the same nodes.
+        self.cordons = any(
+            shape.unschedulable or any(t.key == UNSCHEDULABLE_TAINT for t in shape.taints)
+            for shape in shapes
+        )
         totals: Counter[str] = Counter()
         for shape in self.shapes:
             for name, amount in shape.allocatable.items():

@@ -36,6 +36,7 @@ from webhook.engine.kube.quantity import format_bytes
 from webhook.engine.kube.selectors import requirement_matches
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import Action, Rule
+from webhook.engine.resources.cel.celbudget import review_spent
 from webhook.engine.resources.cel.deviceselectors import SelectorError, compile_selector
 from webhook.engine.resources.devices import ClaimSpec, Device, DeviceInventory, SubRequest
 from webhook.engine.resources.gpufacts import MEMORY_LABEL, MIG_STRATEGY_LABEL, PRODUCT_LABEL
@@ -1011,14 +1012,54 @@ def claim_units(
     ``pkg/apis/resource/types.go``, ``Device.AllowMultipleAllocations``: "multiple
     allocations can be made from this device", each taking what its capacity's
     ``RequestPolicy`` allows) may be given to other claims beside this one: each unit on it
-    is a share of one GPU, as a time-sliced replica is."""
+    is a share of one GPU, as a time-sliced replica is.
+
+    Every pod with a claim asks this (``multipleMIGDevices`` is built in), and the pods of
+    one workload ask it alike: once per snapshot, node inventory, placement and claim specs,
+    in the snapshot's memo as ``candidates`` is."""
     pending = [
         c for c in claims.claims if c.claim is not None and not c.claim.allocated and c.gpu_count
     ]
     if not pending or not devices.complete:
         return []
+    key = (
+        "claim-units",
+        id(nodes),
+        placement.key(),
+        tuple((c.counted, c.gpu_requests, c.claim.spec) for c in pending if c.claim),
+    )
+    memo = devices._memo
+    known = memo.get(key)
+    if known is not None and known[0] is nodes:
+        counts = known[1]
+    else:
+        counts = _claim_unit_counts(pending, placement=placement, nodes=nodes, devices=devices)
+        # Found with selectors left unevaluated (the budget ran out): this review's only.
+        if not review_spent():
+            if len(memo) >= _MEMO_SIZE:
+                memo.clear()
+            memo[key] = (nodes, counts)
+    return [
+        ClaimUnits(pod_claim, shared, mig, unknown)
+        for pod_claim, (shared, mig, unknown) in zip(pending, counts, strict=True)
+        if shared or mig or unknown
+    ]
+
+
+_UnitCounts = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...], bool]
+
+
+def _claim_unit_counts(
+    pending: Sequence[PodClaim],
+    *,
+    placement: Placement,
+    nodes: Inventory | None,
+    devices: DeviceInventory,
+) -> tuple[_UnitCounts, ...]:
+    """Per claim of ``pending``: (request, devices that may be shared), (request, devices
+    that may be MIG devices), and whether what the allocator picks is not known in full."""
     found = candidates(devices, nodes, placement.healed())
-    out: list[ClaimUnits] = []
+    out: list[_UnitCounts] = []
     for pod_claim in pending:
         assert pod_claim.claim is not None
         shared: list[tuple[str, int]] = []
@@ -1036,6 +1077,5 @@ def claim_units(
                 shared.append((request.name, most_shared))
             if most_mig:
                 mig.append((request.name, most_mig))
-        if shared or mig or unknown:
-            out.append(ClaimUnits(pod_claim, tuple(shared), tuple(mig), unknown))
-    return out
+        out.append((tuple(shared), tuple(mig), unknown))
+    return tuple(out)
