@@ -118,6 +118,15 @@ def status_configmap(status: str) -> dict[str, Any]:
     }
 
 
+def ready_pools(source: LiveInventorySource) -> PoolInventory:
+    """The pools a started source holds once it is ready."""
+    source.start()
+    eventually(source.ready, timeout=10)
+    pools = source.pools()
+    assert pools is not None
+    return pools
+
+
 def pool_names(source: LiveInventorySource) -> list[str]:
     pools = source.pools()
     return [] if pools is None else sorted(p.name for p in pools.pools)
@@ -154,10 +163,7 @@ def test_nodepools_the_webhook_may_not_list_are_a_pool_of_unknown_size() -> None
     )
     source = live(server)
     try:
-        source.start()
-        eventually(source.ready, timeout=10)
-        pools = source.pools()
-        assert pools is not None
+        pools = ready_pools(source)
         (blind,) = pools.autoscalers
         assert blind.kind == "Karpenter"
         assert "may not list them (403)" in blind.reason
@@ -181,10 +187,7 @@ def test_the_cluster_autoscaler_status_is_read_by_name(status: int) -> None:
     server.routes[CA_STATUS_PATH] = deque([answer])
     source = live(server)
     try:
-        source.start()
-        eventually(source.ready, timeout=10)
-        pools = source.pools()
-        assert pools is not None
+        pools = ready_pools(source)
         assert [a.name for a in pools.autoscalers] == (["gpu"] if status == 200 else [])
     finally:
         source.stop()
@@ -218,10 +221,7 @@ def test_the_text_status_of_an_older_autoscaler_is_read_from_the_api_server(
     server.routes[CA_STATUS_PATH] = deque([Body(json.dumps(configmap).encode())])
     source = live(server)
     try:
-        source.start()
-        eventually(source.ready, timeout=10)
-        pools = source.pools()
-        assert pools is not None
+        pools = ready_pools(source)
         assert [a.name for a in pools.autoscalers] == autoscalers
     finally:
         source.stop()

@@ -72,6 +72,21 @@ NAMESPACE = "vision"
 CLASS = {**GPU_CLASS, "spec": {**GPU_CLASS["spec"], "extendedResourceName": GPU}}
 
 
+def node_slice(node: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one ResourceSlice NVIDIA's DRA driver publishes for a node's GPUs."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
 def label(product: int) -> str:
     """GFD's product label: NVML's name with dashes for spaces (internal/lm/resource.go)."""
     return PRODUCTS[product][0].replace(" ", "-")
@@ -113,29 +128,22 @@ class GPUNode:
         }
 
     def slice(self) -> dict[str, Any]:
-        return {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{self.name}-gpu.nvidia.com"},
-            "spec": {
-                "driver": "gpu.nvidia.com",
-                "nodeName": self.name,
-                "pool": {"name": self.name, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {
-                        "name": f"gpu-{i}",
-                        "attributes": {
-                            "type": {"string": "gpu"},
-                            "uuid": {"string": f"GPU-{self.name}-{i}"},
-                            "productName": {"string": PRODUCTS[p][0]},
-                        },
-                        "capacity": {"memory": {"value": f"{PRODUCTS[p][1]}Mi"}},
-                        **({"allowMultipleAllocations": True} if i in self.shared else {}),
-                    }
-                    for i, p in enumerate(self.devices)
-                ],
-            },
-        }
+        return node_slice(
+            self.name,
+            [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {
+                        "type": {"string": "gpu"},
+                        "uuid": {"string": f"GPU-{self.name}-{i}"},
+                        "productName": {"string": PRODUCTS[p][0]},
+                    },
+                    "capacity": {"memory": {"value": f"{PRODUCTS[p][1]}Mi"}},
+                    **({"allowMultipleAllocations": True} if i in self.shared else {}),
+                }
+                for i, p in enumerate(self.devices)
+            ],
+        )
 
 
 @st.composite
@@ -615,17 +623,7 @@ class MigNode:
                     "capacity": {"memory": {"value": memory}},
                 }
             )
-        return {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{self.name}-gpu.nvidia.com"},
-            "spec": {
-                "driver": "gpu.nvidia.com",
-                "nodeName": self.name,
-                "pool": {"name": self.name, "generation": 1, "resourceSliceCount": 1},
-                "devices": devices,
-            },
-        }
+        return node_slice(self.name, devices)
 
 
 mig_devices = st.tuples(st.integers(0, 1), st.sampled_from(["", *MIG_PROFILES]))
