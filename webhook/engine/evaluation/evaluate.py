@@ -82,6 +82,7 @@ from webhook.engine.resources.inventory import FitAnswer, Inventory, Node, Place
 from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory
 from webhook.engine.resources.quotas import Quotas
 from webhook.engine.scheduling.devicepolicy import (
+    AffinityPlan,
     affinity_finding,
     affinity_plan,
     asked_gpus,
@@ -927,17 +928,38 @@ def _claims_fit(
         return None
 
     def fits(demand: Demand, placement: Placement) -> bool | None:
-        answer = whole_pod_answer(
+        return _whole_fits(
             claims,
-            demand=demand,
-            placement=placement.healed(),
-            nodes=snapshot,
+            demand,
+            placement,
+            snapshot=snapshot,
             devices=devices,
             refusal=settings.device_plugin,
         )
-        return None if answer is None else answer.fits
 
     return fits
+
+
+def _whole_fits(
+    claims: PodClaims,
+    demand: Demand,
+    placement: Placement,
+    *,
+    snapshot: Inventory,
+    devices: DeviceInventory,
+    refusal: SlotRefusal,
+) -> bool | None:
+    """Whether one node takes the whole pod, on the nodes as they are once healed (as the
+    ``deviceClaims`` check judges it); None where the claims are not judged there."""
+    answer = whole_pod_answer(
+        claims,
+        demand=demand,
+        placement=placement.healed(),
+        nodes=snapshot,
+        devices=devices,
+        refusal=refusal,
+    )
+    return None if answer is None else answer.fits
 
 
 def _mutate(
@@ -1337,11 +1359,26 @@ def _place_rule(
     # Where the pod could land and fit with the rule aside: its GPUs there, and its cpu and
     # memory as the pod asks them now (container rules may raise them later, never lower).
     cpu, memory = pod_requests(editor.get(spec_path), pod.containers)
-    unrestricted = holds_gpus(devices, served_classes, asked, dra_node=dra_node)
 
-    def lands(node: Node) -> bool:
-        return unrestricted(node) and not shortfalls(
-            node.allocatable, NO_GPU_FACTS, Demand((), cpu, memory)
+    def planned() -> AffinityPlan:  # on a miss of the plan's memo only
+        on_devices = device_rules([rule])
+        unrestricted = holds_gpus(devices, served_classes, asked, dra_node=dra_node)
+
+        def lands(node: Node) -> bool:
+            return unrestricted(node) and not shortfalls(
+                node.allocatable, NO_GPU_FACTS, Demand((), cpu, memory)
+            )
+
+        return affinity_plan(
+            keyed,
+            placement=bare,
+            nodes=snapshot,
+            dra_node=dra_node,
+            plugin_node=plugin_node,
+            refused_on=refuses_devices(devices, served_classes, on_devices, lands=lands)
+            if claims.served and not explicit
+            else None,
+            holds=holds_gpus(devices, served_classes, asked, dra_node=dra_node, rules=on_devices),
         )
 
     plan = remembered_plan(
@@ -1349,19 +1386,7 @@ def _place_rule(
         snapshot,
         (bare.key(), explicit, asked, tuple(sorted(wanted)), tuple(served_classes), cpu, memory),
         rule,
-        lambda: affinity_plan(
-            keyed,
-            placement=bare,
-            nodes=snapshot,
-            dra_node=dra_node,
-            plugin_node=plugin_node,
-            refused_on=refuses_devices(devices, served_classes, device_rules([rule]), lands=lands)
-            if claims.served and not explicit
-            else None,
-            holds=holds_gpus(
-                devices, served_classes, asked, dra_node=dra_node, rules=device_rules([rule])
-            ),
-        ),
+        planned,
     )
     if plan.verdict == "orUnlabelled":
         add_required_affinity_or_absent(editor, spec_path, keyed)
@@ -1506,15 +1531,10 @@ def _lands(
     the webhook cannot tell (no complete slices), as it then denies nothing."""
     if devices is None:
         return True
-    answer = whole_pod_answer(
-        claims,
-        demand=fit.demand,
-        placement=fit.placement.healed(),
-        nodes=snapshot,
-        devices=devices,
-        refusal=refusal,
+    fits = _whole_fits(
+        claims, fit.demand, fit.placement, snapshot=snapshot, devices=devices, refusal=refusal
     )
-    return answer is None or answer.fits is not False
+    return fits is not False
 
 
 def _claims_findings(
