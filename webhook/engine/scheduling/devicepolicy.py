@@ -39,7 +39,12 @@ from webhook.engine.policy.ruleset import Action, Rule
 from webhook.engine.resources.cel.celbudget import review_spent
 from webhook.engine.resources.cel.deviceselectors import SelectorError, compile_selector
 from webhook.engine.resources.devices import ClaimSpec, Device, DeviceInventory, SubRequest
-from webhook.engine.resources.gpufacts import MEMORY_LABEL, MIG_STRATEGY_LABEL, PRODUCT_LABEL
+from webhook.engine.resources.gpufacts import (
+    MEMORY_LABEL,
+    MIG_PREFIX,
+    MIG_STRATEGY_LABEL,
+    PRODUCT_LABEL,
+)
 from webhook.engine.resources.inventory import Inventory, Node, Placement
 from webhook.engine.scheduling.dra import (
     Candidates,
@@ -121,7 +126,6 @@ WHOLE_GPU = "gpu-webhook.io/whole-gpu"
 # decoders, encoders, jpegEngines, ofaEngines, memory) and only profiles whose compute
 # instance spans the GPU instance (nvlib.go: ``G != C`` profiles are skipped), so the SM
 # count and the engines NVML reports for the MIG device are those of its GPU instance.
-MIG_PREFIX = "nvidia.com/mig-"
 _MIG_CAPACITY = {
     "multiprocessors": "multiprocessors",
     "engines.copy": "copyEngines",

@@ -146,14 +146,6 @@ class ClaimGPUs:
         return next(iter(self.counts))
 
     @property
-    def least(self) -> int:
-        return min(self.counts)
-
-    @property
-    def most(self) -> int | None:
-        return None if self.unbounded else max(self.counts)
-
-    @property
     def gpu(self) -> bool:
         """Whether it holds (or may hold) any GPU."""
         return self.unbounded or max(self.counts) > 0

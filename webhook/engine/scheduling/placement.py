@@ -25,6 +25,7 @@ from webhook.engine.kube.selectors import terms_match, tolerates
 from webhook.engine.resources.fit import Demand, Shortfall, quantity_text, shortfalls
 from webhook.engine.resources.gpufacts import (
     DEVICE_PLUGIN_DEFAULTS,
+    MIG_PREFIX,
     GPUFacts,
     SlotRefusal,
     gpu_facts,
@@ -45,7 +46,6 @@ REFUSED = (
 )
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-MIG_PREFIX = "nvidia.com/mig-"
 SHARED_SUFFIX = ".shared"
 
 

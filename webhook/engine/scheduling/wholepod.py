@@ -95,7 +95,7 @@ def _vector(
     return demand._replace(gpus=gpus, per_container=tuple(sorted(most.items())))
 
 
-def served_amounts(claims: PodClaims) -> tuple[tuple[str, int], ...]:
+def _served_amounts(claims: PodClaims) -> tuple[tuple[str, int], ...]:
     """The extended resources a device class serves, with the pod's effective request of
     each (taken out of its request vector, ``dra.extended_resource_claims``)."""
     return tuple((c.name, c.gpu_count) for c in claims.claims if not c.counted)
@@ -117,7 +117,7 @@ def plugin_fit(
     than one MPS slot; time-slicing with ``failRequestsGreaterThanOne``), and its demand
     holds the served amounts (what a container asks, for the warning). As
     ``Inventory.fit``, on the nodes as they are once healed."""
-    extra = served_amounts(claims)
+    extra = _served_amounts(claims)
     most = dict(claims.served_per_container)
     fitting: list[Shape] = []
     missing: list[tuple[Shape, tuple[Shortfall, ...]]] = []
@@ -691,7 +691,6 @@ __all__ = [
     "cluster_capacity_finding",
     "needs_whole_pod",
     "plugin_fit",
-    "served_amounts",
     "served_capacity",
     "served_total",
     "whole_pod_answer",
