@@ -415,11 +415,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
 
     def _served(self, conn: TConn, keep: bool) -> None:
         """In the serving thread: the main loop finishes the connection."""
-        self.method_queue.defer(self._finished_by_thread, conn, keep)
-
-    def _finished_by_thread(self, conn: TConn, keep: bool) -> None:
-        """On the main loop, after a thread served a request."""
-        self._finished(conn, keep=keep)
+        self.method_queue.defer(self._finished, conn, keep)
 
     def notify(self) -> None:
         """The heartbeat, at most every ``NOTIFY_SECONDS`` (gthread's loop calls this on
@@ -724,8 +720,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             return False
         return bool(conn.parser.finish_body(deadline=time.monotonic() + DRAIN_SECONDS))
 
-    def _finished(self, conn: TConn, *, keep: bool) -> None:
-        """On the main loop, once a request was served (by a thread, or on this loop)."""
+    def _finished(self, conn: TConn, keep: bool) -> None:
+        """On the main loop, after a thread served a request."""
         conn.serving = False
         self._release_large(conn)
         outbox, conn.outbox = conn.outbox, None
