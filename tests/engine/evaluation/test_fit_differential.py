@@ -477,8 +477,8 @@ DRA_CLASS = {
 }
 
 
-def dra_slice(node: str, devices: int, tainted: int) -> dict[str, Any]:
-    taint = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]
+def node_slice(node: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one ResourceSlice NVIDIA's DRA driver publishes for a node's GPUs."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -487,16 +487,24 @@ def dra_slice(node: str, devices: int, tainted: int) -> dict[str, Any]:
             "driver": "gpu.nvidia.com",
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {
-                    "name": f"gpu-{i}",
-                    "attributes": {"uuid": {"string": f"GPU-{node}-{i}"}},
-                    **({"taints": taint} if i < tainted else {}),
-                }
-                for i in range(devices)
-            ],
+            "devices": devices,
         },
     }
+
+
+def dra_slice(node: str, devices: int, tainted: int) -> dict[str, Any]:
+    taint = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]
+    return node_slice(
+        node,
+        [
+            {
+                "name": f"gpu-{i}",
+                "attributes": {"uuid": {"string": f"GPU-{node}-{i}"}},
+                **({"taints": taint} if i < tainted else {}),
+            }
+            for i in range(devices)
+        ],
+    )
 
 
 def served_by_dra(

@@ -49,7 +49,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.dra_inventory import GPU_CLASS
-from tests.engine.evaluation.test_fit_differential import affinity_matches, tolerates
+from tests.engine.evaluation.test_fit_differential import (
+    affinity_matches,
+    node_slice,
+    tolerates,
+)
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.decision import Decision
@@ -70,21 +74,6 @@ PRODUCTS = [
 ]
 NAMESPACE = "vision"
 CLASS = {**GPU_CLASS, "spec": {**GPU_CLASS["spec"], "extendedResourceName": GPU}}
-
-
-def node_slice(node: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
-    """The one ResourceSlice NVIDIA's DRA driver publishes for a node's GPUs."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-gpu.nvidia.com"},
-        "spec": {
-            "driver": "gpu.nvidia.com",
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
 
 
 def label(product: int) -> str:
