@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook.files.certs import DEV_HOSTS, ServingPair, parse_san
+from webhook.files.certs import DEV_HOSTS, ServingPair, key_usage, parse_san
 
 DAY = dt.timedelta(days=1)
 
@@ -50,20 +50,6 @@ def _builder(
     )
 
 
-def _usage(*, ca: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=not ca,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=ca,
-        crl_sign=ca,
-        encipher_only=False,
-        decipher_only=False,
-    )
-
-
 def authority(name: str, *, parent: Authority | None = None, days: int = 3650) -> Authority:
     """A root CA, or an intermediate signed by ``parent``."""
     now = dt.datetime.now(dt.UTC)
@@ -72,7 +58,7 @@ def authority(name: str, *, parent: Authority | None = None, days: int = 3650) -
     builder = (
         _builder(name, issuer, key, now - DAY, now + days * DAY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(_usage(ca=True), critical=True)
+        .add_extension(key_usage(ca=True), critical=True)
     )
     if parent is not None:
         builder = builder.add_extension(
@@ -101,7 +87,7 @@ def serving_pair(
             "gpu-webhook.dev.svc", issuer.cert.subject, key, now + valid_from, now + valid_until
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_usage(ca=False), critical=True)
+        .add_extension(key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName([parse_san(h) for h in hosts]), critical=False)
         .add_extension(

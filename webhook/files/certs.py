@@ -114,7 +114,7 @@ def generate(
     ca = (
         _builder(subject=ca_name, issuer=ca_name, public=ca_key.public_key(), start=start, end=end)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_key_usage(ca=True), critical=True)
+        .add_extension(key_usage(ca=True), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
@@ -122,7 +122,7 @@ def generate(
     leaf = (
         _builder(subject=leaf_name, issuer=ca_name, public=key.public_key(), start=start, end=end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_key_usage(ca=False), critical=True)
+        .add_extension(key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(
@@ -305,7 +305,8 @@ def _builder(
     )
 
 
-def _key_usage(*, ca: bool) -> x509.KeyUsage:
+def key_usage(*, ca: bool) -> x509.KeyUsage:
+    """A CA signs certificates and CRLs; a serving leaf signs its handshakes (ECDSA)."""
     return x509.KeyUsage(
         digital_signature=not ca,
         content_commitment=False,
