@@ -13,6 +13,7 @@ import yaml
 from webhook.commands import DEFAULT_RULES, RULES_ENV, SUMMARIES, fail, rules_directory
 from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.engine.policy.crds import resource_of
+from webhook.engine.policy.policytest import suite_schema
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
@@ -55,6 +56,12 @@ def register(sub: Any) -> None:
     )
     lint.set_defaults(handler=_lint)
     schema = rules.add_parser("schema", help="print the JSON Schema of rule file documents")
+    schema.add_argument(
+        "--suite",
+        action="store_true",
+        help="print the schema of policy test suites (kind: GPUPolicyTest, for gpu-webhook "
+        "test) instead (default: the rule files' schema)",
+    )
     schema.set_defaults(handler=_schema)
     export = rules.add_parser(
         "export",
@@ -157,7 +164,6 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    del args
-    json.dump(rules_schema(), sys.stdout, indent=2)
+    json.dump(suite_schema() if args.suite else rules_schema(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -157,14 +157,20 @@ def _explain_check(entry: Mapping[str, Any], checks: Mapping[str, Any]) -> str:
 
 
 def _problem(error: ValidationError, ref: DocumentRef) -> PolicyProblem:
+    return PolicyProblem(ref, *explained(error))
+
+
+def explained(error: ValidationError) -> tuple[str, str]:
+    """A schema error as rule files say it: the field's path, and what is wrong with it in
+    the user's words (did-you-mean for unknown fields and values). Policy test suites
+    (``webhook.files.policysuites``) are told their errors the same way."""
     path = _field_path(error)
     if error.validator == "required" and isinstance(error.instance, Mapping):
         required: Any = error.validator_value
         missing = [str(r) for r in required if r not in error.instance]
         if missing:
-            where = f"{path}.{missing[0]}" if path else missing[0]
-            return PolicyProblem(ref, where, "missing")
-    return PolicyProblem(ref, path, _explain(error))
+            return (f"{path}.{missing[0]}" if path else missing[0]), "missing"
+    return path, _explain(error)
 
 
 def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyProblem]:
