@@ -233,7 +233,7 @@ def differences(
     equal. The first ``limit``, each with its field path."""
     found: list[str] = []
     _compare(want, have, at=at, whole=whole, found=found, limit=limit)
-    return found
+    return found[:limit]
 
 
 def _compare(
