@@ -184,6 +184,38 @@ def test_unusable_rules_make_the_suite_unusable_and_the_others_still_run(
     assert passed["status"] == "pass"
 
 
+@pytest.mark.parametrize(
+    ("labels", "result"),
+    [
+        pytest.param({"tier": "bronze"}, "denied", id="labels the selector matches"),
+        pytest.param({"tier": "gold"}, "allowed", id="labels it does not match"),
+    ],
+)
+def test_namespace_labels_are_given_to_rules_that_select_namespaces(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, labels: dict[str, str], result: str
+) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "bronze.yaml").write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: bronze}\n"
+        "spec:\n  match: {namespaceSelector: {matchLabels: {tier: bronze}}}\n"
+        "  validate: [{maxGPUsPerPod: 0}]\n"
+    )
+    suite(
+        tmp_path,
+        [{"resources": ["one-gpu"], "result": result}],
+        rules=["rules", os.path.relpath(RULES, tmp_path)],  # merged as one rule set
+        namespaces=[{"name": "team-a", "labels": labels}],
+    )
+
+    code, out, _ = run(capsys, tmp_path, "-o", "json")
+
+    assert code == 0, out
+    assert json.loads(out)[0]["actual"] == result + (
+        " by bronze/maxGPUsPerPod" if result == "denied" else ""
+    )
+
+
 def test_no_suite_found_is_exit_2_with_what_a_suite_is(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

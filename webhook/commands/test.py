@@ -154,7 +154,11 @@ def _compare(
     from webhook.engine.policy.policytest import identity, matching
 
     judged, unusable = judge(
-        documents, policy=policy, inventory=inventory, namespace=suite.namespace, labels={}
+        documents,
+        policy=policy,
+        inventory=inventory,
+        namespace=suite.namespace,
+        labels=suite.labels,
     )
     answers: dict[tuple[str, int], Checked | Outcome] = {
         (c.doc.source, c.doc.line): c for c in judged

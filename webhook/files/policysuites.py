@@ -56,6 +56,8 @@ class Suite:
     rule_objects: tuple[str, ...]
     inventory: str | None
     namespace: str | None
+    # Each namespace's labels (``namespaces``), as the server reads them from the cluster.
+    labels: Mapping[str, Mapping[str, str]]
     resources: tuple[str, ...]
     results: tuple[Mapping[str, Any], ...]
 
@@ -198,6 +200,7 @@ def _suite(doc: Document) -> tuple[Suite | None, list[ManifestError]]:
         rule_objects=each("ruleObjects"),
         inventory=resolved("inventory", obj["inventory"]) if "inventory" in obj else None,
         namespace=obj.get("namespace"),
+        labels={n["name"]: n["labels"] for n in obj.get("namespaces") or ()},
         resources=each("resources"),
         results=tuple(obj["results"]),
     )

@@ -124,6 +124,23 @@ def suite_schema() -> dict[str, Any]:
                 "description": "Namespace of objects that name none, as check -n (default: "
                 "default).",
             },
+            "namespaces": {
+                "type": "array",
+                "maxItems": MAX_RESULTS,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name", "labels"],
+                    "properties": {
+                        "name": _NAME,
+                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    },
+                },
+                "description": "Namespaces' labels, for rules that match a namespaceSelector "
+                "(as Kyverno's values namespaceSelector), as the server reads them from the "
+                "cluster (default: none; a rule with a namespaceSelector then sees no labels, "
+                "as check of files).",
+            },
             "resources": {**_PATHS, "description": "Manifest files or directories to judge."},
             "results": {
                 "type": "array",
