@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 import xmlschema
+import yaml
 
 from tests.builders import INVENTORY, ROOT, RULES
 from webhook.cli import main
 from webhook.engine.policy.policytest import suite_schema
+from webhook.files import policysuites
 
 SUITES = ROOT / "policy-tests"
 SCHEMAS = ROOT / "tests" / "schemas"
@@ -214,6 +216,51 @@ def test_namespace_labels_are_given_to_rules_that_select_namespaces(
     assert json.loads(out)[0]["actual"] == result + (
         " by bronze/maxGPUsPerPod" if result == "denied" else ""
     )
+
+
+def test_each_object_of_a_json_list_gets_its_own_answer(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A JSON file's objects all sit on its first line: answers are matched by object."""
+    items = list(yaml.safe_load_all(OBJECTS.read_text()))
+    (tmp_path / "list.json").write_text(json.dumps({"kind": "List", "items": items}))
+    suite(
+        tmp_path,
+        [
+            {"resources": ["typo"], "result": "denied", "rule": "builtin/unknownResource"},
+            {"resources": ["web"], "result": "allowed"},
+        ],
+        resources=["list.json"],
+    )
+
+    code, out, _ = run(capsys, tmp_path, "-o", "json")
+
+    assert code == 0, out
+
+
+@pytest.mark.parametrize(
+    ("bound", "said"),
+    [
+        pytest.param("MAX_OBJECTS", "objects in this run", id="objects judged"),
+        pytest.param("MAX_CASES", "tests in this run", id="tests compared"),
+    ],
+)
+def test_a_run_past_its_bounds_stops_and_says_what_to_do(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bound: str,
+    said: str,
+) -> None:
+    monkeypatch.setattr(policysuites, bound, 1)
+    suite(tmp_path, [{"resources": ["typo", "web"], "result": "allowed"}])
+
+    code, out, _ = run(capsys, tmp_path, "-o", "json")
+
+    assert code == 2
+    last = json.loads(out)[-1]
+    assert said in last["problems"][0]
+    assert "split the suites" in last["problems"][0]
 
 
 def test_no_suite_found_is_exit_2_with_what_a_suite_is(

@@ -90,12 +90,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _Budget:
-    """The objects left to judge in this run (``MAX_OBJECTS`` over all suites)."""
+    """The objects left to judge and the cases left to compare in this run, over all
+    suites (``MAX_OBJECTS``, ``MAX_CASES``)."""
 
     def __init__(self) -> None:
-        from webhook.files.policysuites import MAX_OBJECTS
+        from webhook.files.policysuites import MAX_CASES, MAX_OBJECTS
 
         self.left = MAX_OBJECTS
+        self.cases = MAX_CASES
 
 
 def _run_suite(suite: Suite, budget: _Budget) -> list[CaseResult]:
@@ -143,27 +145,31 @@ def _run_suite(suite: Suite, budget: _Budget) -> list[CaseResult]:
         inventory = files_view(suite.inventory, [d.obj for d in documents])
     except InventoryFileError as exc:
         return [_error(suite, "inventory", f"not usable: {exc}")]
-    return _compare(suite, documents, merged.policy, inventory)
+    return _compare(suite, documents, merged.policy, inventory, budget)
 
 
 def _compare(
-    suite: Suite, documents: list[Document], policy: Policy, inventory: InventoryView
+    suite: Suite,
+    documents: list[Document],
+    policy: Policy,
+    inventory: InventoryView,
+    budget: _Budget,
 ) -> list[CaseResult]:
     """Each (result, resource) of the suite against check's answer for that object."""
     from webhook.commands.check import judge
     from webhook.engine.policy.policytest import identity, matching
+    from webhook.files.policysuites import MAX_CASES
 
-    judged, unusable = judge(
-        documents,
-        policy=policy,
-        inventory=inventory,
-        namespace=suite.namespace,
-        labels=suite.labels,
-    )
-    answers: dict[tuple[str, int], Checked | Outcome] = {
-        (c.doc.source, c.doc.line): c for c in judged
-    }
-    answers.update({(o.file, o.line): o for o in unusable})
+    answers: list[Checked | Outcome] = []
+    for doc in documents:  # one at a time: each answer is its object's, whatever its line
+        judged, unusable = judge(
+            [doc],
+            policy=policy,
+            inventory=inventory,
+            namespace=suite.namespace,
+            labels=suite.labels,
+        )
+        answers.extend([*judged, *unusable])
     identities = [
         identity(d.obj, default_namespace=suite.namespace or "default") for d in documents
     ]
@@ -175,15 +181,17 @@ def _compare(
             continue
         for position, ref in enumerate(entry["resources"]):
             field = f"results[{index}].resources[{position}]"
+            budget.cases -= 1
+            if budget.cases < 0:
+                said = f"more than {MAX_CASES:,} tests in this run: split the suites over runs"
+                return [*cases, _error(suite, field, said)]
             found = matching(
                 ref, identities, kind=entry.get("kind", ""), namespace=entry.get("namespace", "")
             )
             if len(found) != 1:
                 cases.append(_error(suite, field, _not_one(ref, found, identities)))
                 continue
-            doc = documents[found[0]]
-            answer = answers[(doc.source, doc.line)]
-            cases.append(_case(suite, field, identities[found[0]], expected, answer))
+            cases.append(_case(suite, field, identities[found[0]], expected, answers[found[0]]))
     return cases
 
 

@@ -41,8 +41,9 @@ MAX_SUITE_BYTES = 1024 * 1024
 MAX_FILES_LOOKED_AT = 10_000
 MAX_BYTES_LOOKED_AT = 512 * 1024 * 1024
 MAX_SUITES = 1000
-# Objects judged over the whole run (each suite's resources, counted together).
+# Objects judged and (result, object) pairs compared over the whole run, all suites together.
 MAX_OBJECTS = 10_000
+MAX_CASES = 10_000
 _MARKER = SUITE_KIND.encode()
 
 
