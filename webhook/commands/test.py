@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from webhook.commands import SUMMARIES, fail
+from webhook.commands import SUMMARIES, add_no_color_option, fail
 
 if TYPE_CHECKING:
     from webhook.commands.check import Checked
@@ -59,11 +60,7 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="also write the results as JUnit XML to FILE, beside the table (default: none)",
     )
-    parser.add_argument(
-        "--no-color",
-        action="store_true",
-        help="no colour even on a terminal, as NO_COLOR=1 does (default: colour on a terminal)",
-    )
+    add_no_color_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -208,29 +205,20 @@ def _case(
     from webhook.reports.results import Outcome
 
     kind, namespace, name = ident
-    line = suite.line_of(field)
-    if isinstance(answer, Outcome):  # kubectl would refuse it, or the engine cannot read it
-        return CaseResult(
-            suite=suite.name,
-            source=suite.source,
-            line=line,
-            kind=kind,
-            namespace=namespace,
-            name=name,
-            expected=expected.said,
-            actual="unusable",
-            problems=(answer.problem,),
-            error=True,
-        )
-    decision = answer.decision
-    return CaseResult(
+    case = CaseResult(
         suite=suite.name,
         source=suite.source,
-        line=line,
+        line=suite.line_of(field),
         kind=kind,
         namespace=namespace,
         name=name,
         expected=expected.said,
+    )
+    if isinstance(answer, Outcome):  # kubectl would refuse it, or the engine cannot read it
+        return replace(case, actual="unusable", problems=(answer.problem,), error=True)
+    decision = answer.decision
+    return replace(
+        case,
         actual=actual_said(decision),
         problems=tuple(mismatches(expected, decision, answer.doc.obj)),
         findings=tuple(finding_json(f) for f in decision.findings),
