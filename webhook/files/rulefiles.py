@@ -21,6 +21,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from webhook.engine.policy.policytest import SUITE_KIND
 from webhook.engine.policy.ruleset import (
     DocumentRef,
     Policy,
@@ -185,6 +186,17 @@ def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyPro
         return [
             *problems,
             PolicyProblem(ref, "kind", f"did you mean {new}? ({ref.kind} was {why})"),
+        ]
+    if validator is None and ref.kind == SUITE_KIND:
+        # Kyverno keeps kyverno-test.yaml beside its policies; a rule directory is all rules.
+        return [
+            *problems,
+            PolicyProblem(
+                ref,
+                "kind",
+                f"{SUITE_KIND} is a policy test suite (gpu-webhook test), not a rule document: "
+                "keep suites outside the rule directory (its subdirectories are not read)",
+            ),
         ]
     if validator is None:
         close = difflib.get_close_matches(str(ref.kind), list(DOCUMENT_KINDS), n=1, cutoff=0.6)
