@@ -94,6 +94,12 @@ def test_a_file_named_on_the_command_line_must_be_a_suite(tree: Path) -> None:
             id="a missing file",
         ),
         pytest.param(
+            ("kind: GPUPolicyTest", "kind: GPUPolicytests"),
+            1,
+            'kind: "GPUPolicytests" (did you mean "GPUPolicyTest"?)',
+            id="a misspelt kind",
+        ),
+        pytest.param(
             ("rules: [rules]\n", ""),
             1,
             "rules: missing",

@@ -44,7 +44,9 @@ MAX_SUITES = 1000
 # Objects judged and (result, object) pairs compared over the whole run, all suites together.
 MAX_OBJECTS = 10_000
 MAX_CASES = 10_000
-_MARKER = SUITE_KIND.encode()
+# Files are looked into for the kind in any case, so that a misspelt one is told, not skipped.
+_MARKER = SUITE_KIND.lower().encode()
+_MISSPELT = (SUITE_KIND.lower(), f"{SUITE_KIND.lower()}s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,7 @@ def find_suites(paths: Sequence[str]) -> tuple[list[Suite], list[ManifestError]]
             read += len(data)
             if read > MAX_BYTES_LOOKED_AT:
                 return suites, [*errors, _too_many(given, f"{MAX_BYTES_LOOKED_AT >> 20} MiB")]
-            if _MARKER not in data:
+            if _MARKER not in data.lower():
                 if named:
                     errors.append(ManifestError(path, f"holds no {SUITE_KIND} document"))
                 continue
@@ -151,7 +153,11 @@ def _suites_in(path: str, data: bytes) -> tuple[list[Suite], list[ManifestError]
     documents, errors = parse_text(text, path, fields=True)
     suites: list[Suite] = []
     for doc in documents:
-        if doc.obj.get("kind") != SUITE_KIND:
+        kind = doc.obj.get("kind")
+        if kind != SUITE_KIND:
+            if isinstance(kind, str) and kind.lower() in _MISSPELT:  # else not a suite
+                said = f'kind: "{kind}" (did you mean "{SUITE_KIND}"?)'
+                errors.append(ManifestError(path, said, doc.line))
             continue
         suite, problems = _suite(doc)
         errors.extend(problems)
