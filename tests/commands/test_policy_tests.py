@@ -300,3 +300,16 @@ def test_every_answer_is_check_s_answer(capsys: pytest.CaptureFixture[str]) -> N
 def test_rules_schema_suite_prints_the_suite_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules", "schema", "--suite"]) == 0
     assert json.loads(capsys.readouterr().out) == suite_schema()
+
+
+def test_the_table_in_the_docs_is_the_command_s_own(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)  # as docs/cli.md runs it: paths relative to the checkout
+    code, out, _ = run(capsys, "policy-tests/rules/", "--no-color")
+    assert code == 0
+    docs = (ROOT / "docs" / "cli.md").read_text()
+    block = docs[docs.index("$ gpu-webhook test policy-tests/rules/\n") :].split("```")[0]
+    shown = [line for line in block.splitlines()[1:] if line != "..."]
+    lines = out.splitlines()
+    assert shown == [*lines[:3], lines[-1]]
