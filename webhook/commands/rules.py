@@ -13,7 +13,6 @@ import yaml
 from webhook.commands import DEFAULT_RULES, RULES_ENV, SUMMARIES, fail, rules_directory
 from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.engine.policy.crds import resource_of
-from webhook.engine.policy.policytest import suite_schema
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
@@ -164,6 +163,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
+    from webhook.engine.policy.policytest import suite_schema
+
     json.dump(suite_schema() if args.suite else rules_schema(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
