@@ -358,11 +358,19 @@ def access_findings(
         if template.asks
         else nvidia_runtime_class(_spec(editor, template), template, rules, nvidia_classes)
     )
-    candidates = [
-        c
-        for c in template.pod.containers
-        if (runtime_class is not None and not asks_for_gpu(c)) or may_reach(c.body)
-    ]
+    candidates = []
+    host_volumes: bool | None = None  # whether the pod has hostPath volumes, read once
+    for c in template.pod.containers:
+        if not asks_for_gpu(c):
+            if runtime_class is not None or may_reach(c.body):
+                candidates.append(c)
+        elif c.body.get("volumeMounts"):
+            # A GPU container is judged for the device list only: a hostPath mount (the
+            # spec as written: no mutation adds one).
+            if host_volumes is None:
+                host_volumes = _has_host_paths(template.template.spec)
+            if host_volumes:
+                candidates.append(c)
     if not candidates:
         return []
     return list(
@@ -370,6 +378,13 @@ def access_findings(
             editor, template, candidates, settings=settings, reach=reach, runtime=runtime_class
         )
     )
+
+
+def _has_host_paths(spec: Mapping[str, Any]) -> bool:
+    volumes = spec.get("volumes")
+    if not isinstance(volumes, list):
+        return False
+    return any(isinstance(v, dict) and "hostPath" in v for v in volumes)
 
 
 def _beyond_request(

@@ -278,12 +278,20 @@ def class_gives_gpu(
         return known[1]  # type: ignore[no-any-return]
     gpu_selectors = [c.selectors for n, c in sorted(devices.classes.items()) if is_gpu_class(n)]
     matcher = _Matcher(devices)
+    # Devices alike but for their identity are asked once, unless a selector reads it.
+    exact = any(matcher.exact(e) for s in (*gpu_selectors, device_class.selectors) for e in s)
     candidates = itertools.chain(
         (device for _, device in devices.named_devices()),
         (device for device, _, _ in devices.reachable_devices),
     )
+    seen: set[Any] = set()
     answer = False
     for device in candidates:
+        if not exact:
+            content = devices.content(device)
+            if content in seen:
+                continue
+            seen.add(content)
         if not any(all(matcher.matches(e, device) is True for e in s) for s in gpu_selectors):
             continue
         if all(matcher.matches(e, device) is not False for e in device_class.selectors):
