@@ -387,27 +387,32 @@ def _has_host_paths(spec: Mapping[str, Any]) -> bool:
     return any(isinstance(v, dict) and "hostPath" in v for v in volumes)
 
 
-def _beyond_request(
-    template: Template, container: Container, listed: Sequence[DeviceListMount], action: Action
+def _access_finding(
+    template: Template, container: Container, found: Sequence[Access], action: Action
 ) -> Finding:
-    """A container that asks for GPUs and names more in the toolkit's device list: the
-    device plugin (or DRA driver) adds its own entries beside them and overrides none, so
-    unlike ``NVIDIA_VISIBLE_DEVICES`` (which the device plugin sets in every GPU
-    container) the runtime gives it the GPUs it named as well as those it was given."""
+    """One finding naming every way a container reaches GPUs it does not ask for. A
+    container that asks for GPUs is judged for the toolkit's device list only (it names
+    more there): the device plugin (or DRA driver) adds its own entries beside them and
+    overrides none, so unlike ``NVIDIA_VISIBLE_DEVICES`` (which the device plugin sets in
+    every GPU container) the runtime gives it the GPUs it named as well as those it was
+    given."""
     name = f'container "{container.name}"'
-    found = [m.access() for m in listed]
     ways = "; ".join(a.what for a in found)
     fixes = ", ".join(dict.fromkeys(a.fix for a in found))
-    return Finding(
-        "builtin",
-        GPU_ACCESS,
-        action,
-        f"{name} asks for GPUs but {ways}: it can use GPUs beyond those it requests, which "
-        f"the scheduler and quotas do not count. Request the GPUs it needs in its "
-        f"resources, and {fixes}.",
-        f"{name} reaches GPUs beyond its request: {found[0].short}",
-        template.at(container),
-    )
+    if asks_for_gpu(container):
+        message = (
+            f"{name} asks for GPUs but {ways}: it can use GPUs beyond those it requests, "
+            "which the scheduler and quotas do not count. Request the GPUs it needs in its "
+            f"resources, and {fixes}."
+        )
+        summary = f"{name} reaches GPUs beyond its request: {found[0].short}"
+    else:
+        message = (
+            f"{name} asks for no GPU but {ways}: it can use GPUs that the scheduler and "
+            f"quotas do not count. Request a GPU in its resources.limits, or {fixes}."
+        )
+        summary = f"{name} reaches GPUs without a GPU request: {found[0].short}"
+    return Finding("builtin", GPU_ACCESS, action, message, summary, template.at(container))
 
 
 def _unseen_link(
@@ -447,29 +452,13 @@ def _access_findings(
         listed = device_list_mounts(body, paths, template.metadata) if paths else []
         unseen = [m for m in listed if not m.null and m.host_type in ("", "CharDevice")]
         if asks_for_gpu(container):
-            nulls = [m for m in listed if m.null]
-            if nulls:
-                yield _beyond_request(template, container, nulls, action)
-            elif unseen:
-                yield _unseen_link(template, container, unseen[0], action)
-            continue
-        found = _accesses(body, template, spec, paths, reach=reach, runtime_class=runtime)
-        if not found:
-            if unseen:
-                yield _unseen_link(template, container, unseen[0], action)
-            continue
-        name = f'container "{container.name}"'
-        ways = "; ".join(a.what for a in found)
-        fixes = ", ".join(dict.fromkeys(a.fix for a in found))
-        yield Finding(
-            "builtin",
-            GPU_ACCESS,
-            action,
-            f"{name} asks for no GPU but {ways}: it can use GPUs that the scheduler and quotas "
-            f"do not count. Request a GPU in its resources.limits, or {fixes}.",
-            f"{name} reaches GPUs without a GPU request: {found[0].short}",
-            template.at(container),
-        )
+            found = [m.access() for m in listed if m.null]
+        else:
+            found = _accesses(body, template, spec, paths, reach=reach, runtime_class=runtime)
+        if found:
+            yield _access_finding(template, container, found, action)
+        elif unseen:
+            yield _unseen_link(template, container, unseen[0], action)
 
 
 def node_findings(
