@@ -401,7 +401,8 @@ def device_list_mounts(
     directories. A ``subPath`` (or a ``subPathExpr`` whose visible value is not empty) is
     mounted from the kubelet's bind of it under volume-subpaths
     (pkg/kubelet/kubelet_pods.go ``makeMounts``, ``PrepareSafeSubpath``), never from
-    /dev/null itself, so the toolkit skips it. Of the /dev/null mounts at one destination
+    /dev/null itself, so the toolkit skips it (a ``subPathExpr`` whose value is not
+    visible is judged without it). Of the /dev/null mounts at one destination
     the first counts, as the toolkit's ``seen`` keeps it."""
     mounts = body.get("volumeMounts")
     found: list[DeviceListMount] = []
@@ -427,13 +428,6 @@ def device_list_mounts(
             DeviceListMount(str(mount.get("name")), destination, request, base, kind, null)
         )
     return found
-
-
-def device_list_access(
-    body: Mapping[str, Any], paths: Mapping[str, Any], metadata: Mapping[str, Any]
-) -> list[Access]:
-    """Mounts of the host's /dev/null at entries of the device list."""
-    return [m.access() for m in device_list_mounts(body, paths, metadata) if m.null]
 
 
 def mount_access(
