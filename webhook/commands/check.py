@@ -16,9 +16,12 @@ from webhook.commands import (
     SUMMARIES,
     add_ci_options,
     add_context_option,
+    add_kubernetes_version_option,
     add_rules_option,
     fail,
+    kubernetes_schema,
     live_rules,
+    refusal,
     refused_outcome,
     rules_or_fail,
     unreadable,
@@ -29,7 +32,6 @@ from webhook.engine.evaluation.request import (
     InventoryView,
     Request,
 )
-from webhook.engine.kube.shape import shape_problems
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import applied_together, files_view
@@ -106,6 +108,7 @@ def register(sub: Any) -> None:
         "objects; patch: a JSON Patch per line; junit, sarif, github: for CI (default: text)",
     )
     add_ci_options(parser)
+    add_kubernetes_version_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -124,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
     paths = [*args.paths, *args.files]
     if not paths:
         return _fail("no manifests given: name files or directories (or - for stdin)")
+    schema = kubernetes_schema(COMMAND, args.kubernetes_version)
+    if isinstance(schema, int):
+        return schema
     policy = rules_or_fail(COMMAND, args.rules)
     if isinstance(policy, int):
         return policy
@@ -152,9 +158,9 @@ def run(args: argparse.Namespace) -> int:
     unusable = unreadable(errors, paths=paths, read=bool(documents))
     results: list[Checked] = []
     for doc in documents:
-        refused = shape_problems(doc.obj, policy.kinds)
-        if refused:
-            unusable.append(refused_outcome(doc, refused))
+        refused = refusal(doc, policy, schema)
+        if refused is not None:
+            unusable.append(refused)
             continue
         try:
             results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
