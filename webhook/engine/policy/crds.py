@@ -8,10 +8,21 @@ What the API server cannot say as JSON Schema does (apiextensions-apiserver
 ``pkg/apiserver/schema/validation.go``, ``validateStructuralInvariants``; ``pkg/apis/
 apiextensions/validation/validation.go``, which forbids ``uniqueItems: true``):
 
-- ``additionalProperties: false`` becomes ``x-kubernetes-preserve-unknown-fields: true``
-  on every object, so that a misspelt field reaches ``/validate``, which refuses it with the
-  one-line did-you-mean that ``rules lint`` gives, instead of the API server pruning it
-  silently (``kubectl apply --validate=false``) or refusing it in its own words;
+- ``additionalProperties: false`` is a structural object without
+  ``x-kubernetes-preserve-unknown-fields``, so that the API server itself names a misspelt
+  field, also while the webhook is down: it prunes what the schema does not declare
+  (``pkg/apiserver/schema/pruning/algorithm.go``) and, for a client that asks for strict
+  field validation (kubectl's default), refuses the object with ``unknown field
+  "spec.validate[0].maxGPUsPerPods"``; any other client gets that line as a warning (the
+  server's default, ``Warn``; ``customresource_handler.go``, ``schemaCoercingDecoder``).
+  Kept instead, the unknown key would be invisible to CEL and the webhook alone could
+  name it;
+- "exactly one of" (``oneOf``: the checks of a ``validate`` entry, the modes of
+  ``memoryLimit``) is a CEL rule (``x-kubernetes-validations``) whose
+  ``messageExpression`` says what the object holds, not a ``oneOf``, whose error ("must
+  validate one and only one schema") names neither the choices nor the typo. A list
+  holding such a rule has ``maxItems``: the API server refuses a rule whose estimated cost,
+  times the most elements it may run on, is over its budget (``StaticEstimatedCostLimit``);
 - a quantity (a string or a whole number) is ``x-kubernetes-int-or-string``;
 - a value that may be a boolean or a word (``autoscaling: off`` reads as false in YAML 1.1,
   as kubectl's YAML does) keeps any value and is judged by ``/validate``;
@@ -156,26 +167,51 @@ def _object(node: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "object"}
     properties = dict(node.get("properties") or {})
     choices = node.get("oneOf")
-    if choices is not None and not all(set(c) == {"required"} for c in choices):
+    one_of: list[str] = []
+    checks = False
+    if choices is not None:
+        checks = not all(set(c) == {"required"} for c in choices)
         # A list entry that is one of several shapes (a check of ``validate``): the union
         # of their fields, and exactly one of the names that tell the shapes apart.
         for choice in choices:
             properties |= choice.get("properties") or {}
-        choices = [{"required": [c["required"][0]]} for c in choices]
+        one_of = [c["required"][0] for c in choices]
     extra = node.get("additionalProperties")
     if isinstance(extra, dict):
         out["additionalProperties"] = structural(extra)
-    else:
+    elif extra is not False and not checks:
         out["x-kubernetes-preserve-unknown-fields"] = True
     if properties:
         out["properties"] = {name: structural(value) for name, value in properties.items()}
     if node.get("required"):
         out["required"] = list(node["required"])
-    if choices is not None:
-        out["oneOf"] = choices
+    if one_of:
+        out["x-kubernetes-validations"] = [exactly_one(one_of, checks=checks)]
     if "minProperties" in node:
         out["minProperties"] = node["minProperties"]
     return out
+
+
+def exactly_one(names: list[str], *, checks: bool) -> dict[str, str]:
+    """The CEL rule that one and only one of ``names`` is set, and a message naming what
+    is (k8s.io/apiextensions-apiserver ``ValidationRule``: ``rule``, ``messageExpression``).
+    ``has()`` of a declared field costs a constant, so the rule's cost is the number of
+    names (times the list's ``maxItems`` where the object is a list's entry)."""
+    count = " + ".join(f"(has(self.{n}) ? 1 : 0)" for n in names)
+    present = "[" + ", ".join(f"has(self.{n}) ? '{n}' : ''" for n in names) + "]"
+    present += ".filter(n, n != '')"
+    if checks:
+        said, holds = f"exactly one check ({', '.join(names)})", "holds"
+        more = " + ' (a second check goes in an entry of its own)'"
+    else:
+        said, holds, more = f"exactly one of {', '.join(names)}", "sets", ""
+    # The API server prunes a misspelt name before CEL runs, and warns of it.
+    none = "'none (a misspelt name is dropped with an \"unknown field\" warning)'"
+    message = (
+        f"'must set {said}; this one {holds} ' + ({present}.size() == 0 ? {none} : "
+        f"{present}.join(', '){more})"
+    )
+    return {"rule": f"{count} == 1", "messageExpression": message}
 
 
 def _columns(names: KindNames) -> list[dict[str, Any]]:

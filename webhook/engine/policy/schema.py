@@ -292,7 +292,13 @@ _GPU_POLICY = _obj(
         "order": {"type": "integer", "description": "Lower runs first; ties by name."},
         "description": {"type": "string"},
         "match": _MATCH,
-        "validate": {"type": "array", "items": {"oneOf": _CHECKS}},
+        "validate": {
+            "type": "array",
+            "items": {"oneOf": _CHECKS},
+            # Bounds the CRD's CEL rule on each entry (webhook.engine.policy.crds): the API
+            # server multiplies a rule's cost by the most entries it may run on.
+            "maxItems": 64,
+        },
         "mutate": _MUTATE,
         "exempt": {
             "type": "array",
