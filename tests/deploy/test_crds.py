@@ -18,7 +18,9 @@ from jsonschema import Draft202012Validator
 from tests.deploy.test_manifests import ROOT, render
 from tests.kubeschema import FIELD_VALIDATIONS, apply_custom_resource, as_json_schema
 from webhook.engine.policy.crds import GROUP, NAMES, VERSION, custom_resource_definitions
+from webhook.engine.policy.ruleset import DocumentRef
 from webhook.engine.policy.schema import DOCUMENT_KINDS
+from webhook.files.rulefiles import schema_problems
 
 CRDS = ROOT / "deploy" / "base" / "crds"
 # Kinds users already have, by the names kubectl resolves (plural, singular, short names):
@@ -289,6 +291,11 @@ def test_a_misspelt_field_is_named_by_the_api_server_itself(kind, spec, key, ref
     too, in words that list the checks (never "must validate one and only one schema")."""
     strict = applied(kind, spec)
     assert strict.error == f'strict decoding error: unknown field "{key}"'
+    # The same key that rules lint names in a rule file (with its did-you-mean).
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": "a"}}
+    ref = DocumentRef("a.yaml", 0, kind, "a")
+    linted = [str(p) for p in schema_problems({**body, "spec": spec}, ref)]
+    assert any(key.rsplit(".", 1)[1] in line for line in linted), linted
     assert strict.stored is None
     warned = applied(kind, spec, field_validation="Warn")
     assert warned.warnings == (f'unknown field "{key}"',)
