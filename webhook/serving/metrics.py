@@ -27,6 +27,7 @@ from prometheus_client import (
 )
 
 from webhook.engine.policy.ruleset import Policy
+from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.serving.config import multiprocess_dir
 
 REQUESTS = Counter(
@@ -137,8 +138,11 @@ def audit_findings(counts: Mapping[tuple[str, str], int]) -> None:
 
 def rule_objects_not_in_force(broken: Iterable[tuple[str, str]]) -> None:
     """Set the gauge to the (kind, name) of the objects not in force now; one that was and
-    is now in force, or deleted, goes to 0 (so that its alert resolves)."""
+    is now in force, or deleted, goes to 0 (so that its alert resolves). Each kind's
+    ``_other`` series exists from the first call, at 0 while no object overflows: the
+    panel and the alert read a series that is there from the first scrape."""
     counts: Tally[tuple[str, str]] = Tally()
+    _object_labels.update((kind, OTHER_RULE_OBJECTS) for kind in DOCUMENT_KINDS)
     named = {labels for labels in _object_labels if labels[1] != OTHER_RULE_OBJECTS}
     for kind, name in broken:
         if (kind, name) in named or len(named) < NAMED_RULE_OBJECTS:
