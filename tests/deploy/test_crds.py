@@ -71,12 +71,18 @@ def structural_problems(node: dict[str, Any], where: str = "") -> Iterator[str]:
         for name in branch.get("required") or ():
             if name not in (node.get("properties") or {}):
                 yield f"{where}: oneOf names {name}, not a property"
+    for below, child in children(node, where):
+        yield from structural_problems(child, below)
+
+
+def children(node: dict[str, Any], where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The schemas right below ``node``: its properties, its items, its map values."""
     for name, value in (node.get("properties") or {}).items():
-        yield from structural_problems(value, f"{where}.{name}")
+        yield f"{where}.{name}", value
     if isinstance(node.get("items"), dict):
-        yield from structural_problems(node["items"], f"{where}[]")
+        yield f"{where}[]", node["items"]
     if isinstance(node.get("additionalProperties"), dict):
-        yield from structural_problems(node["additionalProperties"], f"{where}.*")
+        yield f"{where}.*", node["additionalProperties"]
 
 
 def rule_documents() -> Iterator[Any]:
@@ -326,12 +332,8 @@ def kept_objects(node: dict[str, Any], where: str = "") -> Iterator[str]:
     decoding)."""
     if node.get("x-kubernetes-preserve-unknown-fields") and node.get("type") == "object":
         yield where
-    for name, value in (node.get("properties") or {}).items():
-        yield from kept_objects(value, f"{where}.{name}")
-    if isinstance(node.get("items"), dict):
-        yield from kept_objects(node["items"], f"{where}[]")
-    if isinstance(node.get("additionalProperties"), dict):
-        yield from kept_objects(node["additionalProperties"], f"{where}.*")
+    for below, child in children(node, where):
+        yield from kept_objects(child, below)
 
 
 @pytest.mark.parametrize("kind", sorted(DOCUMENT_KINDS))
@@ -351,14 +353,10 @@ def unbounded_rules(
     cel_validation.go, ``extractMaxElements``)."""
     if node.get("x-kubernetes-validations") and not bounded:
         yield where or "."
-    for name, value in (node.get("properties") or {}).items():
-        yield from unbounded_rules(value, f"{where}.{name}", bounded=bounded)
-    if isinstance(node.get("items"), dict):
-        inner = bounded and "maxItems" in node
-        yield from unbounded_rules(node["items"], f"{where}[]", bounded=inner)
-    if isinstance(node.get("additionalProperties"), dict):
-        inner = bounded and "maxProperties" in node
-        yield from unbounded_rules(node["additionalProperties"], f"{where}.*", bounded=inner)
+    for below, child in children(node, where):
+        limit = {"[]": "maxItems", ".*": "maxProperties"}.get(below[len(where) :])
+        inner = bounded and (limit is None or limit in node)
+        yield from unbounded_rules(child, below, bounded=inner)
 
 
 @pytest.mark.parametrize("kind", sorted(DOCUMENT_KINDS))
