@@ -229,8 +229,8 @@ def test_every_shipped_and_example_rule_document_applies_as_an_object(document):
         ),
         pytest.param(
             "GPUPolicy", {"validate": [{"maxGPUsPerPod": 8, "requiredLabels": ["a"]}]},
-            "spec.validate[0]: Invalid value: \"object\": must set exactly one check (",
-            id="two-checks-in-one-entry",
+            "spec.validate[0]: Invalid value: \"object\": maxGPUsPerPod and requiredLabels are "
+            "two checks in one entry: give each its own entry", id="two-checks-in-one-entry",
         ),
         pytest.param(
             "GPUPolicy", {"exempt": ["hideGPUs", "hideGPUs"]}, "non-unique", id="an-exemption-twice"
@@ -241,7 +241,7 @@ def test_every_shipped_and_example_rule_document_applies_as_an_object(document):
         ),
         pytest.param(
             "GPUPolicy", {"mutate": {"memoryLimit": {"fixed": "1Gi", "perGPU": "2Gi"}}},
-            "must set exactly one of fixed, perGPU, inventoryShare; this one sets fixed, perGPU",
+            "fixed and perGPU conflict: give only one of fixed, perGPU, inventoryShare",
             id="two-memory-limit-modes",
         ),
     ],
@@ -263,7 +263,8 @@ EVERY_CHECK = ", ".join(
     [
         pytest.param(
             "GPUPolicy", {"validate": [{"maxGPUsPerPods": 2}]}, "spec.validate[0].maxGPUsPerPods",
-            "spec.validate[0]: Invalid value: \"object\": must set exactly one check (", id="a-check",
+            "spec.validate[0]: Invalid value: \"object\": no check in this entry; the checks: ",
+            id="a-check",
         ),
         pytest.param(
             "GPUPolicy", {"validate": [{"maxGPUsPerPod": 2, "acton": "warn"}]},
@@ -276,8 +277,8 @@ EVERY_CHECK = ", ".join(
         pytest.param(
             "GPUPolicy", {"mutate": {"memoryLimit": {"fixd": "1Gi"}}},
             "spec.mutate.memoryLimit.fixd",
-            "spec.mutate.memoryLimit: Invalid value: \"object\": must set exactly one of fixed, "
-            "perGPU, inventoryShare; this one sets none", id="a-memory-limit-mode",
+            "spec.mutate.memoryLimit: Invalid value: \"object\": give one of fixed, perGPU, "
+            "inventoryShare (a misspelt one is dropped", id="a-memory-limit-mode",
         ),
         pytest.param("GPUPolicy", {"validat": []}, "spec.validat", None, id="a-spec-field"),
         pytest.param(
@@ -322,9 +323,27 @@ def test_a_check_typo_is_refused_whatever_field_validation_the_client_asks_for()
     answer = applied("GPUPolicy", {"validate": [{"maxGPUsPerPods": 2}]}, field_validation="Ignore")
     assert answer.error == (
         'GPUPolicy.gpu-webhook.io "a" is invalid: spec.validate[0]: Invalid value: "object": '
-        f"must set exactly one check ({EVERY_CHECK}); this one holds none (a misspelt name "
-        'is dropped with an "unknown field" warning)'
+        f"no check in this entry; the checks: {EVERY_CHECK} (a misspelt one is dropped with "
+        'an "unknown field" warning)'
     )
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({"validate": [{"action": "warn"}]}, id="no-check"),
+        pytest.param({"validate": [{"maxGPUsPerPod": 8, "wholeGPUsOnly": True}]}, id="two-checks"),
+        pytest.param({"mutate": {"memoryLimit": {"whenTooLarge": "cap"}}}, id="no-mode"),
+        pytest.param({"mutate": {"memoryLimit": {"fixed": 1, "inventoryShare": True}}}, id="two-modes"),
+    ],
+)  # fmt: skip
+def test_the_api_server_refuses_in_the_words_of_rules_lint(spec):
+    """Every command gives the same answer: what the CRD's CEL rules say is what rules lint
+    says of the same document (its line after the field path)."""
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUPolicy", "metadata": {"name": "a"}}
+    (problem,) = schema_problems({**body, "spec": spec}, DocumentRef("a.yaml", 0, "GPUPolicy", "a"))
+    said = applied("GPUPolicy", spec).error
+    assert f'{problem.path}: Invalid value: "object": {problem.message}' in said
 
 
 def kept_objects(node: dict[str, Any], where: str = "") -> Iterator[str]:

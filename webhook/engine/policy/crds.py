@@ -194,23 +194,24 @@ def _object(node: dict[str, Any]) -> dict[str, Any]:
 
 def exactly_one(names: list[str], *, checks: bool) -> dict[str, str]:
     """The CEL rule that one and only one of ``names`` is set, and a message naming what
-    is (k8s.io/apiextensions-apiserver ``ValidationRule``: ``rule``, ``messageExpression``).
-    ``has()`` of a declared field costs a constant, so the rule's cost is the number of
-    names (times the list's ``maxItems`` where the object is a list's entry)."""
+    is, in the words ``rules lint`` uses (webhook.files.rulefiles, ``_explain``) so that the
+    API server and the webhook say the same (k8s.io/apiextensions-apiserver
+    ``ValidationRule``: ``rule``, ``messageExpression``). ``has()`` of a declared field
+    costs a constant, so the rule's cost is the number of names (times the list's
+    ``maxItems`` where the object is a list's entry)."""
     count = " + ".join(f"(has(self.{n}) ? 1 : 0)" for n in names)
     present = "[" + ", ".join(f"has(self.{n}) ? '{n}' : ''" for n in names) + "]"
     present += ".filter(n, n != '')"
-    if checks:
-        said, holds = f"exactly one check ({', '.join(names)})", "holds"
-        more = " + ' (a second check goes in an entry of its own)'"
-    else:
-        said, holds, more = f"exactly one of {', '.join(names)}", "sets", ""
+    listed = ", ".join(names)
     # The API server prunes a misspelt name before CEL runs, and warns of it.
-    none = "'none (a misspelt name is dropped with an \"unknown field\" warning)'"
-    message = (
-        f"'must set {said}; this one {holds} ' + ({present}.size() == 0 ? {none} : "
-        f"{present}.join(', '){more})"
-    )
+    pruned = ' (a misspelt one is dropped with an "unknown field" warning)'
+    if checks:
+        none = f"no check in this entry; the checks: {listed}{pruned}"
+        many = " are two checks in one entry: give each its own entry"
+    else:
+        none = f"give one of {listed}{pruned}"
+        many = f" conflict: give only one of {listed}"
+    message = f"{present}.size() == 0 ? '{none}' : {present}.join(' and ') + '{many}'"
     return {"rule": f"{count} == 1", "messageExpression": message}
 
 
