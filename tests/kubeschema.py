@@ -135,7 +135,9 @@ def cel_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
             message = rule.get("message") or f"failed rule: {rule['rule']}"
             if "messageExpression" in rule:
                 message = str(_cel_program(rule["messageExpression"]).evaluate(this))
-            errors.append(f'{path}: Invalid value: "{_type_name(value)}": {message}')
+            where = path + rule.get("fieldPath", "")
+            shown = _type_name(value)
+            errors.append(f'{where}: Invalid value: "{shown}": {message}')
     if isinstance(value, dict):
         properties = schema.get("properties") or {}
         extra = schema.get("additionalProperties")

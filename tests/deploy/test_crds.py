@@ -15,12 +15,14 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
+from tests.cluster.ruleobjects import gpu_policy
 from tests.deploy.test_manifests import ROOT, render
 from tests.kubeschema import FIELD_VALIDATIONS, apply_custom_resource, as_json_schema
 from webhook.engine.policy.crds import GROUP, NAMES, VERSION, custom_resource_definitions
 from webhook.engine.policy.ruleset import DocumentRef
 from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.files.rulefiles import schema_problems
+from webhook.files.ruleobjects import RuleObject, judge_object
 
 CRDS = ROOT / "deploy" / "base" / "crds"
 # Kinds users already have, by the names kubectl resolves (plural, singular, short names):
@@ -335,15 +337,35 @@ def test_a_check_typo_is_refused_whatever_field_validation_the_client_asks_for()
         pytest.param({"validate": [{"maxGPUsPerPod": 8, "wholeGPUsOnly": True}]}, id="two-checks"),
         pytest.param({"mutate": {"memoryLimit": {"whenTooLarge": "cap"}}}, id="no-mode"),
         pytest.param({"mutate": {"memoryLimit": {"fixed": 1, "inventoryShare": True}}}, id="two-modes"),
+        pytest.param({"match": {"gpuCount": {"min": 4, "max": 2}}}, id="a-count-range-upside-down"),
+        pytest.param(
+            {"mutate": {"tolerations": [{"key": "a", "operator": "Exists", "value": "b"}]}},
+            id="a-value-with-exists",
+        ),
+        pytest.param({"mutate": {"tolerations": [{"value": "b"}]}}, id="no-key-without-exists"),
     ],
 )  # fmt: skip
 def test_the_api_server_refuses_in_the_words_of_rules_lint(spec):
-    """Every command gives the same answer: what the CRD's CEL rules say is what rules lint
-    says of the same document (its line after the field path)."""
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUPolicy", "metadata": {"name": "a"}}
-    (problem,) = schema_problems({**body, "spec": spec}, DocumentRef("a.yaml", 0, "GPUPolicy", "a"))
+    """Every command gives the same answer: what the CRD's CEL rules say, also while the
+    webhook is down, is what /validate (and rules lint) says of the same object."""
+    lines = judge_object([], [], RuleObject.of(gpu_policy("a", spec)), lint=schema_problems)
     said = applied("GPUPolicy", spec).error
-    assert f'{problem.path}: Invalid value: "object": {problem.message}' in said
+    assert lines
+    for line in lines:
+        path, message = line.split(": ", 1)
+        assert f'{path}: Invalid value: "object": {message}' in said
+
+
+def test_what_the_cel_rules_accept_the_webhook_accepts_too():
+    """No CEL rule is stricter than the webhook: each is the edge of a refusal of lint's."""
+    for spec in (
+        {"match": {"gpuCount": {"min": 2, "max": 2}}},
+        {"match": {"gpuCount": {"max": 0}}, "exempt": ["hideGPUs"]},
+        {"mutate": {"tolerations": [{"operator": "Exists"}, {"key": "a", "value": ""}]}},
+    ):
+        assert applied("GPUPolicy", spec).error is None, spec
+        lines = judge_object([], [], RuleObject.of(gpu_policy("a", spec)), lint=schema_problems)
+        assert lines == (), spec
 
 
 def kept_objects(node: dict[str, Any], where: str = "") -> Iterator[str]:

@@ -185,8 +185,10 @@ def _object(node: dict[str, Any]) -> dict[str, Any]:
         out["properties"] = {name: structural(value) for name, value in properties.items()}
     if node.get("required"):
         out["required"] = list(node["required"])
-    if one_of:
-        out["x-kubernetes-validations"] = [exactly_one(one_of, checks=checks)]
+    rules = [exactly_one(one_of, checks=checks)] if one_of else []
+    rules += node.get("x-kubernetes-validations") or []
+    if rules:
+        out["x-kubernetes-validations"] = rules
     if "minProperties" in node:
         out["minProperties"] = node["minProperties"]
     return out

@@ -77,6 +77,11 @@ _LABEL_SELECTOR = _obj(
         },
     }
 )
+# Rules across fields, for the CRDs (webhook.engine.policy.crds): CEL the API server runs
+# (x-kubernetes-validations), also while the webhook is down, in the words rules lint uses
+# for the same problem (webhook.engine.policy.ruleset). JSON Schema ignores the keyword.
+# size() costs a constant where a string comparison would cost its unbounded length.
+CEL = "x-kubernetes-validations"
 _TOLERATION = _obj(
     {
         "key": {"type": "string"},
@@ -84,7 +89,23 @@ _TOLERATION = _obj(
         "value": {"type": "string"},
         "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
         "tolerationSeconds": {"type": "integer"},
-    }
+    },
+    **{
+        CEL: [
+            {
+                "rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value)"
+                " || size(self.value) == 0",
+                "message": "must be empty when operator is Exists",
+                "fieldPath": ".value",
+            },
+            {
+                "rule": "(has(self.key) && size(self.key) > 0) || "
+                "(has(self.operator) && self.operator == 'Exists')",
+                "message": "an empty key needs operator Exists",
+                "fieldPath": ".operator",
+            },
+        ]
+    },
 )
 _TAINT = _obj(
     {
@@ -197,6 +218,14 @@ _MATCH = _obj(
         "gpuCount": _obj(
             {"min": {"type": "integer", "minimum": 0}, "max": {"type": "integer", "minimum": 0}},
             description="Total GPUs the pod requests; default min 1 (GPU pods only).",
+            **{
+                CEL: [
+                    {
+                        "rule": "!has(self.min) || !has(self.max) || self.max >= self.min",
+                        "message": "max is smaller than min",
+                    }
+                ]
+            },
         ),
     }
 )
@@ -213,7 +242,8 @@ _ENV_VAR = _obj(
 )
 _MUTATE = _obj(
     {
-        "tolerations": {"type": "array", "items": _TOLERATION},
+        # maxItems: bounds the cost of the CRD's CEL rules on each toleration.
+        "tolerations": {"type": "array", "items": _TOLERATION, "maxItems": 64},
         "nodeAffinity": _obj(
             {
                 "required": {"type": "array", "items": _REQUIREMENT, "minItems": 1},
