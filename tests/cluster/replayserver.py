@@ -281,10 +281,14 @@ class ReplayServer:
         rv = str(meta.get("resourceVersion") or "")
         if rv.isdigit():
             self._revision = max(self._revision, int(rv))
+        where = f"{path}/{meta.get('name')}"
+        stored = str(self.objects.get(where, {}).get("metadata", {}).get("resourceVersion", ""))
+        if rv.isdigit() and stored.isdigit() and int(rv) < int(stored):
+            return  # a scripted list served again (a relist) is older than a write since
         if deleted:
-            self.objects.pop(f"{path}/{meta.get('name')}", None)
+            self.objects.pop(where, None)
         else:
-            self.objects[f"{path}/{meta.get('name')}"] = obj
+            self.objects[where] = obj
 
     def _remember_served(self, path: str, data: bytes, *, watch: bool) -> None:
         """What a list page or a watch line of a scripted collection says exists."""

@@ -326,3 +326,23 @@ def test_the_transition_time_moves_only_when_ready_does() -> None:
     broken = desired_status(obj, Verdict(2, ("spec: bad",)), first, now=later)
     assert [c["lastTransitionTime"] for c in broken["conditions"]] == ["2026-12-01T11:00:00Z"] * 2
     assert broken["observedGeneration"] == 2
+
+
+def test_a_relist_of_the_scripted_objects_does_not_undo_a_write_the_server_took(
+    replay: ReplayServer,
+) -> None:
+    """The scripted list is the cluster before the write: served again, it must not make
+    the replayed server forget the write and take a stale resourceVersion after all."""
+    serve_policies(replay, [gpu_policy("team-a", MAX_FOUR)], [])
+    client = ApiClient(ApiEndpoint(host=replay.url))
+    path = f"{POLICIES}/team-a/status"
+    body = {**gpu_policy("team-a", MAX_FOUR), "status": {}}
+    try:
+        list_rule_objects(client)
+        client.send("PUT", path, body)
+        list_rule_objects(client)  # the same scripted list, resourceVersion 10
+        with pytest.raises(ApiError) as stale:
+            client.send("PUT", path, body)
+    finally:
+        client.close()
+    assert stale.value.code == 409
