@@ -88,12 +88,14 @@ def children(node: dict[str, Any], where: str) -> Iterator[tuple[str, dict[str, 
 
 
 def rule_documents() -> Iterator[Any]:
-    """Every rule document shipped (rules/, the deploy copy) or shown (golden cases, docs)."""
+    """Every rule document shipped (rules/, the deploy copy) or shown (golden cases, docs,
+    the policy test suites' objects)."""
     files = [
         *sorted((ROOT / "rules").glob("*.yaml")),
         *sorted((ROOT / "deploy" / "base" / "rules").glob("*.yaml")),
         *sorted((ROOT / "tests" / "cases").glob("*/rules/*.yaml")),
         *sorted((ROOT / "tests" / "cases" / "_rules").glob("*/*.yaml")),
+        *sorted((ROOT / "policy-tests").glob("**/*.yaml")),  # objects the suites apply
     ]
     for path in files:
         if path.name == "kustomization.yaml":
