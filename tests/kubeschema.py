@@ -40,7 +40,8 @@ def validation_error(obj: Any) -> str | None:
 # schema/pruning/algorithm.go`` (what is pruned, the path format), ``pkg/apiserver/schema/
 # cel`` (``x-kubernetes-validations``). k8s.io/apiserver ``pkg/endpoints/handlers/
 # create.go``: ``fieldValidation=Strict`` (kubectl's default) fails the request at the
-# decoding error, ``Warn`` (the server's default for other clients) returns the lines as
+# decoding error, ``Warn`` (the server's default for other clients: ``rest.go``,
+# ``fieldValidation``, when the request names none) returns the lines as
 # warnings and goes on with the pruned object, ``Ignore`` drops them silently. Schema and
 # CEL validation run on the pruned object, before any validating webhook.
 
