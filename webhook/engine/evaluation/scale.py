@@ -13,7 +13,7 @@ pkg/registry/customresource/etcd.go ``scaleFromCustomResource``, from the CRD's
 review's lookup budget (webhook.admission.lookups), and the engine judges the parent with
 the new count at its kind's ``specReplicasPath``, as the API server will store it
 (``ScaleREST.Update`` moves ``spec.replicas`` there and nothing else), against the parent
-with the old count. So a scale gets the same answer as an UPDATE that changes the same
+as stored. So a scale gets the same answer as an UPDATE that changes the same
 field: only totals it raises are judged (``maxGPUsPerWorkload``, the cluster's capacity).
 A parent that cannot be read (no API access, RBAC, a timeout) is never a denial: the scale
 is allowed with a warning that names what could not be read.
@@ -59,14 +59,13 @@ def parent_update(request: Request, kinds: KindTable) -> Request | Decision:
     mismatch = _mismatch(parent, request.object, kind)
     if mismatch:
         return _unjudged(target, mismatch, request)
-    old = _count(request.old_object) if request.old_object is not None else None
-    if old is None:
-        old = _int(_at(parent, kind.scale))
+    # The parent as stored is the old object: the old Scale says 0 where the field is unset
+    # (``scaleFromCustomResource``), where the workload's own default (1) made its pods.
     return Request(
         _with_count(parent, kind.scale, new),
         namespace=request.namespace,
         operation="UPDATE",
-        old_object=parent if old is None else _with_count(parent, kind.scale, old),
+        old_object=parent,
         namespace_labels=request.namespace_labels,
     )
 
@@ -155,15 +154,6 @@ def _int(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return None
-
-
-def _at(obj: Mapping[str, Any], path: tuple[str, ...]) -> object:
-    value: object = obj
-    for part in path:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(part)
-    return value
 
 
 def _with_count(obj: Mapping[str, Any], path: tuple[str, ...], count: int) -> dict[str, Any]:
