@@ -16,6 +16,7 @@ import pytest
 
 from tests.builders import scale_review
 from tests.cluster.replayserver import Body, ReplayServer, status_body
+from tests.scaling import LIMIT, NAMESPACE, deployment, gpu_template, pytorchjob
 from webhook.admission.lookups import LOOKUP_BUDGET_SECONDS
 from webhook.admission.review import parse_review
 from webhook.admission.service import AdmissionService
@@ -23,67 +24,6 @@ from webhook.cluster.apiclient import ApiEndpoint
 from webhook.cluster.liveobjects import LiveObjects, workload_path
 from webhook.engine.evaluation.request import Resource
 from webhook.files.rulefiles import RuleStore
-
-LIMIT = """\
-apiVersion: gpu-webhook.io/v1alpha1
-kind: GPUPolicy
-metadata: {name: team-quotas}
-spec:
-  order: 50
-  validate:
-    - maxGPUsPerWorkload: 64
-      action: deny
-"""
-NAMESPACE = "team-a"
-
-
-def gpu_template(gpus: int) -> dict[str, Any]:
-    return {
-        "metadata": {"labels": {"app": "serve"}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                    "resources": {"limits": {"nvidia.com/gpu": gpus}},
-                }
-            ]
-        },
-    }
-
-
-def deployment(name: str, replicas: int = 1) -> dict[str, Any]:
-    """As a GET answers it: with its uid, resourceVersion and status."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "uid": f"uid-{name}",
-            "resourceVersion": "4242",
-            "generation": 1,
-            "creationTimestamp": "2026-12-01T09:00:00Z",
-        },
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": "serve"}},
-            "template": gpu_template(8),
-        },
-        "status": {"replicas": replicas, "readyReplicas": replicas},
-    }
-
-
-def pytorchjob(name: str, *, most: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}"},
-        "spec": {
-            "elasticPolicy": {"minReplicas": 1, "maxReplicas": most},
-            "pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": gpu_template(8)}},
-        },
-    }
 
 
 def path_of(obj: dict[str, Any], resource: str) -> str:

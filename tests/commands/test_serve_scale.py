@@ -18,9 +18,10 @@ import pytest
 
 from tests.builders import RULES, pod, review, scale_review
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture
-from tests.cluster.test_liveobjects_scale import LIMIT, deployment, path_of
+from tests.cluster.test_liveobjects_scale import path_of
 from tests.commands.test_serve_live import stop_and_check_the_watchers_stopped
 from tests.running import Server, dev_certs, kubeconfig, post
+from tests.scaling import LIMIT, deployment
 
 pytestmark = pytest.mark.slow
 
@@ -88,35 +89,31 @@ def test_a_scale_over_the_workload_limit_is_denied_over_tls(
     assert "request 128 GPUs; at most 64" in message
 
 
+@pytest.mark.parametrize(
+    ("name", "replicas", "warnings"),
+    [
+        # 2 x 8 GPUs: within the limit and the 16 GPUs of the replayed nodes.
+        pytest.param("within", 2, None, id="within-the-limit-and-the-cluster"),
+        pytest.param(
+            "wide",
+            8,
+            ["builtin/clusterCapacity: workload needs 64 nvidia.com/gpu, cluster has 16"],
+            id="past-the-cluster-s-gpus-warned-as-its-update-would-be",
+        ),
+    ],
+)
 def test_a_scale_within_the_workload_limit_is_allowed_over_tls(
-    live_server: Server, replay: ReplayServer
+    live_server: Server, replay: ReplayServer, name: str, replicas: int, warnings: Any
 ) -> None:
-    parent = deployment("within")
-    served(replay, parent)
-
-    # 2 x 8 GPUs: within the limit and the 16 GPUs of the replayed nodes.
-    response = validate(
-        live_server, scale_review(parent, 2, old_replicas=1, resource="deployments")
-    )
-
-    assert response["allowed"] is True
-    assert not response.get("warnings")
-
-
-def test_a_scale_past_the_cluster_s_gpus_is_warned_about_as_its_update_would_be(
-    live_server: Server, replay: ReplayServer
-) -> None:
-    parent = deployment("wide")
+    parent = deployment(name)
     served(replay, parent)
 
     response = validate(
-        live_server, scale_review(parent, 8, old_replicas=1, resource="deployments")
+        live_server, scale_review(parent, replicas, old_replicas=1, resource="deployments")
     )
 
     assert response["allowed"] is True
-    assert response["warnings"] == [
-        "builtin/clusterCapacity: workload needs 64 nvidia.com/gpu, cluster has 16"
-    ]
+    assert response.get("warnings") == warnings
 
 
 def test_a_scale_of_a_workload_the_server_cannot_read_is_allowed_with_a_warning_naming_it(

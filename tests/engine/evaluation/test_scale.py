@@ -12,21 +12,14 @@ from typing import Any
 import pytest
 
 from tests.builders import scale_of
+from tests.scaling import LIMIT, deployment, gpu_template, meta, pytorchjob
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import NO_INVENTORY, Request, Resource
 from webhook.engine.kube.workloads import BUILTIN_KINDS
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.rulefiles import load_policy
 
-LIMIT = """\
-apiVersion: gpu-webhook.io/v1alpha1
-kind: GPUPolicy
-metadata: {name: team-quotas}
-spec:
-  order: 50
-  validate:
-    - maxGPUsPerWorkload: 64
-      action: deny
+DECLARED = """\
 ---
 apiVersion: gpu-webhook.io/v1alpha1
 kind: WorkloadKind
@@ -46,58 +39,12 @@ spec:
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory: pytest.TempPathFactory) -> Policy:
     rules: Path = tmp_path_factory.mktemp("rules")
-    (rules / "limit.yaml").write_text(LIMIT)
+    (rules / "limit.yaml").write_text(LIMIT + DECLARED)
     return load_policy(str(rules))
 
 
-def template(gpus: int) -> dict[str, Any]:
-    return {
-        "metadata": {"labels": {"app": "x"}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                    "resources": {"limits": {"nvidia.com/gpu": gpus}},
-                }
-            ]
-        },
-    }
-
-
-def meta(name: str) -> dict[str, Any]:
-    return {"name": name, "namespace": "team-a", "uid": f"uid-{name}", "resourceVersion": "7"}
-
-
-def deployment(replicas: int = 1, gpus: int = 8) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta("serve"),
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": "x"}},
-            "template": template(gpus),
-        },
-    }
-
-
 def statefulset(replicas: int = 1) -> dict[str, Any]:
-    return {**deployment(replicas), "kind": "StatefulSet", "metadata": meta("db")}
-
-
-def pytorchjob(workers: int = 1, *, most: int | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "pytorchReplicaSpecs": {"Worker": {"replicas": workers, "template": template(8)}}
-    }
-    if most is not None:
-        spec["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": most}
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": meta("elastic"),
-        "spec": spec,
-    }
+    return {**deployment("db", replicas), "kind": "StatefulSet"}
 
 
 def leaderworkerset(groups: int = 1, size: int = 2) -> dict[str, Any]:
@@ -107,7 +54,7 @@ def leaderworkerset(groups: int = 1, size: int = 2) -> dict[str, Any]:
         "metadata": meta("vllm"),
         "spec": {
             "replicas": groups,
-            "leaderWorkerTemplate": {"size": size, "workerTemplate": template(8)},
+            "leaderWorkerTemplate": {"size": size, "workerTemplate": gpu_template(8)},
         },
     }
 
@@ -117,7 +64,7 @@ def training_run(count: int = 1) -> dict[str, Any]:
         "apiVersion": "example.com/v1",
         "kind": "TrainingRun",
         "metadata": meta("run"),
-        "spec": {"worker": {"count": count, "template": template(8)}},
+        "spec": {"worker": {"count": count, "template": gpu_template(8)}},
     }
 
 
@@ -189,7 +136,7 @@ def scale_request(
             "TrainingRun team-a/run scaled to 9 replicas (spec.worker.count)",
             id="a-declared-kind-with-its-scale-path-denied",
         ),
-        pytest.param(deployment(16), 4, True, "", id="a-scale-down-is-never-denied"),
+        pytest.param(deployment(replicas=16), 4, True, "", id="a-scale-down-is-never-denied"),
     ],
 )
 def test_a_scale_is_judged_against_the_workload_s_gpu_limit(
@@ -299,7 +246,7 @@ def test_the_scale_of_a_kind_without_a_known_scale_path_passes_through(
 
 
 def test_a_scale_to_zero_carries_no_replicas_and_is_judged_as_zero(policy: Policy) -> None:
-    request = scale_request(deployment(16), 0, old=16)
+    request = scale_request(deployment(replicas=16), 0, old=16)
     assert request.object["spec"] == {}
 
     decision = evaluate(request, policy=policy, inventory=NO_INVENTORY)
@@ -308,7 +255,7 @@ def test_a_scale_to_zero_carries_no_replicas_and_is_judged_as_zero(policy: Polic
 
 
 def test_an_elastic_job_is_counted_at_its_maximum_and_the_message_says_so(policy: Policy) -> None:
-    job = pytorchjob(1, most=16)
+    job = pytorchjob(most=16)
 
     decision = evaluate(Request(job, namespace="team-a"), policy=policy, inventory=NO_INVENTORY)
 
