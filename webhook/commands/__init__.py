@@ -31,6 +31,7 @@ SUMMARIES = {
     "inventory": "print the GPU node classes the webhook sees, from a cluster or a file",
     "rules": "work with rule files",
     "serve": "serve /mutate and /validate over TLS (gunicorn)",
+    "test": "run policy test suites: the result expected of each object, for CI",
 }
 # What check, audit -f and explain -f say of input without a single object, alike.
 NO_OBJECTS = "no objects: the input is empty (or only comments)"

@@ -150,21 +150,10 @@ def run(args: argparse.Namespace) -> int:
             return exc.code
         inventory = applied_together(inventory, objects)
     unusable = unreadable(errors, paths=paths, read=bool(documents))
-    results: list[Checked] = []
-    for doc in documents:
-        refused = shape_problems(doc.obj, policy.kinds)
-        if refused:
-            unusable.append(refused_outcome(doc, refused))
-            continue
-        try:
-            results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
-        except ENGINE_ERRORS as exc:
-            # What the server answers such an object with (admission/service.py): the
-            # engine could not read it. One line and exit 2 here, never a traceback.
-            error = f"{type(exc).__name__}: {str(exc)[:100]}"
-            unusable.append(
-                refused_outcome(doc, [f"not usable: the webhook cannot evaluate it ({error})"])
-            )
+    results, refused = judge(
+        documents, policy=policy, inventory=inventory, namespace=args.namespace, labels=labels
+    )
+    unusable.extend(refused)
     paint = Paint.for_stream(sys.stderr, no_color=args.no_color)
     for outcome in unusable:
         print(f"{paint('red', 'error:')} {outcome.where}: {_problem(outcome)}", file=sys.stderr)
@@ -173,6 +162,36 @@ def run(args: argparse.Namespace) -> int:
     outcomes = [*map(outcome_of, results), *unusable]
     _print(args, results, unusable, outcomes)
     return exit_code(outcomes, warn_exit_code=args.warn_exit_code)
+
+
+def judge(
+    documents: list[Document],
+    *,
+    policy: Policy,
+    inventory: InventoryView,
+    namespace: str | None,
+    labels: Mapping[str, Mapping[str, str]],
+) -> tuple[list[Checked], list[Outcome]]:
+    """Each object as ``check`` judges it, and those it cannot judge (kubectl would refuse
+    them, or the engine trips on them). ``gpu-webhook test`` judges its suites' objects
+    here too, so that a suite's expectation is held to check's very answer."""
+    results: list[Checked] = []
+    unusable: list[Outcome] = []
+    for doc in documents:
+        refused = shape_problems(doc.obj, policy.kinds)
+        if refused:
+            unusable.append(refused_outcome(doc, refused))
+            continue
+        try:
+            results.append(_evaluate(doc, policy, inventory, namespace, labels))
+        except ENGINE_ERRORS as exc:
+            # What the server answers such an object with (admission/service.py): the
+            # engine could not read it. One line and exit 2 here, never a traceback.
+            error = f"{type(exc).__name__}: {str(exc)[:100]}"
+            unusable.append(
+                refused_outcome(doc, [f"not usable: the webhook cannot evaluate it ({error})"])
+            )
+    return results, unusable
 
 
 def _problem(outcome: Outcome) -> str:
