@@ -3,7 +3,7 @@
 an ``autoscaling/v1`` Scale; the worker reads the parent from a loopback server replaying
 the API server and denies a count over ``maxGPUsPerWorkload``, allows one within it, and
 allows with a warning the scale of a workload it cannot read. The workers live through it
-(same pids) and keep answering pods."""
+(same pids, under the deployment's memory limit) and keep answering pods."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from tests.builders import RULES, pod, review, scale_review
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture
 from tests.cluster.test_liveobjects_scale import path_of
 from tests.commands.test_serve_live import stop_and_check_the_watchers_stopped
-from tests.running import Server, dev_certs, kubeconfig, post
+from tests.running import Server, dev_certs, kubeconfig, post, reviews_answered, rss_kib
 from tests.scaling import LIMIT, deployment
+from tests.serving.test_memory import container_memory_limit
 
 pytestmark = pytest.mark.slow
 
@@ -135,4 +136,7 @@ def test_the_workers_live_through_the_scales_and_keep_answering_pods(live_server
     status, answer = post(live_server.connection(), "/mutate", review(pod(gpus=1)))
 
     assert (status, answer["response"]["allowed"]) == (200, True)
+    assert reviews_answered(live_server, count=5, timeout=1.0) == [200] * 5
     assert set(live_server.workers()) == live_server.first_workers  # type: ignore[attr-defined]
+    pids = [live_server.process.pid, *live_server.workers()]
+    assert sum(rss_kib(pid) for pid in pids) * 1024 < container_memory_limit()
