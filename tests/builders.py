@@ -152,8 +152,10 @@ def scale_review(
 ) -> dict[str, Any]:
     """The AdmissionReview of a ``kubectl scale`` (or an HPA's update) of ``parent``: kind
     and requestKind ``autoscaling/v1`` Scale, resource and requestResource the parent's,
-    subResource ``scale`` (kubernetes/website, extensible-admission-controllers.md, the
-    request example; apiserver pkg/admission/plugin/webhook/request ``CreateAdmissionObjects``)."""
+    subResource ``scale`` (k8s.io/apiserver pkg/admission/plugin/webhook/request
+    admissionreview.go ``CreateV1AdmissionReview``: kind, resource and subresource of the
+    invocation, request* of the attributes; kubernetes/website
+    extensible-admission-controllers.md shows this very request)."""
     api_version = str(parent["apiVersion"])
     group, _, version = api_version.rpartition("/")
     meta = parent["metadata"]
