@@ -271,9 +271,22 @@ BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
     _kind(
         "serving.kserve.io",
         "InferenceService",
-        _L("spec.predictor", pod_spec=True, singles=KSERVE_PREDICTORS),
-        _L("spec.transformer", pod_spec=True),
-        _L("spec.explainer", pod_spec=True, singles=("art",)),
+        # ``maxReplicas``: what its autoscaler (Knative's, or the HPA of a raw deployment)
+        # may scale each component to (kserve pkg/apis/serving/v1beta1/component.go
+        # ``ComponentExtensionSpec``; 0, unset, is no maximum and counts nothing).
+        _L(
+            "spec.predictor",
+            pod_spec=True,
+            singles=KSERVE_PREDICTORS,
+            most="spec.predictor.maxReplicas",
+        ),
+        _L("spec.transformer", pod_spec=True, most="spec.transformer.maxReplicas"),
+        _L(
+            "spec.explainer",
+            pod_spec=True,
+            singles=("art",),
+            most="spec.explainer.maxReplicas",
+        ),
     ),
 )
 
