@@ -32,8 +32,6 @@ from webhook.engine.policy.ruleset import (
 )
 from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS, RENAMED_KINDS
 from webhook.files import celparser
-from webhook.files.catalogue import shipped_catalogue
-from webhook.files.cudaimages import cuda_table
 from webhook.files.lastgood import LastGood
 from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
 from webhook.files.ruleobjects import (
@@ -44,6 +42,7 @@ from webhook.files.ruleobjects import (
     merge_objects,
     objects_fingerprint,
 )
+from webhook.files.shipped import cuda_table, shipped_catalogue
 
 # JSON is read too: it is YAML, and a file silently skipped would be a rule not in force.
 RULE_SUFFIXES = (".yaml", ".yml", ".json")
