@@ -2,14 +2,15 @@
 
 Short-circuits, in order (each answered ``allowed`` with no patch):
 - operations other than CREATE and UPDATE (DELETE, CONNECT);
-- subresources (``status``, ``binding``, ``eviction``, ``exec``, ``scale``, ...) but a
-  Pod's ``ephemeralcontainers`` and ``resize``: ``kubectl debug`` adds a container to a
-  running pod there, and a resize changes its cpu and memory (``ValidatePodResize``; its
-  memory limits are judged against the memory rules); the API server sends the whole Pod
-  for both. ``status`` and ``binding`` change no container; a ``Scale``
-  holds replicas and no template (a Deployment's new count reaches its ReplicaSet by a
-  plain UPDATE, judged there: kubernetes pkg/controller/deployment/sync.go
-  ``scaleReplicaSet`` calls ``ReplicaSets(...).Update``);
+- subresources (``status``, ``binding``, ``eviction``, ``exec``, ...) but a Pod's
+  ``ephemeralcontainers`` and ``resize`` and a workload's ``scale``: ``kubectl debug`` adds
+  a container to a running pod there, and a resize changes its cpu and memory
+  (``ValidatePodResize``; its memory limits are judged against the memory rules); the API
+  server sends the whole Pod for both. ``status`` and ``binding`` change no container. A
+  ``scale`` UPDATE (``kubectl scale``, an HPA) carries an ``autoscaling/v1`` Scale, no
+  template: the parent is read within the review's lookup budget and judged with the new
+  count (``webhook.engine.evaluation.scale``), never memoised (the Scale does not hold what
+  is judged);
 - kinds without a pod template the engine knows (``Decision.understood`` is False).
 
 A Pod UPDATE is judged on what it changes (``webhook.engine.evaluation.updates``): an added
@@ -34,12 +35,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.admission.inventory import InventorySource, view_of
-from webhook.admission.lookups import ClusterReader, looked_up, worth_a_read
+from webhook.admission.lookups import ClusterReader, looked_up, with_parent, worth_a_read
 from webhook.admission.memo import DecisionMemo, Judgement
 from webhook.admission.response import Answer, PatchTooLarge, Verdict, reply
 from webhook.admission.review import AdmissionRequest
 from webhook.engine.evaluation.evaluate import evaluate
-from webhook.engine.evaluation.request import Request
+from webhook.engine.evaluation.request import Request, Resource
+from webhook.engine.evaluation.scale import SCALE
 from webhook.engine.policy.crds import GROUP
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.exemptions import exemption_warnings
@@ -154,8 +156,14 @@ class AdmissionService:
             old_object=request.old_object,
             namespace_labels=self._namespace_labels(request.namespace),
             sub_resource=request.sub_resource,
+            resource=Resource(
+                request.resource_group, request.resource_version, request.resource, request.name
+            ),
         )
         policy, view = self._policy(ruleset), view_of(self.inventory)
+        if request.sub_resource == SCALE:
+            scaled = with_parent(engine_request, policy=policy, reader=self.cluster)
+            return Judgement(evaluate(scaled, policy=policy, inventory=view))
         judgement = self.memo.judge(engine_request, policy=policy, inventory=view)
         if self.cluster is None or not worth_a_read(
             engine_request, judgement.decision, policy=policy
@@ -266,6 +274,8 @@ def _namespaces(source: InventorySource | None) -> Mapping[str, Mapping[str, str
 def _skip_reason(request: AdmissionRequest) -> str:
     if request.operation not in ("CREATE", "UPDATE"):
         return "operation"
+    if request.sub_resource == SCALE and request.operation == "UPDATE":
+        return ""  # the engine passes through the scales of kinds it does not know
     if request.sub_resource and not (
         request.sub_resource in JUDGED_SUBRESOURCES
         and request.kind == "Pod"

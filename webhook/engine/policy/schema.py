@@ -579,6 +579,31 @@ _WORKLOAD_KIND = _obj(
                 required=["path"],
             ),
         },
+        "plural": {
+            "type": "string",
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "description": (
+                "The kind's resource name in API paths and webhook rules (its CRD's "
+                "spec.names.plural); default: the kind in lower case plus s."
+            ),
+        },
+        "scale": _obj(
+            {
+                "specReplicasPath": {
+                    "type": "string",
+                    "pattern": "^[.]?spec[.][^*]+$",
+                    "description": (
+                        "The CRD's subresources.scale.specReplicasPath: the field a "
+                        "kubectl scale or an HPA sets."
+                    ),
+                }
+            },
+            required=["specReplicasPath"],
+            description=(
+                "The kind's scale subresource, judged when the webhook configuration "
+                "routes <plural>/scale to the webhook."
+            ),
+        ),
     },
     required=["group", "kind", "templates"],
 )
