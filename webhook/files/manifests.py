@@ -522,7 +522,7 @@ _KINDS = (
 
 
 def read_bytes(
-    source: str, *, limit: int = MAX_FILE_BYTES
+    source: str, *, limit: int = MAX_FILE_BYTES, too_large: str = ""
 ) -> tuple[bytes | None, ManifestError | None]:
     """The bytes of a regular file, at most ``limit`` of them, or why not; ``-`` is stdin.
 
@@ -530,7 +530,8 @@ def read_bytes(
     FIFO opens at once without a writer (a plain open would wait for one forever), and the
     object judged is the object read, where a ``stat`` before ``open`` would leave a gap in
     which the path could be swapped for a FIFO. ``O_NOCTTY``: a terminal device given as a
-    path never becomes the process's controlling terminal."""
+    path never becomes the process's controlling terminal. ``too_large``: what to say of a
+    file over ``limit``, when the reader knows better than "split it"."""
     if source == "-":
         if sys.stdin is None:
             return None, ManifestError(source, "standard input is closed: name a file")
@@ -557,9 +558,11 @@ def read_bytes(
                 "(standard input)",
             )
         if status.st_size > limit:
-            return None, _too_large(source, limit, what="the file")
+            return None, _too_large(source, limit, what="the file", said=too_large)
         os.set_blocking(fd, True)
-        return _bounded(lambda size: os.read(fd, size), source, limit, what="the file")
+        return _bounded(
+            lambda size: os.read(fd, size), source, limit, what="the file", said=too_large
+        )
     except OSError as exc:
         return None, ManifestError(source, f"cannot be read: {exc.strerror}")
     finally:
@@ -567,7 +570,7 @@ def read_bytes(
 
 
 def _bounded(
-    read: Callable[[int], bytes], source: str, limit: int, *, what: str
+    read: Callable[[int], bytes], source: str, limit: int, *, what: str, said: str = ""
 ) -> tuple[bytes | None, ManifestError | None]:
     """All of a stream if it holds at most ``limit`` bytes, read in pieces (a file may grow
     while it is read, so its size from ``fstat`` is not trusted)."""
@@ -579,10 +582,12 @@ def _bounded(
             return b"".join(pieces), None
         pieces.append(piece)
         total += len(piece)
-    return None, _too_large(source, limit, what=what)
+    return None, _too_large(source, limit, what=what, said=said)
 
 
-def _too_large(source: str, limit: int, *, what: str) -> ManifestError:
+def _too_large(source: str, limit: int, *, what: str, said: str = "") -> ManifestError:
+    if said:
+        return ManifestError(source, said)
     return ManifestError(
         source,
         f"{what} holds more than {limit // (1024 * 1024)} MiB, more than gpu-webhook reads "
