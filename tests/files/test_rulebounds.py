@@ -138,6 +138,15 @@ def test_rule_files_past_a_configmaps_size_are_refused_unread(
     )
 
 
+@pytest.mark.parametrize("field", ["runtimeClassName", "avoidGPUNodes"])
+def test_a_long_value_is_quoted_clipped(field: str) -> None:
+    value = "a" * 60_000 + "!"
+    mutate = {field: value} if field == "runtimeClassName" else {field: {"nodeLabel": 1}}
+    problems = schema_problems(gpu_policy({"mutate": mutate}, metadata={"name": value}), REF)
+    assert problems
+    assert all(len(p.message) <= MAX_REASON for p in problems), problems
+
+
 def test_the_shipped_rules_are_within_every_bound() -> None:
     assert load_policy(str(ROOT / "rules")).rule_names
 
@@ -186,6 +195,7 @@ def test_no_rule_object_makes_its_review_grow_past_a_pod_reviews_bound(
     problems, peak = judged(gpu_policy(spec, metadata=meta))
     assert peak < PEAK_BYTES, f"{peak / 2**20:.1f} MiB"
     assert len(problems) <= MAX_PROBLEMS + 2  # the apiVersion's, and "maybe more"
+    assert all(len(p) <= 2 * MAX_REASON for p in problems)
     assert len(rule_object_message("GPUPolicy", "team-a", problems)) <= MAX_MESSAGE
 
 

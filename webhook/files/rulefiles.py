@@ -22,7 +22,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from webhook.engine.policy.decision import shorten
+from webhook.engine.policy.decision import MAX_REASON, shorten
 from webhook.engine.policy.policytest import SUITE_KIND
 from webhook.engine.policy.ruleset import (
     DocumentRef,
@@ -183,7 +183,9 @@ def explained(error: ValidationError) -> tuple[str, str]:
         missing = [str(r) for r in required if r not in error.instance]
         if missing:
             return (f"{path}.{missing[0]}" if path else missing[0]), "missing"
-    return path, _explain(error)
+    # jsonschema's own words quote the value whole ("'aaa…' is too long"): clipped as a
+    # pod's reasons are.
+    return path, shorten(_explain(error), MAX_REASON)
 
 
 def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyProblem]:
