@@ -25,7 +25,13 @@ from webhook.files.rulebounds import (
     MORE_PROBLEMS,
     oversized,
 )
-from webhook.files.rulefiles import RuleStore, load_policy, schema_problems
+from webhook.files.rulefiles import (
+    RuleStore,
+    compile_rules,
+    load_policy,
+    read_rule_files,
+    schema_problems,
+)
 from webhook.files.ruleobjects import RuleObject, rule_object_message
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,3 +245,29 @@ def test_a_rule_objects_denial_is_clipped_as_a_pods_is(problems: list[str], name
     assert len(message) <= MAX_MESSAGE
     whole = f"GPUPolicy {name[:253]}: " + "; ".join(shorten(p, MAX_REASON) for p in problems)
     assert (message == whole) == (len(whole) <= MAX_MESSAGE)
+
+
+def test_the_watchers_merge_leaves_out_an_object_past_a_bound_and_keeps_the_others(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "00-settings.yaml").write_text(
+        f"apiVersion: {API}\nkind: GPUSettings\nmetadata: {{name: settings}}\nspec: {{}}\n"
+    )
+    huge = RuleObject.of(gpu_policy({"validate": [{"maxGPUsPerPood": 1}] * 3000}))
+    fine = RuleObject.of(gpu_policy({"validate": [{"maxGPUsPerPod": 4}]}, metadata={"name": "b"}))
+
+    merged = compile_rules(
+        read_rule_files(str(tmp_path)), directory=str(tmp_path), objects=[huge, fine]
+    )
+
+    assert merged.policy.rule_names == ("b",)
+    (line,) = merged.verdicts[("GPUPolicy", "team-a")].problems
+    assert line.startswith("spec.validate: 3,000 entries, more than the 256")
+
+
+def test_a_kept_version_past_a_bound_is_not_kept() -> None:
+    body = gpu_policy({"validate": [{"maxGPUsPerPod": 4}]})
+    body["status"] = {"inForce": {"generation": 1, "spec": {"validate": [1] * 10_000}}}
+    assert RuleObject.of(body).kept_version() is None
+    body["status"]["inForce"]["spec"] = {"validate": [{"maxGPUsPerPod": 4}]}
+    assert RuleObject.of(body).kept_version() is not None

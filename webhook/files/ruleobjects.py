@@ -29,6 +29,7 @@ from webhook.engine.policy.ruleset import (
     compile_policy,
 )
 from webhook.engine.policy.schema import API_VERSION
+from webhook.files.rulebounds import oversized
 from webhook.files.shipped import cuda_table, shipped_catalogue
 
 OBJECT_SOURCE = "cluster"
@@ -71,6 +72,9 @@ class RuleObject:
             isinstance(kept, Mapping)
             and isinstance(kept.get("generation"), int)
             and isinstance(kept.get("spec"), Mapping)
+            # Compiled without the lint (it was linted when in force): bounded all the same,
+            # a status is anyone's with the status subresource (issue 41).
+            and oversized(kept["spec"]) is None
         )
         return cls(
             kind=kind,
