@@ -25,7 +25,6 @@ from webhook.commands import (
     refused_outcome,
     rules_or_fail,
     unreadable,
-    unusable_problem,
 )
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import (
@@ -169,10 +168,7 @@ def run(args: argparse.Namespace) -> int:
     unusable.extend(refused)
     paint = Paint.for_stream(sys.stderr, no_color=args.no_color)
     for outcome in unusable:
-        print(
-            f"{paint('red', 'error:')} {outcome.where}: {unusable_problem(outcome)}",
-            file=sys.stderr,
-        )
+        print(f"{paint('red', 'error:')} {outcome.where}: {_problem(outcome)}", file=sys.stderr)
     if inventory.snapshot is None:
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
     outcomes = [*map(outcome_of, results), *unusable]
@@ -213,6 +209,10 @@ def judge(
                 refused_outcome(doc, [f"not usable: the webhook cannot evaluate it ({error})"])
             )
     return results, unusable
+
+
+def _problem(outcome: Outcome) -> str:
+    return f"{outcome.label}: {outcome.problem}" if outcome.kind else outcome.problem
 
 
 def outcome_of(checked: Checked) -> Outcome:
