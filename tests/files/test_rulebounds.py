@@ -32,7 +32,7 @@ from webhook.files.rulefiles import (
     read_rule_files,
     schema_problems,
 )
-from webhook.files.ruleobjects import RuleObject, rule_object_message
+from webhook.files.ruleobjects import RuleObject, Verdict, rule_object_message
 
 ROOT = Path(__file__).resolve().parents[2]
 API = "gpu-webhook.io/v1alpha1"
@@ -239,12 +239,26 @@ def _measure(value: Any) -> tuple[int, int, int]:
 
 
 @SETTINGS
-@given(problems=st.lists(st.text(max_size=3000), max_size=300), name=st.text(max_size=300))
+@given(problems=st.lists(st.text(max_size=3000), max_size=300), name=st.text(max_size=253))
 def test_a_rule_objects_denial_is_clipped_as_a_pods_is(problems: list[str], name: str) -> None:
-    message = rule_object_message("GPUPolicy", name[:253], problems)
+    message = rule_object_message("GPUPolicy", name, problems)
     assert len(message) <= MAX_MESSAGE
-    whole = f"GPUPolicy {name[:253]}: " + "; ".join(shorten(p, MAX_REASON) for p in problems)
+    whole = f"GPUPolicy {name}: " + "; ".join(shorten(p, MAX_REASON) for p in problems)
     assert (message == whole) == (len(whole) <= MAX_MESSAGE)
+
+
+def test_a_rule_objects_denial_names_a_long_name_clipped() -> None:
+    problems = judged(gpu_policy({}, metadata={"name": "A" * 60_000}))[0]
+    message = rule_object_message("GPUPolicy", "A" * 60_000, problems)
+    assert len(message) <= MAX_MESSAGE
+    assert "metadata.name" in message
+
+
+def test_a_rule_objects_status_message_is_clipped() -> None:
+    verdict = Verdict(2, tuple("x" * 2000 for _ in range(50)), kept_generation=1)
+    assert len(verdict.message) <= MAX_MESSAGE + 40
+    assert verdict.message.endswith("(generation 1 stays in force)")
+    assert "more reasons left out of this message" in verdict.message
 
 
 def test_the_watchers_merge_leaves_out_an_object_past_a_bound_and_keeps_the_others(

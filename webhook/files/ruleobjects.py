@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.engine.policy.decision import MAX_MESSAGE, clipped_reasons
+from webhook.engine.policy.decision import MAX_MESSAGE, clipped_reasons, shorten
 from webhook.engine.policy.ruleset import (
     DocumentRef,
     Policy,
@@ -174,6 +174,7 @@ class Merged:
     file_documents: tuple[RuleDocument, ...] = ()
 
 
+_NAME_CHARACTERS = 253
 # Where a clipped message sends the reader for every problem of a rule object.
 SEE_THEM_ALL = "run gpu-webhook rules lint on the object to see them all"
 
@@ -181,7 +182,8 @@ SEE_THEM_ALL = "run gpu-webhook rules lint on the object to see them all"
 def rule_object_message(kind: str, name: str, problems: Sequence[str]) -> str:
     """Why ``/validate`` refuses a rule object: its problems, clipped as a pod's denials
     are (``status.message`` at most ``MAX_MESSAGE`` characters, then how many more)."""
-    head = f"{kind} {name}: "
+    # A name is at most 253 characters once valid; the lint says what is wrong with longer.
+    head = f"{shorten(kind, _NAME_CHARACTERS)} {shorten(name, _NAME_CHARACTERS)}: "
     limit = MAX_MESSAGE - len(head)
     return head + clipped_reasons(problems, len(problems), limit=limit, see=SEE_THEM_ALL)
 
