@@ -105,6 +105,13 @@ def test_a_rule_document_past_a_bound_is_refused_in_one_line_without_the_lint(
     assert [(p.path, said in p.message) for p in problems] == [(field, True)], problems
 
 
+def test_kubectls_copy_of_the_object_in_an_annotation_is_not_counted_as_its_text() -> None:
+    spec = {"description": "d" * (MAX_TEXT // 2), "validate": [{"maxGPUsPerPod": 4}]}
+    applied = {"kubectl.kubernetes.io/last-applied-configuration": str(gpu_policy(spec)) * 3}
+    metadata = {"name": "team-a", "annotations": applied}
+    assert schema_problems(gpu_policy(spec, metadata=metadata), REF) == []
+
+
 def test_the_lint_stops_after_its_problems_and_says_there_may_be_more() -> None:
     problems = schema_problems(gpu_policy({"validate": [{"maxGPUsPerPood": 1}] * 200}), REF)
     assert len(problems) == MAX_PROBLEMS + 1

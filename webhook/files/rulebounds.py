@@ -33,6 +33,11 @@ MAX_VALUES = 4096
 # Characters of keys and strings in one rule document: what the decision memo keeps of an
 # object (64 KiB of JSON, webhook/admission/memo.py); a GPUPolicy of a few checks is 1 KB.
 MAX_TEXT = 64 * 1024
+# Not counted as text: the lint reads no annotation's value, the API server holds them to
+# 256 KiB (``TotalAnnotationSizeLimitB``, apimachinery pkg/api/validation/objectmeta.go),
+# and ``kubectl apply`` copies the whole object into one
+# (``kubectl.kubernetes.io/last-applied-configuration``).
+_ANNOTATIONS = ("metadata", "annotations")
 # Problems the lint reports of one document, and of one rule set; it stops there.
 MAX_PROBLEMS = 20
 MAX_SET_PROBLEMS = 100
@@ -57,7 +62,7 @@ def oversized(document: Mapping[str, Any]) -> tuple[str, str] | None:
     stack: list[tuple[object, tuple[str | int, ...]]] = [(document, ())]
     while stack:
         value, path = stack.pop()
-        if isinstance(value, str):
+        if isinstance(value, str) and path[:2] != _ANNOTATIONS:
             text += len(value)
         if text > MAX_TEXT:  # of the whole document: no field to name
             return "", (
