@@ -25,7 +25,7 @@ from tests.serving.test_bounds import Attack
 from tests.serving.test_memory import MIB, container_memory_limit
 from webhook.engine.policy.decision import MAX_MESSAGE
 from webhook.files.certs import DEV_HOSTS, generate, write
-from webhook.files.rulebounds import MAX_ENTRIES, MAX_RULE_BYTES
+from webhook.files.jsonvalues import MAX_ENTRIES, MAX_RULE_BYTES
 
 pytestmark = pytest.mark.slow
 

@@ -34,15 +34,15 @@ from webhook.engine.policy.ruleset import (
 )
 from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS, RENAMED_KINDS
 from webhook.files import celparser
-from webhook.files.lastgood import LastGood
-from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
-from webhook.files.rulebounds import (
+from webhook.files.jsonvalues import (
     MAX_PROBLEMS,
     MAX_RULE_BYTES,
     MAX_SET_PROBLEMS,
     MORE_PROBLEMS,
     oversized,
 )
+from webhook.files.lastgood import LastGood
+from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
 from webhook.files.ruleobjects import (
     Key,
     Merged,

@@ -29,7 +29,7 @@ from webhook.engine.policy.ruleset import (
     compile_policy,
 )
 from webhook.engine.policy.schema import API_VERSION
-from webhook.files.rulebounds import oversized
+from webhook.files.jsonvalues import oversized
 from webhook.files.shipped import cuda_table, shipped_catalogue
 
 OBJECT_SOURCE = "cluster"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from webhook.engine.policy.decision import MAX_MESSAGE, MAX_REASON, shorten
 from webhook.engine.policy.ruleset import DocumentRef, PolicyError
-from webhook.files.rulebounds import (
+from webhook.files.jsonvalues import (
     MAX_ENTRIES,
     MAX_PROBLEMS,
     MAX_RULE_BYTES,
