@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
-from webhook.engine.demand.gpus import Container, PodGPUs, pod_gpus
+from webhook.engine.demand.gpus import Container, PodGPUs
 from webhook.engine.enforcement.accesscontrol import (
     NO_EXEMPTIONS,
     PodReach,
@@ -60,7 +60,15 @@ from webhook.engine.enforcement.mutators import (
 )
 from webhook.engine.enforcement.quotas import pod_quota_notices, workload_quota_findings
 from webhook.engine.evaluation.claimobjects import evaluate_claim_object
-from webhook.engine.evaluation.request import NO_INVENTORY_NOTICE, InventoryView, Request
+from webhook.engine.evaluation.request import (
+    NO_INVENTORY_NOTICE,
+    InventoryView,
+    Request,
+    inventory_of,
+    matching_rules,
+    request_as_created,
+    template_asks,
+)
 from webhook.engine.evaluation.resize import RESIZE, resize_findings, stripped
 from webhook.engine.evaluation.scale import SCALE, most_words, parent_update, scale_decision
 from webhook.engine.evaluation.updates import (
@@ -80,7 +88,6 @@ from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.engine.resources.fit import Demand, demand_of, pod_requests, shortfalls
 from webhook.engine.resources.gpufacts import GPUFacts, SlotRefusal
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Node, Placement
-from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory
 from webhook.engine.resources.quotas import Quotas
 from webhook.engine.scheduling.devicepolicy import (
     AffinityPlan,
@@ -96,20 +103,14 @@ from webhook.engine.scheduling.devicepolicy import (
     remembered_plan,
 )
 from webhook.engine.scheduling.dra import (
-    NO_CLAIMS,
     PodClaims,
     claim_findings,
-    extended_resource_claims,
     gpu_devices,
     gpu_names,
-    pod_claims,
-    with_claim_gpus,
 )
 from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
-from webhook.engine.scheduling.gke import auto_provisioning
 from webhook.engine.scheduling.gpunodes import bound_node_reach
-from webhook.engine.scheduling.poolsizing import PoolSizing, size_pools
 from webhook.engine.scheduling.wholepod import (
     cluster_capacity_finding,
     needs_whole_pod,
@@ -121,59 +122,6 @@ from webhook.engine.scheduling.wholepod import (
 
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 NO_GPU_FACTS = GPUFacts()  # a node's cpu and memory alone: no GPU resource is asked
-_with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
-_sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
-
-
-def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
-    """The snapshot plus node pools (declared in rule files, and, when the settings say
-    detect, the cluster's autoscaler objects), built once per (snapshot, policy, pools).
-
-    Sizing the pools (tens of milliseconds for a few NodePools against the catalogue) is
-    kept per (policy, pools): a live cache publishes a new snapshot for every node change,
-    and only adding the sized pools to it (well under a millisecond) is paid again."""
-    global _with_pools, _sized  # noqa: PLW0603 - memos; evaluation stays a function of its inputs
-    if view.snapshot is None or view.problem:
-        return None if view.problem else view.snapshot
-    mode = policy.settings.autoscaling
-    declared = policy.node_pools if mode != "off" else ()
-    # Detect with no autoscaler objects still looks for GKE node auto-provisioning, which
-    # only the nodes show (an empty PoolInventory is falsy: not a reason to skip it).
-    live = (view.pools or NO_POOLS) if mode == "detect" else None
-    if not declared and live is None:
-        return view.snapshot
-    memo = _with_pools
-    # Held by reference, not by id(): a freed snapshot's id may be reused by the next one.
-    if memo is not None and memo[0] is view.snapshot and memo[1] is policy and memo[2] is live:
-        return memo[3]
-    combined = view.snapshot.with_nodes(declared)
-    if live is not None:
-        sized = _sized
-        if sized is None or sized[0] is not policy or sized[1] is not live:
-            sizing = size_pools(
-                live,
-                catalogue=policy.catalogue,
-                allowance=policy.settings.allowance,
-                declared=frozenset(n.pool for n in declared),
-                min_values=policy.settings.min_values_policy != "BestEffort",
-            )
-            _sized = sized = (policy, live, sizing)
-        sizing = sized[2]
-        unbounded = list(sizing.unbounded)
-        added = list(sizing.nodes)
-        # Per snapshot: a node of a nap-... pool shows GKE may create more.
-        nap = auto_provisioning(
-            [shape.labels for shape in view.snapshot.shapes],
-            catalogue=policy.catalogue,
-            allowance=policy.settings.allowance,
-            declared=frozenset(n.pool for n in declared),
-        )
-        if nap is not None:
-            added.extend(nap[1])
-            unbounded.append(nap[2])
-        combined = combined.with_nodes(added, unbounded=unbounded)
-    _with_pools = (view.snapshot, policy, live, combined)
-    return combined
 
 
 def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
@@ -196,7 +144,7 @@ def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> 
     obj = request.object
     if obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate") and is_dra_object(obj):
         decision = evaluate_claim_object(
-            request, policy=policy, view=inventory, snapshot=_inventory(inventory, policy)
+            request, policy=policy, view=inventory, snapshot=inventory_of(inventory, policy)
         )
         if obj.get("kind") == "ResourceClaim" and request.referencing_pods is not None:
             return _with_referencing_pods(decision, request, policy=policy, inventory=inventory)
@@ -281,8 +229,8 @@ def _placing_rules(
     """The rules with a required node affinity that match some template of the object."""
     found: dict[str, Rule] = {}
     for template in templates:
-        pod, claims = _asks(request, template, settings=policy.settings, view=inventory)
-        for rule in _matching_rules(request, template, pod, policy, claims):
+        pod, claims = template_asks(request, template, settings=policy.settings, view=inventory)
+        for rule in matching_rules(request, template, pod, policy, claims):
             if rule.mutations.required_affinity:
                 found.setdefault(rule.name, rule)
     return list(found.values())
@@ -431,7 +379,7 @@ def _evaluate_object(
     the object as it is, for an update that cannot be mutated (a Pod's). ``snapshot_of``:
     the policy whose node pools build the snapshot (a variant of it shares its memo)."""
     obj = request.object
-    snapshot = _inventory(inventory, snapshot_of or policy)
+    snapshot = inventory_of(inventory, snapshot_of or policy)
     kind = str(obj.get("kind", ""))
     # The one per-node kind (workloads.BUILTIN_KINDS).
     daemon = kind == "DaemonSet" and str(obj.get("apiVersion", "")).startswith("apps/")
@@ -453,7 +401,9 @@ def _evaluate_object(
     for template in templates:
         if _unchanged(request, template):
             if floor is not None:
-                pod, claims = _asks(request, template, settings=policy.settings, view=inventory)
+                pod, claims = template_asks(
+                    request, template, settings=policy.settings, view=inventory
+                )
                 counted.append((template, pod))
                 counted_claims.append(claims)
             continue
@@ -665,14 +615,6 @@ def _unchanged(request: Request, template: PodTemplate) -> bool:
     return bool(lookup(request.old_object, template.path) == template.template)
 
 
-def _as_created(request: Request, obj: Mapping[str, Any]) -> Request:
-    return Request(
-        obj,
-        namespace=request.namespace,
-        namespace_labels=request.namespace_labels,
-    )
-
-
 def _pod_update(
     request: Request, template: PodTemplate, *, policy: Policy, inventory: InventoryView
 ) -> Decision:
@@ -693,7 +635,7 @@ def _pod_update(
         return Decision(allowed=True, mutated=obj)
     judged = placed_as_before(obj, old) if old is not None else obj
     after = _evaluate_object(
-        _as_created(request, judged),
+        request_as_created(request, judged),
         [PodTemplate(path=(), template=judged, replicas=None)],
         policy=policy,
         inventory=inventory,
@@ -702,7 +644,7 @@ def _pod_update(
     before: tuple[Finding, ...] = ()
     if old is not None:
         before = _evaluate_object(
-            _as_created(request, old),
+            request_as_created(request, old),
             [PodTemplate(path=(), template=old, replicas=None)],
             policy=policy,
             inventory=inventory,
@@ -728,7 +670,7 @@ def _resize_update(request: Request, *, policy: Policy, inventory: InventoryView
         return Decision(allowed=True, mutated=obj)
     bare = stripped(obj)
     ruled = _evaluate_object(
-        _as_created(request, bare),
+        request_as_created(request, bare),
         [PodTemplate(path=(), template=bare, replicas=None)],
         policy=policy,
         inventory=inventory,
@@ -762,9 +704,9 @@ def _ephemeral_update(
     if not added:
         return Decision(allowed=True, mutated=obj)
     settings = policy.settings
-    snapshot = _inventory(inventory, policy)
-    pod, claims = _asks(request, template, settings=settings, view=inventory)
-    rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
+    snapshot = inventory_of(inventory, policy)
+    pod, claims = template_asks(request, template, settings=settings, view=inventory)
+    rules = matching_rules(request, template, pod, policy, claims) if policy.rules else []
     ephemeral = PodGPUs.of(
         [
             Container("ephemeralContainers", index, str(body.get("name", "")), body, False)
@@ -830,57 +772,6 @@ def _hides(mutations: Mutations, *, asks: bool, reach: PodReach) -> bool:
     if mutations.hide_gpus == "gpuPods":
         return asks
     return mutations.hide_gpus == "gpuNodes" and (asks or reach.value.can_land)
-
-
-def _matching_rules(
-    request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy, claims: PodClaims
-) -> list[Rule]:
-    namespace = request.effective_namespace
-    labels = template.labels
-    resources = pod.resources
-    total = pod.total
-    device_classes = claims.gpu_classes
-    return [
-        rule
-        for rule in policy.rules
-        if rule.match.matches(
-            namespace=namespace,
-            namespace_labels=request.namespace_labels,
-            pod_labels=labels,
-            resources=resources,
-            gpu_count=total,
-            device_classes=device_classes,
-        )
-    ]
-
-
-def _asks(
-    request: Request,
-    template: PodTemplate,
-    *,
-    settings: Settings,
-    view: InventoryView,
-) -> tuple[PodGPUs, PodClaims]:
-    """What the template asks of GPUs: resources per container, and DRA claims."""
-    devices = view.devices
-    # With the names and classes that serve GPUs (KEP-5004).
-    gpus, is_gpu_class = gpu_names(
-        settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
-    )
-    spec = template.spec
-    pod = pod_gpus(spec, gpus, template.singles)
-    claims = (
-        pod_claims(
-            spec,
-            namespace=request.effective_namespace,
-            devices=devices,
-            is_gpu_class=is_gpu_class,
-        )
-        if spec.get("resourceClaims")
-        else NO_CLAIMS
-    )
-    pod, claims = extended_resource_claims(pod, claims, devices=view.devices)
-    return with_claim_gpus(pod, claims), claims
 
 
 def _mutate_containers(
@@ -1020,11 +911,11 @@ def _evaluate_template(
 ) -> tuple[PodGPUs, PodClaims, FitAnswer | None]:
     settings = policy.settings
     spec_path = template.spec_path
-    pod, claims = _asks(request, template, settings=settings, view=view)
+    pod, claims = template_asks(request, template, settings=settings, view=view)
     devices = view.usable_devices
     if not isinstance(editor.get(spec_path), dict):
         return pod, claims, None  # an ill-typed spec: the API server's schema check rejects it
-    rules = _matching_rules(request, template, pod, policy, claims) if policy.rules else []
+    rules = matching_rules(request, template, pod, policy, claims) if policy.rules else []
     places_access, hiding, exempting = _rule_placements(
         editor,
         spec_path,
@@ -1729,8 +1620,8 @@ def _old_totals(request: Request, policy: Policy, view: InventoryView) -> _Total
     if request.operation != "UPDATE" or not isinstance(old, dict):
         return None
     templates = policy.kinds.templates(old) or []
-    asked = _as_created(request, old)
-    asks = [(t, *_asks(asked, t, settings=policy.settings, view=view)) for t in templates]
+    asked = request_as_created(request, old)
+    asks = [(t, *template_asks(asked, t, settings=policy.settings, view=view)) for t in templates]
     return _totals([(t, pod) for t, pod, _ in asks], [claims for _, _, claims in asks])
 
 
