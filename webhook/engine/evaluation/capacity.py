@@ -9,9 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.engine.demand.gpus import PodGPUs
-from webhook.engine.enforcement.accesscontrol import (
-    Template,
-)
+from webhook.engine.enforcement.accesscontrol import Template
 from webhook.engine.enforcement.checks import (
     Scope,
     capacity_findings,
@@ -27,9 +25,7 @@ from webhook.engine.enforcement.cudadrivers import (
     cuda_findings,
     gpu_needs,
 )
-from webhook.engine.enforcement.mutators import (
-    keep_off_refusing_nodes,
-)
+from webhook.engine.enforcement.mutators import keep_off_refusing_nodes
 from webhook.engine.kube.patch import Editor
 from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.policy.decision import Finding
@@ -38,9 +34,7 @@ from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.fit import Demand, demand_of
 from webhook.engine.resources.gpufacts import GPUFacts, SlotRefusal
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
-from webhook.engine.scheduling.dra import (
-    PodClaims,
-)
+from webhook.engine.scheduling.dra import PodClaims
 from webhook.engine.scheduling.wholepod import (
     plugin_fit,
     whole_pod_answer,

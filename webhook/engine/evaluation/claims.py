@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from webhook.engine.enforcement.accesscontrol import (
-    Template,
-)
+from webhook.engine.enforcement.accesscontrol import Template
 from webhook.engine.enforcement.checks import (
     Scope,
     claim_unit_findings,

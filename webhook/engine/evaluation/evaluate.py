@@ -8,51 +8,24 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
-from webhook.engine.demand.gpus import Container, PodGPUs
-from webhook.engine.enforcement.accesscontrol import (
-    PodReach,
-    Template,
-    access_findings,
-    dra_gpus,
-    exemptions,
-)
-from webhook.engine.enforcement.mutators import (
-    hide_gpus,
-)
 from webhook.engine.evaluation.claimobjects import evaluate_claim_object
-from webhook.engine.evaluation.mutation import (
-    credit,
-    strip_spec,
-)
-from webhook.engine.evaluation.pipeline import (
-    evaluate_object,
-)
+from webhook.engine.evaluation.mutation import strip_spec
+from webhook.engine.evaluation.pipeline import evaluate_object
 from webhook.engine.evaluation.request import (
     InventoryView,
     Request,
     inventory_of,
     matching_rules,
-    request_as_created,
     template_asks,
 )
-from webhook.engine.evaluation.resize import RESIZE, resize_findings, stripped
 from webhook.engine.evaluation.scale import SCALE, parent_update, scale_decision
-from webhook.engine.evaluation.updates import (
-    added_ephemeral_containers,
-    env_reads_metadata,
-    fresh_findings,
-    judged_fields_changed,
-    placed_as_before,
-)
-from webhook.engine.kube.patch import Editor, lookup
+from webhook.engine.evaluation.updates import pod_update
+from webhook.engine.kube.patch import lookup
 from webhook.engine.kube.workloads import PodTemplate
 from webhook.engine.policy.decision import Decision, Finding, decide
-from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
+from webhook.engine.policy.ruleset import Policy, Rule
 from webhook.engine.resources.cel.celbudget import close_review, open_review
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
-from webhook.engine.resources.inventory import Inventory, Placement
-from webhook.engine.scheduling.gpunodes import bound_node_reach
 
 
 def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
@@ -92,7 +65,7 @@ def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> 
         )
         return Decision(allowed=True, mutated=obj, understood=False, notices=(notice,))
     if request.operation == "UPDATE" and not templates[0].path:
-        return _pod_update(request, templates[0], policy=policy, inventory=inventory)
+        return pod_update(request, templates[0], policy=policy, inventory=inventory)
     decision = evaluate_object(request, templates, policy=policy, inventory=inventory)
     if decision.allowed:
         return decision
@@ -264,162 +237,3 @@ def _broken_by_claim(
 def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
-
-
-def _pod_update(
-    request: Request, template: PodTemplate, *, policy: Policy, inventory: InventoryView
-) -> Decision:
-    """A Pod UPDATE, judged on what it changes (``updates``): the new pod and the old one
-    are judged as they are, unmutated (an update can change almost nothing of a pod), and
-    only findings the old pod did not have count. Never a patch: most of a pod's spec is
-    immutable, and the API server would refuse the whole update."""
-    obj, old = request.object, request.old_object
-    if request.sub_resource == "ephemeralcontainers":
-        return _ephemeral_update(request, template, policy=policy, inventory=inventory)
-    if request.sub_resource == RESIZE:
-        return _resize_update(request, policy=policy, inventory=inventory)
-    if not isinstance(old, dict):
-        old = None
-    if old is not None and not judged_fields_changed(obj, old):
-        return Decision(allowed=True, mutated=obj)
-    if old is not None and _only_metadata_no_one_reads(obj, old, policy):
-        return Decision(allowed=True, mutated=obj)
-    judged = placed_as_before(obj, old) if old is not None else obj
-    after = evaluate_object(
-        request_as_created(request, judged),
-        [PodTemplate(path=(), template=judged, replicas=None)],
-        policy=policy,
-        inventory=inventory,
-        mutate=False,
-    )
-    before: tuple[Finding, ...] = ()
-    if old is not None:
-        before = evaluate_object(
-            request_as_created(request, old),
-            [PodTemplate(path=(), template=old, replicas=None)],
-            policy=policy,
-            inventory=inventory,
-            mutate=False,
-        ).findings
-    said = {f.warning for f in after.findings}
-    return decide(
-        fresh_findings(before, after.findings),
-        patch=(),
-        mutated=obj,
-        notices=after.notices,
-        extra_warnings=[w for w in after.warnings if w not in said],
-    )
-
-
-def _resize_update(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
-    """``pods/resize``: the new containers' memory limits against the limits the memory
-    rules would set on the resized pod (``resize``); nothing else changes in a resize, and
-    it is never patched (the API server takes only resources through this subresource)."""
-    obj, old = request.object, request.old_object
-    memory_rules = [r for r in policy.rules if r.mutations.memory_limit is not None]
-    if not isinstance(old, dict) or not memory_rules:
-        return Decision(allowed=True, mutated=obj)
-    bare = stripped(obj)
-    ruled = evaluate_object(
-        request_as_created(request, bare),
-        [PodTemplate(path=(), template=bare, replicas=None)],
-        policy=policy,
-        inventory=inventory,
-    )
-    setters = [r for r in memory_rules if f"{r.name}/mutate" in ruled.mutated_by]
-    found = resize_findings(obj, old, ruled.mutated or bare, setters)
-    return decide(found, patch=(), mutated=obj)
-
-
-def _only_metadata_no_one_reads(
-    obj: Mapping[str, Any], old: Mapping[str, Any], policy: Policy
-) -> bool:
-    """A label or annotation edit that neither a rule's pod selector nor any container's
-    env reads: the common pod update, spared two evaluations."""
-    spec = obj.get("spec")
-    if spec != old.get("spec") or not isinstance(spec, dict):
-        return False
-    return not env_reads_metadata(spec) and not any(r.match.pod_selector for r in policy.rules)
-
-
-def _ephemeral_update(
-    request: Request, template: PodTemplate, *, policy: Policy, inventory: InventoryView
-) -> Decision:
-    """``pods/ephemeralcontainers`` (``kubectl debug``): the new ephemeral containers,
-    judged like containers that ask for no GPU (an ephemeral container may not have
-    resources, ``validateEphemeralContainers``), in the pod where they run, and hidden from
-    GPUs as the pod's other containers would be. Only a new container's env is patched:
-    the API server refuses changes to anything else through this subresource."""
-    obj = request.object
-    added = added_ephemeral_containers(obj, request.old_object)
-    if not added:
-        return Decision(allowed=True, mutated=obj)
-    settings = policy.settings
-    snapshot = inventory_of(inventory, policy)
-    pod, claims = template_asks(request, template, settings=settings, view=inventory)
-    rules = matching_rules(request, template, pod, policy, claims) if policy.rules else []
-    ephemeral = PodGPUs.of(
-        [
-            Container("ephemeralContainers", index, str(body.get("name", "")), body, False)
-            for index, body in added
-        ],
-        {},
-    )
-    access = Template(
-        spec_path=template.spec_path,
-        template=template,
-        pod=ephemeral,
-        exempt=exemptions(rules),
-        daemon=False,
-        asks=pod_asks_for_gpu(pod),
-    )
-    spec = template.spec
-    devices = inventory.usable_devices
-    reach = _running_reach(spec, settings=settings, snapshot=snapshot, devices=devices)
-    editor = Editor(obj)
-    mutated_by: dict[str, None] = {}
-    hiding = [r for r in rules if _hides(r.mutations, asks=access.asks, reach=reach)]
-    if hiding and "hideGPUs" not in access.exempt:
-        before = len(editor.ops)
-        hide_gpus(editor, access.spec_path, ephemeral)
-        credit(editor, before, mutated_by, hiding)
-    findings = access_findings(
-        editor,
-        access,
-        settings=settings,
-        reach=reach,
-        rules=policy.rules,
-        nvidia_classes=inventory.nvidia_runtime_classes,
-    )
-    return decide(findings, patch=editor.ops, mutated=editor.doc, mutated_by=list(mutated_by))
-
-
-def _running_reach(
-    spec: Mapping[str, Any],
-    *,
-    settings: Settings,
-    snapshot: Inventory | None,
-    devices: DeviceInventory | None,
-) -> PodReach:
-    """Where a running pod is: its node, when the inventory holds it; else where its
-    placement lets it land, as on CREATE."""
-    node = spec.get("nodeName")
-    if snapshot is not None and isinstance(node, str) and node:
-        known = bound_node_reach(
-            node,
-            snapshot,
-            nodes=settings.gpu_nodes,
-            resources=settings.gpu_resources,
-            dra=dra_gpus(settings, devices),
-        )
-        if known is not None:
-            return PodReach.known(known, spec, settings=settings)
-    placement = Placement.of(spec)
-    return PodReach(spec, placement, settings=settings, inventory=snapshot, devices=devices)
-
-
-def _hides(mutations: Mutations, *, asks: bool, reach: PodReach) -> bool:
-    """Whether a rule's ``hideGPUsFromNonGPUContainers`` covers a pod's non-GPU containers."""
-    if mutations.hide_gpus == "gpuPods":
-        return asks
-    return mutations.hide_gpus == "gpuNodes" and (asks or reach.value.can_land)

@@ -76,9 +76,7 @@ from webhook.engine.kube.workloads import PodTemplate
 from webhook.engine.policy.decision import Decision, Finding, decide
 from webhook.engine.policy.ruleset import Policy
 from webhook.engine.resources.inventory import FitAnswer, Inventory, Placement
-from webhook.engine.scheduling.dra import (
-    PodClaims,
-)
+from webhook.engine.scheduling.dra import PodClaims
 
 
 def evaluate_object(
@@ -209,7 +207,7 @@ class _Context:
 def _unchanged(request: Request, template: PodTemplate) -> bool:
     """On a workload UPDATE, a template equal to the old one is not judged again: an
     unrelated update of an old object must not be blocked by a rule added since. (A Pod
-    UPDATE is judged by ``_pod_update``.)"""
+    UPDATE is judged by ``pod_update``.)"""
     if request.operation != "UPDATE" or request.old_object is None or not template.path:
         return False
     return bool(lookup(request.old_object, template.path) == template.template)

@@ -29,9 +29,7 @@ from webhook.engine.policy.ruleset import Policy, Settings
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import FitAnswer, Inventory
 from webhook.engine.resources.quotas import Quotas
-from webhook.engine.scheduling.dra import (
-    PodClaims,
-)
+from webhook.engine.scheduling.dra import PodClaims
 from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
 from webhook.engine.scheduling.wholepod import (
