@@ -422,7 +422,9 @@ def _template_words(define: str) -> list[str]:
 
 
 def test_the_templates_know_the_rule_kinds_the_server_knows() -> None:
-    assert _template_words("gpu-webhook.ruleKinds") == list(DOCUMENT_KINDS)
+    assert _template_words("gpu-webhook.ruleKinds") == list(DOCUMENT_KINDS), (
+        "a rule kind was added or removed: list it in templates/_rulefiles.tpl"
+    )
     assert _template_words("gpu-webhook.renamedRuleKinds") == [
         f"{old}={new}" for old, (new, _) in RENAMED_KINDS.items()
     ]
