@@ -1,4 +1,11 @@
-"""The engine's entry point: one object, the policy and a snapshot in; a decision out."""
+"""The engine's entry point: one object, the policy and a snapshot in; a decision out.
+
+``_evaluate`` picks the object's path: a ``scale`` subresource is judged as the UPDATE of
+its parent (``scale``), a ResourceClaim object by ``claimobjects`` (and against the pods
+that already name it), a Pod UPDATE by ``updates.pod_update``, any other object by
+``pipeline.evaluate_object``; a denial the webhook's own affinity causes is judged again
+without it here.
+"""
 
 from __future__ import annotations
 
