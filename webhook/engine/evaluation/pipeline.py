@@ -226,13 +226,17 @@ def _evaluate_template(
     mutated_by: dict[str, None],
     mutate: bool = True,
 ) -> tuple[PodGPUs, PodClaims, FitAnswer | None]:
+    """One template through the stages, in the order the numbered comments show; what it
+    asks, its claims and its fit go on to the workload stage."""
     settings = policy.settings
     spec_path = template.spec_path
+    # 1. Demand: what the template asks, and the rules that match it.
     pod, claims = template_asks(request, template, settings=settings, view=view)
     devices = view.usable_devices
     if not isinstance(editor.get(spec_path), dict):
         return pod, claims, None  # an ill-typed spec: the API server's schema check rejects it
     rules = matching_rules(request, template, pod, policy, claims) if policy.rules else []
+    # 2. Place and mutate: the rules' placements, then access, requests, containers.
     places_access, hiding, exempting = rule_placements(
         editor,
         spec_path,
@@ -268,6 +272,7 @@ def _evaluate_template(
             findings=findings,
             devices=devices,
         )
+    # 3. Fit: where the whole request fits, kept off nodes that would refuse it.
     # Container mutations and hiding leave the placement as it is: read it once.
     spec = editor.get(spec_path)
     placement = Placement.of(spec)
@@ -287,6 +292,7 @@ def _evaluate_template(
             claims=claims,
             devices=devices,
         )
+    # 4. Hide GPUs from containers that asked for none, where the pod can land.
     reach = PodReach(editor.get(spec_path), placement, settings, snapshot, devices)
     if hiding and not mutate:
         findings.extend(
@@ -298,6 +304,7 @@ def _evaluate_template(
         before = len(editor.ops)
         hide_on_gpu_nodes(editor, access, reach=reach)
         credit(editor, before, mutated_by, hiding)
+    # 5. Checks of the pod as the webhook leaves it: built-in, claims, rules, access.
     spec = editor.get(spec_path)
     where, labels = where_of(spec_path), template.labels
     scope = Scope(
