@@ -71,6 +71,9 @@ def register(sub: Any) -> None:
     )
     add_context_option(lint)
     lint.set_defaults(handler=_lint)
+    from webhook.commands import matchconditions
+
+    matchconditions.register(rules)
     schema = rules.add_parser("schema", help="print the JSON Schema of rule file documents")
     schema.set_defaults(handler=_schema)
     export = rules.add_parser(
