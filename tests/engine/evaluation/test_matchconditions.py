@@ -270,3 +270,123 @@ def test_a_generated_pod_is_skipped_only_when_untouched(
     for view in (NO_INVENTORY, CLUSTER):
         request = Request(obj, namespace=namespace, operation="CREATE")
         assert_no_bypass(SHIPPED, view, request)
+
+
+# --- adversarial and oversized objects, every registered subresource ------------------------
+
+
+def _pod(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+LONG = "n" * 300_000
+MANY = 600  # past every bound (128 at most), which is what the conditions look at
+ADVERSARIAL = [
+    pytest.param(_pod({"containers": [{"name": f"c{i}"} for i in range(MANY)]}), id="containers"),
+    pytest.param(
+        _pod({"containers": [{"name": "c", "env": [{"name": "A"}] * MANY}]}), id="env-entries"
+    ),
+    pytest.param(
+        _pod({"containers": [{"name": "c", "env": [{"name": LONG}]}]}), id="env-name-300k"
+    ),
+    pytest.param(
+        _pod({"containers": [{"name": "c", "resources": {"limits": {LONG: "1"}}}]}),
+        id="resource-name-300k",
+    ),
+    pytest.param(
+        _pod(
+            {
+                "containers": [
+                    {"name": "c", "resources": {"requests": {f"r{i}": "1" for i in range(MANY)}}}
+                ]
+            }
+        ),
+        id="resource-names",
+    ),
+    pytest.param(
+        _pod({"containers": [{"name": "c"}], "tolerations": [{"key": LONG}]}),
+        id="toleration-key-300k",
+    ),
+    pytest.param(
+        _pod(
+            {
+                "containers": [{"name": "c"}],
+                "tolerations": [{"key": "node.kubernetes.io/not-ready"}] * MANY,
+            }
+        ),
+        id="tolerations",
+    ),
+    pytest.param(
+        _pod({"containers": [{"name": "c"}], "volumes": [{"name": "v"}] * MANY}), id="volumes"
+    ),
+    pytest.param(_pod({}), id="no-containers"),
+    pytest.param({"apiVersion": "v1", "kind": "Pod"}, id="no-spec"),
+    pytest.param(
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}},
+        id="deployment-without-template",
+    ),
+    pytest.param(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "spec": {"pytorchReplicaSpecs": "ill-typed"},
+        },
+        id="custom-kind-ill-typed",
+    ),
+]
+
+
+@pytest.mark.parametrize("obj", ADVERSARIAL)
+def test_an_oversized_or_odd_object_never_errors_and_is_called_unless_untouched(
+    obj: dict[str, Any],
+) -> None:
+    request = Request(obj, namespace="default", operation="CREATE")
+    assert_no_bypass(SHIPPED, NO_INVENTORY, request)
+    # Past a bound, the condition calls without a look.
+    if len(json.dumps(obj)) > 5_000:
+        for webhook in (MUTATING, VALIDATING):
+            assert conditions_hold(SHIPPED, webhook, request, tainted=True)
+
+
+SCALE = {
+    "apiVersion": "autoscaling/v1",
+    "kind": "Scale",
+    "metadata": {"name": "d"},
+    "spec": {"replicas": 3},
+}
+PLAIN = _pod({"containers": [{"name": "web", "image": "nginx"}]})
+
+
+@pytest.mark.parametrize(
+    ("obj", "sub_resource", "operation"),
+    [
+        pytest.param(SCALE, "scale", "UPDATE", id="scale"),
+        pytest.param(PLAIN, "ephemeralcontainers", "UPDATE", id="ephemeralcontainers"),
+        pytest.param(PLAIN, "resize", "UPDATE", id="resize"),
+        pytest.param(PLAIN, "status", "UPDATE", id="status"),
+        pytest.param(PLAIN, "", "DELETE", id="delete-null-object"),
+    ],
+)
+def test_every_subresource_and_a_delete_are_called(
+    obj: dict[str, Any], sub_resource: str, operation: str
+) -> None:
+    request = Request(
+        obj, namespace="default", operation=operation, sub_resource=sub_resource, old_object=PLAIN
+    )
+    for webhook in (MUTATING, VALIDATING):
+        for tainted in (False, True):
+            assert conditions_hold(SHIPPED, webhook, request, tainted=tainted)
+
+
+def test_a_plain_web_pod_is_skipped_where_gpu_nodes_are_tainted_and_called_elsewhere() -> None:
+    request = Request(PLAIN, namespace="default", operation="CREATE")
+    assert not conditions_hold(SHIPPED, MUTATING, request, tainted=True)
+    assert conditions_hold(SHIPPED, MUTATING, request, tainted=False)
+
+
+def test_the_shipped_cluster_inventory_keeps_the_promise_and_an_untainted_gpu_node_breaks_it() -> (
+    None
+):
+    assert gpu_nodes_tainted(SHIPPED, NO_INVENTORY)  # the settings' taints, as without nodes
+    untainted = REPO / "tests/cases/hide-gpu-nodes-untainted-inventory"
+    assert not gpu_nodes_tainted(case_policy(rules_dir(untainted)), inventory_view(untainted))
