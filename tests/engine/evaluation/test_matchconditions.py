@@ -390,3 +390,41 @@ def test_the_shipped_cluster_inventory_keeps_the_promise_and_an_untainted_gpu_no
     assert gpu_nodes_tainted(SHIPPED, NO_INVENTORY)  # the settings' taints, as without nodes
     untainted = REPO / "tests/cases/hide-gpu-nodes-untainted-inventory"
     assert not gpu_nodes_tainted(case_policy(rules_dir(untainted)), inventory_view(untainted))
+
+
+# --- rules and settings that change what is called ----------------------------------------
+
+
+def _policy_with(tmp_path: Path, extra: dict[str, Any], name: str) -> Policy:
+    import shutil
+
+    shutil.copytree(REPO / "rules", tmp_path, dirs_exist_ok=True)
+    (tmp_path / name).write_text(yaml.safe_dump(extra), encoding="utf-8")
+    return load_policy(str(tmp_path))
+
+
+def test_a_rule_acting_on_plain_pods_is_called_in_its_namespace_only(tmp_path: Path) -> None:
+    rule = {
+        "apiVersion": "gpu-webhook.io/v1alpha1",
+        "kind": "GPUPolicy",
+        "metadata": {"name": "team-shm"},
+        "spec": {
+            "match": {"gpuCount": {"min": 0}, "namespaces": ["team-a"]},
+            "mutate": {"shm": {"sizeLimit": "1Gi"}},
+        },
+    }
+    policy = _policy_with(tmp_path, rule, "50-team.yaml")
+    for namespace, called in (("team-a", True), ("default", False)):
+        request = Request(PLAIN, namespace=namespace, operation="CREATE")
+        assert conditions_hold(policy, MUTATING, request, tainted=True) is called
+        assert_no_bypass(policy, NO_INVENTORY, request)
+
+
+def test_a_gpu_resource_named_without_a_domain_calls_every_resource_name(tmp_path: Path) -> None:
+    settings = yaml.safe_load((REPO / "rules/00-settings.yaml").read_text(encoding="utf-8"))
+    settings["spec"]["gpuResources"].append({"name": "hugepages-gpu"})
+    policy = _policy_with(tmp_path, settings, "00-settings.yaml")
+    pod = _pod({"containers": [{"name": "c", "resources": {"limits": {"hugepages-gpu": "1"}}}]})
+    request = Request(pod, namespace="default", operation="CREATE")
+    assert conditions_hold(policy, MUTATING, request, tainted=True)
+    assert_no_bypass(policy, NO_INVENTORY, request)

@@ -158,11 +158,21 @@ def _keys_exist(items: str, var: str, limit: int, body: Term) -> Term:
     return _exists(items, var, limit, body)
 
 
-def _unusual_resources(field: str) -> Term:
+def plain_resources_safe(policy: Policy) -> bool:
+    """Whether no GPU resource name of the policy can be cpu, memory, ephemeral-storage or a
+    huge page size: every pattern holds a ``/`` (an extended resource's domain), which none
+    of those names has; else every resource name calls."""
+    return all("/" in name for name, _ in policy.settings.gpu_resources.entries)
+
+
+def _unusual_resources(field: str, *, plain_safe: bool) -> Term:
     """A map of resource names with one that is not cpu, memory, ephemeral-storage or a
     huge page size: every GPU (any vendor's, misspelt or not) and every other extended
-    resource (``unknownResource``)."""
+    resource (``unknownResource``; the engine reads only names with a ``/`` besides the
+    policy's GPU names: ``demand/gpus.py``)."""
     key = "k"
+    if not plain_safe:
+        return Term(f"size({field}) > 0", 3)
     body = _long(key) | Term(
         f"!({_in(key, BASIC_RESOURCES).text} || {_starts(key, 'hugepages-').text})",
         _in(key, BASIC_RESOURCES).cost + _starts(key, "hugepages-").cost + 2,
@@ -170,14 +180,16 @@ def _unusual_resources(field: str) -> Term:
     return _keys_exist(field, key, MAX_RESOURCES, body)
 
 
-def _container(var: str) -> Term:
+def _container(var: str, *, plain_safe: bool) -> Term:
     """One container that may reach or ask for GPUs."""
     resources = f"{var}.resources"
     asks = _has(var, "resources") & _any(
         [
             Term(f"has({resources}.claims)", 2),
-            Term(f"has({resources}.limits)", 2) & _unusual_resources(f"{resources}.limits"),
-            Term(f"has({resources}.requests)", 2) & _unusual_resources(f"{resources}.requests"),
+            Term(f"has({resources}.limits)", 2)
+            & _unusual_resources(f"{resources}.limits", plain_safe=plain_safe),
+            Term(f"has({resources}.requests)", 2)
+            & _unusual_resources(f"{resources}.requests", plain_safe=plain_safe),
         ]
     )
     name = "e.name"
@@ -205,7 +217,7 @@ def _tolerations(spec: str) -> Term:
     )
 
 
-def pod_spec_term(spec: str) -> Term:
+def pod_spec_term(spec: str, *, plain_safe: bool = True) -> Term:
     """True for a pod spec (a CEL path to it, present) that may touch a GPU."""
     fields = [
         Term(f"has({spec}.{name})", 2)
@@ -217,7 +229,7 @@ def pod_spec_term(spec: str) -> Term:
     )
     containers = [
         Term(f"has({spec}.{lst})", 2)
-        & _exists(f"{spec}.{lst}", "c", MAX_CONTAINERS, _container("c"))
+        & _exists(f"{spec}.{lst}", "c", MAX_CONTAINERS, _container("c", plain_safe=plain_safe))
         for lst in CONTAINER_LISTS
     ]
     return _any([*fields, affinity, host_paths, _tolerations(spec), *containers])
@@ -265,16 +277,14 @@ def _rule_scope(rule: Rule) -> Term:
 
 def rules_term(policy: Policy, *, tainted_gpu_nodes: bool) -> Term | None:
     """The namespaces where some rule acts on pods that ask for no GPU; None: nowhere."""
-    scopes = [
-        _rule_scope(r)
-        for r in policy.rules
-        if _acts_on_plain_pods(r, tainted_gpu_nodes=tainted_gpu_nodes)
+    acting = [
+        r for r in policy.rules if _acts_on_plain_pods(r, tainted_gpu_nodes=tainted_gpu_nodes)
     ]
-    if not scopes:
+    if not acting:
         return None
-    if any(s is TRUE for s in scopes):
+    if any(_rule_scope(r) is TRUE for r in acting):
         return TRUE
-    names = sorted({n for r in policy.rules for n in r.match.namespace_patterns})
+    names = sorted({n for r in acting for n in r.match.namespace_patterns})
     return _in("request.namespace", names)
 
 
@@ -295,7 +305,7 @@ def _template_term(spec_at: tuple[Term, str], policy: Policy, *, tainted_gpu_nod
     if not tainted_gpu_nodes:
         return TRUE
     present, spec = spec_at
-    inner = pod_spec_term(spec)
+    inner = pod_spec_term(spec, plain_safe=plain_resources_safe(policy))
     rules = rules_term(policy, tainted_gpu_nodes=tainted_gpu_nodes)
     if rules is not None:
         inner = rules | inner
