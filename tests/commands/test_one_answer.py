@@ -1,11 +1,11 @@
-"""One answer from every command (issue 31): ``check``, ``explain -f``, ``audit -f`` and the
-server, each given a golden case's object, inventory and rules as its users give them (a
-file, ``--inventory``, ``--rules``; an AdmissionReview to the admission service), agree with
-each other and with the case's ``expected.yaml``: allowed or denied, and the findings' rule,
-check and action in order.
+"""One answer from every command (issue 31): ``check``, ``explain -f``, ``audit -f``, a
+``gpu-webhook test`` suite (issue 42) and the server, each given a golden case's object,
+inventory and rules as its users give them (a file, ``--inventory``, ``--rules``; an
+AdmissionReview to the admission service), agree with each other and with the case's
+``expected.yaml``: allowed or denied, and the findings' rule, check and action in order.
 
 A case where a command legitimately cannot give the same answer is listed in ``DIFFERS``
-with the reason; every other case is held to all four.
+with the reason; every other case is held to all of them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,9 @@ from webhook.admission.service import AdmissionService
 from webhook.cli import main
 from webhook.cluster.sources.devicesource import PATHS
 from webhook.cluster.sources.poolsource import CA_STATUS_PATH
+from webhook.engine.kube.strict import strict_problems
 from webhook.files.rulefiles import RuleStore, load_policy
+from webhook.files.shipped import kube_schema
 
 Verdict = tuple[bool, list[tuple[str, str, str]]]
 
@@ -59,6 +62,10 @@ NOT_REPLAYED = (
     "discovery this replay does not script (the four other answers still agree)"
 )
 NOT_LISTED = "not of a kind the webhook understands, so a live audit lists none"
+# The API server cannot decode the object (a count past int64): kubectl refuses it, so no
+# webhook ever judges it in a cluster and no cluster holds it. The server's answer is kept as
+# a golden case of the engine; the commands call it unusable, as kubectl does (asserted below).
+UNDECODABLE = "the API server cannot decode the object: the commands say unusable, as kubectl"
 
 
 def _request(case: Path) -> dict[str, Any]:
@@ -70,10 +77,17 @@ def differs(case: Path) -> dict[str, str]:
     """The commands that cannot give the server's answer on ``case``, with the reason."""
     request = _request(case)
     if request.get("operation", "CREATE") != "CREATE" or request.get("subResource"):
-        return dict.fromkeys(("check", "explain", "audit"), NOT_A_CREATE)
+        return dict.fromkeys(("check", "explain", "audit", "test"), NOT_A_CREATE)
+    if _undecodable(case):
+        return dict.fromkeys(("check", "explain", "audit", "test", "live audit"), UNDECODABLE)
     if _inventory(case) is None:
         return {"explain": NO_NODES, "live audit": NO_CLUSTER}
     return {"live audit": reason} if (reason := _not_replayable(case)) else {}
+
+
+def _undecodable(case: Path) -> bool:
+    found, _ = strict_problems(_object(case), kube_schema())
+    return any(r.rule != "resourceName" for r in found)
 
 
 def _inventory(case: Path) -> Path | None:
@@ -109,6 +123,29 @@ def by_check(case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     main(["check", *_files(case, tmp_path)])
     (result,) = json.loads(capsys.readouterr().out)
     return result["allowed"], _keys(result["findings"])
+
+
+def by_test(case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Verdict:
+    """``gpu-webhook test`` of a suite that names the case's rules, inventory and object:
+    the answer its JSON gives the object, whatever the suite expected of it."""
+    manifest = tmp_path / "object.yaml"
+    obj = _object(case)
+    manifest.write_text(yaml.safe_dump(obj))
+    inventory = _inventory(case)
+    relative = lambda path: os.path.relpath(path, tmp_path)  # noqa: E731
+    suite = {
+        "apiVersion": "gpu-webhook.io/v1alpha1",
+        "kind": "GPUPolicyTest",
+        "metadata": {"name": case.name},
+        "rules": [relative(rules_dir(case))],
+        **({"inventory": relative(inventory)} if inventory else {}),
+        "resources": ["object.yaml"],
+        "results": [{"resources": [obj["metadata"]["name"]], "result": "allowed"}],
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    main(["test", str(tmp_path / "suite.yaml"), "-o", "json"])
+    (result,) = json.loads(capsys.readouterr().out)
+    return not result["actual"].startswith("denied"), _keys(result["findings"])
 
 
 def by_explain(case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Verdict:
@@ -283,7 +320,7 @@ def by_live_audit(case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     return result["allowed"], _keys(result["findings"])
 
 
-COMMANDS = {"check": by_check, "explain": by_explain, "audit": by_audit}
+COMMANDS = {"check": by_check, "explain": by_explain, "audit": by_audit, "test": by_test}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in case_dirs()])
@@ -321,11 +358,23 @@ def test_a_live_audit_of_the_case_replayed_as_a_cluster_gives_the_golden_answer(
 
 def test_a_case_is_excused_from_a_command_only_for_a_stated_reason() -> None:
     reasons = {reason for case in case_dirs() for reason in differs(case).values()}
-    assert reasons <= {NOT_A_CREATE, NO_NODES, NO_CLUSTER, NOT_REPLAYED, NOT_LISTED}
+    assert reasons <= {NOT_A_CREATE, NO_NODES, NO_CLUSTER, NOT_REPLAYED, NOT_LISTED, UNDECODABLE}
     # Most cases hold every command to the server's answer, and the live audit to theirs.
     cases = case_dirs()
     assert sum(1 for case in cases if not set(differs(case)) - {"live audit"}) > len(cases) // 2
     assert sum(1 for case in cases if not differs(case)) > len(cases) // 3
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c.name) for c in case_dirs() if _undecodable(c)]
+)
+def test_an_object_the_api_server_cannot_decode_is_unusable_to_check_as_to_kubectl(
+    case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", *_files(case, tmp_path)]) == 2
+    (result,) = json.loads(capsys.readouterr().out)
+    assert result["status"] == "unusable"
+    assert "refuses it as written (kubectl apply)" in result["error"]
 
 
 DRA_EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "dra"

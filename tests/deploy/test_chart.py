@@ -282,7 +282,7 @@ def test_a_disruption_budget_exists_only_above_one_replica(
 @pytest.mark.parametrize(
     ("values", "image"),
     [
-        pytest.param({}, "gpu-webhook:0.1.0", id="app-version"),
+        pytest.param({}, "ghcr.io/gpu-admission-webhook/gpu-webhook:0.1.0", id="app-version"),
         pytest.param({"image": {"repository": "r.example/gw", "tag": "dev"}}, "r.example/gw:dev", id="tag"),
         pytest.param({"image": {"repository": "r.example/gw", "tag": "dev", "digest": "sha256:" + "b" * 64}},
                      "r.example/gw@sha256:" + "b" * 64, id="digest-wins"),

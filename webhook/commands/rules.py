@@ -74,6 +74,12 @@ def register(sub: Any) -> None:
     lint.set_defaults(handler=_lint)
     _register_match_conditions(rules)
     schema = rules.add_parser("schema", help="print the JSON Schema of rule file documents")
+    schema.add_argument(
+        "--suite",
+        action="store_true",
+        help="print the schema of policy test suites (kind: GPUPolicyTest, for gpu-webhook "
+        "test) instead (default: the rule files' schema)",
+    )
     schema.set_defaults(handler=_schema)
     export = rules.add_parser(
         "export",
@@ -199,8 +205,9 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    del args
-    json.dump(rules_schema(), sys.stdout, indent=2)
+    from webhook.engine.policy.policytest import suite_schema
+
+    json.dump(suite_schema() if args.suite else rules_schema(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
 
