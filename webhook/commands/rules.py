@@ -16,6 +16,7 @@ from webhook.commands import (
     SUMMARIES,
     add_context_option,
     fail,
+    live_rules,
     rules_directory,
 )
 from webhook.engine.evaluation.request import NO_INVENTORY
@@ -71,6 +72,7 @@ def register(sub: Any) -> None:
     )
     add_context_option(lint)
     lint.set_defaults(handler=_lint)
+    _register_match_conditions(rules)
     schema = rules.add_parser("schema", help="print the JSON Schema of rule file documents")
     schema.add_argument(
         "--suite",
@@ -208,3 +210,93 @@ def _schema(args: argparse.Namespace) -> int:
     json.dump(suite_schema() if args.suite else rules_schema(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
+
+
+# --- rules match-conditions (issue 43) ---------------------------------------------------
+
+MATCH_CONDITIONS = "rules match-conditions"
+
+
+def _register_match_conditions(rules: Any) -> None:
+    parser = rules.add_parser(
+        "match-conditions",
+        help="print the webhooks' matchConditions derived from the rules",
+        description="Derive from the rules (files, and with --kubeconfig the cluster's rule "
+        "objects, merged as the server merges them) a CEL condition per webhook that is true "
+        "for every request the webhook could deny, warn about or mutate, and print them as a "
+        "strategic-merge patch of the two webhook configurations (kustomize), or with --patch "
+        "FILE print FILE with the conditions set. Without --tainted-gpu-nodes every pod "
+        "template is called (where a pod can land decides whether GPUs are hidden from it). "
+        "Exit 0: printed; 2: rules, FILE or the cluster unusable.",
+    )
+    parser.add_argument("--rules", metavar="DIR", help="rule directory (default: as `check`)")
+    parser.add_argument(
+        "--tainted-gpu-nodes",
+        action="store_true",
+        help="every GPU node carries a NoSchedule or NoExecute taint outside "
+        "node.kubernetes.io/: pods that tolerate none are then skipped unless they touch GPUs",
+    )
+    parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    parser.add_argument(
+        "--patch",
+        metavar="FILE",
+        help="a webhook configuration file (deploy/base/webhooks.yaml) to print with the "
+        "conditions set on the webhooks they are for",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="merge the cluster's rule objects (GPUPolicy, ...) with the files",
+    )
+    add_context_option(parser)
+    parser.set_defaults(handler=_match_conditions)
+
+
+def _match_conditions(args: argparse.Namespace) -> int:
+    from webhook.engine.evaluation.matchconditions import match_conditions
+    from webhook.engine.policy.ruleset import Policy, PolicyError
+    from webhook.files.rulefiles import load_policy
+    from webhook.reports.matchconditions import HEADER, documents, patched
+
+    policy: Policy | int
+    if args.kubeconfig or args.context:
+        policy = _live(args)
+    else:
+        directory, _ = rules_directory(args.rules)
+        if not Path(directory).exists():
+            return fail(MATCH_CONDITIONS, f"{directory}: no such directory or file")
+        try:
+            policy = load_policy(directory)
+        except PolicyError as exc:
+            return fail(MATCH_CONDITIONS, f"the rules in {directory} are not usable:\n{exc}")
+    if isinstance(policy, int):
+        return policy
+    found = match_conditions(policy, tainted_gpu_nodes=args.tainted_gpu_nodes)
+    conditions = {name: [c.as_dict() for c in listed] for name, listed in found.items()}
+    if args.patch:
+        try:
+            docs = list(yaml.safe_load_all(Path(args.patch).read_text(encoding="utf-8")))
+        except (OSError, yaml.YAMLError) as exc:
+            return fail(MATCH_CONDITIONS, f"{args.patch}: not a readable YAML file ({exc})")
+        out = patched(docs, conditions)
+    else:
+        out = documents(conditions)
+    if args.output == "json":
+        print(json.dumps(out, indent=2))
+    else:
+        flags = " --tainted-gpu-nodes" if args.tainted_gpu_nodes else ""
+        sys.stdout.write(HEADER.format(flags=flags, rules=args.rules or "the rules"))
+        yaml.safe_dump_all(out, sys.stdout, sort_keys=False, width=100)
+    return 0
+
+
+def _live(args: argparse.Namespace) -> Any:
+    from webhook.cluster.apiclient import KubeconfigError, api_endpoint_from_kubeconfig
+    from webhook.cluster.clusterobjects import ClusterObjects
+
+    try:
+        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
+    except KubeconfigError as exc:
+        return fail(MATCH_CONDITIONS, f"no usable cluster configuration: {exc}")
+    with ClusterObjects(endpoint) as cluster:
+        return live_rules(MATCH_CONDITIONS, args.rules, cluster.client)
