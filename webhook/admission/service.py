@@ -38,13 +38,14 @@ from webhook.admission.lookups import ClusterReader, looked_up, worth_a_read
 from webhook.admission.memo import DecisionMemo, Judgement
 from webhook.admission.response import Answer, PatchTooLarge, Verdict, reply
 from webhook.admission.review import AdmissionRequest
-from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.evaluate import evaluate, policy_findings
 from webhook.engine.evaluation.request import Request
 from webhook.engine.policy.crds import GROUP
 from webhook.engine.policy.decision import Decision
-from webhook.engine.policy.ruleset import Policy
+from webhook.engine.policy.ruleset import Policy, PolicyError, compile_policy
 from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.engine.scheduling.labelkeys import label_warnings
+from webhook.engine.scheduling.policyreach import Unmet
 from webhook.files.rulefiles import RuleSet, RuleStore
 from webhook.files.ruleobjects import RuleObject
 
@@ -102,7 +103,11 @@ class AdmissionService:
         self.memo = DecisionMemo() if memo is None else memo
         self._labels_judged: tuple[object, ...] = ()
         self.label_warnings: tuple[str, ...] = ()
+        self._values_judged: tuple[object, ...] = ()
+        # The rule values nothing in the cluster has (issue 42): logged, and the metric's.
+        self.unmet: tuple[Unmet, ...] = ()
         self.warn_unlabelled()
+        self.warn_unmet()
 
     def review(self, request: AdmissionRequest, *, mutate: bool) -> Outcome:
         skip = _skip_reason(request)
@@ -138,9 +143,28 @@ class AdmissionService:
         problems = self.rules.judge(candidate)
         generation = self.rules.current.generation
         if not problems:
-            return Answer(reply(allowed=True), "allowed", rules_generation=generation)
+            warnings = [u.core for u in self._unmet_of(candidate)]
+            return Answer(
+                reply(allowed=True, warnings=warnings), "allowed", rules_generation=generation
+            )
         message = f"{request.kind} {candidate.name}: " + "; ".join(problems)
         return Answer(reply(allowed=False, message=message), "denied", rules_generation=generation)
+
+    def _unmet_of(self, candidate: RuleObject) -> list[Unmet]:
+        """What ``policy_findings`` says of a GPUPolicy object about to be applied, on the
+        cluster this server sees: ``kubectl apply`` prints it as a warning, and the object
+        is stored (a value no node has may be a GPU not bought yet)."""
+        if candidate.kind != "GPUPolicy":
+            return []
+        try:
+            alone = compile_policy([candidate.document])
+        except PolicyError:
+            return []  # judged above: not reached for an object with problems
+        current = self._policy(self.rules.current)
+        policy = dataclasses.replace(current, rules=alone.rules, settings=current.settings)
+        names_of = getattr(self.inventory, "namespace_names", None)
+        namespaces = names_of() if names_of is not None else None
+        return policy_findings(policy, view_of(self.inventory), namespaces=namespaces)
 
     def _judge(self, request: AdmissionRequest, ruleset: RuleSet) -> Judgement:
         engine_request = Request(
@@ -194,9 +218,38 @@ class AdmissionService:
         self.label_warnings = warnings
         return warnings
 
+    def warn_unmet(self) -> tuple[Unmet, ...]:
+        """Log each rule value that nothing in the cluster has (``policy_findings``), once,
+        at start and whenever the rules (files or objects) or the cluster view change; the
+        reloader asks with every readiness check and sets the metric from ``unmet``."""
+        policy = self.rules.current.policy
+        view = view_of(self.inventory)
+        names_of = getattr(self.inventory, "namespace_names", None)
+        namespaces = names_of() if names_of is not None else None
+        judged = (policy, view.snapshot, view.devices, view.pools, view.runtime_classes)
+        if (
+            self._values_judged
+            and all(a is b for a, b in zip(judged, self._values_judged[:-1], strict=True))
+            and namespaces == self._values_judged[-1]
+        ):
+            return self.unmet
+        self._values_judged = (*judged, namespaces)
+        found = tuple(policy_findings(policy, view, namespaces=namespaces))
+        before = {u.message for u in self.unmet}
+        for unmet in found:
+            if unmet.message not in before:
+                log.warning(
+                    "rule value matches nothing in the cluster: %s",
+                    unmet.message,
+                    extra={"rule": unmet.rule, "source": unmet.source, "path": unmet.path},
+                )
+        self.unmet = found
+        return found
+
     def ready(self) -> tuple[bool, str]:
         """Rules are loaded once the service exists; a live inventory must have synced."""
         self.warn_unlabelled()
+        self.warn_unmet()
         if self.inventory is not None and not self.inventory.ready():
             return False, NOT_SYNCED
         if not self.rules.objects_merged:

@@ -10,13 +10,22 @@ from typing import Any
 
 import yaml
 
-from webhook.commands import DEFAULT_RULES, RULES_ENV, SUMMARIES, fail, rules_directory
-from webhook.engine.evaluation.request import NO_INVENTORY
+from webhook.commands import (
+    DEFAULT_RULES,
+    RULES_ENV,
+    SUMMARIES,
+    add_context_option,
+    fail,
+    rules_directory,
+)
+from webhook.engine.evaluation.evaluate import cluster_values_of
+from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.policy.crds import resource_of
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
 from webhook.engine.scheduling.labelkeys import label_warnings
+from webhook.engine.scheduling.policyreach import not_checked, unmet_values
 from webhook.engine.scheduling.schedulability import memory_warnings
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.rulefiles import (
@@ -47,12 +56,21 @@ def register(sub: Any) -> None:
         help=f"rule directory or one rule file ({', '.join(RULE_SUFFIXES)}) (default: "
         f"${RULES_ENV}, else ./{DEFAULT_RULES})",
     )
-    lint.add_argument(
+    where = lint.add_mutually_exclusive_group()
+    where.add_argument(
         "--inventory",
         metavar="FILE",
-        help="nodes as 'kubectl get nodes -o yaml' prints them, to check memory limits "
-        "against (default: none, only the rules' declared node pools)",
+        help="nodes as 'kubectl get nodes -o yaml' prints them, to check memory limits and "
+        "the rules' values (products, labels, GPU memory, ...) against (default: none, only "
+        "the rules' declared node pools)",
     )
+    where.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="check the rules' values against this cluster's live nodes, pools, DRA "
+        "devices, RuntimeClasses and namespaces (read once) instead of a file (default: none)",
+    )
+    add_context_option(lint)
     lint.set_defaults(handler=_lint)
     schema = rules.add_parser("schema", help="print the JSON Schema of rule file documents")
     schema.set_defaults(handler=_schema)
@@ -98,14 +116,10 @@ def _lint(args: argparse.Namespace) -> int:
         )
     if Path(path).is_file() and Path(path).suffix not in RULE_SUFFIXES:
         return _fail(f"{path}: not a rule file; rule files end in {', '.join(RULE_SUFFIXES)}")
-    nodes: tuple[Node, ...] = ()
-    view = NO_INVENTORY
-    if args.inventory:
-        try:
-            view = load_inventory_file(args.inventory).view()
-        except InventoryFileError as exc:
-            return _fail(f"the inventory is not usable: {exc}")
-        nodes = view.snapshot.nodes if view.snapshot is not None else ()
+    view, namespaces = _lint_view(args)
+    if isinstance(view, int):
+        return view
+    nodes: tuple[Node, ...] = view.snapshot.nodes if view.snapshot is not None else ()
     try:
         policy = load_policy(path)
     except PolicyError as exc:
@@ -115,14 +129,47 @@ def _lint(args: argparse.Namespace) -> int:
         return 1
     warnings = memory_warnings(policy, nodes)
     warnings += label_warnings(policy, view.snapshot, view.devices)
+    values = cluster_values_of(policy, view, namespaces=namespaces) if nodes else None
+    warnings += [unmet.problem for unmet in unmet_values(policy, values)]
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    for notice in not_checked(policy, values):
+        print(f"notice: {notice}", file=sys.stderr)
     print(
         f"{path}: {counted(len(policy.rules), 'rule')}, "
         f"{counted(len(policy.node_pools), 'node pool')}, no problems"
         + (f", {counted(len(warnings), 'warning')}" if warnings else "")
     )
     return 0
+
+
+def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, list[str] | None]:
+    """The cluster the rules are checked against: an inventory file, a live cluster (with
+    its namespaces, which no file holds), or none; an exit code when it is unusable."""
+    if args.inventory:
+        try:
+            return load_inventory_file(args.inventory).view(), None
+        except InventoryFileError as exc:
+            return _fail(f"the inventory is not usable: {exc}"), None
+    if not (args.kubeconfig or args.context):
+        return NO_INVENTORY, None
+    # The cluster client only for a cluster: lint of files starts in a CI loop.
+    from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
+    from webhook.cluster.clusterobjects import ClusterObjects
+
+    try:
+        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
+        with ClusterObjects(endpoint) as cluster:
+            notices: list[str] = []
+            view = cluster.view(notices)
+            namespaces = sorted(cluster.namespace_labels())
+    except KubeconfigError as exc:
+        return _fail(f"no usable cluster configuration: {exc}"), None
+    except ApiError as exc:
+        return _fail(f"cannot read the cluster's nodes and namespaces: {exc}"), None
+    for notice in notices:
+        print(f"notice: {notice}", file=sys.stderr)
+    return view, namespaces
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -74,6 +74,8 @@ class Reloader:
         metrics.RULES_REJECTED.set(1 if self.service.rules.last_error is not None else 0)
         ready, _ = self.service.ready()
         metrics.READY.set(1 if ready else 0)
+        unmeetable = {(u.rule, u.source) for u in self.service.unmet if u.blocking}
+        metrics.rules_unmeetable(source for _, source in sorted(unmeetable))
         source = self.service.inventory
         if source is not None:
             status = source.status()

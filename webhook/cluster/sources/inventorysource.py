@@ -287,6 +287,12 @@ class LiveInventorySource:
             return None
         return self._namespaces.labels.get(name)
 
+    def namespace_names(self) -> frozenset[str] | None:
+        """Every namespace watched (only when rules select namespaces by label)."""
+        if self._namespaces is None:
+            return None
+        return frozenset(self._namespaces.labels)
+
     def runtime_classes(self) -> frozenset[str] | None:
         return self._runtime_classes.names
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -108,6 +108,14 @@ from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
 from webhook.engine.scheduling.gke import auto_provisioning
 from webhook.engine.scheduling.gpunodes import bound_node_reach
+from webhook.engine.scheduling.policyreach import (
+    NOWHERE,
+    ClusterValues,
+    Unmet,
+    blocking_unmet,
+    cluster_values,
+    unmet_values,
+)
 from webhook.engine.scheduling.poolsizing import PoolSizing, size_pools
 from webhook.engine.scheduling.wholepod import (
     cluster_capacity_finding,
@@ -122,6 +130,43 @@ _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 NO_GPU_FACTS = GPUFacts()  # a node's cpu and memory alone: no GPU resource is asked
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
 _sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
+_values: tuple[Policy, tuple[object, ...], ClusterValues | None] | None = None
+
+
+def cluster_values_of(
+    policy: Policy, view: InventoryView, *, namespaces: Collection[str] | None = None
+) -> ClusterValues | None:
+    """What the view's nodes, pools (as every admission adds them) and devices offer to the
+    policy's values (issue 42), kept while the policy and the view's parts are the same
+    objects: a denial asks once per snapshot, not per review."""
+    global _values  # noqa: PLW0603 - a memo; the answer stays a function of its inputs
+    parts = (view.snapshot, view.devices, view.pools, view.runtime_classes)
+    known = _values
+    if (
+        namespaces is None
+        and known is not None
+        and known[0] is policy
+        and all(a is b for a, b in zip(known[1], parts, strict=True))
+    ):
+        return known[2]
+    values = cluster_values(
+        policy,
+        _inventory(view, policy),
+        view.usable_devices,
+        runtime_classes=view.runtime_classes,
+        namespaces=namespaces,
+    )
+    if namespaces is None:
+        _values = (policy, parts, values)
+    return values
+
+
+def policy_findings(
+    policy: Policy, view: InventoryView, *, namespaces: Collection[str] | None = None
+) -> list[Unmet]:
+    """Every rule value the cluster has nothing for (``scheduling.policyreach``): the one
+    function ``rules lint``, ``serve``, ``/validate`` and the status writer call."""
+    return unmet_values(policy, cluster_values_of(policy, view, namespaces=namespaces))
 
 
 def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
@@ -210,7 +255,34 @@ def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> 
     decision = _evaluate_object(request, templates, policy=policy, inventory=inventory)
     if decision.allowed:
         return decision
-    return _without_own_denials(request, templates, policy, inventory=inventory, decision=decision)
+    decision = _without_own_denials(
+        request, templates, policy, inventory=inventory, decision=decision
+    )
+    return _unmeetable_denials(decision, policy, inventory)
+
+
+def _unmeetable_denials(decision: Decision, policy: Policy, view: InventoryView) -> Decision:
+    """A rule's denial that one of its values causes, a value nothing in the cluster has
+    (issue 42), says so: the rule cannot be met on this cluster, by its file or object, and
+    only the cluster admin can fix it. The denial stays (the pod would not run where the
+    rule wants it, and the admin was warned at lint, reload and apply); what goes is any
+    advice to the pod's author, who can do nothing about it. Only denials pay for it."""
+    if all(f.rule == "builtin" for f in decision.denials):
+        return decision
+    blocking = blocking_unmet(policy, cluster_values_of(policy, view))
+    if not blocking:
+        return decision
+    findings = []
+    for found in decision.findings:
+        unmet = blocking.get((found.rule, found.check)) if found.action == "deny" else None
+        if unmet is not None:
+            found = replace(  # noqa: PLW2901 - the finding, reworded
+                found,
+                message=unmet.denial,
+                summary=f"rule cannot be met on this cluster: {unmet.value} {NOWHERE}",
+            )
+        findings.append(found)
+    return replace(decision, findings=tuple(findings))
 
 
 def _without_own_denials(
