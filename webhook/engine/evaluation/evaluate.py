@@ -131,6 +131,7 @@ NO_GPU_FACTS = GPUFacts()  # a node's cpu and memory alone: no GPU resource is a
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
 _sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
 _values: tuple[Policy, tuple[object, ...], ClusterValues | None] | None = None
+_blocking_memo: tuple[Policy, object, Mapping[tuple[str, str], Unmet]] | None = None
 
 
 def cluster_values_of(
@@ -159,6 +160,19 @@ def cluster_values_of(
     if namespaces is None:
         _values = (policy, parts, values)
     return values
+
+
+def _blocking(policy: Policy, view: InventoryView) -> Mapping[tuple[str, str], Unmet]:
+    """``blocking_unmet`` of the memoised values, kept with them: a review with a rule
+    finding asks it, and the answer changes only with the policy or the view."""
+    global _blocking_memo  # noqa: PLW0603 - a memo, as _values
+    values = cluster_values_of(policy, view)
+    known = _blocking_memo
+    if known is not None and known[0] is policy and known[1] is values:
+        return known[2]
+    found = blocking_unmet(policy, values)
+    _blocking_memo = (policy, values, found)
+    return found
 
 
 def policy_findings(
@@ -254,27 +268,27 @@ def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> 
         return _pod_update(request, templates[0], policy=policy, inventory=inventory)
     decision = _evaluate_object(request, templates, policy=policy, inventory=inventory)
     if decision.allowed:
-        return decision
+        return _unmeetable_said(decision, policy, inventory) if decision.findings else decision
     decision = _without_own_denials(
         request, templates, policy, inventory=inventory, decision=decision
     )
-    return _unmeetable_denials(decision, policy, inventory)
+    return _unmeetable_said(decision, policy, inventory)
 
 
-def _unmeetable_denials(decision: Decision, policy: Policy, view: InventoryView) -> Decision:
-    """A rule's denial that one of its values causes, a value nothing in the cluster has
+def _unmeetable_said(decision: Decision, policy: Policy, view: InventoryView) -> Decision:
+    """A rule's finding that one of its values causes, a value nothing in the cluster has
     (issue 42), says so: the rule cannot be met on this cluster, by its file or object, and
-    only the cluster admin can fix it. The denial stays (the pod would not run where the
-    rule wants it, and the admin was warned at lint, reload and apply); what goes is any
-    advice to the pod's author, who can do nothing about it. Only denials pay for it."""
-    if all(f.rule == "builtin" for f in decision.denials):
+    only the cluster admin can fix it. A denial stays a denial (the pod would not run where
+    the rule wants it, and the admin was warned at lint, reload and apply); what goes is any
+    advice to the pod's author, who can do nothing about it. Warn and audit say the same."""
+    if all(f.rule == "builtin" for f in decision.findings):
         return decision
-    blocking = blocking_unmet(policy, cluster_values_of(policy, view))
+    blocking = _blocking(policy, view)
     if not blocking:
         return decision
     findings = []
     for found in decision.findings:
-        unmet = blocking.get((found.rule, found.check)) if found.action == "deny" else None
+        unmet = blocking.get((found.rule, found.check))
         if unmet is not None:
             found = replace(  # noqa: PLW2901 - the finding, reworded
                 found,

@@ -64,6 +64,8 @@ class Unmet:
     nearest: str = ""  # did you mean
     pool: str = ""  # no node has it yet; this pool may bring it
     blocking: bool = False  # the rule can then admit no GPU pod it matches
+    nowhere: str = NOWHERE  # what it was looked for in: API objects are not on nodes
+    action: str = "deny"  # a check's action: what a pod the rule cannot be met for gets
 
     @property
     def source(self) -> str:
@@ -84,16 +86,17 @@ class Unmet:
                 f"{self.pool} may bring it"
             )
         guess = f"; did you mean {self.nearest}?" if self.nearest else ""
-        return f"{self.what} {self.value} ({self.path}) {NOWHERE}{guess}"
+        return f"{self.what} {self.value} ({self.path}) {self.nowhere}{guess}"
 
     @property
     def core(self) -> str:
         """The sentence every entry point says, without the rule's name: ``/validate``'s
         warning (kubectl names the object; the API server keeps 256 characters of one)."""
         if self.blocking:
+            gets = {"deny": "is denied", "warn": "is warned", "audit": "is audited"}
             return (
                 f"{self.headline} The rule cannot be met on this cluster: every GPU pod it "
-                "matches is denied."
+                f"matches {gets.get(self.action, 'is denied')}."
             )
         return self.headline
 
@@ -108,7 +111,7 @@ class Unmet:
         guess = f"; did you mean {self.nearest}?" if self.nearest else "."
         return (
             f"rule {self.rule} ({self.source}) cannot be met on this cluster: {self.what} "
-            f"{self.value} {NOWHERE}{guess} Ask the cluster admin to fix the rule "
+            f"{self.value} {self.nowhere}{guess} Ask the cluster admin to fix the rule "
             f"({self.path})."
         )
 
@@ -306,6 +309,19 @@ def _rule_unmet(rule: Rule, values: ClusterValues) -> Iterator[Unmet]:
     affinity = mutate.get("nodeAffinity") or {}
     yield from _required(rule, affinity, values)
     yield from _preferred(rule, affinity.get("preferred") or [], values)
+    avoid = mutate.get("avoidGPUNodes") or {}
+    carried = values.labels.get(str(avoid.get("nodeLabel", "")))
+    if avoid.get("value") is not None and carried and str(avoid["value"]) not in carried:
+        # Pods that ask for no GPU are kept off nodes with this value: one no GPU node has
+        # keeps them off none (no denial, the rule only does nothing).
+        yield _unmet(
+            rule,
+            check="avoidGPUNodes",
+            path="spec.mutate.avoidGPUNodes.value",
+            value=str(avoid["value"]),
+            what=f"node label {avoid['nodeLabel']}",
+            among=carried,
+        )
     runtime = mutate.get("runtimeClassName")
     known = values.runtime_classes
     if isinstance(runtime, str) and known is not None and runtime not in known:
@@ -317,6 +333,7 @@ def _rule_unmet(rule: Rule, values: ClusterValues) -> Iterator[Unmet]:
             what="RuntimeClass",
             among=dict.fromkeys(known, ""),
             blocking=True,
+            nowhere="matches no RuntimeClass of the cluster",
         )
     match = spec.get("match") or {}
     yield from _listed(
@@ -355,44 +372,52 @@ def _profiles(rule: Rule, patterns: list[Any], values: ClusterValues) -> Iterato
 
 def _checks(rule: Rule, entries: list[Any], values: ClusterValues) -> Iterator[Unmet]:
     for index, entry in enumerate(entries):
-        denies = entry.get("action", "deny") == "deny"
-        path = f"spec.validate[{index}]"
-        if "allowedProducts" in entry:
-            patterns = [str(p) for p in entry["allowedProducts"]]
-            yield from _patterns(
-                rule,
-                patterns,
-                path=f"{path}.allowedProducts",
-                what="GPU product",
-                among=values.products,
-                check="allowedProducts",
-                blocks=denies,
-                unbounded=values.unbounded,
-            )
-        if "minGPUMemory" in entry and values.memory_mib:
-            yield from _memory(
-                rule,
-                entry["minGPUMemory"],
-                path=f"{path}.minGPUMemory",
-                check="minGPUMemory",
-                values=values,
-                blocks=denies,
-            )
-        if "allowedGPUCounts" in entry and values.counts:
-            most = max(values.counts)
-            listed = [int(n) for n in entry["allowedGPUCounts"]]
-            for at, count in enumerate(listed):
-                if count > most and not values.unbounded:
-                    yield Unmet(
-                        rule.name,
-                        rule.document,
-                        "allowedGPUCounts",
-                        f"{path}.allowedGPUCounts[{at}]",
-                        str(count),
-                        "GPU count",
-                        nearest=str(most),
-                        blocking=denies and all(n > most for n in listed),
-                    )
+        action = str(entry.get("action", "deny"))
+        for unmet in _check(rule, index, entry, values):
+            yield unmet if action == "deny" else Unmet(**{**_fields(unmet), "action": action})
+
+
+def _check(
+    rule: Rule, index: int, entry: Mapping[str, Any], values: ClusterValues
+) -> Iterator[Unmet]:
+    """The values of one ``validate`` entry: products, memory floor, counts."""
+    path = f"spec.validate[{index}]"
+    if "allowedProducts" in entry:
+        patterns = [str(p) for p in entry["allowedProducts"]]
+        yield from _patterns(
+            rule,
+            patterns,
+            path=f"{path}.allowedProducts",
+            what="GPU product",
+            among=values.products,
+            check="allowedProducts",
+            blocks=True,
+            unbounded=values.unbounded,
+        )
+    if "minGPUMemory" in entry and values.memory_mib:
+        yield from _memory(
+            rule,
+            entry["minGPUMemory"],
+            path=f"{path}.minGPUMemory",
+            check="minGPUMemory",
+            values=values,
+            blocks=True,
+        )
+    if "allowedGPUCounts" in entry and values.counts:
+        most = max(values.counts)
+        listed = [int(n) for n in entry["allowedGPUCounts"]]
+        for at, count in enumerate(listed):
+            if count > most and not values.unbounded:
+                yield Unmet(
+                    rule.name,
+                    rule.document,
+                    "allowedGPUCounts",
+                    f"{path}.allowedGPUCounts[{at}]",
+                    str(count),
+                    "GPU count",
+                    nearest=str(most),
+                    blocking=all(n > most for n in listed),
+                )
 
 
 def _required(rule: Rule, affinity: Mapping[str, Any], values: ClusterValues) -> Iterator[Unmet]:
@@ -553,7 +578,13 @@ def _listed(
     for at, name in enumerate(names):
         if _where(str(name), among) is None:
             yield _unmet(
-                rule, check="match", path=f"{path}[{at}]", value=str(name), what=what, among=among
+                rule,
+                check="match",
+                path=f"{path}[{at}]",
+                value=str(name),
+                what=what,
+                among=among,
+                nowhere=f"matches no {what} of the cluster",
             )
 
 
@@ -581,6 +612,7 @@ def _unmet(
     among: Mapping[str, str],
     unbounded: tuple[str, ...] = (),
     blocking: bool = False,
+    nowhere: str = NOWHERE,
 ) -> Unmet:
     pool = _where(value, among) or ""
     if not pool and unbounded:
@@ -595,6 +627,7 @@ def _unmet(
         nearest="" if pool else did_you_mean(value, among),
         pool=pool,
         blocking=blocking and not pool,
+        nowhere=nowhere,
     )
 
 
