@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.engine.evaluation.evaluate import policy_findings
-from webhook.engine.evaluation.request import InventoryView
+from tests.policyvalues import CASE_PARAMS, Case, golden_cases
+from webhook.engine.evaluation.evaluate import evaluate, policy_findings
+from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.kube.quantity import parse_quantity
 from webhook.engine.policy.ruleset import Policy, PolicyError, compile_policy
 from webhook.files.inventoryfile import load_inventory_file
@@ -29,56 +30,8 @@ from webhook.files.rulefiles import load_policy
 from webhook.files.ruleobjects import RuleObject
 
 REPO = Path(__file__).resolve().parents[3]
-CASES = REPO / "tests" / "cases" / "_policyvalues"
 EXAMPLES = REPO / "rules" / "90-examples.yaml"
 INVENTORY = REPO / "examples" / "inventory.yaml"
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One typo class: the policy, the cluster, and the sentence every entry point says."""
-
-    name: str
-    directory: Path
-    inventory: Path
-    namespaces: tuple[str, ...] | None
-    blocking: bool
-    says: str
-
-    @property
-    def document(self) -> dict[str, Any]:
-        loaded: dict[str, Any] = yaml.safe_load(
-            (self.directory / "rules" / "policy.yaml").read_text()
-        )
-        return loaded
-
-    @property
-    def policy_name(self) -> str:
-        return str(self.document["metadata"]["name"])
-
-    def view(self) -> InventoryView:
-        return load_inventory_file(str(self.inventory)).view()
-
-
-def golden_cases() -> list[Case]:
-    cases = []
-    for directory in sorted(p for p in CASES.iterdir() if p.is_dir()):
-        expected = yaml.safe_load((directory / "expected.yaml").read_text())
-        names = expected.get("namespaces")
-        cases.append(
-            Case(
-                name=directory.name,
-                directory=directory,
-                inventory=REPO / expected["inventory"],
-                namespaces=tuple(names) if names is not None else None,
-                blocking=bool(expected["blocking"]),
-                says=str(expected["says"]),
-            )
-        )
-    return cases
-
-
-CASE_PARAMS = [pytest.param(c, id=c.name) for c in golden_cases()]
 
 
 def as_object(case: Case) -> Policy:
@@ -348,3 +301,34 @@ def _same_path(written: str, path: tuple[Any, ...]) -> bool:
     for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
     return written == text
+
+
+BLOCKING = [pytest.param(c, id=c.name) for c in golden_cases() if c.blocking]
+
+
+@pytest.mark.parametrize("case", BLOCKING)
+def test_a_pod_such_a_rule_denies_is_told_the_rule_cannot_be_met_never_to_use_a_node(
+    case: Case,
+) -> None:
+    policy = load_policy(str(case.directory / "rules"))
+    namespace = next(iter(case.document["spec"].get("match", {}).get("namespaces") or []), "a")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": namespace},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+            ],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+    }
+    (unmet,) = policy_findings(policy, case.view())
+
+    decision = evaluate(Request(pod, namespace=namespace), policy=policy, inventory=case.view())
+
+    # A RuntimeClass is judged by the built-in check, which names the rule that set it.
+    rule_denials = [f for f in decision.denials if f.rule in (case.policy_name, "builtin")]
+    assert [f.message for f in rule_denials] == [unmet.denial], decision.denials
+    assert all("use that node" not in f.message for f in decision.denials)
+    assert "Ask the cluster admin to fix the rule" in unmet.denial

@@ -281,14 +281,20 @@ def _unmeetable_said(decision: Decision, policy: Policy, view: InventoryView) ->
     only the cluster admin can fix it. A denial stays a denial (the pod would not run where
     the rule wants it, and the admin was warned at lint, reload and apply); what goes is any
     advice to the pod's author, who can do nothing about it. Warn and audit say the same."""
-    if all(f.rule == "builtin" for f in decision.findings):
+    if all(f.rule == "builtin" and f.check != "unknownRuntimeClass" for f in decision.findings):
         return decision
     blocking = _blocking(policy, view)
     if not blocking:
         return decision
+    # The RuntimeClass a rule sets is judged by the built-in check, which names the rule.
+    classes = {u.rule: u for (_, check), u in blocking.items() if check == "runtimeClassName"}
     findings = []
     for found in decision.findings:
         unmet = blocking.get((found.rule, found.check))
+        if found.check == "unknownRuntimeClass":
+            unmet = next(
+                (u for r, u in classes.items() if f"(set by rule {r})" in found.message), None
+            )
         if unmet is not None:
             found = replace(  # noqa: PLW2901 - the finding, reworded
                 found,
