@@ -332,3 +332,33 @@ def test_a_pod_such_a_rule_denies_is_told_the_rule_cannot_be_met_never_to_use_a_
     assert [f.message for f in rule_denials] == [unmet.denial], decision.denials
     assert all("use that node" not in f.message for f in decision.denials)
     assert "Ask the cluster admin to fix the rule" in unmet.denial
+
+
+@pytest.mark.parametrize("action", ["warn", "audit"])
+def test_a_warning_or_audit_of_such_a_rule_says_the_rule_cannot_be_met_too(action: str) -> None:
+    (case,) = [c for c in golden_cases() if c.name == "product"]
+    doc = case.document
+    doc["spec"]["validate"][0]["action"] = action
+    policy = compile_policy([RuleObject.of(doc, kind="GPUPolicy").document])
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "vision"},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+            ],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+    }
+
+    decision = evaluate(Request(pod, namespace="vision"), policy=policy, inventory=case.view())
+
+    assert decision.allowed
+    (found,) = [f for f in decision.findings if f.rule == case.policy_name]
+    assert found.message.startswith(
+        "rule vision-products (GPUPolicy object vision-products) cannot be met on this cluster"
+    )
+    said = [*decision.warnings, *decision.audit.values()]
+    assert any("cannot be met on this cluster" in text for text in said), said
+    assert not any("Select allowed products" in text for text in said), said

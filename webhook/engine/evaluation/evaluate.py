@@ -72,7 +72,7 @@ from webhook.engine.evaluation.updates import (
 from webhook.engine.kube.patch import Editor, lookup
 from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.kube.workloads import PodTemplate
-from webhook.engine.policy.decision import Decision, Finding, action_of, decide
+from webhook.engine.policy.decision import Decision, Finding, action_of, decide, shorten
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.cel.celbudget import close_review, open_review
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
@@ -109,7 +109,6 @@ from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
 from webhook.engine.scheduling.gke import auto_provisioning
 from webhook.engine.scheduling.gpunodes import bound_node_reach
 from webhook.engine.scheduling.policyreach import (
-    NOWHERE,
     ClusterValues,
     Unmet,
     blocking_unmet,
@@ -289,6 +288,8 @@ def _unmeetable_said(decision: Decision, policy: Policy, view: InventoryView) ->
     # The RuntimeClass a rule sets is judged by the built-in check, which names the rule.
     classes = {u.rule: u for (_, check), u in blocking.items() if check == "runtimeClassName"}
     findings = []
+    warnings = dict.fromkeys(decision.warnings, "")
+    audit = dict(decision.audit)
     for found in decision.findings:
         unmet = blocking.get((found.rule, found.check))
         if found.check == "unknownRuntimeClass":
@@ -296,13 +297,18 @@ def _unmeetable_said(decision: Decision, policy: Policy, view: InventoryView) ->
                 (u for r, u in classes.items() if f"(set by rule {r})" in found.message), None
             )
         if unmet is not None:
-            found = replace(  # noqa: PLW2901 - the finding, reworded
+            said = replace(
                 found,
                 message=unmet.denial,
-                summary=f"rule cannot be met on this cluster: {unmet.value} {NOWHERE}",
+                summary=f"rule cannot be met on this cluster: {unmet.value} {unmet.nowhere}",
             )
+            # The warning and audit annotation decide() made of it, said alike.
+            warnings = {said.warning if w == found.warning else w: "" for w in warnings}
+            if found.audit_key in audit and found.action == "audit":
+                audit[found.audit_key] = shorten(said.message, 1000)
+            found = said  # noqa: PLW2901 - the finding, reworded
         findings.append(found)
-    return replace(decision, findings=tuple(findings))
+    return replace(decision, findings=tuple(findings), warnings=tuple(warnings), audit=audit)
 
 
 def _without_own_denials(

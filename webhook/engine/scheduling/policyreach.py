@@ -6,7 +6,8 @@ glob, a memory floor no GPU has) is valid to the schema, so ``rules lint`` passe
 every GPU pod of the namespace was denied from the next reload on. Every entry point of a
 policy (``rules lint --inventory``, ``serve`` on start and every reload, ``/validate`` of a
 policy object, the object's status) and the denial such a rule causes call ``unmet_values``
-here, so that they all say the same thing.
+here (through ``evaluation.evaluate.policy_findings``, which adds the node pools as every
+admission sees them), so that they all say the same thing.
 
 Three answers per value, never a guess:
 
@@ -175,17 +176,24 @@ def cluster_values(
             continue
         gpu += 1
         where = shape.pool
+        # A shape's labels, not its members': identity labels (hostname) are left out, so
+        # that a snapshot costs its shapes, and a rule on them is not judged here.
         for key, value in shape.labels.items():
             _put(labels.setdefault(key, {}), value, where)
-        for member in shape.members:  # identity labels (hostname) differ per member
-            for key in nodes.identity_labels & member.labels.keys():
-                _put(labels.setdefault(key, {}), member.labels[key], where)
         _shape_gpus(shape, gpus, products=products, memory=memory, counts=counts)
         for resource in shape.allocatable:
             if shape.allocatable[resource] > 0:
                 _put(offered, resource, where)
     if devices is not None:
-        _device_values(devices, labels=labels, products=products, memory=memory)
+        seen = _device_values(devices)
+        for key, found in seen.items():
+            for value in found:
+                _put(labels.setdefault(key, {}), value, "")
+        for value in seen.get(PRODUCT_LABEL, ()):
+            _put(products, value, "")
+        for value in seen.get(MEMORY_LABEL, ()):
+            if value.isdigit():
+                _put(memory, int(value), "")
         for cls in devices.classes.values():
             if cls.extended_resource:
                 _put(offered, cls.extended_resource, "")
@@ -230,16 +238,17 @@ def _shape_gpus(
             _put(memory, device.memory_mib, where)
 
 
-def _device_values(
-    devices: DeviceInventory,
-    *,
-    labels: dict[str, dict[str, str]],
-    products: dict[str, str],
-    memory: dict[int, str],
-) -> None:
-    """The devices ResourceSlices publish, read as the GFD labels of a node holding each
-    alone (``devicepolicy.device_labels``: product with dashes and ``-MIG-<profile>``,
-    memory in MiB), as the engine holds rules on them."""
+def _device_values(devices: DeviceInventory) -> Mapping[str, frozenset[str]]:
+    """The values of the devices ResourceSlices publish, read as the GFD labels of a node
+    holding each alone (``devicepolicy.device_labels``: product with dashes and
+    ``-MIG-<profile>``, memory in MiB), as the engine holds rules on them. Kept in the
+    snapshot's memo, which snapshots that differ only in claims share: a claim created does
+    not read every device again."""
+    key = ("policyreach-device-values",)
+    known = devices._memo.get(key)
+    if known is not None:
+        return known  # type: ignore[no-any-return]
+    found: dict[str, set[str]] = {}
     seen = 0
     for s in devices.slices:
         if s.driver != NVIDIA_DRA_DRIVER:
@@ -247,15 +256,12 @@ def _device_values(
         for device in (*s.devices, *(d for d, *_ in s.per_device)):
             seen += 1
             if seen > 10_000:  # bounded: alike devices repeat; the first ones show the names
-                return
-            for key, value in device_labels(device).items():
-                _put(labels.setdefault(key, {}), value, "")
-            product = labels.get(PRODUCT_LABEL, {})
-            for value in product:
-                _put(products, value, "")
-            for value in labels.get(MEMORY_LABEL, {}):
-                if value.isdigit():
-                    _put(memory, int(value), "")
+                break
+            for label, value in device_labels(device).items():
+                found.setdefault(label, set()).add(value)
+    frozen = {label: frozenset(values) for label, values in found.items()}
+    devices._memo[key] = frozen
+    return frozen
 
 
 def unmet_values(policy: Policy, values: ClusterValues | None) -> list[Unmet]:
@@ -489,7 +495,7 @@ def _requirement(
         }
         if any(w == "" for w in fits.values()):
             return
-        pool = next(iter(fits.values()), "")
+        pool = next(iter(fits.values()), "") or _unknown_pool(values)
         best = max(numbers) if operator == "Gt" else min(numbers)
         yield Unmet(
             rule.name,
@@ -516,7 +522,7 @@ def _memory(
     fits = {m: w for m, w in values.memory_mib.items() if m * MiB >= wanted}
     if any(w == "" for w in fits.values()):
         return
-    pool = next(iter(fits.values()), "")
+    pool = next(iter(fits.values()), "") or _unknown_pool(values)
     most = max(values.memory_mib)
     yield Unmet(
         rule.name,
@@ -616,7 +622,7 @@ def _unmet(
 ) -> Unmet:
     pool = _where(value, among) or ""
     if not pool and unbounded:
-        pool = f"{unbounded[0]} (size and labels unknown)"
+        pool = _unknown_pool(ClusterValues(unbounded=unbounded))
     return Unmet(
         rule.name,
         rule.document,
@@ -629,6 +635,11 @@ def _unmet(
         blocking=blocking and not pool,
         nowhere=nowhere,
     )
+
+
+def _unknown_pool(values: ClusterValues) -> str:
+    """A pool of unknown size and labels: it may bring any value (not a typo, unsaid)."""
+    return f"{values.unbounded[0]} (size and labels unknown)" if values.unbounded else ""
 
 
 def did_you_mean(value: str, among: Collection[str]) -> str:
