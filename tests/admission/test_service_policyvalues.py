@@ -48,6 +48,14 @@ def policy_object(case: Case) -> dict[str, object]:
     return {**case.document, "metadata": {"name": case.policy_name, "generation": 1, "uid": "u"}}
 
 
+def settings_only(tmp_path: Path) -> Path:
+    """A rule directory with the shipped settings alone (a directory holds a document)."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shutil.copy(SETTINGS, rules / "00-settings.yaml")
+    return rules
+
+
 def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
@@ -79,9 +87,7 @@ def test_serve_logs_a_rule_file_with_the_golden_sentence_and_counts_it_when_it_c
     case: Case, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="gpu_webhook.service")
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    shutil.copy(SETTINGS, rules / "00-settings.yaml")
+    rules = settings_only(tmp_path)
     reloader = Reloader(AdmissionService(rules=RuleStore(str(rules)), inventory=CaseSource(case)))
     reloader.tick()
     assert logged(caplog) == []
@@ -107,9 +113,7 @@ def test_serve_logs_a_policy_object_as_the_object_and_its_status_says_the_same(
     case: Case, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="gpu_webhook.service")
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    shutil.copy(SETTINGS, rules / "00-settings.yaml")
+    rules = settings_only(tmp_path)
     obj = RuleObject.of(policy_object(case), kind="GPUPolicy")
     store = RuleStore(str(rules), objects=lambda: [obj])
     source = CaseSource(case)

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import pod
 from tests.policyvalues import CASE_PARAMS, Case, golden_cases
 from webhook.engine.evaluation.evaluate import evaluate, policy_findings
 from webhook.engine.evaluation.request import InventoryView, Request
@@ -306,26 +307,24 @@ def _same_path(written: str, path: tuple[Any, ...]) -> bool:
 BLOCKING = [pytest.param(c, id=c.name) for c in golden_cases() if c.blocking]
 
 
+def tolerating_pod(namespace: str) -> dict[str, Any]:
+    """A one-GPU pod of ``namespace`` that tolerates the GPU taint: only the rule stops it."""
+    obj = pod(gpus=1)
+    obj["metadata"]["namespace"] = namespace
+    obj["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    return obj
+
+
 @pytest.mark.parametrize("case", BLOCKING)
 def test_a_pod_such_a_rule_denies_is_told_the_rule_cannot_be_met_never_to_use_a_node(
     case: Case,
 ) -> None:
     policy = load_policy(str(case.directory / "rules"))
     namespace = next(iter(case.document["spec"].get("match", {}).get("namespaces") or []), "a")
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": namespace},
-        "spec": {
-            "containers": [
-                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
-            ],
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-        },
-    }
+    obj = tolerating_pod(namespace)
     (unmet,) = policy_findings(policy, case.view())
 
-    decision = evaluate(Request(pod, namespace=namespace), policy=policy, inventory=case.view())
+    decision = evaluate(Request(obj, namespace=namespace), policy=policy, inventory=case.view())
 
     # A RuntimeClass is judged by the built-in check, which names the rule that set it.
     rule_denials = [f for f in decision.denials if f.rule in (case.policy_name, "builtin")]
@@ -340,19 +339,9 @@ def test_a_warning_or_audit_of_such_a_rule_says_the_rule_cannot_be_met_too(actio
     doc = case.document
     doc["spec"]["validate"][0]["action"] = action
     policy = compile_policy([RuleObject.of(doc, kind="GPUPolicy").document])
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "vision"},
-        "spec": {
-            "containers": [
-                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
-            ],
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-        },
-    }
+    obj = tolerating_pod("vision")
 
-    decision = evaluate(Request(pod, namespace="vision"), policy=policy, inventory=case.view())
+    decision = evaluate(Request(obj, namespace="vision"), policy=policy, inventory=case.view())
 
     assert decision.allowed
     (found,) = [f for f in decision.findings if f.rule == case.policy_name]
