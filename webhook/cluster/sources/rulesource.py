@@ -435,7 +435,7 @@ class StatusKeeper:
         self.cache = cache
         # What the watcher sees of the cluster, to compare the policies' values with.
         self._cluster = cluster
-        self._unmet: tuple[int, float, Mapping[Key, Sequence[str]] | None] | None = None
+        self._unmet: tuple[int, float, Mapping[Key, Sequence[str]]] | None = None
         self._make_store = rules
         self.rules: RuleStore | None = None
         self._unusable = ""
@@ -489,7 +489,9 @@ class StatusKeeper:
         if known is not None and known[0] == generation and now - known[1] < VALUES_SECONDS:
             return known[2]
         sight = self._cluster()
-        found = None if sight is None else object_findings(store.current.policy, sight)
+        if sight is None:
+            return None  # asked again at the next step: the nodes may be listed by then
+        found = object_findings(store.current.policy, sight)
         self._unmet = (generation, now, found)
         return found
 
