@@ -351,3 +351,17 @@ def test_a_warning_or_audit_of_such_a_rule_says_the_rule_cannot_be_met_too(actio
     said = [*decision.warnings, *decision.audit.values()]
     assert any("cannot be met on this cluster" in text for text in said), said
     assert not any("Select allowed products" in text for text in said), said
+
+
+def test_a_product_a_karpenter_pool_of_unlabelled_gpus_may_bring_is_no_typo() -> None:
+    """Karpenter's GPU pools are sized through the catalogue, whose nodes carry the
+    provider's labels, not GPU feature discovery's product: any product may come."""
+    (case,) = [c for c in golden_cases() if c.name == "product"]
+    karpenter = REPO / "tests" / "cases" / "_inventories" / "karpenter-aws.yaml"
+
+    found = policy_findings(
+        load_policy(str(case.directory / "rules")), load_inventory_file(str(karpenter)).view()
+    )
+
+    assert [(u.pool != "", u.blocking) for u in found] == [(True, False)]
+    assert "no node has it yet; pool" in found[0].core

@@ -137,6 +137,18 @@ class ClusterValues:
     namespaces: frozenset[str] | None = None
     # Pools of unknown size: they may bring any value, so nothing is blocking while one exists.
     unbounded: tuple[str, ...] = ()
+    # GPU nodes and pools that do not say a fact ("product", "label:<key>"): ""
+    # when a node does not (the fact cannot be judged: no finding), else the first pool
+    # (it may bring any value, as a pool of unknown size does).
+    gaps: Mapping[str, str] = field(default_factory=dict)
+
+    def gap(self, fact: str) -> str | None:
+        """None: every GPU node and pool says ``fact``; "": a node does not (do not judge);
+        a pool's name: that pool may bring any value of it."""
+        found = self.gaps.get(fact)
+        if found is None and self.unbounded:
+            return _unknown_pool(self)
+        return found
 
 
 def _put(into: dict[Any, str], value: Any, where: str) -> None:
@@ -169,18 +181,27 @@ def cluster_values(
     memory: dict[int, str] = {}
     counts: dict[int, str] = {}
     offered: dict[str, str] = {}
+    gaps: dict[str, str] = {}
+    pools: list[Shape] = []
     gpu = 0
     for shape in nodes.shapes:
         gpus = {r: a for r, a in shape.allocatable.items() if a > 0 and resources.is_gpu(r)}
-        if not gpus and not (holds is not None and any(holds(n) for n in shape.members)):
+        held = holds is not None and any(holds(n) for n in shape.members)
+        if not gpus and not held:
             continue
         gpu += 1
         where = shape.pool
+        if where:
+            pools.append(shape)
         # A shape's labels, not its members': identity labels (hostname) are left out, so
         # that a snapshot costs its shapes, and a rule on them is not judged here.
         for key, value in shape.labels.items():
             _put(labels.setdefault(key, {}), value, where)
-        _shape_gpus(shape, gpus, products=products, memory=memory, counts=counts)
+        known = _shape_gpus(shape, gpus, products=products, memory=memory, counts=counts)
+        # A GPU that says no product (its devices do: ``_device_values``). Memory has no
+        # gap: minGPUMemory counts a GPU whose memory is not labelled as too small.
+        if "product" not in known and not held:
+            _put(gaps, "product", where)
         for resource in shape.allocatable:
             if shape.allocatable[resource] > 0:
                 _put(offered, resource, where)
@@ -199,6 +220,10 @@ def cluster_values(
                 _put(offered, cls.extended_resource, "")
     if not gpu and not products:
         return None
+    for key in labels:  # a pool whose template lacks a GPU node's label may bring any value
+        lacking = next((p.pool for p in pools if key not in p.labels), "")
+        if lacking:
+            gaps[f"label:{key}"] = lacking
     return ClusterValues(
         labels=labels,
         products=products,
@@ -209,6 +234,7 @@ def cluster_values(
         runtime_classes=frozenset(runtime_classes) if runtime_classes is not None else None,
         namespaces=frozenset(namespaces) if namespaces is not None else None,
         unbounded=tuple(p.name for p in nodes.unbounded),
+        gaps=gaps,
     )
 
 
@@ -219,23 +245,30 @@ def _shape_gpus(
     products: dict[str, str],
     memory: dict[int, str],
     counts: dict[int, str],
-) -> None:
+) -> set[str]:
     """The products a pod really gets there (``-MIG-<profile>``, ``-SHARED`` included, as
-    ``allowedProducts`` judges them), the memory of one unit, the units of each resource."""
+    ``allowedProducts`` judges them), the memory of one unit, the units of each resource;
+    which of "product" and "memory" the shape says at all."""
     where = shape.pool
+    known = set()
     base = shape.labels.get(PRODUCT_LABEL)
     if base:
         _put(products, base, where)
+        known.add("product")
     label = shape.labels.get(MEMORY_LABEL, "")
     if label.isdigit():
         _put(memory, int(label), where)
+        known.add("memory")
     for resource, units in gpus.items():
         _put(counts, units, where)
         device = shape.gpu.device(resource, units)
         if device.product:
             _put(products, device.product, where)
+            known.add("product")
         if device.memory_mib:
             _put(memory, device.memory_mib, where)
+            known.add("memory")
+    return known
 
 
 def _device_values(devices: DeviceInventory) -> Mapping[str, frozenset[str]]:
@@ -388,7 +421,8 @@ def _check(
 ) -> Iterator[Unmet]:
     """The values of one ``validate`` entry: products, memory floor, counts."""
     path = f"spec.validate[{index}]"
-    if "allowedProducts" in entry:
+    gap = values.gap("product")
+    if "allowedProducts" in entry and gap != "":  # "": a GPU node says no product
         patterns = [str(p) for p in entry["allowedProducts"]]
         yield from _patterns(
             rule,
@@ -397,8 +431,7 @@ def _check(
             what="GPU product",
             among=values.products,
             check="allowedProducts",
-            blocks=True,
-            unbounded=values.unbounded,
+            gap=gap,
         )
     if "minGPUMemory" in entry and values.memory_mib:
         yield from _memory(
@@ -464,6 +497,7 @@ def _requirement(
     carried = values.labels.get(key)
     if not carried:
         return  # a key no GPU node carries: labelkeys' warning
+    gap = values.gap(f"label:{key}")
     written = [str(v) for v in requirement.get("values") or []]
     if operator == "In":
         unmet = [
@@ -474,13 +508,13 @@ def _requirement(
                 value=value,
                 what=f"node label {key}",
                 among=carried,
-                unbounded=values.unbounded,
+                gap=gap,
             )
             for at, value in enumerate(written)
             if carried.get(value) != ""
         ]
-        # Blocking when no value is on a node today or in a sized pool.
-        blocks = not values.unbounded and not any(v in carried for v in written)
+        # Blocking when no value is on a node today or in a pool, and no pool may bring one.
+        blocks = gap is None and not any(v in carried for v in written)
         for item in unmet:
             yield Unmet(**{**_fields(item), "blocking": blocks and not item.pool})
     elif operator in ("Gt", "Lt") and written:
@@ -495,7 +529,7 @@ def _requirement(
         }
         if any(w == "" for w in fits.values()):
             return
-        pool = next(iter(fits.values()), "") or _unknown_pool(values)
+        pool = next(iter(fits.values()), "") or gap or ""
         best = max(numbers) if operator == "Gt" else min(numbers)
         yield Unmet(
             rule.name,
@@ -508,13 +542,14 @@ def _requirement(
             if pool
             else f"{key} {best} (the {'largest' if operator == 'Gt' else 'smallest'})",
             pool=pool,
-            blocking=not pool and not values.unbounded,
+            blocking=not pool,
         )
 
 
 def _memory(
     rule: Rule, raw: object, *, path: str, check: str, values: ClusterValues, blocks: bool
 ) -> Iterator[Unmet]:
+    gap = values.gap("memory")  # only a pool of unknown size: as minGPUMemory judges
     try:
         wanted = parse_quantity(raw)
     except QuantityError:
@@ -522,7 +557,7 @@ def _memory(
     fits = {m: w for m, w in values.memory_mib.items() if m * MiB >= wanted}
     if any(w == "" for w in fits.values()):
         return
-    pool = next(iter(fits.values()), "") or _unknown_pool(values)
+    pool = next(iter(fits.values()), "") or gap or ""
     most = max(values.memory_mib)
     yield Unmet(
         rule.name,
@@ -533,7 +568,7 @@ def _memory(
         "GPU memory",
         nearest="" if pool else f"{_mib_text(most)} (the most any GPU has)",
         pool=pool,
-        blocking=blocks and not pool and not values.unbounded,
+        blocking=blocks and not pool,
     )
 
 
@@ -549,9 +584,10 @@ def _patterns(
     what: str,
     among: Mapping[str, str],
     check: str,
-    blocks: bool,
-    unbounded: tuple[str, ...],
+    gap: str | None,
 ) -> Iterator[Unmet]:
+    """Names and globs; blocking when none matches a node's or a pool's value and no pool
+    may bring any."""
     found = []
     today = False
     for at, pattern in enumerate(patterns):
@@ -567,12 +603,12 @@ def _patterns(
                 value=pattern,
                 what=what,
                 among=among,
-                unbounded=unbounded,
+                gap=gap,
             )
         )
-    reachable = today or any(u.pool for u in found) or bool(unbounded)
+    reachable = today or any(u.pool for u in found) or gap is not None
     for unmet in found:
-        yield Unmet(**{**_fields(unmet), "blocking": blocks and not reachable})
+        yield Unmet(**{**_fields(unmet), "blocking": not reachable})
 
 
 def _listed(
@@ -616,13 +652,11 @@ def _unmet(
     value: str,
     what: str,
     among: Mapping[str, str],
-    unbounded: tuple[str, ...] = (),
+    gap: str | None = None,
     blocking: bool = False,
     nowhere: str = NOWHERE,
 ) -> Unmet:
-    pool = _where(value, among) or ""
-    if not pool and unbounded:
-        pool = _unknown_pool(ClusterValues(unbounded=unbounded))
+    pool = _where(value, among) or gap or ""
     return Unmet(
         rule.name,
         rule.document,
