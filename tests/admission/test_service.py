@@ -115,8 +115,8 @@ def test_a_dry_run_gets_exactly_the_answer_of_the_real_request(service, obj, mut
                 old={"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": 1}},
                 sub_resource="scale",
             ),
-            "subresource",
-            id="scale",
+            "kind",  # its resource ("scales") is no kind whose scale the engine knows
+            id="scale-of-an-unknown-resource",
         ),
         pytest.param(
             review({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),

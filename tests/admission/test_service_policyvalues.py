@@ -40,8 +40,8 @@ class CaseSource(StaticInventorySource):
         super().__init__(str(case.inventory))
         self.names = frozenset(case.namespaces) if case.namespaces is not None else None
 
-    def namespace_names(self) -> frozenset[str] | None:
-        return self.names
+    def namespaces(self) -> dict[str, dict[str, str]] | None:
+        return None if self.names is None else {name: {} for name in self.names}
 
 
 def policy_object(case: Case) -> dict[str, object]:

@@ -76,6 +76,12 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
             "kind: must be one of",
             id="unknown-kind",
         ),
+        pytest.param(
+            HEADER + "kind: GPUPolicyTest\nmetadata: {name: a}\n",
+            "kind: GPUPolicyTest is a policy test suite (gpu-webhook test), not a rule document: "
+            "keep suites outside the rule directory",
+            id="a-policy-test-suite-among-the-rules",
+        ),
         pytest.param("a: [\n", "a.yaml:2: not valid YAML", id="not-yaml"),
         pytest.param(
             HEADER
@@ -125,6 +131,13 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
             "    sharedGPURequest: repair\n",
             'spec.checks.sharedGPURequest: "repair" is not one of',
             id="shared-request-cannot-repair",
+        ),
+        pytest.param(
+            HEADER + "kind: WorkloadKind\nmetadata: {name: a}\nspec:\n  group: example.com\n"
+            "  kind: Run\n  templates: [{path: spec.template}]\n"
+            "  scale: {specReplicasPath: .status.replicas}\n",
+            "spec.scale.specReplicasPath",
+            id="a-scale-path-outside-spec",  # the CRD's own rule: a JSON path under .spec
         ),
     ],
 )

@@ -2,14 +2,15 @@
 
 Short-circuits, in order (each answered ``allowed`` with no patch):
 - operations other than CREATE and UPDATE (DELETE, CONNECT);
-- subresources (``status``, ``binding``, ``eviction``, ``exec``, ``scale``, ...) but a
-  Pod's ``ephemeralcontainers`` and ``resize``: ``kubectl debug`` adds a container to a
-  running pod there, and a resize changes its cpu and memory (``ValidatePodResize``; its
-  memory limits are judged against the memory rules); the API server sends the whole Pod
-  for both. ``status`` and ``binding`` change no container; a ``Scale``
-  holds replicas and no template (a Deployment's new count reaches its ReplicaSet by a
-  plain UPDATE, judged there: kubernetes pkg/controller/deployment/sync.go
-  ``scaleReplicaSet`` calls ``ReplicaSets(...).Update``);
+- subresources (``status``, ``binding``, ``eviction``, ``exec``, ...) but a Pod's
+  ``ephemeralcontainers`` and ``resize`` and a workload's ``scale``: ``kubectl debug`` adds
+  a container to a running pod there, and a resize changes its cpu and memory
+  (``ValidatePodResize``; its memory limits are judged against the memory rules); the API
+  server sends the whole Pod for both. ``status`` and ``binding`` change no container. A
+  ``scale`` UPDATE (``kubectl scale``, an HPA) carries an ``autoscaling/v1`` Scale, no
+  template: the parent is read within the review's lookup budget and judged with the new
+  count (``webhook.engine.evaluation.scale``), never memoised (the Scale does not hold what
+  is judged);
 - kinds without a pod template the engine knows (``Decision.understood`` is False).
 
 A Pod UPDATE is judged on what it changes (``webhook.engine.evaluation.updates``): an added
@@ -34,14 +35,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.admission.inventory import InventorySource, view_of
-from webhook.admission.lookups import ClusterReader, looked_up, worth_a_read
+from webhook.admission.lookups import ClusterReader, looked_up, with_parent, worth_a_read
 from webhook.admission.memo import DecisionMemo, Judgement
 from webhook.admission.response import Answer, PatchTooLarge, Verdict, reply
 from webhook.admission.review import AdmissionRequest
 from webhook.engine.evaluation.evaluate import evaluate, policy_findings
-from webhook.engine.evaluation.request import Request
+from webhook.engine.evaluation.request import Request, Resource
+from webhook.engine.evaluation.scale import SCALE
 from webhook.engine.policy.crds import GROUP
 from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import Policy, PolicyError, compile_policy
 from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.engine.scheduling.labelkeys import label_warnings
@@ -103,10 +106,13 @@ class AdmissionService:
         self.memo = DecisionMemo() if memo is None else memo
         self._labels_judged: tuple[object, ...] = ()
         self.label_warnings: tuple[str, ...] = ()
+        self._exemptions_judged: tuple[object, ...] = ()
+        self.exemption_warnings: tuple[str, ...] = ()
         self._values_judged: tuple[object, ...] = ()
         # The rule values nothing in the cluster has (issue 42): logged, and the metric's.
         self.unmet: tuple[Unmet, ...] = ()
         self.warn_unlabelled()
+        self.warn_exemptions()
         self.warn_unmet()
 
     def review(self, request: AdmissionRequest, *, mutate: bool) -> Outcome:
@@ -162,8 +168,7 @@ class AdmissionService:
             return []  # judged above: not reached for an object with problems
         current = self._policy(self.rules.current)
         policy = dataclasses.replace(current, rules=alone.rules, settings=current.settings)
-        names_of = getattr(self.inventory, "namespace_names", None)
-        namespaces = names_of() if names_of is not None else None
+        namespaces = _namespace_names(self.inventory)
         return policy_findings(policy, view_of(self.inventory), namespaces=namespaces)
 
     def _judge(self, request: AdmissionRequest, ruleset: RuleSet) -> Judgement:
@@ -174,8 +179,14 @@ class AdmissionService:
             old_object=request.old_object,
             namespace_labels=self._namespace_labels(request.namespace),
             sub_resource=request.sub_resource,
+            resource=Resource(
+                request.resource_group, request.resource_version, request.resource, request.name
+            ),
         )
         policy, view = self._policy(ruleset), view_of(self.inventory)
+        if request.sub_resource == SCALE:
+            scaled = with_parent(engine_request, policy=policy, reader=self.cluster)
+            return Judgement(evaluate(scaled, policy=policy, inventory=view))
         judgement = self.memo.judge(engine_request, policy=policy, inventory=view)
         if self.cluster is None or not worth_a_read(
             engine_request, judgement.decision, policy=policy
@@ -218,14 +229,34 @@ class AdmissionService:
         self.label_warnings = warnings
         return warnings
 
+    def warn_exemptions(self) -> tuple[str, ...]:
+        """Log each exemption by namespace name that a namespace creator could take (the
+        name does not exist, or is a pattern: issue 41), once, at start and whenever the
+        rules or the namespaces change. Names are checked only where the namespaces are
+        watched (a live inventory); a static inventory holds none."""
+        policy = self.rules.current.policy
+        namespaces = _namespaces(self.inventory)
+        size = None if namespaces is None else len(namespaces)
+        judged = self._exemptions_judged
+        # By identity and size: the watcher's feed sends a new mapping at each change; an
+        # in-process watch changes its own, and adds or drops a name with the size.
+        if judged and judged[0] is policy and judged[1] is namespaces and judged[2] == size:
+            return self.exemption_warnings
+        self._exemptions_judged = (policy, namespaces, size)
+        warnings = tuple(str(w) for w in exemption_warnings(policy, namespaces))
+        for warning in warnings:
+            if warning not in self.exemption_warnings:
+                log.warning("an exemption a namespace creator could take: %s", warning)
+        self.exemption_warnings = warnings
+        return warnings
+
     def warn_unmet(self) -> tuple[Unmet, ...]:
         """Log each rule value that nothing in the cluster has (``policy_findings``), once,
         at start and whenever the rules (files or objects) or the cluster view change; the
         reloader asks with every readiness check and sets the metric from ``unmet``."""
         policy = self.rules.current.policy
         view = view_of(self.inventory)
-        names_of = getattr(self.inventory, "namespace_names", None)
-        namespaces = names_of() if names_of is not None else None
+        namespaces = _namespace_names(self.inventory)
         judged = (policy, view.snapshot, view.devices, view.pools, view.runtime_classes)
         if (
             self._values_judged
@@ -249,6 +280,7 @@ class AdmissionService:
     def ready(self) -> tuple[bool, str]:
         """Rules are loaded once the service exists; a live inventory must have synced."""
         self.warn_unlabelled()
+        self.warn_exemptions()
         self.warn_unmet()
         if self.inventory is not None and not self.inventory.ready():
             return False, NOT_SYNCED
@@ -284,9 +316,23 @@ class AdmissionService:
 JUDGED_SUBRESOURCES = ("ephemeralcontainers", "resize")
 
 
+def _namespaces(source: InventorySource | None) -> Mapping[str, Mapping[str, str]] | None:
+    listed = getattr(source, "namespaces", None)
+    found: Mapping[str, Mapping[str, str]] | None = listed() if listed is not None else None
+    return found
+
+
+def _namespace_names(source: InventorySource | None) -> frozenset[str] | None:
+    """The namespaces a rule's ``match.namespaces`` are checked against; None: not known."""
+    found = _namespaces(source)
+    return None if found is None else frozenset(found)
+
+
 def _skip_reason(request: AdmissionRequest) -> str:
     if request.operation not in ("CREATE", "UPDATE"):
         return "operation"
+    if request.sub_resource == SCALE and request.operation == "UPDATE":
+        return ""  # the engine passes through the scales of kinds it does not know
     if request.sub_resource and not (
         request.sub_resource in JUDGED_SUBRESOURCES
         and request.kind == "Pod"

@@ -16,11 +16,14 @@ from webhook.commands import (
     NO_OBJECTS,
     SUMMARIES,
     add_context_option,
+    add_kubernetes_version_option,
     add_rules_option,
     add_text_or_json_option,
     add_timeout_option,
     fail,
+    kubernetes_schema,
     live_rules,
+    refusal,
     rules_or_fail,
 )
 from webhook.engine.policy.ruleset import Policy
@@ -82,6 +85,7 @@ def register(sub: Any) -> None:
     add_text_or_json_option(parser)
     add_context_option(parser)
     add_timeout_option(parser)
+    add_kubernetes_version_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -118,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
 def _offline(args: argparse.Namespace, policy: Policy) -> int:
     if not args.inventory:
         return _fail("-f needs --inventory FILE: the nodes to explain the pod against")
+    schema = kubernetes_schema(COMMAND, args.kubernetes_version)
+    if isinstance(schema, int):
+        return schema
     documents, errors = load_manifests(args.files)
     try:
         # Nodes, DRA objects, RuntimeClasses, pools and quotas, as the server would read
@@ -131,6 +138,12 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
         print(f"error: {error}", file=sys.stderr)
     explanations = []
     for doc in documents:
+        # As check: an object kubectl would refuse is unusable, not explained.
+        refused = refusal(doc, policy, schema)
+        if refused is not None:
+            print(f"error: {refused.where}: {refused.problem}", file=sys.stderr)
+            errors.append(ManifestError(doc.source, refused.problem, refused.line))
+            continue
         try:
             explanations.append(
                 explain(doc.obj, policy=policy, inventory=view, nodes=inventory.nodes)

@@ -20,6 +20,7 @@ from webhook.commands import (
 )
 from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.policy.crds import resource_of
+from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
@@ -45,8 +46,11 @@ def register(sub: Any) -> None:
         help="report every problem in a rule directory or file",
         description="Validate every rule file in PATH against the schema and the semantic "
         "checks (conflicting rules, bad quantities); report all problems, and warn about "
-        "rules that would leave pods unschedulable. Exit 0: usable (warnings allowed); "
-        "1: problems found; 2: PATH or --inventory unusable.",
+        "rules that would leave pods unschedulable, rule values no node, pool or device of "
+        "the cluster has (with --inventory or --kubeconfig), and exemptions by namespace name "
+        "that a namespace creator could take (with --kubeconfig: names that do not exist). "
+        "Exit 0: usable (warnings allowed); 1: problems found; 2: PATH, --inventory or the "
+        "cluster unusable.",
     )
     lint.add_argument(
         "path",
@@ -55,23 +59,29 @@ def register(sub: Any) -> None:
         help=f"rule directory or one rule file ({', '.join(RULE_SUFFIXES)}) (default: "
         f"${RULES_ENV}, else ./{DEFAULT_RULES})",
     )
-    where = lint.add_mutually_exclusive_group()
-    where.add_argument(
+    lint.add_argument(
         "--inventory",
         metavar="FILE",
         help="nodes as 'kubectl get nodes -o yaml' prints them, to check memory limits and "
         "the rules' values (products, labels, GPU memory, ...) against (default: none, only "
         "the rules' declared node pools)",
     )
-    where.add_argument(
+    lint.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="check the rules' values against this cluster's live nodes, pools, DRA "
-        "devices, RuntimeClasses and namespaces (read once) instead of a file (default: none)",
+        help="this cluster (read once): the rules' values checked against its live nodes, "
+        "pools, DRA devices, RuntimeClasses and namespaces (with --inventory, its namespaces "
+        "only), and exempted namespaces that do not exist warned of (default: not checked)",
     )
     add_context_option(lint)
     lint.set_defaults(handler=_lint)
     schema = rules.add_parser("schema", help="print the JSON Schema of rule file documents")
+    schema.add_argument(
+        "--suite",
+        action="store_true",
+        help="print the schema of policy test suites (kind: GPUPolicyTest, for gpu-webhook "
+        "test) instead (default: the rule files' schema)",
+    )
     schema.set_defaults(handler=_schema)
     export = rules.add_parser(
         "export",
@@ -126,8 +136,14 @@ def _lint(args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
         print(f"{counted(len(exc.problems), 'problem')} found", file=sys.stderr)
         return 1
+    if namespaces is None and (args.kubeconfig or args.context):  # with --inventory
+        found = _cluster_namespaces(args)
+        if isinstance(found, int):
+            return found
+        namespaces = found
     warnings = memory_warnings(policy, nodes)
     warnings += label_warnings(policy, view.snapshot, view.devices)
+    warnings += exemption_warnings(policy, namespaces)
     values = None
     if nodes:
         # The evaluation only with a cluster: lint of files alone starts in a CI loop.
@@ -147,7 +163,7 @@ def _lint(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, list[str] | None]:
+def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, set[str] | None]:
     """The cluster the rules are checked against: an inventory file, a live cluster (with
     its namespaces, which no file holds), or none; an exit code when it is unusable."""
     if args.inventory:
@@ -166,7 +182,7 @@ def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, list[str]
         with ClusterObjects(endpoint) as cluster:
             notices: list[str] = []
             view = cluster.view(notices)
-            namespaces = sorted(cluster.namespace_labels())
+            namespaces = set(cluster.namespace_labels())
     except KubeconfigError as exc:
         return _fail(f"no usable cluster configuration: {exc}"), None
     except ApiError as exc:
@@ -174,6 +190,22 @@ def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, list[str]
     for notice in notices:
         print(f"notice: {notice}", file=sys.stderr)
     return view, namespaces
+
+
+def _cluster_namespaces(args: argparse.Namespace) -> set[str] | int:
+    """The names of the cluster's namespaces, or the exit code of a one-line failure. The
+    cluster client only for a cluster: lint of files runs in CI loops."""
+    from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
+    from webhook.cluster.clusterobjects import ClusterObjects
+
+    try:
+        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
+        with ClusterObjects(endpoint) as cluster:
+            return set(cluster.namespace_labels())
+    except KubeconfigError as exc:
+        return _fail(f"no usable cluster configuration: {exc}")
+    except ApiError as exc:
+        return _fail(f"cannot list the cluster's namespaces: {exc}")
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -208,7 +240,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    del args
-    json.dump(rules_schema(), sys.stdout, indent=2)
+    from webhook.engine.policy.policytest import suite_schema
+
+    json.dump(suite_schema() if args.suite else rules_schema(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

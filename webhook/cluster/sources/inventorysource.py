@@ -287,11 +287,12 @@ class LiveInventorySource:
             return None
         return self._namespaces.labels.get(name)
 
-    def namespace_names(self) -> frozenset[str] | None:
-        """Every namespace watched (only when rules select namespaces by label)."""
-        if self._namespaces is None:
+    def namespaces(self) -> Mapping[str, Mapping[str, str]] | None:
+        """Every namespace, with its labels, once listed; None when not watched or not yet
+        synced. Changed in place by the watch."""
+        if self._namespaces is None or not self._namespaces.synced:
             return None
-        return frozenset(self._namespaces.labels)
+        return self._namespaces.labels
 
     def runtime_classes(self) -> frozenset[str] | None:
         return self._runtime_classes.names
