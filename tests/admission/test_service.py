@@ -306,6 +306,22 @@ def test_a_rule_object_is_judged_at_validate_as_rules_lint_would(service, obj, s
 
 
 @pytest.mark.parametrize(
+    "metadata",
+    [
+        pytest.param([1], id="a-list"),
+        pytest.param("x", id="a-string"),
+        pytest.param(7, id="a-number"),
+        pytest.param({"name": ["team-a"]}, id="a-name-that-is-a-list"),
+    ],
+)
+def test_a_rule_object_whose_metadata_is_not_a_map_is_denied_not_a_500(service, metadata):
+    obj = {**_gpu_policy({"validate": [{"maxGPUsPerPod": 4}]}), "metadata": metadata}
+    outcome = answer(service, review(obj), mutate=False)
+    assert outcome.verdict == "denied"
+    assert "metadata" in outcome.body["response"]["status"]["message"]
+
+
+@pytest.mark.parametrize(
     ("body", "mutate", "reason"),
     [
         pytest.param(review(_gpu_policy({"bogus": 1})), True, "kind", id="at-mutate"),

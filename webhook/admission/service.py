@@ -50,7 +50,7 @@ from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.engine.scheduling.policyreach import Unmet
 from webhook.files.rulefiles import RuleSet, RuleStore
-from webhook.files.ruleobjects import RuleObject
+from webhook.files.ruleobjects import RuleObject, rule_object_message
 
 log = logging.getLogger("gpu_webhook.service")
 UNREADABLE = (
@@ -58,6 +58,7 @@ UNREADABLE = (
     "malformed (a field of the wrong type); fix it, or report a bug if the object is valid."
 )
 FailureMode = Literal["allow", "deny"]
+_ENGINE_ERRORS = (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError)
 
 
 NOT_SYNCED = "node inventory not synced yet"
@@ -124,7 +125,7 @@ class AdmissionService:
         ruleset = self.rules.current
         try:
             judgement = self._judge(request, ruleset)
-        except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+        except _ENGINE_ERRORS as exc:
             # The engine expects objects the API server has decoded; a custom resource may
             # still carry ill-typed fields at /mutate (its schema is checked afterwards).
             log.exception("engine failed on %s %s", request.kind, request.uid)
@@ -145,15 +146,21 @@ class AdmissionService:
         fails with the same lines; the mutating webhook leaves such objects alone."""
         if mutate:
             return _skipped("kind")
-        candidate = RuleObject.of(request.object or {}, kind=request.kind)
-        problems = self.rules.judge(candidate)
         generation = self.rules.current.generation
+        try:
+            candidate = RuleObject.of(request.object or {}, kind=request.kind)
+            problems = self.rules.judge(candidate)
+        except _ENGINE_ERRORS as exc:
+            # As for a pod the engine cannot read: a denial that says so, never a 500.
+            log.exception("rule object lint failed on %s %s", request.kind, request.uid)
+            problems = (f"not usable ({type(exc).__name__}: {str(exc)[:100]})",)
+            candidate = RuleObject(request.kind, "", 0, "", {})
         if not problems:
             warnings = [u.core for u in self._unmet_of(candidate)]
             return Answer(
                 reply(allowed=True, warnings=warnings), "allowed", rules_generation=generation
             )
-        message = f"{request.kind} {candidate.name}: " + "; ".join(problems)
+        message = rule_object_message(request.kind, candidate.name, problems)
         return Answer(reply(allowed=False, message=message), "denied", rules_generation=generation)
 
     def _unmet_of(self, candidate: RuleObject) -> list[Unmet]:

@@ -1,0 +1,81 @@
+{{- /*
+Checks on rules.files made at render time, so that `helm template` / `install` / `upgrade`
+fail with one line naming the values key, rather than the pod failing when the server loads
+the file. Only what Helm can check cheaply: each file parses as YAML, and each document has
+the rule files' apiVersion and a known kind. The full schema is the server's (`gpu-webhook
+rules lint` runs it before you install).
+*/ -}}
+
+{{/* The rule kinds: DOCUMENT_KINDS of webhook/engine/policy/schema.py (a test keeps them equal). */}}
+{{- define "gpu-webhook.ruleKinds" -}}
+GPUPolicy GPUSettings GPUNodePool WorkloadKind InstanceType
+{{- end -}}
+
+{{/* Renamed kinds (RENAMED_KINDS of the same module): old=new. */}}
+{{- define "gpu-webhook.renamedRuleKinds" -}}
+NodePool=GPUNodePool
+{{- end -}}
+
+{{/* The kind closest to a misspelt one: the same letters in another case, the new name of a
+renamed kind, or the kind sharing the longest common start with it when that start is more
+than half of the longer name (GPUPolicie, GPUPolicies -> GPUPolicy); else "". */}}
+{{- define "gpu-webhook.closestRuleKind" -}}
+{{- $word := . -}}
+{{- $best := "" -}}
+{{- $bestLength := 0 -}}
+{{- range (include "gpu-webhook.renamedRuleKinds" . | splitList " ") -}}
+{{- $pair := splitList "=" . -}}
+{{- if eq (lower (first $pair)) (lower $word) -}}{{- $best = last $pair -}}{{- $bestLength = 1000 -}}{{- end -}}
+{{- end -}}
+{{- range (include "gpu-webhook.ruleKinds" . | splitList " ") -}}
+{{- $kind := . -}}
+{{- if eq (lower $kind) (lower $word) -}}
+{{- $best = $kind -}}{{- $bestLength = 1000 -}}
+{{- else -}}
+{{- $shared := 0 -}}
+{{- $stop := false -}}
+{{- range $i := until (min (len $kind) (len $word) | int) -}}
+{{- if and (not $stop) (eq (substr $i (add1 $i | int) $kind) (substr $i (add1 $i | int) $word)) -}}
+{{- $shared = add1 $shared -}}
+{{- else -}}
+{{- $stop = true -}}
+{{- end -}}
+{{- end -}}
+{{- if and (gt (mul 2 $shared | int) (max (len $kind) (len $word) | int)) (gt $shared $bestLength) -}}
+{{- $best = $kind -}}{{- $bestLength = $shared -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $best -}}
+{{- end -}}
+
+{{/* fail with one line for the first document of one rules.files entry that is not a rule
+document; the argument is (list name text). Documents are numbered from 1, empty ones (a
+file of comments only, which turns a shipped default off) not counted. */}}
+{{- define "gpu-webhook.checkRuleFile" -}}
+{{- $name := index . 0 -}}
+{{- $key := printf "rules.files[%s]" ($name | quote) -}}
+{{- $kinds := include "gpu-webhook.ruleKinds" . | splitList " " -}}
+{{- $number := 0 -}}
+{{- range (regexSplit "(?m)^---[ \\t]*$" (index . 1) -1) -}}
+{{- if regexMatch "(?m)^[ \\t]*[^#\\s]" . -}}
+{{- $number = add1 $number -}}
+{{- $doc := fromYaml . -}}
+{{- if and (hasKey $doc "Error") (eq (len $doc) 1) -}}
+{{- fail (printf "%s: document %d is not a YAML map: %s" $key $number (get $doc "Error" | replace "\n" " ")) -}}
+{{- end -}}
+{{- $apiVersion := get $doc "apiVersion" | toString -}}
+{{- if ne $apiVersion "gpu-webhook.io/v1alpha1" -}}
+{{- $has := ternary (printf "has apiVersion %s" ($apiVersion | quote)) "has no apiVersion" (ne $apiVersion "") -}}
+{{- fail (printf "%s: document %d %s; rule documents are gpu-webhook.io/v1alpha1" $key $number $has) -}}
+{{- end -}}
+{{- $kind := get $doc "kind" | toString -}}
+{{- if not (has $kind $kinds) -}}
+{{- $closest := include "gpu-webhook.closestRuleKind" $kind -}}
+{{- $hint := ternary (printf "did you mean %s?" $closest) (printf "the kinds: %s" (join ", " $kinds)) (ne $closest "") -}}
+{{- $has := ternary (printf "has kind %s" $kind) "has no kind" (ne $kind "") -}}
+{{- fail (printf "%s: document %d %s; %s" $key $number $has $hint) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
