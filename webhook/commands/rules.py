@@ -19,13 +19,14 @@ from webhook.commands import (
     live_rules,
     rules_directory,
 )
-from webhook.engine.evaluation.request import NO_INVENTORY
+from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.policy.crds import resource_of
 from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
 from webhook.engine.scheduling.labelkeys import label_warnings
+from webhook.engine.scheduling.policyreach import not_checked, unmet_values
 from webhook.engine.scheduling.schedulability import memory_warnings
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.rulefiles import (
@@ -46,7 +47,8 @@ def register(sub: Any) -> None:
         help="report every problem in a rule directory or file",
         description="Validate every rule file in PATH against the schema and the semantic "
         "checks (conflicting rules, bad quantities); report all problems, and warn about "
-        "rules that would leave pods unschedulable and about exemptions by namespace name "
+        "rules that would leave pods unschedulable, rule values no node, pool or device of "
+        "the cluster has (with --inventory or --kubeconfig), and exemptions by namespace name "
         "that a namespace creator could take (with --kubeconfig: names that do not exist). "
         "Exit 0: usable (warnings allowed); 1: problems found; 2: PATH, --inventory or the "
         "cluster unusable.",
@@ -61,14 +63,16 @@ def register(sub: Any) -> None:
     lint.add_argument(
         "--inventory",
         metavar="FILE",
-        help="nodes as 'kubectl get nodes -o yaml' prints them, to check memory limits "
-        "against (default: none, only the rules' declared node pools)",
+        help="nodes as 'kubectl get nodes -o yaml' prints them, to check memory limits and "
+        "the rules' values (products, labels, GPU memory, ...) against (default: none, only "
+        "the rules' declared node pools)",
     )
     lint.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="list this cluster's namespaces (read once) to warn about exempted namespaces "
-        "that do not exist (default: not checked)",
+        help="this cluster (read once): the rules' values checked against its live nodes, "
+        "pools, DRA devices, RuntimeClasses and namespaces (with --inventory, its namespaces "
+        "only), and exempted namespaces that do not exist warned of (default: not checked)",
     )
     add_context_option(lint)
     lint.set_defaults(handler=_lint)
@@ -123,14 +127,10 @@ def _lint(args: argparse.Namespace) -> int:
         )
     if Path(path).is_file() and Path(path).suffix not in RULE_SUFFIXES:
         return _fail(f"{path}: not a rule file; rule files end in {', '.join(RULE_SUFFIXES)}")
-    nodes: tuple[Node, ...] = ()
-    view = NO_INVENTORY
-    if args.inventory:
-        try:
-            view = load_inventory_file(args.inventory).view()
-        except InventoryFileError as exc:
-            return _fail(f"the inventory is not usable: {exc}")
-        nodes = view.snapshot.nodes if view.snapshot is not None else ()
+    view, namespaces = _lint_view(args)
+    if isinstance(view, int):
+        return view
+    nodes: tuple[Node, ...] = view.snapshot.nodes if view.snapshot is not None else ()
     try:
         policy = load_policy(path)
     except PolicyError as exc:
@@ -138,8 +138,7 @@ def _lint(args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
         print(f"{counted(len(exc.problems), 'problem')} found", file=sys.stderr)
         return 1
-    namespaces: set[str] | None = None
-    if args.kubeconfig or args.context:
+    if namespaces is None and (args.kubeconfig or args.context):  # with --inventory
         found = _cluster_namespaces(args)
         if isinstance(found, int):
             return found
@@ -147,14 +146,52 @@ def _lint(args: argparse.Namespace) -> int:
     warnings = memory_warnings(policy, nodes)
     warnings += label_warnings(policy, view.snapshot, view.devices)
     warnings += exemption_warnings(policy, namespaces)
+    values = None
+    if nodes:
+        # The evaluation only with a cluster: lint of files alone starts in a CI loop.
+        from webhook.engine.evaluation.evaluate import cluster_values_of
+
+        values = cluster_values_of(policy, view, namespaces=namespaces)
+    warnings += [unmet.problem for unmet in unmet_values(policy, values)]
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    for notice in not_checked(policy, values):
+        print(f"notice: {notice}", file=sys.stderr)
     print(
         f"{path}: {counted(len(policy.rules), 'rule')}, "
         f"{counted(len(policy.node_pools), 'node pool')}, no problems"
         + (f", {counted(len(warnings), 'warning')}" if warnings else "")
     )
     return 0
+
+
+def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, set[str] | None]:
+    """The cluster the rules are checked against: an inventory file, a live cluster (with
+    its namespaces, which no file holds), or none; an exit code when it is unusable."""
+    if args.inventory:
+        try:
+            return load_inventory_file(args.inventory).view(), None
+        except InventoryFileError as exc:
+            return _fail(f"the inventory is not usable: {exc}"), None
+    if not (args.kubeconfig or args.context):
+        return NO_INVENTORY, None
+    # The cluster client only for a cluster: lint of files starts in a CI loop.
+    from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
+    from webhook.cluster.clusterobjects import ClusterObjects
+
+    try:
+        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
+        with ClusterObjects(endpoint) as cluster:
+            notices: list[str] = []
+            view = cluster.view(notices)
+            namespaces = set(cluster.namespace_labels())
+    except KubeconfigError as exc:
+        return _fail(f"no usable cluster configuration: {exc}"), None
+    except ApiError as exc:
+        return _fail(f"cannot read the cluster's nodes and namespaces: {exc}"), None
+    for notice in notices:
+        print(f"notice: {notice}", file=sys.stderr)
+    return view, namespaces
 
 
 def _cluster_namespaces(args: argparse.Namespace) -> set[str] | int:

@@ -267,6 +267,9 @@ class Rule:
     document: DocumentRef | None = None
     # Built-in checks and mutations (``schema.EXEMPTIONS``) that pods this rule matches are spared.
     exempt: frozenset[str] = frozenset()
+    # The document's spec as written: the values ``scheduling.policyreach`` compares with
+    # the cluster, each with its path (issue 42).
+    spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -592,6 +595,7 @@ def _compile_rule(ref: DocumentRef, spec: Mapping[str, Any], problems: list[Poli
         mutations=_compile_mutations(ref, spec.get("mutate") or {}, problems),
         document=ref,
         exempt=exempt,
+        spec=spec,
     )
 
 
