@@ -122,7 +122,10 @@ def refusals(
         if isinstance(verdict, celpy.CELEvalError):
             raise verdict
         if not verdict:
-            failed.append(str(program(validation["messageExpression"]).evaluate(activation)))
+            if "messageExpression" in validation:
+                failed.append(str(program(validation["messageExpression"]).evaluate(activation)))
+            else:
+                failed.append(validation["message"])
     return failed
 
 

@@ -332,14 +332,26 @@ LEFT_TO_THE_WEBHOOK = {
 }
 
 
-def pod_cases() -> list[Any]:
+def create_cases(*, pods_only: bool) -> list[Any]:
     found = []
     for case in case_dirs():
         obj = yaml.safe_load((case / "object.yaml").read_text())
         request = load_request(case, obj)
-        if obj.get("kind") == "Pod" and request.operation == "CREATE" and not request.sub_resource:
+        if request.operation != "CREATE" or request.sub_resource:
+            continue
+        if obj.get("kind") == "Pod" or not pods_only:
             found.append(pytest.param(case, id=case.name))
     return found
+
+
+def applies(policy: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
+    """The policies for pods see pods; the workload one the objects of its API groups (its
+    validations say which kinds they are for)."""
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    if rules[0]["resources"] == ["pods"]:
+        return obj.get("kind") == "Pod"
+    return any(group in rule["apiGroups"] for rule in rules)
 
 
 ACTION = {"Deny": "deny", "Warn": "warn", "Audit": "audit"}
@@ -350,8 +362,8 @@ def _findings(case: Path) -> list[tuple[str, str, str]]:
     return [(f["rule"], f["check"], f["action"]) for f in expected.get("findings") or []]
 
 
-@pytest.mark.parametrize("case", pod_cases())
-def test_a_policy_refuses_a_golden_pod_only_where_the_webhook_finds_the_same(case: Path) -> None:
+@pytest.mark.parametrize("case", create_cases(pods_only=False))
+def test_a_policy_refuses_a_golden_object_only_where_the_webhook_finds_the_same(case: Path) -> None:
     """Never a refusal the webhook does not make (with the binding's action), and every
     access denial the webhook makes from the pod alone."""
     obj = yaml.safe_load((case / "object.yaml").read_text())
@@ -361,7 +373,7 @@ def test_a_policy_refuses_a_golden_pod_only_where_the_webhook_finds_the_same(cas
     refused_access = False
     for _, objs in made.files:
         policy, binding = objs
-        if policy["kind"] != "ValidatingAdmissionPolicy":
+        if policy["kind"] != "ValidatingAdmissionPolicy" or not applies(policy, obj):
             continue
         failed = refusals(
             policy, obj, namespace=request.effective_namespace, labels=request.namespace_labels
@@ -373,9 +385,15 @@ def test_a_policy_refuses_a_golden_pod_only_where_the_webhook_finds_the_same(cas
         if name.endswith("core-gpu-access"):
             refused_access = True
             assert ("builtin", "gpuAccessWithoutRequest", action) in findings
+        elif "core-workload-quantities" in name:
+            for message in failed:
+                check = message.split("(")[1].split(")")[0]
+                assert ("builtin", check, action) in findings, message
         else:
             rule = name.removeprefix("gpu-webhook-core-rule-")
             assert any(r == rule and a == action for r, _, a in findings), (name, failed)
+    if obj.get("kind") != "Pod":
+        return  # a workload's pods meet the access policy when they are created
     denies_access = ("builtin", "gpuAccessWithoutRequest", "deny") in findings
     if denies_access and not refused_access:
         assert case.name in LEFT_TO_THE_WEBHOOK
@@ -383,7 +401,7 @@ def test_a_policy_refuses_a_golden_pod_only_where_the_webhook_finds_the_same(cas
         assert not refused_access, "said in CEL now: take it off the list"
 
 
-@pytest.mark.parametrize("case", pod_cases())
+@pytest.mark.parametrize("case", create_cases(pods_only=True))
 def test_the_webhook_after_the_mutating_policy_gives_todays_object_and_answer(case: Path) -> None:
     """The policy adds a toleration only where the webhook adds the same, and the webhook,
     called after it (the API server's order: MutatingAdmissionPolicy, then the webhooks),
@@ -412,3 +430,63 @@ def test_the_webhook_after_the_mutating_policy_gives_todays_object_and_answer(ca
     assert result["spec"].get("tolerations") == want["spec"].get("tolerations")
     assert result == want
     assert [(f.rule, f.check, f.action) for f in decision.findings] == _findings(case)
+
+
+# --- custom workloads' templates ----------------------------------------------------------
+
+
+def workloads() -> Mapping[str, Any]:
+    return by_name(generated().objects, "ValidatingAdmissionPolicy", "core-workload-quantities")
+
+
+def pytorchjob(resources: dict[str, Any]) -> dict[str, Any]:
+    template = {"spec": {"containers": [container(resources=resources)]}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template}}}}  # fmt: skip
+
+
+def jobset(resources: dict[str, Any]) -> dict[str, Any]:
+    template = {"spec": {"template": {"spec": {"containers": [container(resources=resources)]}}}}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "j"},
+            "spec": {"replicatedJobs": [{"name": "w", "template": template}]}}  # fmt: skip
+
+
+WORKLOADS = [
+    pytest.param(pytorchjob({"requests": {"nvidia.com/gpu": "1"}}), "requestsWithoutLimits", id="requests-only-in-a-replica-map"),
+    pytest.param(pytorchjob({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}}), "requestsNotEqualLimits", id="unequal"),
+    pytest.param(pytorchjob({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1.0"}}), None, id="equal-as-quantities"),
+    pytest.param(pytorchjob({"limits": {"nvidia.com/gpu": "500m"}}), "fractionalQuantity", id="millis"),
+    pytest.param(pytorchjob({"limits": {"nvidia.com/gpu": "2000m"}}), None, id="whole-millis"),
+    pytest.param(jobset({"limits": {"nvidia.com/gpu": "0.5"}}), "fractionalQuantity", id="a-fraction-in-a-list-of-jobs"),
+    pytest.param(jobset({"limits": {"nvidia.com/gpu": "1"}}), None, id="whole-gpus"),
+    pytest.param(jobset({"requests": {"example.com/nic": "1"}}), None, id="not-a-gpu"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("obj", "check"), WORKLOADS)
+def test_custom_workloads_templates_are_held_to_what_the_api_server_holds_pods_to(
+    obj: dict[str, Any], check: str | None
+) -> None:
+    failed = refusals(workloads(), obj, namespace="research")
+    decision = evaluate(
+        Request(obj, namespace="research"), policy=load_policy(str(RULES)), inventory=NO_INVENTORY
+    )
+    if check is None:
+        assert failed == []
+    else:
+        (message,) = failed
+        assert f"({check})" in message
+        assert check in [f.check for f in decision.findings if f.action == "deny"]
+
+
+def test_every_cel_string_escape_is_one_cel_go_reads() -> None:
+    """cel-python takes ``\\.`` in a string literal; cel-go refuses the expression."""
+    made = generated(HERE / "rules").objects + generated().objects
+    for obj in made:
+        spec = obj.get("spec", {})
+        texts = [v["expression"] for v in spec.get("variables") or []]
+        texts += [v["expression"] for v in spec.get("validations") or []]
+        texts += [v.get("messageExpression", "") for v in spec.get("validations") or []]
+        texts += [m["jsonPatch"]["expression"] for m in spec.get("mutations") or []]
+        for text in texts:
+            assert not re.search(r"(?<!\\)(?:\\\\)*\\[^\\'\"abfnrtv]", text), text

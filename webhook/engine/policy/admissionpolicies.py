@@ -44,6 +44,7 @@ from webhook.engine.policy.podcel import (
     section,
 )
 from webhook.engine.policy.ruleset import Match, Policy, Rule, RuleCheck
+from webhook.engine.policy.workloadcel import workload_validations
 
 GPU_ACCESS = "gpuAccessWithoutRequest"
 PREFIX = "gpu-webhook"
@@ -109,6 +110,7 @@ def admission_policies(policy: Policy, *, prefix: str = PREFIX) -> Generated:
         if made is not None:
             files.append((f"{FILE_PREFIX}rule-{rule.name}", made))
         skipped += _rule_mutation_skips(rule, pod)
+    files += _workloads(policy, pod, prefix, skipped)
     tolerations = _tolerations(policy, pod, prefix)
     if tolerations is not None:
         files.append((f"{FILE_PREFIX}tolerations", tolerations))
@@ -291,13 +293,15 @@ def _uses_exact(match: Match) -> bool:
 # --- the objects --------------------------------------------------------------------------
 
 
-def _validating(
+def validating(
     name: str,
     *,
     variables: list[dict[str, str]],
     validations: list[dict[str, str]],
     actions: list[str],
+    resource_rules: Sequence[Mapping[str, Any]] = (PODS,),
 ) -> tuple[Mapping[str, Any], ...]:
+    """A ValidatingAdmissionPolicy and its binding, acting where the webhooks do."""
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -305,7 +309,7 @@ def _validating(
         "spec": {
             # An expression that errors admits: a false denial is the worst bug.
             "failurePolicy": "Ignore",
-            "matchConstraints": {"resourceRules": [dict(PODS)]},
+            "matchConstraints": {"resourceRules": [dict(r) for r in resource_rules]},
             "variables": variables,
             "validations": validations,
         },
@@ -359,7 +363,7 @@ UNSEEN = (
 
 
 def _clean(path: str) -> str:
-    return f"{path}.matches('{CLEAN}') && !{path}.matches('{UNCLEAN_SEGMENT}')"
+    return f"{path}.matches({quote(CLEAN)}) && !{path}.matches({quote(UNCLEAN_SEGMENT)})"
 
 
 NO_SUB_PATH = "(!has(m.subPath) || m.subPath == '') && (!has(m.subPathExpr) || m.subPathExpr == '')"
@@ -462,7 +466,7 @@ def _gpu_access(policy: Policy, prefix: str) -> tuple[Mapping[str, Any], ...] | 
         "resources.limits, or remove that access (gpu-webhook explain names it).'",
         "reason": "Forbidden",
     }
-    return _validating(
+    return validating(
         f"{prefix}-core-gpu-access",
         variables=variables,
         validations=[validation],
@@ -573,7 +577,7 @@ def _rule_checks(
                 "reason": "Forbidden",
             }
         )
-    return _validating(
+    return validating(
         f"{prefix}-core-rule-{rule.name}",
         variables=_variables(pod, exact=_uses_exact(rule.match)),
         validations=validations,
@@ -601,6 +605,31 @@ def _rule_mutation_skips(rule: Rule, pod: PodCEL) -> list[Skipped]:
         if matched is None:
             skipped.append(Skipped(rule.name, "tolerations", why))
     return skipped
+
+
+# --- custom workloads' templates ----------------------------------------------------------
+
+
+def _workloads(
+    policy: Policy, pod: PodCEL, prefix: str, skipped: list[Skipped]
+) -> list[tuple[str, tuple[Mapping[str, Any], ...]]]:
+    if not pod.gpu_names_ok:
+        return []
+    made, left = workload_validations(policy, pod.gpu())
+    skipped += [Skipped("builtin", check, why) for check, why in left]
+    files = []
+    for group in made:
+        suffix = "" if group.action == "deny" else f"-{group.action}"
+        name = f"{prefix}-core-workload-quantities{suffix}"
+        objects = validating(
+            name,
+            variables=[],
+            validations=list(group.validations),
+            actions=VALIDATION_ACTIONS[group.action],
+            resource_rules=group.resource_rules,
+        )
+        files.append((f"{FILE_PREFIX}workload-quantities{suffix}", objects))
+    return files
 
 
 # --- tolerations --------------------------------------------------------------------------
