@@ -297,7 +297,7 @@ def validating(
     name: str,
     *,
     variables: list[dict[str, str]],
-    validations: list[dict[str, str]],
+    validations: Sequence[Mapping[str, str]],
     actions: list[str],
     resource_rules: Sequence[Mapping[str, Any]] = (PODS,),
 ) -> tuple[Mapping[str, Any], ...]:
@@ -311,7 +311,7 @@ def validating(
             "failurePolicy": "Ignore",
             "matchConstraints": {"resourceRules": [dict(r) for r in resource_rules]},
             "variables": variables,
-            "validations": validations,
+            "validations": [dict(v) for v in validations],
         },
     }
     binding = {
