@@ -28,13 +28,16 @@ from webhook.engine.resources.inventory import Node
 from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.engine.scheduling.schedulability import memory_warnings
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
+from webhook.files.manifests import load_manifests
 from webhook.files.rulefiles import (
     RULE_SUFFIXES,
     compile_rule_files,
+    compile_rules,
     load_policy,
     read_documents,
     read_rule_files,
 )
+from webhook.files.ruleobjects import RuleObject
 from webhook.reports.wording import counted
 
 
@@ -122,6 +125,14 @@ def register(sub: Any) -> None:
         nargs="?",
         metavar="PATH",
         help=f"rule directory or one rule file (default: ${RULES_ENV}, else ./{DEFAULT_RULES})",
+    )
+    policies.add_argument(
+        "--objects",
+        action="append",
+        metavar="FILE",
+        help="rule objects as the API server serves them (kubectl get gpupolicies,gpusettings "
+        "-o yaml), merged into PATH's rules as the server merges the cluster's; one not in "
+        "force is said on stderr (repeatable; default: none, the files only)",
     )
     policies.add_argument(
         "-o",
@@ -239,21 +250,28 @@ def _admission_policies(args: argparse.Namespace) -> int:
     path, _ = rules_directory(args.path)
     if not Path(path).exists():
         return fail("rules admission-policies", f"{path}: no such directory or file")
+    objects = _objects(args.objects or [])
+    if isinstance(objects, str):
+        return fail("rules admission-policies", objects)
     try:
-        policy = load_policy(path)
+        merged = compile_rules(read_rule_files(path), directory=path, objects=objects)
+        policy = merged.policy
     except PolicyError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         print(f"{counted(len(exc.problems), 'problem')} found; nothing printed", file=sys.stderr)
         return 1
+    for key, verdict in merged.verdicts.items():
+        if not verdict.ready:
+            print(f"not in force: {'/'.join(key)}: {'; '.join(verdict.problems)}", file=sys.stderr)
     generated = admission_policies(policy)
     for skipped in generated.skipped:
         print(f"skipped: {skipped}", file=sys.stderr)
     if args.output_dir is not None:
         target = Path(args.output_dir)
         target.mkdir(parents=True, exist_ok=True)
-        for stem, objects in generated.files:
-            (target / f"{stem}.yaml").write_text(policy_file(objects))
+        for stem, made in generated.files:
+            (target / f"{stem}.yaml").write_text(policy_file(made))
         print(f"{counted(len(generated.files), 'policy file')} written under {target}")
     elif args.output == "json":
         listed = {"apiVersion": "v1", "kind": "List", "items": generated.objects}
@@ -262,6 +280,21 @@ def _admission_policies(args: argparse.Namespace) -> int:
     else:
         yaml.safe_dump_all(generated.objects, sys.stdout, sort_keys=False, width=100)
     return 0
+
+
+def _objects(paths: list[str]) -> list[RuleObject] | str:
+    """The rule objects of ``paths``, or the first reason they are not."""
+    if not paths:
+        return []
+    documents, errors = load_manifests(paths)
+    if errors:
+        return str(errors[0])
+    found = []
+    for doc in documents:
+        if doc.obj.get("kind") not in DOCUMENT_KINDS:
+            return f"{doc.source}: {doc.obj.get('kind')!s} is not a rule object"
+        found.append(RuleObject.of(doc.obj))
+    return found
 
 
 # What scripts/gen-admission-policies writes above each file of deploy/base/admission-policies.
