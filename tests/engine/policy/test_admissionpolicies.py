@@ -490,3 +490,62 @@ def test_every_cel_string_escape_is_one_cel_go_reads() -> None:
         texts += [m["jsonPatch"]["expression"] for m in spec.get("mutations") or []]
         for text in texts:
             assert not re.search(r"(?<!\\)(?:\\\\)*\\[^\\'\"abfnrtv]", text), text
+
+
+# --- cost ---------------------------------------------------------------------------------
+
+# The API server's limit per expression (k8s.io/apiserver/pkg/apis/cel/config.go,
+# PerCallLimit): a cost above it is an evaluation error, which admits.
+PER_CALL_LIMIT = 1_000_000
+
+
+def big_pod(n: int) -> dict[str, Any]:
+    """``n`` containers of ``n`` variables, mounts and GPU-like resources each, ``n``
+    hostPath volumes of which a tenth hold device nodes: what any expression must walk."""
+    volumes = [{"name": f"v{i}", "hostPath": {"path": "/dev/nvidia0" if i % 10 == 0 else f"/data/{i}"}}
+               for i in range(n)]  # fmt: skip
+    containers = [
+        container(
+            f"c{i}",
+            env=env(*[(f"V{j}", "x") for j in range(n)]),
+            volumeMounts=[{"name": f"v{j}", "mountPath": f"/m/{j}"} for j in range(1, n, 10)],
+            resources={"limits": {f"example.com/r{j}": "1" for j in range(n // 10)}},
+        )
+        for i in range(n)
+    ]
+    return pod(*containers, volumes=volumes)
+
+
+def cost(policy: Mapping[str, Any], obj: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> int:
+    """Our own conservative stand-in for cel-go's runtime cost (celpy has none): every node
+    of every expression evaluated, each comprehension step included."""
+    import celpy.evaluation
+
+    count = 0
+    visit = celpy.evaluation.Evaluator.visit
+
+    def counted(self: Any, tree: Any) -> Any:
+        nonlocal count
+        count += 1
+        return visit(self, tree)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(celpy.evaluation.Evaluator, "visit", counted)
+        if policy["kind"] == "MutatingAdmissionPolicy":
+            mutated(policy, obj, namespace="research")
+        else:
+            refusals(policy, obj, namespace="research")
+    return count
+
+
+@pytest.mark.parametrize("suffix", ["core-gpu-access", "core-tolerations"])
+def test_a_policys_cost_grows_with_the_pod_not_with_its_square(
+    suffix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (policy,) = [o for o in generated().objects
+                 if o["metadata"]["name"].endswith(suffix) and o["kind"].endswith("Policy")]  # fmt: skip
+    small, large = (cost(policy, big_pod(n), monkeypatch) for n in (20, 40))
+    # Four times the entries (n containers of n each): at most four times the cost, with
+    # room for the constant part; a walk inside a walk of the same lists would be 8x.
+    assert large <= 4.5 * small, (small, large)
+    assert large < PER_CALL_LIMIT
