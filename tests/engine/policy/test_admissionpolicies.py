@@ -105,9 +105,12 @@ def test_every_object_is_valid_to_the_kubernetes_136_schemas(rules: Path) -> Non
 
 def test_the_shipped_rules_make_the_access_policy_and_the_toleration_policy() -> None:
     made = generated()
-    assert [stem for stem, _ in made.files] == ["core-gpu-access", "core-tolerations"]
+    stems = [stem for stem, _ in made.files]
+    assert stems == ["core-gpu-access", "core-workload-quantities", "core-tolerations"]
     kinds = [o["kind"] for o in made.objects]
     assert kinds == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
         "MutatingAdmissionPolicy",

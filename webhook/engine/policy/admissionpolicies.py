@@ -32,16 +32,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.engine.policy.accesscel import access_rules
 from webhook.engine.policy.podcel import (
-    POSITIVE,
-    WHOLE,
+    PodCEL,
     all_of,
     any_of,
     label_selector,
     name_in,
+    pod_variables,
     quote,
     quoted_list,
-    section,
 )
 from webhook.engine.policy.ruleset import Match, Policy, Rule, RuleCheck
 from webhook.engine.policy.workloadcel import workload_validations
@@ -115,117 +115,6 @@ def admission_policies(policy: Policy, *, prefix: str = PREFIX) -> Generated:
     if tolerations is not None:
         files.append((f"{FILE_PREFIX}tolerations", tolerations))
     return Generated(tuple(files), tuple(skipped))
-
-
-# --- the pod as CEL -----------------------------------------------------------------------
-
-
-class PodCEL:
-    """The expressions about one pod's containers, with the policy's GPU resource names."""
-
-    def __init__(self, policy: Policy) -> None:
-        names = [name for name, _ in policy.settings.gpu_resources.entries]
-        self.gpu_names_ok = name_in("r", names) is not None
-        self._gpu = name_in("r", names) or "false"
-
-    def gpu(self) -> str:
-        """Whether the resource name ``r`` is a GPU (``GPUSettings.gpuResources``)."""
-        return self._gpu
-
-    @staticmethod
-    def value(c: str, part: str, key: str = "r") -> str:
-        return f"string({c}.resources.{part}[{key}])"
-
-    def count(self, c: str) -> str:
-        """The GPUs container ``c`` asks for where each is a whole count written plainly
-        (a request equal to its limit, or one of them): never more than the webhook counts
-        (``gpus.pod_gpus``: the request, else the limit, rounded up)."""
-        lim, req = self.value(c, "limits"), self.value(c, "requests")
-        same = f"(!has({c}.resources.requests) || !(r in {c}.resources.requests) || {req} == {lim})"
-        from_limits = (
-            f"({section(c, 'limits')} ? {c}.resources.limits.filter(r, {self.gpu()} && "
-            f"{lim}.matches('{WHOLE}') && {same}).map(r, int({lim})).sum() : 0)"
-        )
-        only_requests = (
-            f"({section(c, 'requests')} ? {c}.resources.requests.filter(r, {self.gpu()} && "
-            f"!(has({c}.resources.limits) && r in {c}.resources.limits) && "
-            f"{req}.matches('{WHOLE}')).map(r, int({req})).sum() : 0)"
-        )
-        return f"{from_limits} + {only_requests}"
-
-    def bad_count(self, c: str, allowed: str) -> str:
-        """Some GPU resource of ``c`` has a plain whole count above zero not in ``allowed``."""
-        lim, req = self.value(c, "limits"), self.value(c, "requests")
-        same = f"(!has({c}.resources.requests) || !(r in {c}.resources.requests) || {req} == {lim})"
-        return (
-            f"({section(c, 'limits')} && {c}.resources.limits.exists(r, {self.gpu()} && "
-            f"{lim}.matches('{POSITIVE}') && {same} && !(int({lim}) in {allowed}))) || "
-            f"({section(c, 'requests')} && {c}.resources.requests.exists(r, {self.gpu()} && "
-            f"!(has({c}.resources.limits) && r in {c}.resources.limits) && "
-            f"{req}.matches('{POSITIVE}') && !(int({req}) in {allowed})))"
-        )
-
-    def exact(self, c: str) -> str:
-        """Container ``c``'s count is the webhook's: every GPU quantity plain and whole, no
-        other extended resource (a DRA class may serve it as a GPU, KEP-5004)."""
-        lim, req = self.value(c, "limits"), self.value(c, "requests")
-        return (
-            f"(!{section(c, 'limits')} || {c}.resources.limits.all(r, !r.contains('/') || "
-            f"({self.gpu()} && {lim}.matches('{WHOLE}')))) && "
-            f"(!{section(c, 'requests')} || {c}.resources.requests.all(r, !r.contains('/') || "
-            f"({self.gpu()} && {req}.matches('{WHOLE}') && (!has({c}.resources.limits) || "
-            f"!(r in {c}.resources.limits) || {req} == {lim}))))"
-        )
-
-    def holds(self, c: str, patterns: Sequence[str]) -> str | None:
-        """``c`` asks for more than zero of a GPU resource that matches ``patterns``."""
-        matches = name_in("r", patterns)
-        if matches is None:
-            return None
-        lim, req = self.value(c, "limits"), self.value(c, "requests")
-        return (
-            f"({section(c, 'requests')} && {c}.resources.requests.exists(r, {self.gpu()} && "
-            f"{matches} && {req}.matches('{POSITIVE}'))) || "
-            f"({section(c, 'limits')} && {c}.resources.limits.exists(r, {self.gpu()} && "
-            f"{matches} && {lim}.matches('{POSITIVE}') && (!has({c}.resources.requests) || "
-            f"!(r in {c}.resources.requests))))"
-        )
-
-
-# The pod's containers: app and init (sidecars among them), and those whose requests add
-# up (app containers and sidecars: the pod's effective request is at least their sum).
-CONTAINERS = (
-    "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
-)
-COUNTED = (
-    "object.spec.containers + (has(object.spec.initContainers) ? "
-    "object.spec.initContainers.filter(c, has(c.restartPolicy) && c.restartPolicy == 'Always') "
-    ": [])"
-)
-# No init container but sidecars asks for a GPU: then the pod's request is the sum above
-# (``resources.fit.effective``).
-NO_INIT_GPUS = (
-    "!has(object.spec.initContainers) || object.spec.initContainers.all(c, "
-    "(has(c.restartPolicy) && c.restartPolicy == 'Always') || !has(c.resources) || "
-    "((!has(c.resources.limits) || c.resources.limits.all(r, !r.contains('/'))) && "
-    "(!has(c.resources.requests) || c.resources.requests.all(r, !r.contains('/')))))"
-)
-
-
-def _variables(pod: PodCEL, *, exact: bool) -> list[dict[str, str]]:
-    found = [
-        {"name": "containers", "expression": CONTAINERS},
-        {"name": "counted", "expression": COUNTED},
-        {"name": "gpus", "expression": f"variables.counted.map(c, {pod.count('c')}).sum()"},
-    ]
-    if exact:
-        found.append(
-            {
-                "name": "exact",
-                "expression": f"({NO_INIT_GPUS}) && variables.containers.all(c, {pod.exact('c')})",
-            }
-        )
-    return found
 
 
 # --- matching a rule ----------------------------------------------------------------------
@@ -338,134 +227,14 @@ def _selector() -> dict[str, Any]:
 
 # --- gpuAccessWithoutRequest --------------------------------------------------------------
 
-# GPU device nodes and the directories that hold them, for a host path already in clean
-# form (``gpuaccess._device_path`` after ``on_host``): /dev/nvidia*, /dev/dri, /dev,
-# /dev/char and its 195 (NVIDIA) and 226 (DRM) links, each also under the GPU operator's
-# driver root; /, /run, /run/nvidia and the driver root itself.
-DEVICE_PATH = (
-    "^((/var)?/run/nvidia/driver)?(/dev|/dev/char|/dev/nvidia.*|/dev/dri(/.*)?"
-    "|/dev/char/(195|226):[0-9]+(/.*)?)$|^/$|^(/var)?/run(/nvidia(/driver)?)?$"
-)
-# A path as ``resolved`` leaves it: no empty, ``.`` or ``..`` segment, no trailing slash.
-CLEAN = "^/$|^(/[^/]+)+$"
-UNCLEAN_SEGMENT = "/\\.\\.?(/|$)"
-DEVICE_LIST = "^/var/run/nvidia-container-devices.+$"
-# Values whose entries the toolkit and the webhook trim alike (spaces only).
-PLAIN_VALUE = "^[-A-Za-z0-9_:., ]+$"
-HIDES = "(^|,) *(void|none) *(,|$)"
-NO_CAPABILITIES = "^( *(none|void)? *,)* *(none|void)? *$"
-VISIBLE = "NVIDIA_VISIBLE_DEVICES"
-CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
-UNSEEN = (
-    "has(e.valueFrom) && (has(e.valueFrom.configMapKeyRef) || has(e.valueFrom.secretKeyRef)"
-    " || has(e.valueFrom.resourceFieldRef))"
-)
-
-
-def _clean(path: str) -> str:
-    return f"{path}.matches({quote(CLEAN)}) && !{path}.matches({quote(UNCLEAN_SEGMENT)})"
-
-
-NO_SUB_PATH = "(!has(m.subPath) || m.subPath == '') && (!has(m.subPathExpr) || m.subPathExpr == '')"
-ACCESS_VARIABLES = [
-    {
-        "name": "hostPaths",
-        "expression": "has(object.spec.volumes) ? "
-        "object.spec.volumes.filter(v, has(v.hostPath)) : []",
-    },
-    {
-        "name": "charDevices",
-        "expression": "variables.hostPaths.filter(v, has(v.hostPath.type) && "
-        "v.hostPath.type == 'CharDevice').map(v, v.name)",
-    },
-    {
-        "name": "deviceDirectories",
-        "expression": f"variables.hostPaths.filter(v, {_clean('v.hostPath.path')} && "
-        f"v.hostPath.path.matches('{DEVICE_PATH}')).map(v, v.name)",
-    },
-    {
-        "name": "nullDevices",
-        "expression": "variables.hostPaths.filter(v, v.hostPath.path == '/dev/null')"
-        ".map(v, v.name)",
-    },
-]
-
-
-def _last(c: str, name: str) -> str:
-    return f"{c}.env.filter(e, e.name == {quote(name)})"
-
-
-def _env_access(c: str) -> str:
-    """The last ``NVIDIA_VISIBLE_DEVICES`` shows GPUs or hides its value; else the last
-    ``NVIDIA_DRIVER_CAPABILITIES`` adds some or hides its value (``gpuaccess.env_access``):
-    plain values only (no ``$``), read as the toolkit reads them."""
-    visible, capabilities = _last(c, VISIBLE), _last(c, CAPABILITIES)
-    shows = f"(has(e.value) && e.value.matches('{PLAIN_VALUE}') && !e.value.matches('{HIDES}'))"
-    adds = (
-        f"(has(e.value) && e.value.matches('{PLAIN_VALUE}') && "
-        f"!e.value.matches('{NO_CAPABILITIES}'))"
-    )
-    return (
-        f"has({c}.env) && ({visible}.exists(e, true) ? "
-        f"[{visible}[size({visible}) - 1]].exists(e, {shows} || ({UNSEEN})) : "
-        f"[{capabilities}].exists(l, size(l) > 0 && [l[size(l) - 1]].exists(e, {adds} || "
-        f"({UNSEEN}))))"
-    )
-
-
-def _mounts(c: str, condition: str) -> str:
-    return f"has({c}.volumeMounts) && {c}.volumeMounts.exists(m, {condition})"
-
-
-DEVICE_LIST_MOUNT = (
-    f"m.name in variables.nullDevices && {NO_SUB_PATH} && m.mountPath.matches('{DEVICE_LIST}')"
-    f" && {_clean('m.mountPath')}"
-)
-DEVICE_MOUNT = (
-    f"m.name in variables.charDevices || (m.name in variables.deviceDirectories && {NO_SUB_PATH})"
-)
-
-
-def asks_at_least(c: str) -> str:
-    """True for every container the webhook says asks for a GPU (``gpuaccess.asks_for_gpu``):
-    any extended resource above a plain zero (a DRA class may serve any name as a GPU), or
-    a claim."""
-    nonzero = "r.contains('/') && string({c}.resources.{part}[r]) != '0'"
-    return (
-        f"({section(c, 'limits')} && {c}.resources.limits.exists(r, "
-        f"{nonzero.format(c=c, part='limits')})) || "
-        f"({section(c, 'requests')} && {c}.resources.requests.exists(r, "
-        f"{nonzero.format(c=c, part='requests')})) || "
-        f"(has({c}.resources) && has({c}.resources.claims) && size({c}.resources.claims) > 0)"
-    )
-
 
 def _gpu_access(policy: Policy, prefix: str) -> tuple[Mapping[str, Any], ...] | None:
     action = policy.settings.actions.get(GPU_ACCESS, "deny")
     if action not in VALIDATION_ACTIONS:
         return None
     exempting = [r for r in policy.rules if GPU_ACCESS in r.exempt]
-    reaches = (
-        f"({_mounts('c', DEVICE_LIST_MOUNT)}) || (!({asks_at_least('c')}) && "
-        f"(({_env_access('c')}) || ({_mounts('c', DEVICE_MOUNT)})))"
-    )
-    variables = [
-        {"name": "containers", "expression": CONTAINERS},
-        *ACCESS_VARIABLES,
-        {"name": "reaching", "expression": f"variables.containers.filter(c, {reaches})"},
-    ]
     exempt = any_of(match_at_least(r.match) for r in exempting) if exempting else "false"
-    validation = {
-        "expression": "size(variables.reaching) == 0"
-        if exempt == "false"
-        else f"({exempt}) || size(variables.reaching) == 0",
-        "messageExpression": "'container \"' + variables.reaching[0].name + '\" reaches GPUs "
-        "it does not request (NVIDIA_VISIBLE_DEVICES or NVIDIA_DRIVER_CAPABILITIES, a hostPath "
-        "of GPU device nodes, or the host\\'s /dev/null in the NVIDIA runtime\\'s device "
-        "list): the scheduler and quotas do not count them. Request a GPU in its "
-        "resources.limits, or remove that access (gpu-webhook explain names it).'",
-        "reason": "Forbidden",
-    }
+    variables, validation = access_rules(exempt)
     return validating(
         f"{prefix}-core-gpu-access",
         variables=variables,
@@ -579,7 +348,7 @@ def _rule_checks(
         )
     return validating(
         f"{prefix}-core-rule-{rule.name}",
-        variables=_variables(pod, exact=_uses_exact(rule.match)),
+        variables=pod_variables(pod, exact=_uses_exact(rule.match)),
         validations=validations,
         actions=VALIDATION_ACTIONS[counted[0].action],
     ), skipped
@@ -698,7 +467,7 @@ def _tolerations(policy: Policy, pod: PodCEL, prefix: str) -> tuple[Mapping[str,
         expression = f"({any_of(matches)}) && !({tolerated}) ? [{patch}] : []"
         mutations.append({"patchType": "JSONPatch", "jsonPatch": {"expression": expression}})
     name = f"{prefix}-core-tolerations"
-    variables = _variables(pod, exact=uses_exact)
+    variables = pod_variables(pod, exact=uses_exact)
     map_policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicy",

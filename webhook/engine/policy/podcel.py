@@ -10,8 +10,10 @@ hold numbers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from webhook.engine.policy.ruleset import Policy
 
 # A whole count as the API server sends it; nine digits keep ``int()`` far from overflow.
 WHOLE = "^[0-9]{1,9}$"
@@ -113,3 +115,114 @@ def section(container: str, name: str) -> str:
     """``requests`` or ``limits`` of a container, guarded: ``has(c.resources) &&
     has(c.resources.NAME)``."""
     return f"(has({container}.resources) && has({container}.resources.{name}))"
+
+
+# --- the pod's GPUs ----------------------------------------------------------------------
+
+
+class PodCEL:
+    """The expressions about one pod's containers, with the policy's GPU resource names."""
+
+    def __init__(self, policy: Policy) -> None:
+        names = [name for name, _ in policy.settings.gpu_resources.entries]
+        self.gpu_names_ok = name_in("r", names) is not None
+        self._gpu = name_in("r", names) or "false"
+
+    def gpu(self) -> str:
+        """Whether the resource name ``r`` is a GPU (``GPUSettings.gpuResources``)."""
+        return self._gpu
+
+    @staticmethod
+    def value(c: str, part: str, key: str = "r") -> str:
+        return f"string({c}.resources.{part}[{key}])"
+
+    def count(self, c: str) -> str:
+        """The GPUs container ``c`` asks for where each is a whole count written plainly
+        (a request equal to its limit, or one of them): never more than the webhook counts
+        (``gpus.pod_gpus``: the request, else the limit, rounded up)."""
+        lim, req = self.value(c, "limits"), self.value(c, "requests")
+        same = f"(!has({c}.resources.requests) || !(r in {c}.resources.requests) || {req} == {lim})"
+        from_limits = (
+            f"({section(c, 'limits')} ? {c}.resources.limits.filter(r, {self.gpu()} && "
+            f"{lim}.matches('{WHOLE}') && {same}).map(r, int({lim})).sum() : 0)"
+        )
+        only_requests = (
+            f"({section(c, 'requests')} ? {c}.resources.requests.filter(r, {self.gpu()} && "
+            f"!(has({c}.resources.limits) && r in {c}.resources.limits) && "
+            f"{req}.matches('{WHOLE}')).map(r, int({req})).sum() : 0)"
+        )
+        return f"{from_limits} + {only_requests}"
+
+    def bad_count(self, c: str, allowed: str) -> str:
+        """Some GPU resource of ``c`` has a plain whole count above zero not in ``allowed``."""
+        lim, req = self.value(c, "limits"), self.value(c, "requests")
+        same = f"(!has({c}.resources.requests) || !(r in {c}.resources.requests) || {req} == {lim})"
+        return (
+            f"({section(c, 'limits')} && {c}.resources.limits.exists(r, {self.gpu()} && "
+            f"{lim}.matches('{POSITIVE}') && {same} && !(int({lim}) in {allowed}))) || "
+            f"({section(c, 'requests')} && {c}.resources.requests.exists(r, {self.gpu()} && "
+            f"!(has({c}.resources.limits) && r in {c}.resources.limits) && "
+            f"{req}.matches('{POSITIVE}') && !(int({req}) in {allowed})))"
+        )
+
+    def exact(self, c: str) -> str:
+        """Container ``c``'s count is the webhook's: every GPU quantity plain and whole, no
+        other extended resource (a DRA class may serve it as a GPU, KEP-5004)."""
+        lim, req = self.value(c, "limits"), self.value(c, "requests")
+        return (
+            f"(!{section(c, 'limits')} || {c}.resources.limits.all(r, !r.contains('/') || "
+            f"({self.gpu()} && {lim}.matches('{WHOLE}')))) && "
+            f"(!{section(c, 'requests')} || {c}.resources.requests.all(r, !r.contains('/') || "
+            f"({self.gpu()} && {req}.matches('{WHOLE}') && (!has({c}.resources.limits) || "
+            f"!(r in {c}.resources.limits) || {req} == {lim}))))"
+        )
+
+    def holds(self, c: str, patterns: Sequence[str]) -> str | None:
+        """``c`` asks for more than zero of a GPU resource that matches ``patterns``."""
+        matches = name_in("r", patterns)
+        if matches is None:
+            return None
+        lim, req = self.value(c, "limits"), self.value(c, "requests")
+        return (
+            f"({section(c, 'requests')} && {c}.resources.requests.exists(r, {self.gpu()} && "
+            f"{matches} && {req}.matches('{POSITIVE}'))) || "
+            f"({section(c, 'limits')} && {c}.resources.limits.exists(r, {self.gpu()} && "
+            f"{matches} && {lim}.matches('{POSITIVE}') && (!has({c}.resources.requests) || "
+            f"!(r in {c}.resources.requests))))"
+        )
+
+
+# The pod's containers: app and init (sidecars among them), and those whose requests add
+# up (app containers and sidecars: the pod's effective request is at least their sum).
+CONTAINERS = (
+    "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+)
+COUNTED = (
+    "object.spec.containers + (has(object.spec.initContainers) ? "
+    "object.spec.initContainers.filter(c, has(c.restartPolicy) && c.restartPolicy == 'Always') "
+    ": [])"
+)
+# No init container but sidecars asks for a GPU: then the pod's request is the sum above
+# (``resources.fit.effective``).
+NO_INIT_GPUS = (
+    "!has(object.spec.initContainers) || object.spec.initContainers.all(c, "
+    "(has(c.restartPolicy) && c.restartPolicy == 'Always') || !has(c.resources) || "
+    "((!has(c.resources.limits) || c.resources.limits.all(r, !r.contains('/'))) && "
+    "(!has(c.resources.requests) || c.resources.requests.all(r, !r.contains('/')))))"
+)
+
+
+def pod_variables(pod: PodCEL, *, exact: bool) -> list[dict[str, str]]:
+    found = [
+        {"name": "containers", "expression": CONTAINERS},
+        {"name": "counted", "expression": COUNTED},
+        {"name": "gpus", "expression": f"variables.counted.map(c, {pod.count('c')}).sum()"},
+    ]
+    if exact:
+        found.append(
+            {
+                "name": "exact",
+                "expression": f"({NO_INIT_GPUS}) && variables.containers.all(c, {pod.exact('c')})",
+            }
+        )
+    return found
