@@ -56,6 +56,11 @@ DEV_NVIDIA0 = cuda_pod(
     container={"volumeMounts": [{"name": "dev", "mountPath": "/dev/nvidia0"}]},
     volumes=[{"name": "dev", "hostPath": {"path": "/dev/nvidia0"}}],
 )
+# A rule file of a release's own: the shipped policies would not know its exemption.
+MINE = (
+    "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: monitoring}\n"
+    "spec: {match: {namespaces: [monitoring]}, exempt: [gpuAccessWithoutRequest]}\n"
+)
 GPU_POD = cuda_pod(container={"resources": {"limits": {"nvidia.com/gpu": "1"}}})
 
 
@@ -126,7 +131,7 @@ def test_the_chart_renders_the_mutating_policy_only_where_the_api_server_serves_
     [
         pytest.param({"admissionPolicies": {"coreRules": {"enabled": False}}}, id="disabled"),
         pytest.param({"admissionPolicies": {"enabled": False}}, id="all-policies-disabled"),
-        pytest.param({"rules": {"files": {"50-mine.yaml": "{}"}}}, id="rules-of-your-own"),
+        pytest.param({"rules": {"files": {"50-mine.yaml": MINE}}}, id="rules-of-your-own"),
         pytest.param({"rules": {"existingConfigMap": "mine"}}, id="a-configmap-of-rules"),
     ],
 )
