@@ -1,4 +1,5 @@
-"""``gpu-webhook rules lint [PATH]``, ``rules schema`` and ``rules export [PATH]``."""
+"""``gpu-webhook rules lint [PATH]``, ``rules schema``, ``rules export [PATH]`` and
+``rules admission-policies [PATH]``."""
 
 from __future__ import annotations
 
@@ -29,13 +30,16 @@ from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.engine.scheduling.policyreach import not_checked, unmet_values
 from webhook.engine.scheduling.schedulability import memory_warnings
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
+from webhook.files.manifests import load_manifests
 from webhook.files.rulefiles import (
     RULE_SUFFIXES,
     compile_rule_files,
+    compile_rules,
     load_policy,
     read_documents,
     read_rule_files,
 )
+from webhook.files.ruleobjects import RuleObject
 from webhook.reports.wording import counted
 
 
@@ -112,6 +116,44 @@ def register(sub: Any) -> None:
         help="write one file per object under DIR (default: one stream on stdout)",
     )
     export.set_defaults(handler=_export)
+    policies = rules.add_parser(
+        "admission-policies",
+        help="print the rules that need no cluster state as admission policies",
+        description="Lint PATH, then print the ValidatingAdmissionPolicies and the "
+        "MutatingAdmissionPolicy (each with its binding) that hold those of its rules that "
+        "need no cluster state while the webhook is down: GPU access without a GPU request "
+        "(env, hostPath, the device list), the rules' GPU tolerations and per-pod GPU "
+        "counts (docs/rules.md, 'Rules the API server holds'). What stays in the webhook "
+        "is listed on stderr. Exit 0: printed; 1: problems found; 2: PATH unusable.",
+    )
+    policies.add_argument(
+        "path",
+        nargs="?",
+        metavar="PATH",
+        help=f"rule directory or one rule file (default: ${RULES_ENV}, else ./{DEFAULT_RULES})",
+    )
+    policies.add_argument(
+        "--objects",
+        action="append",
+        metavar="FILE",
+        help="rule objects as the API server serves them (kubectl get gpupolicies,gpusettings "
+        "-o yaml), merged into PATH's rules as the server merges the cluster's; one not in "
+        "force is said on stderr (repeatable; default: none, the files only)",
+    )
+    policies.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="one YAML stream (default), or a JSON List",
+    )
+    policies.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help="write one file per policy and its binding under DIR (core-NAME.yaml), the "
+        "layout of deploy/base/admission-policies (default: stdout)",
+    )
+    policies.set_defaults(handler=_admission_policies)
 
 
 def _fail(message: str) -> int:
@@ -239,6 +281,71 @@ def _export(args: argparse.Namespace) -> int:
         target.write_text(yaml.safe_dump(dict(document.body), sort_keys=False))
     print(f"{counted(len(targets), 'object')} written under {args.output_dir}")
     return 0
+
+
+def _admission_policies(args: argparse.Namespace) -> int:
+    from webhook.engine.policy.admissionpolicies import admission_policies
+
+    path, _ = rules_directory(args.path)
+    if not Path(path).exists():
+        return fail("rules admission-policies", f"{path}: no such directory or file")
+    objects = _objects(args.objects or [])
+    if isinstance(objects, str):
+        return fail("rules admission-policies", objects)
+    try:
+        merged = compile_rules(read_rule_files(path), directory=path, objects=objects)
+        policy = merged.policy
+    except PolicyError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        print(f"{counted(len(exc.problems), 'problem')} found; nothing printed", file=sys.stderr)
+        return 1
+    for key, verdict in merged.verdicts.items():
+        if not verdict.ready:
+            print(f"not in force: {'/'.join(key)}: {'; '.join(verdict.problems)}", file=sys.stderr)
+    generated = admission_policies(policy)
+    for skipped in generated.skipped:
+        print(f"skipped: {skipped}", file=sys.stderr)
+    if args.output_dir is not None:
+        target = Path(args.output_dir)
+        target.mkdir(parents=True, exist_ok=True)
+        for stem, made in generated.files:
+            (target / f"{stem}.yaml").write_text(policy_file(made))
+        print(f"{counted(len(generated.files), 'policy file')} written under {target}")
+    elif args.output == "json":
+        listed = {"apiVersion": "v1", "kind": "List", "items": generated.objects}
+        json.dump(listed, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        yaml.safe_dump_all(generated.objects, sys.stdout, sort_keys=False, width=100)
+    return 0
+
+
+def _objects(paths: list[str]) -> list[RuleObject] | str:
+    """The rule objects of ``paths``, or the first reason they are not."""
+    if not paths:
+        return []
+    documents, errors = load_manifests(paths)
+    if errors:
+        return str(errors[0])
+    found = []
+    for doc in documents:
+        if doc.obj.get("kind") not in DOCUMENT_KINDS:
+            return f"{doc.source}: {doc.obj.get('kind')!s} is not a rule object"
+        found.append(RuleObject.of(doc.obj))
+    return found
+
+
+# What scripts/gen-admission-policies writes above each file of deploy/base/admission-policies.
+GENERATED_HEADER = (
+    "# Generated by scripts/gen-admission-policies (gpu-webhook rules admission-policies) from\n"
+    "# rules/: do not edit. docs/rules.md, 'Rules the API server holds'.\n"
+)
+
+
+def policy_file(objects: Any) -> str:
+    """One policy and its binding, as written under deploy/base/admission-policies."""
+    return GENERATED_HEADER + yaml.safe_dump_all(list(objects), sort_keys=False, width=100)
 
 
 def _schema(args: argparse.Namespace) -> int:

@@ -153,6 +153,11 @@ class Match:
     # ``namespaces`` as written, globs included: what an exemption by name hands to whoever
     # creates a namespace of that name (``webhook.engine.policy.exemptions``).
     namespace_patterns: tuple[str, ...] = ()
+    # The other globs as written, for what turns a rule into CEL
+    # (``webhook.engine.policy.admissionpolicies``).
+    exclude_patterns: tuple[str, ...] = ()
+    resource_patterns: tuple[str, ...] = ()
+    device_class_patterns: tuple[str, ...] = ()
 
     def matches(
         self,
@@ -545,6 +550,9 @@ def _compile_match(spec: Mapping[str, Any], *, exempting: bool = False) -> Match
         gpu_max=count.get("max"),
         namespace_names=frozenset(namespaces) if namespaces is not None and not has_glob else None,
         namespace_patterns=tuple(str(n) for n in namespaces or ()),
+        exclude_patterns=tuple(str(n) for n in excluded or ()),
+        resource_patterns=tuple(str(n) for n in resources or ()),
+        device_class_patterns=tuple(str(n) for n in classes or ()),
     )
 
 
