@@ -391,6 +391,10 @@ API = "apiVersion: gpu-webhook.io/v1alpha1\n"
         pytest.param(f"{API}metadata: {{name: a}}\n", "document 1 has no kind; the kinds: GPUPolicy,", id="no-kind"),
         pytest.param("- GPUPolicy\n", "document 1 is not a YAML map:", id="a-list"),
         pytest.param("spec: [\n", "document 1 is not a YAML map:", id="broken-yaml"),
+        # Issue 44: the commonest typo, a misspelt check, failed the pod and not the release.
+        pytest.param(f"{API}kind: GPUPolicy\nspec: {{validate: [{{maxGPUsPerPods: 2}}]}}\n", "document 1: spec.validate[0]: unknown field maxGPUsPerPods; the checks: maxGPUsPerPod,", id="misspelt-check"),
+        pytest.param(f"{SETTINGS}---\n{API}kind: GPUPolicy\nspec: {{validate: [{{wholeGPUsOnly: true}}, {{maxGPUsPerPod: 2, acton: warn}}]}}\n", "document 2: spec.validate[1]: unknown field acton;", id="misspelt-entry-field"),
+        pytest.param(f"{API}kind: GPUPolicy\nspec: {{validate: [{{action: warn, message: m}}]}}\n", "document 1: spec.validate[0]: no check in this entry; the checks:", id="no-check"),
     ],
 )  # fmt: skip
 def test_a_rules_file_that_is_not_rule_documents_fails_the_render_in_one_line(
@@ -407,6 +411,7 @@ def test_rule_files_of_comments_json_and_several_documents_render() -> None:
     files = {
         "20-hide-gpus.yaml": "# off: the shipped file replaced by nothing\n",
         "team.yaml": f"# team a\n---\n{API}kind: GPUPolicy\nmetadata: {{name: a}}\n---\n{SETTINGS}",
+        "limits.yaml": f"{API}kind: GPUPolicy\nspec:\n  validate:\n  - maxGPUsPerPod: 2\n    action: warn\n    message: m\n  - wholeGPUsOnly: true\n",
         "pools.json": json.dumps({"apiVersion": "gpu-webhook.io/v1alpha1", "kind": "GPUNodePool"}),
     }
     (config,) = kind(rendered({"rules": {"files": files}}), "ConfigMap")
@@ -425,6 +430,10 @@ def test_the_templates_know_the_rule_kinds_the_server_knows() -> None:
     assert _template_words("gpu-webhook.ruleKinds") == list(DOCUMENT_KINDS), (
         "a rule kind was added or removed: list it in templates/_rulefiles.tpl"
     )
+    checks = DOCUMENT_KINDS["GPUPolicy"]["properties"]["spec"]["properties"]["validate"]["items"]
+    assert _template_words("gpu-webhook.ruleChecks") == [
+        e["required"][0] for e in checks["oneOf"]
+    ], "a check was added or removed: list it in templates/_rulefiles.tpl"
     assert _template_words("gpu-webhook.renamedRuleKinds") == [
         f"{old}={new}" for old, (new, _) in RENAMED_KINDS.items()
     ]

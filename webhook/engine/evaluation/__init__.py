@@ -13,8 +13,10 @@ time:
 - ``capacity``: where the pod fits, the built-in GPU checks, the CUDA driver;
 - ``claims``: what the pod's DRA claims meet, unit checks and device policy on devices;
 - ``workloadtotals``: all pods of a workload together, gangs and quota;
-- ``updates``, ``resize``, ``scale``: UPDATEs judged on what they change;
-  ``claimobjects``, ``references``: ResourceClaim objects and claims not yet seen.
+- ``updates`` (with ``pods/resize`` and ephemeral containers), ``scale``: UPDATEs judged
+  on what they change;
+- ``claimobjects``, ``references``: ResourceClaim objects and claims not yet seen;
+  ``matchconditions``: the CEL that spares the webhook the objects it would not touch.
 
 The top layer: it may import every other sub-package; none imports it.
 """

@@ -1,8 +1,9 @@
 {{- /*
 Checks on rules.files made at render time, so that `helm template` / `install` / `upgrade`
 fail with one line naming the values key, rather than the pod failing when the server loads
-the file. Only what Helm can check cheaply: each file parses as YAML, and each document has
-the rule files' apiVersion and a known kind. The full schema is the server's (`gpu-webhook
+the file. Only what Helm can check cheaply: each file parses as YAML, each document has
+the rule files' apiVersion and a known kind, and each validate entry of a GPUPolicy names a
+known check and no unknown field. The full schema is the server's (`gpu-webhook
 rules lint` runs it before you install).
 */ -}}
 
@@ -75,6 +76,41 @@ file of comments only, which turns a shipped default off) not counted. */}}
 {{- $hint := ternary (printf "did you mean %s?" $closest) (printf "the kinds: %s" (join ", " $kinds)) (ne $closest "") -}}
 {{- $has := ternary (printf "has kind %s" $kind) "has no kind" (ne $kind "") -}}
 {{- fail (printf "%s: document %d %s; %s" $key $number $has $hint) -}}
+{{- end -}}
+{{- if eq $kind "GPUPolicy" -}}{{- include "gpu-webhook.checkValidateEntries" (list $key $number $doc) -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The checks of a GPUPolicy's validate entries: the required key of each entry of
+spec.validate in webhook/engine/policy/schema.py (a test keeps them equal). */}}
+{{- define "gpu-webhook.ruleChecks" -}}
+maxGPUsPerPod maxGPUsPerContainer allowedGPUCounts allowedProducts maxSharedGPUs requiredLabels forbiddenResources wholeGPUsOnly minGPUMemory maxGPUsPerWorkload requireProbes allowedPriorityClasses
+{{- end -}}
+
+{{/* fail with one line for the first validate entry of a GPUPolicy that names no check, or
+holds a key that is neither a check nor action/message: the commonest typo
+(maxGPUsPerPods), which the server would refuse at load, so the pod, not the release,
+would fail. The argument is (list key number document). */}}
+{{- define "gpu-webhook.checkValidateEntries" -}}
+{{- $key := index . 0 -}}
+{{- $number := index . 1 -}}
+{{- $spec := get (index . 2) "spec" -}}
+{{- $checks := include "gpu-webhook.ruleChecks" . | splitList " " -}}
+{{- $validate := list -}}
+{{- if kindIs "map" $spec -}}{{- $validate = get $spec "validate" -}}{{- end -}}
+{{- if kindIs "slice" $validate -}}
+{{- range $i, $entry := $validate -}}
+{{- if kindIs "map" $entry -}}
+{{- $where := printf "%s: document %d: spec.validate[%d]" $key $number $i -}}
+{{- range $field := keys $entry | sortAlpha -}}
+{{- if not (or (has $field $checks) (has $field (list "action" "message"))) -}}
+{{- fail (printf "%s: unknown field %s; the checks: %s" $where $field (join ", " $checks)) -}}
+{{- end -}}
+{{- end -}}
+{{- if not (len (without (keys $entry) "action" "message")) -}}
+{{- fail (printf "%s: no check in this entry; the checks: %s" $where (join ", " $checks)) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
