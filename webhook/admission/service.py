@@ -28,6 +28,7 @@ this point) is denied with a message that says so, and logged with its traceback
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -138,7 +139,11 @@ class AdmissionService:
         fails with the same lines; the mutating webhook leaves such objects alone."""
         if mutate:
             return _skipped("kind")
-        candidate = RuleObject.of(request.object or {}, kind=request.kind)
+        raw = request.object or {}
+        meta = raw.get("metadata")
+        if request.namespace and isinstance(meta, dict) and not meta.get("namespace"):
+            raw = {**raw, "metadata": {**meta, "namespace": request.namespace}}
+        candidate = RuleObject.of(raw, kind=request.kind)
         problems = self.rules.judge(candidate)
         generation = self.rules.current.generation
         if not problems:
@@ -154,6 +159,7 @@ class AdmissionService:
             old_object=request.old_object,
             namespace_labels=self._namespace_labels(request.namespace),
             sub_resource=request.sub_resource,
+            now=dt.datetime.now(dt.UTC),  # what a GPUPolicyException's expiry is judged by
         )
         policy, view = self._policy(ruleset), view_of(self.inventory)
         judgement = self.memo.judge(engine_request, policy=policy, inventory=view)
@@ -309,4 +315,5 @@ def _answer(decision: Decision, *, mutate: bool, generation: int) -> Answer:
         patch_ops=len(patch),
         rules_generation=generation,
         mutated_by=decision.mutated_by if patch else (),
+        exceptions=tuple(dict.fromkeys(w.exception for w in decision.waivers)),
     )

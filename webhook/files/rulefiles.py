@@ -30,7 +30,12 @@ from webhook.engine.policy.ruleset import (
     RuleDocument,
     compile_policy,
 )
-from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS, RENAMED_KINDS
+from webhook.engine.policy.schema import (
+    API_VERSION,
+    DOCUMENT_KINDS,
+    RENAMED_KINDS,
+    qualified_name,
+)
 from webhook.files import celparser
 from webhook.files.lastgood import LastGood
 from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
@@ -297,15 +302,10 @@ def read_documents(files: RuleFiles) -> tuple[list[RuleDocument], list[PolicyPro
         docs, errors = parse_text(text, str(path))
         problems.extend(PolicyProblem(None, "", str(e)) for e in errors)
         for doc in docs:
-            meta = doc.obj.get("metadata")
-            name = meta.get("name") if isinstance(meta, Mapping) else None
             kind = doc.obj.get("kind")
-            ref = DocumentRef(
-                str(path),
-                doc.index,
-                kind if isinstance(kind, str) and kind else "no kind",
-                name if isinstance(name, str) else "",
-            )
+            kind = kind if isinstance(kind, str) and kind else "no kind"
+            name = qualified_name(kind, doc.obj.get("metadata"))
+            ref = DocumentRef(str(path), doc.index, kind, name)
             found = schema_problems(doc.obj, ref)
             problems.extend(found)
             if not found:

@@ -27,7 +27,7 @@ from webhook.engine.policy.ruleset import (
     RuleDocument,
     compile_policy,
 )
-from webhook.engine.policy.schema import API_VERSION
+from webhook.engine.policy.schema import API_VERSION, NAMESPACED_KINDS, qualified_name
 from webhook.files.shipped import cuda_table, shipped_catalogue
 
 OBJECT_SOURCE = "cluster"
@@ -52,7 +52,8 @@ class RuleObject:
         """From an API object (list items carry no kind: the caller knows it)."""
         meta = raw.get("metadata") or {}
         kind = str(raw.get("kind") or kind)
-        kept_meta = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
+        keys = ("name", "namespace", "labels", "annotations")
+        kept_meta = {k: meta[k] for k in keys if k in meta}
         body: dict[str, Any] = {
             "apiVersion": raw.get("apiVersion") or API_VERSION,
             "kind": kind,
@@ -69,7 +70,7 @@ class RuleObject:
         )
         return cls(
             kind=kind,
-            name=str(meta.get("name") or ""),
+            name=qualified_name(kind, meta),
             generation=generation if isinstance(generation, int) else 0,
             resource_version=str(meta.get("resourceVersion") or ""),
             body=body,
@@ -86,6 +87,16 @@ class RuleObject:
     @property
     def key(self) -> Key:
         return (self.kind, self.name)
+
+    @property
+    def namespace(self) -> str:
+        """A namespaced kind's namespace (its name is ``namespace/name``), else empty."""
+        return self.name.partition("/")[0] if "/" in self.name else ""
+
+    @property
+    def local_name(self) -> str:
+        """The name in its namespace, as the API path has it."""
+        return self.name.rpartition("/")[2]
 
     @property
     def ref(self) -> DocumentRef:
@@ -190,6 +201,12 @@ def _own_problems(
     return problems
 
 
+def _blame_order(obj: RuleObject) -> tuple[bool, str, str]:
+    """Cluster-scoped kinds first: where a namespace's policy and the cluster's disagree,
+    the cluster's is in force and the namespace's is the one left out."""
+    return (obj.kind in NAMESPACED_KINDS, obj.kind, obj.name)
+
+
 def merge_objects(
     file_documents: Sequence[RuleDocument],
     objects: Sequence[RuleObject],
@@ -204,7 +221,7 @@ def merge_objects(
     whose new version is broken."""
     kept = in_force or {}
     files = {(d.ref.kind, d.ref.name): d.ref for d in file_documents}
-    ordered = sorted(objects, key=lambda o: o.key)
+    ordered = sorted(objects, key=_blame_order)
     problems = {obj.key: _own_problems(obj, files, lint) for obj in ordered}
     clean = [o for o in ordered if not problems[o.key]]
     accepted: list[RuleDocument] = [*file_documents, *(o.document for o in clean)]

@@ -34,6 +34,7 @@ from webhook.engine.resources.inventory import Inventory, Node, Placement, heale
 from webhook.engine.resources.offers import lookalike, offered, offered_names
 from webhook.engine.scheduling.dra import device_counts, fit, pod_claims, request_shortfall
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
+from webhook.files.context import review_time
 from webhook.reports.audit import ObjectRef, finding_json
 from webhook.reports.inventory import NO_GPU, class_key, dra_product, dra_products, table
 from webhook.reports.pools import PoolAnswer, pool_answers, sizing
@@ -198,7 +199,7 @@ def explain(
     of the pod would be judged."""
     ref = ObjectRef.of(obj)
     decision = evaluate(
-        Request(obj, namespace=ref.namespace, namespace_labels=namespace_labels),
+        Request(obj, namespace=ref.namespace, namespace_labels=namespace_labels, now=review_time()),
         policy=policy,
         inventory=inventory,
     )

@@ -5,6 +5,7 @@ DRA claim objects in ``claimobjects``) takes the same inputs without importing e
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,9 @@ class Request:
     referencing_pods: tuple[Mapping[str, Any], ...] | None = None
     # Whether ``referencing_pods`` holds every such pod (the read ended within its budget).
     referencing_complete: bool = True
+    # The review's time, given by the shell (the engine reads no clock): what a
+    # GPUPolicyException's expiry is judged against. None: not known.
+    now: dt.datetime | None = None
 
     @property
     def effective_namespace(self) -> str:

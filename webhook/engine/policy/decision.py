@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from webhook.engine.policy.policyexceptions import Waiver
 
 Action = Literal["deny", "warn", "audit"]
 MAX_WARNING = 119  # the API server shows warnings under 120 characters best
@@ -70,6 +73,8 @@ class Decision:
     understood: bool = True
     # "<rule>/mutate" for each rule whose mutations added operations to ``patch``.
     mutated_by: tuple[str, ...] = ()
+    # Findings a GPUPolicyException waived, for the audit annotation, reports and the metric.
+    waivers: tuple[Waiver, ...] = ()
 
     @property
     def denials(self) -> tuple[Finding, ...]:
