@@ -45,7 +45,7 @@ from webhook.engine.policy.crds import GROUP
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import Policy
-from webhook.engine.policy.schema import DOCUMENT_KINDS
+from webhook.engine.policy.schema import DOCUMENT_KINDS, NAMESPACED_KINDS
 from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.files.rulefiles import RuleSet, RuleStore
 from webhook.files.ruleobjects import RuleObject
@@ -141,7 +141,13 @@ class AdmissionService:
             return _skipped("kind")
         raw = request.object or {}
         meta = raw.get("metadata")
-        if request.namespace and isinstance(meta, dict) and not meta.get("namespace"):
+        namespaced = request.kind in NAMESPACED_KINDS
+        if (
+            namespaced
+            and request.namespace
+            and isinstance(meta, dict)
+            and not meta.get("namespace")
+        ):
             raw = {**raw, "metadata": {**meta, "namespace": request.namespace}}
         candidate = RuleObject.of(raw, kind=request.kind)
         problems = self.rules.judge(candidate)

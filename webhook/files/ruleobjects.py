@@ -52,7 +52,9 @@ class RuleObject:
         """From an API object (list items carry no kind: the caller knows it)."""
         meta = raw.get("metadata") or {}
         kind = str(raw.get("kind") or kind)
-        keys = ("name", "namespace", "labels", "annotations")
+        keys: tuple[str, ...] = ("name", "labels", "annotations")
+        if kind in NAMESPACED_KINDS:
+            keys = (*keys, "namespace")
         kept_meta = {k: meta[k] for k in keys if k in meta}
         body: dict[str, Any] = {
             "apiVersion": raw.get("apiVersion") or API_VERSION,
