@@ -135,6 +135,8 @@ def _explain(error: ValidationError) -> str:
         return "must not be an empty list"
     if error.validator == "minLength":
         return "must not be empty"
+    if error.validator == "pattern" and schema.get("format") == "date-time":
+        return f"{_shown(instance)} is not an RFC 3339 time such as 2027-01-31T18:00:00Z"
     if error.validator == "pattern":
         return f"{_shown(instance)} is not a valid name (lower-case letters, digits, - and .)"
     return error.message
