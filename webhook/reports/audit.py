@@ -109,6 +109,8 @@ class AuditEntry:
     notices: tuple[str, ...]
     folded: Counter[str] = field(default_factory=Counter)
     owner: tuple[str, ...] = ()  # index keys of its controlling owner
+    # Findings GPUPolicyExceptions waived (issue 44): who waived what.
+    waivers: tuple[Waiver, ...] = ()
 
     @property
     def verdict(self) -> Verdict:
@@ -381,6 +383,7 @@ def _entry(
         ),
         notices=decision.notices,
         owner=owner,
+        waivers=decision.waivers,
     )
 
 
