@@ -20,8 +20,7 @@ from typing import Any, Literal
 from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
-from webhook.engine.policy.decision import Decision, Finding
-from webhook.engine.policy.policyexceptions import Waiver
+from webhook.engine.policy.decision import Decision, Finding, Waiver
 from webhook.engine.policy.ruleset import Policy
 from webhook.engine.resources.devices import (
     DeviceInventory,

@@ -19,8 +19,7 @@ import yaml
 from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
-from webhook.engine.policy.decision import Finding
-from webhook.engine.policy.policyexceptions import Waiver
+from webhook.engine.policy.decision import Finding, Waiver
 from webhook.engine.policy.ruleset import GPUResources, Policy
 from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, DeviceRequest, SubRequest
 from webhook.engine.resources.fit import Demand, demand_of

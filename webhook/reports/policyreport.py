@@ -18,8 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from webhook.engine.policy.decision import Finding
-from webhook.engine.policy.policyexceptions import Waiver
+from webhook.engine.policy.decision import Finding, Waiver
 from webhook.engine.policy.ruleset import Policy
 from webhook.reports.audit import AuditEntry
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from webhook.engine.policy.policyexceptions import Waiver
+from typing import Any, Literal
 
 Action = Literal["deny", "warn", "audit"]
 MAX_WARNING = 119  # the API server shows warnings under 120 characters best
@@ -46,6 +43,19 @@ class Finding:
     @property
     def audit_key(self) -> str:
         key = _AUDIT_KEY.sub("-", f"{self.rule}.{self.check}".lower()).strip("-.")
+        return key[:63].rstrip("-.")
+
+
+@dataclass(frozen=True, slots=True)
+class Waiver:
+    """One finding a GPUPolicyException waived (``policyexceptions``): who waived what."""
+
+    exception: str  # namespace/name
+    finding: Finding
+
+    @property
+    def audit_key(self) -> str:
+        key = _AUDIT_KEY.sub("-", f"exception.{self.exception}".lower())
         return key[:63].rstrip("-.")
 
 

@@ -9,17 +9,41 @@ check of a cluster policy that reaches the namespace, or a weaker action. Mutati
 disagree with a cluster policy's are refused by the conflict check (``ruleset``), which
 blames the namespace policy because its rules come after the cluster's.
 
-Plain functions over duck-typed compiled rules: ``ruleset`` imports this module.
+Plain functions over compiled rules as they look from here (``ruleset`` imports this
+module, so it names their shape rather than their class).
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from webhook.engine.policy.ruleset import Rule, RuleCheck
+
+class RuleCheck(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def value(self) -> Any: ...
+    @property
+    def action(self) -> str: ...
+
+
+class Match(Protocol):
+    @property
+    def namespaces(self) -> Callable[[str], bool] | None: ...
+    @property
+    def exclude_namespaces(self) -> Callable[[str], bool] | None: ...
+
+
+class Rule(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def match(self) -> Match: ...
+    @property
+    def checks(self) -> Sequence[RuleCheck]: ...
+
 
 # Each refusal: (field path, why). The same words as the CRD's CEL rules (``crds``).
 FORBIDDEN_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (

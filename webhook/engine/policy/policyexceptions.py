@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.kube.selectors import label_selector_matches
-from webhook.engine.policy.decision import Finding
+from webhook.engine.policy.decision import Finding, Waiver
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,19 +103,6 @@ def compile_exception(
         ),
         problems,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Waiver:
-    """One finding an exception waived."""
-
-    exception: str  # namespace/name
-    finding: Finding
-
-    @property
-    def audit_key(self) -> str:
-        key = re.sub(r"[^a-z0-9.-]+", "-", f"exception.{self.exception}".lower())
-        return key[:63].rstrip("-.")
 
 
 def waive(
