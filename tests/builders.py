@@ -113,3 +113,12 @@ def billion_laughs(levels: int = 9) -> str:
     for previous, name in itertools.pairwise(names):
         text += f"{name}: &{name} [{','.join([f'*{previous}'] * 9)}]\n"
     return text
+
+
+def team_policies(directory: Path) -> Path:
+    """The golden cases' team policies (tests/cases/_rules/team-policies) in ``directory``,
+    the exception without its expiry: for commands that judge at the clock's time."""
+    shared = (CASES / "_rules" / "team-policies" / "policies.yaml").read_text()
+    kept = [line for line in shared.splitlines() if not line.startswith("  expires:")]
+    (directory / "policies.yaml").write_text("\n".join(kept) + "\n")
+    return directory

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import CASES, INVENTORY, RULES, deployment, pod
+from tests.builders import CASES, INVENTORY, RULES, deployment, pod, team_policies
 from tests.reports.reportschema import assert_valid_report
 from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.files.inventoryfile import load_inventory, load_inventory_file
@@ -295,10 +295,7 @@ def test_a_waived_finding_is_a_skip_that_names_the_exception_and_the_namespace_p
 ) -> None:
     """Issue 44: who waived what, in the namespace's PolicyReport. (The audit judges at the
     clock's time: the exception is given no expiry.)"""
-    shared = (CASES / "_rules" / "team-policies" / "policies.yaml").read_text()
-    lines = [line for line in shared.splitlines() if not line.startswith("  expires:")]
-    (tmp_path / "policies.yaml").write_text("\n".join(lines) + "\n")
-    policy = load_policy(str(tmp_path))
+    policy = load_policy(str(team_policies(tmp_path)))
     audit = Audit(policy=policy, inventory=NO_INVENTORY)
     labels = {"team": "a", "cost-center": "cc1", "app": "big-train"}
     big = named(pod(gpus=6), "big", namespace="team-a")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.builders import RULES
+from tests.builders import RULES, team_policies
 from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.policy.ruleset import Policy
 from webhook.engine.resources.inventory import Inventory
@@ -363,10 +363,7 @@ def test_a_namespace_policy_is_named_as_the_object_that_decided_and_a_waiver_by_
     tmp_path: Path,
 ) -> None:
     """Issue 44 (the exception is given no expiry: explain judges at the clock's time)."""
-    shared = RULES.parent / "tests" / "cases" / "_rules" / "team-policies" / "policies.yaml"
-    lines = [line for line in shared.read_text().splitlines() if not line.startswith("  expires:")]
-    (tmp_path / "policies.yaml").write_text("\n".join(lines) + "\n")
-    policy = load_policy(str(tmp_path))
+    policy = load_policy(str(team_policies(tmp_path)))
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
