@@ -240,6 +240,15 @@ def test_every_shipped_and_example_rule_document_applies_as_an_object(document):
         pytest.param(
             "GPUSettings", {"inventoryFailureMode": "maybe"}, "inventoryFailureMode", id="an-unknown-mode"
         ),
+        pytest.param(
+            "GPUPolicyException",
+            {"checks": ["builtin/capacity"], "workloads": {"names": ["a"]}, "expires": "next friday"},
+            "expires", id="an-expiry-that-is-no-time",
+        ),
+        pytest.param(
+            "GPUPolicyException", {"checks": ["builtin/capacity"], "workloads": {}}, "workloads",
+            id="an-exception-for-no-workload",
+        ),
     ],
 )  # fmt: skip
 def test_the_api_server_refuses_what_the_schema_refuses(kind, spec, field):
