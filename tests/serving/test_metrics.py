@@ -122,3 +122,32 @@ def exported_names() -> list[str]:
 @pytest.mark.parametrize("name", exported_names())
 def test_docs_server_md_lists_every_metric(name: str) -> None:
     assert f"`{name}`" in (ROOT / "docs" / "server.md").read_text()
+
+
+def test_exception_uses_are_counted_by_namespace_and_name_in_a_bounded_number_of_series() -> None:
+    """Issue 44: one series per exception in force, at most MAX_EXCEPTION_SERIES of them."""
+    tally = metrics.ReviewTally(batch=1_000_000)
+    many = [f"team-{i}/waiver" for i in range(metrics.MAX_EXCEPTION_SERIES + 5)]
+    before = REGISTRY.get_sample_value(
+        "gpu_webhook_policy_exceptions_applied_total", {"namespace": "other", "exception": "other"}
+    )
+    for exception in [*many, "team-0/waiver"]:
+        tally.add(
+            endpoint="validate",
+            kind="Pod",
+            operation="CREATE",
+            verdict="allowed",
+            seconds=0.001,
+            exceptions=[exception],
+        )
+    tally.flush()
+
+    def count(namespace: str, name: str) -> float | None:
+        return REGISTRY.get_sample_value(
+            "gpu_webhook_policy_exceptions_applied_total",
+            {"namespace": namespace, "exception": name},
+        )
+
+    assert count("team-0", "waiver") == 2
+    assert count(f"team-{metrics.MAX_EXCEPTION_SERIES}", "waiver") is None
+    assert count("other", "other") == (before or 0) + 5
