@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.metrics import MetricWrapperBase
 
-from tests.builders import ROOT, RULES
+from tests.builders import ROOT, RULES, team_policies
 from webhook.admission.service import AdmissionService
 from webhook.cluster import watchmetrics
 from webhook.files.certs import DEV_HOSTS, generate, write
@@ -151,3 +151,14 @@ def test_exception_uses_are_counted_by_namespace_and_name_in_a_bounded_number_of
     assert count("team-0", "waiver") == 2
     assert count(f"team-{metrics.MAX_EXCEPTION_SERIES}", "waiver") is None
     assert count("other", "other") == (before or 0) + 5
+
+
+def test_each_exception_in_force_is_counted_from_zero(tmp_path: Path) -> None:
+    metrics.initialise(load_policy(str(team_policies(tmp_path))))
+    assert (
+        REGISTRY.get_sample_value(
+            "gpu_webhook_policy_exceptions_applied_total",
+            {"namespace": "team-a", "exception": "big-train"},
+        )
+        == 0
+    )

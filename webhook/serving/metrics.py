@@ -178,6 +178,9 @@ def initialise(policy: Policy) -> None:
         for rule, action in finding_labels(policy):
             FINDINGS.labels(endpoint, rule, action)
         LATENCY.labels(endpoint)
+    # Each exception in force, from its first use on (issue 44), within the bound.
+    for exception in policy.exceptions[:MAX_EXCEPTION_SERIES]:
+        EXCEPTIONS_APPLIED.labels(exception.namespace, exception.name)
 
 
 def finding_labels(policy: Policy) -> set[tuple[str, str]]:
