@@ -5,6 +5,7 @@ DRA claim objects in ``claimobjects``) takes the same inputs without importing e
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,9 @@ class Request:
     # it could not (``parent_unread``); the engine then warns and never denies.
     parent: Mapping[str, Any] | None = None
     parent_unread: str = ""
+    # The review's time, given by the shell (the engine reads no clock): what a
+    # GPUPolicyException's expiry is judged against. None: not known.
+    now: dt.datetime | None = None
 
     @property
     def effective_namespace(self) -> str:
