@@ -425,14 +425,6 @@ def test_the_cost_check_finds_a_rule_below_an_unbounded_list():
     ]
 
 
-def test_unknown_fields_are_kept_for_the_webhook_to_name():
-    """Pruned, a misspelt field would vanish silently (kubectl apply --validate=false); kept,
-    /validate refuses it with rules lint's did-you-mean."""
-    spec = open_api("GPUPolicy")["properties"]["spec"]
-    assert spec["x-kubernetes-preserve-unknown-fields"] is True
-    assert spec["properties"]["match"]["x-kubernetes-preserve-unknown-fields"] is True
-
-
 def cel_refusals(kind: str, spec: dict[str, Any]) -> list[str]:
     """The messages of the spec's ``x-kubernetes-validations`` that fail, evaluated as the
     API server does (``self`` is the spec), with celpy."""
