@@ -181,3 +181,12 @@ def scale_review(
         "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"},
     }
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def team_policies(directory: Path) -> Path:
+    """The golden cases' team policies (tests/cases/_rules/team-policies) in ``directory``,
+    the exception without its expiry: for commands that judge at the clock's time."""
+    shared = (CASES / "_rules" / "team-policies" / "policies.yaml").read_text()
+    kept = [line for line in shared.splitlines() if not line.startswith("  expires:")]
+    (directory / "policies.yaml").write_text("\n".join(kept) + "\n")
+    return directory

@@ -12,7 +12,7 @@ import yaml
 
 from tests.builders import pod
 from tests.cluster.replayserver import Body, ReplayServer, fixture
-from tests.cluster.ruleobjects import gpu_policy, serve_policies
+from tests.cluster.ruleobjects import gpu_policy, rule_object, serve_policies, serve_rule_objects
 from tests.running import kubeconfig
 from webhook.cli import main
 
@@ -111,5 +111,68 @@ def test_the_clusters_rule_objects_judge_with_the_files(
     assert "cluster-one-gpu/maxGPUsPerPod" in fired
     assert (
         'notice: GPUPolicy cluster-typo (cluster object): spec.validate[0]: unknown check "maxGPUsPerPd"'
+        in err
+    )
+
+
+SETTINGS_ALLOWING_DEFAULT = """
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUSettings
+metadata: {name: settings}
+spec:
+  exceptionNamespaces: [default]
+"""
+
+
+def test_a_namespace_policy_and_an_exception_of_the_cluster_judge_as_at_admission(
+    tmp_path: Path, server: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 44: the finding names the namespace policy (namespace/name), a widening one is
+    a notice, and the exception that waived a finding is named with what it waived."""
+    server.lists.append(Body(fixture("node-list.json")))
+    server.namespace_lists.append(Body(fixture("namespace-list.json")))
+    one_gpu = {"validate": [{"maxGPUsPerPod": 1}]}
+    serve_rule_objects(
+        server,
+        {
+            "GPUNamespacePolicy": [
+                rule_object("GPUNamespacePolicy", "one-gpu", one_gpu, namespace="default"),
+                rule_object(
+                    "GPUNamespacePolicy", "wide", {"exempt": ["hideGPUs"]}, namespace="default"
+                ),
+            ],
+            "GPUPolicyException": [
+                rule_object(
+                    "GPUPolicyException",
+                    "let-q",
+                    {"checks": ["*/maxGPUsPerPod"], "workloads": {"names": ["q"]}},
+                    namespace="default",
+                )
+            ],
+        },
+        {},
+    )
+    rules, _ = _inputs(tmp_path)
+    (Path(rules) / "settings.yaml").write_text(SETTINGS_ALLOWING_DEFAULT)
+    manifest = tmp_path / "pods.yaml"
+    manifest.write_text(yaml.safe_dump_all([pod(gpus=2, name="p"), pod(gpus=2, name="q")]))
+    config = kubeconfig(tmp_path, server.url)
+
+    code = main(
+        ["check", "-f", str(manifest), "--rules", rules, "--kubeconfig", config, "-o", "json"]
+    )
+
+    out, err = capsys.readouterr()
+    p, q = json.loads(out)
+    assert code == 1
+    fired = {f["rule"] + "/" + f["check"] for f in p["findings"]}
+    assert {"default-namespace-small/maxGPUsPerPod", "default/one-gpu/maxGPUsPerPod"} <= fired
+    assert not any(f["check"] == "maxGPUsPerPod" for f in q["findings"]), q
+    assert [(w["exception"], w["rule"]) for w in q["waived"]] == [
+        ("default/let-q", "default-namespace-small"),
+        ("default/let-q", "default/one-gpu"),
+    ]
+    assert (
+        "notice: GPUNamespacePolicy default/wide (cluster object): spec.exempt: a GPUNamespacePolicy cannot exempt checks"
         in err
     )

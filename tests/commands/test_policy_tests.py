@@ -51,7 +51,7 @@ def test_the_shipped_suites_pass(capsys: pytest.CaptureFixture[str], tmp_path: P
     }
     assert (
         out.splitlines()[-1]
-        == f"{len(cases)} tests in 5 suites: {len(cases)} passed, 0 failed, 0 errors"
+        == f"{len(cases)} tests in 6 suites: {len(cases)} passed, 0 failed, 0 errors"
     )
 
 

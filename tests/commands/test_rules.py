@@ -282,3 +282,28 @@ def test_export_of_broken_rules_exports_nothing(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout) == (1, "")
     assert 'unknown check "maxGPUsPerPd"' in done.stderr
     assert done.stderr.endswith("1 problem found; nothing exported\n")
+
+
+POLICYCASES = Path(__file__).resolve().parents[1] / "policycases"
+
+
+def test_lint_refuses_a_widening_namespace_policy_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["rules", "lint", str(POLICYCASES / "widening-higher-limit" / "rules")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[0].endswith(
+        "(GPUNamespacePolicy team-a/limits): spec.validate[0].maxGPUsPerPod: 8 is more than "
+        "maxGPUsPerPod of GPUPolicy gpu-limits: a namespace policy can only add restrictions"
+    )
+
+
+def test_export_writes_a_namespaced_object_under_its_namespace(tmp_path: Path) -> None:
+    out = tmp_path / "policies"
+    source = POLICYCASES / "tightening-in-force" / "rules"
+    done = gpu_webhook("rules", "export", source, "--output-dir", out)
+    assert done.returncode == 0, done.stderr
+    exported = yaml.safe_load((out / "gpunamespacepolicies" / "team-a" / "limits.yaml").read_text())
+    assert exported["metadata"] == {"name": "limits", "namespace": "team-a"}
+    assert exported["kind"] == "GPUNamespacePolicy"

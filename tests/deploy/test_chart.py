@@ -282,6 +282,39 @@ def test_the_chart_installs_the_kinds_and_rbac_deploy_base_installs() -> None:
         assert container[key] == base_container[key], key
 
 
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+@pytest.mark.parametrize(
+    "objs", [pytest.param("chart", id="chart"), pytest.param("base", id="base")]
+)
+def test_the_policy_roles_render_with_the_right_aggregation(objs: str) -> None:
+    """Issue 44: the namespace policy author is aggregated to admin only, the reader to view
+    and edit, and neither the cluster policy admin nor the exception requester to anything."""
+    roles = kind(rendered({}) if objs == "chart" else kustomize("base"), "ClusterRole")
+    aggregated = {
+        re.sub(
+            r"^.*?(policy-admin|namespace-policy-author|namespace-policy-reader|exception-requester)$",
+            r"\1",
+            o["metadata"]["name"],
+        ): sorted(
+            k.removeprefix(AGGREGATE)
+            for k, v in (o["metadata"].get("labels") or {}).items()
+            if k.startswith(AGGREGATE) and v == "true"
+        )
+        for o in roles
+        if o["metadata"]["name"].endswith(("policy-admin", "-author", "-reader", "-requester"))
+    }
+    assert aggregated == {
+        "policy-admin": [],
+        "namespace-policy-author": ["admin"],
+        "namespace-policy-reader": ["edit", "view"],
+        "exception-requester": [],
+    }
+    (author,) = [o for o in roles if o["metadata"]["name"].endswith("namespace-policy-author")]
+    assert [r["resources"] for r in author["rules"]] == [["gpunamespacepolicies"]]
+
+
 @pytest.mark.parametrize(
     ("values", "replicas", "budget"),
     [pytest.param({}, 3, True, id="three"), pytest.param({"replicaCount": 1}, 1, False, id="one"),

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import celpy
 import kubernetes_validate
 import pytest
 import yaml
@@ -20,7 +21,7 @@ from tests.deploy.test_manifests import ROOT, render
 from tests.kubeschema import FIELD_VALIDATIONS, apply_custom_resource, as_json_schema
 from webhook.engine.policy.crds import GROUP, NAMES, VERSION, custom_resource_definitions
 from webhook.engine.policy.ruleset import DocumentRef
-from webhook.engine.policy.schema import DOCUMENT_KINDS
+from webhook.engine.policy.schema import DOCUMENT_KINDS, NAMESPACED_KINDS
 from webhook.files.rulefiles import schema_problems
 from webhook.files.ruleobjects import RuleObject, judge_object
 
@@ -146,7 +147,7 @@ def test_a_stale_crd_is_caught_with_what_to_run(tmp_path: Path):
     assert subprocess.run([*script, "--check"], check=False).returncode == 0
 
 
-def test_there_is_one_cluster_scoped_crd_per_rule_kind_in_the_base():
+def test_there_is_one_crd_per_rule_kind_in_the_base_namespaced_only_for_a_team_kind():
     assert sorted(c["spec"]["names"]["kind"] for c in crd_files().values()) == sorted(
         DOCUMENT_KINDS
     )
@@ -156,7 +157,8 @@ def test_there_is_one_cluster_scoped_crd_per_rule_kind_in_the_base():
     )
     for crd in crd_files().values():
         assert crd["spec"]["group"] == GROUP
-        assert crd["spec"]["scope"] == "Cluster"
+        kind = crd["spec"]["names"]["kind"]
+        assert crd["spec"]["scope"] == ("Namespaced" if kind in NAMESPACED_KINDS else "Cluster")
         (version,) = crd["spec"]["versions"]
         assert (version["name"], version["served"], version["storage"]) == (VERSION, True, True)
         assert version["subresources"] == {"status": {}}
@@ -247,6 +249,15 @@ def test_every_shipped_and_example_rule_document_applies_as_an_object(document):
             "GPUPolicy", {"mutate": {"memoryLimit": {"fixed": "1Gi", "perGPU": "2Gi"}}},
             "fixed and perGPU conflict: give only one of fixed, perGPU, inventoryShare",
             id="two-memory-limit-modes",
+        ),
+        pytest.param(
+            "GPUPolicyException",
+            {"checks": ["builtin/capacity"], "workloads": {"names": ["a"]}, "expires": "next friday"},
+            "expires", id="an-expiry-that-is-no-time",
+        ),
+        pytest.param(
+            "GPUPolicyException", {"checks": ["builtin/capacity"], "workloads": {}}, "workloads",
+            id="an-exception-for-no-workload",
         ),
     ],
 )  # fmt: skip
@@ -412,3 +423,66 @@ def test_the_cost_check_finds_a_rule_below_an_unbounded_list():
     assert list(unbounded_rules({"properties": {"a": {"type": "array", "items": rule}}})) == [
         ".a[]"
     ]
+
+
+def cel_refusals(kind: str, spec: dict[str, Any]) -> list[str]:
+    """The messages of the spec's ``x-kubernetes-validations`` that fail, evaluated as the
+    API server does (``self`` is the spec), with celpy."""
+    rules = open_api(kind)["properties"]["spec"].get("x-kubernetes-validations") or []
+    environment = celpy.Environment()
+    refused = []
+    for rule in rules:
+        program = environment.program(environment.compile(rule["rule"]))
+        if not program.evaluate({"self": celpy.json_to_cel(spec)}):
+            refused.append(rule["message"])
+    return refused
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        pytest.param({"exempt": ["hideGPUs"]}, "cannot exempt checks", id="an-exemption"),
+        pytest.param(
+            {"match": {"namespaces": ["team-b"]}}, "its own namespace only", id="other-namespaces"
+        ),
+        pytest.param(
+            {"match": {"namespaceSelector": {"matchLabels": {"a": "b"}}}},
+            "its own namespace only",
+            id="a-namespace-selector",
+        ),
+        pytest.param(
+            {"match": {"excludeNamespaces": ["x"]}}, "its own namespace only", id="an-exclusion"
+        ),
+        pytest.param(
+            {"mutate": {"tolerations": [{"operator": "Exists"}]}},
+            "cannot add tolerations",
+            id="a-toleration",
+        ),
+        pytest.param(
+            {"mutate": {"runtimeClassName": "nvidia"}}, "runtime class", id="a-runtime-class"
+        ),
+    ],
+)
+def test_the_api_server_refuses_a_namespace_policy_that_would_widen(spec, said):
+    """Refused by the CRD's CEL rules: even while the webhook is down."""
+    (refused,) = cel_refusals("GPUNamespacePolicy", spec)
+    assert said in refused
+
+
+def test_the_api_server_takes_a_namespace_policy_that_only_tightens():
+    spec = {
+        "match": {"podSelector": {"matchLabels": {"team": "a"}}},
+        "validate": [{"maxGPUsPerPod": 2}],
+        "mutate": {"env": {"hideGPUsFromNonGPUContainers": True}},
+    }
+    assert cel_refusals("GPUNamespacePolicy", spec) == []
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUNamespacePolicy", "spec": spec}
+    assert list(document_validator("GPUNamespacePolicy").iter_errors(body)) == []
+
+
+def test_an_exception_needs_checks_and_workloads():
+    validator = document_validator("GPUPolicyException")
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUPolicyException", "spec": {}}
+    said = " ".join(e.message for e in validator.iter_errors(body))
+    assert "'checks' is a required property" in said
+    assert "'workloads' is a required property" in said

@@ -24,6 +24,7 @@ from webhook.cluster.sources.poolsource import KINDS as POOL_KINDS
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS
 from webhook.engine.policy.crds import GROUP, NAMES, VERSION
+from webhook.engine.policy.schema import NAMESPACED_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -269,12 +270,18 @@ def test_the_rule_objects_are_validated_on_create_and_update_and_always_fail_ope
     assert hook["clientConfig"]["service"]["path"] == "/validate"
     assert (hook["sideEffects"], hook["matchPolicy"]) == ("None", "Equivalent")
     assert 1 <= hook["timeoutSeconds"] <= 5
-    (rule,) = hook["rules"]
-    assert rule["apiGroups"] == [GROUP]
-    assert rule["apiVersions"] == [VERSION]
-    assert sorted(rule["resources"]) == sorted(n.plural for n in NAMES.values())
-    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
-    assert rule["scope"] == "Cluster"
+    cluster, namespaced = hook["rules"]
+    for rule in (cluster, namespaced):
+        assert rule["apiGroups"] == [GROUP]
+        assert rule["apiVersions"] == [VERSION]
+        assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+    # Issue 44: the namespaced kinds in every namespace (no namespaceSelector).
+    assert (cluster["scope"], namespaced["scope"]) == ("Cluster", "Namespaced")
+    assert "namespaceSelector" not in hook
+    assert sorted(cluster["resources"]) == sorted(
+        n.plural for k, n in NAMES.items() if k not in NAMESPACED_KINDS
+    )
+    assert sorted(namespaced["resources"]) == sorted(NAMES[k].plural for k in NAMESPACED_KINDS)
 
 
 @pytest.mark.parametrize(
@@ -420,6 +427,28 @@ STATUS_LEASE_RULES = [
 ]
 
 
+# For people, bound by the cluster admin (issue 44; tests/deploy/test_chart.py checks their
+# aggregation): they write policy objects, never anything the server reads besides them.
+PEOPLE_ROLES = {
+    f"ClusterRole gpu-webhook-{name}"
+    for name in (
+        "policy-admin",
+        "namespace-policy-author",
+        "namespace-policy-reader",
+        "exception-requester",
+    )
+}
+
+
+@each
+def test_the_roles_for_people_grant_only_policy_objects(name):
+    for role, rule in rbac_rules(render(name)):
+        if role in PEOPLE_ROLES:
+            assert rule["apiGroups"] == [GROUP], role
+            assert set(rule["resources"]) <= set(RULE_OBJECTS), role
+            assert "resourceNames" not in rule, role
+
+
 # For admins, bound to nobody (deploy/base/admission-policies/namespace-exemptions.yaml).
 EXEMPTION_ROLE = "ClusterRole gpu-webhook-namespace-exemptions"
 EXEMPTION_RULE = {"apiGroups": [GROUP], "resources": ["namespaceexemptions"], "verbs": ["set"]}
@@ -433,6 +462,8 @@ def test_rbac_grants_reads_and_named_patches_only(name):
             continue  # the status of the rule objects: tested below
         if role == EXEMPTION_ROLE and rule == EXEMPTION_RULE:
             continue  # grants no access: only the admission policy asks for it
+        if role in PEOPLE_ROLES:
+            continue  # policy objects only: tested above
         assert set(rule["verbs"]) <= {"get", "list", "watch", "patch"}, role
         for resource in rule["resources"]:
             if resource in NAMED_ONLY:

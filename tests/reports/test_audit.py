@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import CASES, INVENTORY, RULES, deployment, pod
+from tests.builders import CASES, INVENTORY, RULES, deployment, pod, team_policies
 from tests.reports.reportschema import assert_valid_report
 from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.files.inventoryfile import load_inventory, load_inventory_file
@@ -288,3 +288,26 @@ def test_a_namespace_with_many_results_is_split_into_reports_under_the_size_limi
     assert [len(r["results"]) for r in reports[:2]] == [MAX_RESULTS, 5]
     for report in reports:
         assert_valid_report(report)
+
+
+def test_a_waived_finding_is_a_skip_that_names_the_exception_and_the_namespace_policy(
+    tmp_path: Any,
+) -> None:
+    """Issue 44: who waived what, in the namespace's PolicyReport. (The audit judges at the
+    clock's time: the exception is given no expiry.)"""
+    policy = load_policy(str(team_policies(tmp_path)))
+    audit = Audit(policy=policy, inventory=NO_INVENTORY)
+    labels = {"team": "a", "cost-center": "cc1", "app": "big-train"}
+    big = named(pod(gpus=6), "big", namespace="team-a")
+    big["metadata"]["labels"] = labels
+    audit.add(big)
+    (report, _) = policy_reports(audit.entries(), policy=policy, now=NOW)
+    assert_valid_report(report)
+    waived = [r for r in report["results"] if "exception" in r["properties"]]
+    assert [(r["policy"], r["rule"], r["result"]) for r in waived] == [
+        ("gpu-limits", "maxGPUsPerPod", "skip"),
+        ("team-a/limits", "maxGPUsPerPod", "skip"),
+    ]
+    assert {r["properties"]["exception"] for r in waived} == {"team-a/big-train"}
+    assert waived[1]["message"].startswith("waived by GPUPolicyException team-a/big-train: ")
+    assert waived[1]["properties"]["document"].endswith("policies.yaml#3")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.builders import RULES
+from tests.builders import RULES, team_policies
 from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.policy.ruleset import Policy
 from webhook.engine.resources.inventory import Inventory
@@ -357,3 +357,36 @@ def test_a_class_fits_only_if_the_whole_request_vector_does(
         for k, v in resources["limits"].items()
         if "/" in k  # type: ignore[union-attr]
     }
+
+
+def test_a_namespace_policy_is_named_as_the_object_that_decided_and_a_waiver_by_its_exception(
+    tmp_path: Path,
+) -> None:
+    """Issue 44 (the exception is given no expiry: explain judges at the clock's time)."""
+    policy = load_policy(str(team_policies(tmp_path)))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train",
+            "namespace": "team-a",
+            "labels": {"team": "a", "cost-center": "c"},
+        },
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": 3}}}
+            ]
+        },
+    }
+    view = InventoryView(INVENTORY)
+
+    denied = render_text(explain(pod, policy=policy, inventory=view, nodes=INVENTORY.nodes))
+    pod["metadata"]["labels"]["app"] = "big-train"
+    waived = render_text(explain(pod, policy=policy, inventory=view, nodes=INVENTORY.nodes))
+
+    (verdict,) = [line for line in denied.splitlines() if line.startswith("Webhook on create")]
+    assert "team-a/limits/maxGPUsPerPod" in verdict.partition("DENIED by ")[2]
+    assert (
+        "  waived team-a/limits/maxGPUsPerPod (deny) by GPUPolicyException team-a/big-train"
+        in waived
+    )

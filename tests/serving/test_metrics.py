@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.metrics import MetricWrapperBase
 
-from tests.builders import ROOT, RULES
+from tests.builders import ROOT, RULES, team_policies
 from tests.cluster.ruleobjects import gpu_policy
 from webhook.admission.service import AdmissionService
 from webhook.cluster import watchmetrics
@@ -166,3 +166,43 @@ def test_the_rule_objects_gauge_names_a_bounded_number_of_objects() -> None:
     assert not_in_force("GPUPolicy", "_other") >= 5
     metrics.rule_objects_not_in_force([])
     assert not_in_force("GPUPolicy", "_other") == 0
+
+
+def test_exception_uses_are_counted_by_namespace_and_name_in_a_bounded_number_of_series() -> None:
+    """Issue 44: one series per exception in force, at most MAX_EXCEPTION_SERIES of them."""
+    tally = metrics.ReviewTally(batch=1_000_000)
+    many = [f"team-{i}/waiver" for i in range(metrics.MAX_EXCEPTION_SERIES + 5)]
+    before = REGISTRY.get_sample_value(
+        "gpu_webhook_policy_exceptions_applied_total", {"namespace": "other", "exception": "other"}
+    )
+    for exception in [*many, "team-0/waiver"]:
+        tally.add(
+            endpoint="validate",
+            kind="Pod",
+            operation="CREATE",
+            verdict="allowed",
+            seconds=0.001,
+            exceptions=[exception],
+        )
+    tally.flush()
+
+    def count(namespace: str, name: str) -> float | None:
+        return REGISTRY.get_sample_value(
+            "gpu_webhook_policy_exceptions_applied_total",
+            {"namespace": namespace, "exception": name},
+        )
+
+    assert count("team-0", "waiver") == 2
+    assert count(f"team-{metrics.MAX_EXCEPTION_SERIES}", "waiver") is None
+    assert count("other", "other") == (before or 0) + 5
+
+
+def test_each_exception_in_force_is_counted_from_zero(tmp_path: Path) -> None:
+    metrics.initialise(load_policy(str(team_policies(tmp_path))))
+    assert (
+        REGISTRY.get_sample_value(
+            "gpu_webhook_policy_exceptions_applied_total",
+            {"namespace": "team-a", "exception": "big-train"},
+        )
+        == 0
+    )

@@ -113,6 +113,8 @@ class Answer:
     rules_generation: int = 0
     # Rules whose mutations are in the patch sent ("<rule>/mutate").
     mutated_by: tuple[str, ...] = ()
+    # GPUPolicyExceptions (namespace/name) that waived a finding of this review.
+    exceptions: tuple[str, ...] = ()
     rules_fired: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -29,6 +29,7 @@ this point) is denied with a message that says so, and logged with its traceback
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from webhook.engine.policy.crds import GROUP
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import Policy, PolicyError, compile_policy
-from webhook.engine.policy.schema import DOCUMENT_KINDS
+from webhook.engine.policy.schema import DOCUMENT_KINDS, NAMESPACED_KINDS
 from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.engine.scheduling.policyreach import Unmet
 from webhook.files.rulefiles import RuleSet, RuleStore
@@ -146,9 +147,18 @@ class AdmissionService:
         fails with the same lines; the mutating webhook leaves such objects alone."""
         if mutate:
             return _skipped("kind")
+        raw = request.object or {}
+        meta = raw.get("metadata")
+        if (
+            request.kind in NAMESPACED_KINDS
+            and request.namespace
+            and isinstance(meta, dict)
+            and not meta.get("namespace")
+        ):
+            raw = {**raw, "metadata": {**meta, "namespace": request.namespace}}
         generation = self.rules.current.generation
         try:
-            candidate = RuleObject.of(request.object or {}, kind=request.kind)
+            candidate = RuleObject.of(raw, kind=request.kind)
             problems = self.rules.judge(candidate)
         except _ENGINE_ERRORS as exc:
             # As for a pod the engine cannot read: a denial that says so, never a 500.
@@ -189,6 +199,7 @@ class AdmissionService:
             resource=Resource(
                 request.resource_group, request.resource_version, request.resource, request.name
             ),
+            now=dt.datetime.now(dt.UTC),  # what a GPUPolicyException's expiry is judged by
         )
         policy, view = self._policy(ruleset), view_of(self.inventory)
         if request.sub_resource == SCALE:
@@ -383,4 +394,5 @@ def _answer(decision: Decision, *, mutate: bool, generation: int) -> Answer:
         patch_ops=len(patch),
         rules_generation=generation,
         mutated_by=decision.mutated_by if patch else (),
+        exceptions=tuple(dict.fromkeys(w.exception for w in decision.waivers)),
     )

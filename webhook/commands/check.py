@@ -35,10 +35,10 @@ from webhook.engine.evaluation.request import (
 from webhook.engine.kube.strict import KubeSchema
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
-from webhook.files.context import applied_together, files_view
+from webhook.files.context import applied_together, files_view, review_time
 from webhook.files.inventoryfile import InventoryFileError
 from webhook.files.manifests import Document, load_manifests
-from webhook.reports.audit import finding_json
+from webhook.reports.audit import finding_json, waiver_json, waiver_line
 from webhook.reports.colour import Paint
 from webhook.reports.explain import object_diff
 from webhook.reports.results import (
@@ -284,7 +284,7 @@ def _evaluate(
     # As kubectl does: the object's own namespace, else -n, else default.
     effective = _own_namespace(doc.obj) or namespace or "default"
     own = labels.get(effective) if labels else None
-    request = Request(doc.obj, namespace=effective, namespace_labels=own)
+    request = Request(doc.obj, namespace=effective, namespace_labels=own, now=review_time())
     return Checked(doc, effective, evaluate(request, policy=policy, inventory=inventory))
 
 
@@ -318,6 +318,7 @@ def result_json(checked: Checked) -> dict[str, Any]:
         "warnings": list(decision.warnings),
         "findings": [finding_json(f) for f in decision.findings],
         "audit": dict(decision.audit),
+        "waived": [waiver_json(w) for w in decision.waivers],
         "notices": _notices(decision),
         "patch": list(decision.patch),
     }
@@ -416,6 +417,7 @@ def _text(checked: Checked, paint: Paint) -> str:
     for finding in decision.findings:
         colour = {"deny": "red", "warn": "yellow"}.get(finding.action, "dim")
         lines.append(f"  {paint(colour, f'{finding.action:5}')} {finding.id}: {finding.message}")
+    lines.extend(f"  {paint('dim', 'waived')} {waiver_line(w)}" for w in decision.waivers)
     lines.extend(
         f"  {paint('yellow', 'warning:')} {w}"
         for w in decision.warnings

@@ -11,12 +11,20 @@ in for the cluster, as they would once applied together.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
 from webhook.files.inventoryfile import load_inventory_file
+
+
+def review_time() -> dt.datetime:
+    """The time a command judges at, as the server does (``Request.now``): what a
+    GPUPolicyException's expiry is compared with."""
+    return dt.datetime.now(dt.UTC)
+
 
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 

@@ -32,7 +32,12 @@ from webhook.engine.policy.ruleset import (
     RuleDocument,
     compile_policy,
 )
-from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS, RENAMED_KINDS
+from webhook.engine.policy.schema import (
+    API_VERSION,
+    DOCUMENT_KINDS,
+    RENAMED_KINDS,
+    qualified_name,
+)
 from webhook.files import celparser
 from webhook.files.jsonvalues import (
     MAX_PROBLEMS,
@@ -143,6 +148,8 @@ def _explain(error: ValidationError) -> str:
         return "must not be an empty list"
     if error.validator == "minLength":
         return "must not be empty"
+    if error.validator == "pattern" and schema.get("format") == "date-time":
+        return f"{_shown(instance)} is not an RFC 3339 time such as 2027-01-31T18:00:00Z"
     if error.validator == "pattern":
         return f"{_shown(instance)} is not a valid name (lower-case letters, digits, - and .)"
     return error.message
@@ -339,15 +346,10 @@ def read_documents(files: RuleFiles) -> tuple[list[RuleDocument], list[PolicyPro
         for doc in docs:
             if len(problems) >= MAX_SET_PROBLEMS:  # the lint stops: bounded work and output
                 return documents, [*problems, PolicyProblem(None, "", MORE_PROBLEMS)]
-            meta = doc.obj.get("metadata")
-            name = meta.get("name") if isinstance(meta, Mapping) else None
             kind = doc.obj.get("kind")
-            ref = DocumentRef(
-                str(path),
-                doc.index,
-                kind if isinstance(kind, str) and kind else "no kind",
-                name if isinstance(name, str) else "",
-            )
+            kind = kind if isinstance(kind, str) and kind else "no kind"
+            name = qualified_name(kind, doc.obj.get("metadata"))
+            ref = DocumentRef(str(path), doc.index, kind, name)
             found = schema_problems(doc.obj, ref)
             problems.extend(found)
             if not found:

@@ -28,7 +28,7 @@ from webhook.engine.policy.ruleset import (
     RuleDocument,
     compile_policy,
 )
-from webhook.engine.policy.schema import API_VERSION
+from webhook.engine.policy.schema import API_VERSION, NAMESPACED_KINDS, qualified_name
 from webhook.files.jsonvalues import oversized
 from webhook.files.shipped import cuda_table, shipped_catalogue
 
@@ -58,7 +58,10 @@ class RuleObject:
         given = raw.get("metadata")
         meta: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
         kind = str(raw.get("kind") or kind)
-        kept_meta = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
+        keys: tuple[str, ...] = ("name", "labels", "annotations")
+        if kind in NAMESPACED_KINDS:
+            keys = (*keys, "namespace")
+        kept_meta = {k: meta[k] for k in keys if k in meta}
         body: dict[str, Any] = {
             "apiVersion": raw.get("apiVersion") or API_VERSION,
             "kind": kind,
@@ -78,7 +81,7 @@ class RuleObject:
         )
         return cls(
             kind=kind,
-            name=_text(meta.get("name")),
+            name=qualified_name(kind, meta),
             generation=generation if isinstance(generation, int) else 0,
             resource_version=_text(meta.get("resourceVersion")),
             body=body,
@@ -95,6 +98,16 @@ class RuleObject:
     @property
     def key(self) -> Key:
         return (self.kind, self.name)
+
+    @property
+    def namespace(self) -> str:
+        """A namespaced kind's namespace (its name is ``namespace/name``), else empty."""
+        return self.name.partition("/")[0] if "/" in self.name else ""
+
+    @property
+    def local_name(self) -> str:
+        """The name in its namespace, as the API path has it."""
+        return self.name.rpartition("/")[2]
 
     @property
     def ref(self) -> DocumentRef:
@@ -219,6 +232,12 @@ def _own_problems(
     return problems
 
 
+def _blame_order(obj: RuleObject) -> tuple[bool, str, str]:
+    """Cluster-scoped kinds first: where a namespace's policy and the cluster's disagree,
+    the cluster's is in force and the namespace's is the one left out."""
+    return (obj.kind in NAMESPACED_KINDS, obj.kind, obj.name)
+
+
 def merge_objects(
     file_documents: Sequence[RuleDocument],
     objects: Sequence[RuleObject],
@@ -233,7 +252,7 @@ def merge_objects(
     whose new version is broken."""
     kept = in_force or {}
     files = {(d.ref.kind, d.ref.name): d.ref for d in file_documents}
-    ordered = sorted(objects, key=lambda o: o.key)
+    ordered = sorted(objects, key=_blame_order)
     problems = {obj.key: _own_problems(obj, files, lint) for obj in ordered}
     clean = [o for o in ordered if not problems[o.key]]
     accepted: list[RuleDocument] = [*file_documents, *(o.document for o in clean)]

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
-from webhook.engine.policy.decision import Decision, Finding
+from webhook.engine.policy.decision import Decision, Finding, Waiver
 from webhook.engine.policy.ruleset import Policy
 from webhook.engine.resources.devices import (
     DeviceInventory,
@@ -28,6 +28,7 @@ from webhook.engine.resources.devices import (
     is_dra_object,
 )
 from webhook.engine.scheduling.dra import gpu_names, pod_claims
+from webhook.files.context import review_time
 from webhook.reports.inventory import table
 
 Verdict = Literal["deny", "warn", "audit", "pass"]
@@ -38,6 +39,16 @@ MAX_OWNER_DEPTH = 8
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 # Judged on create as objects of their own (webhook.engine.evaluation.claimobjects).
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
+
+
+def waiver_json(waiver: Waiver) -> dict[str, Any]:
+    """Who waived what (issue 44): the exception, and the finding it waived."""
+    return {"exception": waiver.exception, **finding_json(waiver.finding)}
+
+
+def waiver_line(waiver: Waiver) -> str:
+    finding = waiver.finding
+    return f"{finding.id} ({finding.action}) by GPUPolicyException {waiver.exception}"
 
 
 def finding_json(finding: Finding) -> dict[str, str]:
@@ -97,6 +108,8 @@ class AuditEntry:
     notices: tuple[str, ...]
     folded: Counter[str] = field(default_factory=Counter)
     owner: tuple[str, ...] = ()  # index keys of its controlling owner
+    # Findings GPUPolicyExceptions waived (issue 44): who waived what.
+    waivers: tuple[Waiver, ...] = ()
 
     @property
     def verdict(self) -> Verdict:
@@ -223,7 +236,7 @@ class Audit:
         ref = ObjectRef.of(obj)
         labels = self._namespace_labels(namespace) if self._namespace_labels else None
         decision = evaluate(
-            Request(obj, namespace=namespace, namespace_labels=labels),
+            Request(obj, namespace=namespace, namespace_labels=labels, now=review_time()),
             policy=self.policy,
             inventory=self.inventory,
         )
@@ -251,7 +264,7 @@ class Audit:
         namespace = str(_mapping(obj.get("metadata")).get("namespace") or "default")
         labels = self._namespace_labels(namespace) if self._namespace_labels else None
         decision = evaluate(
-            Request(obj, namespace=namespace, namespace_labels=labels),
+            Request(obj, namespace=namespace, namespace_labels=labels, now=review_time()),
             policy=self.policy,
             inventory=self.inventory,
         )
@@ -369,6 +382,7 @@ def _entry(
         ),
         notices=decision.notices,
         owner=owner,
+        waivers=decision.waivers,
     )
 
 

@@ -19,7 +19,7 @@ import yaml
 from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
-from webhook.engine.policy.decision import Finding
+from webhook.engine.policy.decision import Finding, Waiver
 from webhook.engine.policy.ruleset import GPUResources, Policy
 from webhook.engine.resources.devices import ClaimSpec, DeviceInventory, DeviceRequest, SubRequest
 from webhook.engine.resources.fit import Demand, demand_of
@@ -34,7 +34,8 @@ from webhook.engine.resources.inventory import Inventory, Node, Placement, heale
 from webhook.engine.resources.offers import lookalike, offered, offered_names
 from webhook.engine.scheduling.dra import device_counts, fit, pod_claims, request_shortfall
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
-from webhook.reports.audit import ObjectRef, finding_json
+from webhook.files.context import review_time
+from webhook.reports.audit import ObjectRef, finding_json, waiver_json, waiver_line
 from webhook.reports.inventory import NO_GPU, class_key, dra_product, dra_products, table
 from webhook.reports.pools import PoolAnswer, pool_answers, sizing
 
@@ -155,6 +156,8 @@ class Explanation:
     # resources a device class serves (KEP-5004), and the resources it holds.
     extended_claim: str = ""
     extended_resources: tuple[str, ...] = ()
+    # Findings GPUPolicyExceptions waived (issue 44).
+    waivers: tuple[Waiver, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -165,6 +168,7 @@ class Explanation:
             "webhook": {
                 "allowed": self.allowed,
                 "findings": [finding_json(f) for f in self.findings],
+                "waived": [waiver_json(w) for w in self.waivers],
                 "warnings": list(self.warnings),
                 "notices": list(self.notices),
                 "patch": [dict(op) for op in self.patch],
@@ -198,7 +202,7 @@ def explain(
     of the pod would be judged."""
     ref = ObjectRef.of(obj)
     decision = evaluate(
-        Request(obj, namespace=ref.namespace, namespace_labels=namespace_labels),
+        Request(obj, namespace=ref.namespace, namespace_labels=namespace_labels, now=review_time()),
         policy=policy,
         inventory=inventory,
     )
@@ -267,6 +271,7 @@ def explain(
         patch=tuple(decision.patch),
         diff=tuple(object_diff(obj, mutated)) if decision.patch else (),
         templates=tuple(answers),
+        waivers=decision.waivers,
         phase=phase,
         event=event,
         bound_to=bound_to,
@@ -605,6 +610,7 @@ def render_text(explanation: Explanation) -> str:
             lines += [f"    {p.text}: {p.answer}" for p in template.pools]
     lines += ["", _webhook_line(e)]
     lines += [f"  {f.action:5} {f.id}: {f.message}" for f in e.findings]
+    lines += [f"  waived {waiver_line(w)}" for w in e.waivers]
     lines += [f"  notice: {n}" for n in e.notices]
     lines += ["  " + line for line in e.diff]
     if e.event is not None:

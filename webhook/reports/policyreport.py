@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from webhook.engine.policy.decision import Finding
+from webhook.engine.policy.decision import Finding, Waiver
 from webhook.engine.policy.ruleset import Policy
 from webhook.reports.audit import AuditEntry
 
@@ -132,6 +132,7 @@ def _results(
         }
 
     results = [_finding(f, base, documents, properties) for f in entry.findings]
+    results += [_waived(w, base, documents, properties) for w in entry.waivers]
     results += [result("builtin", "warning", "warn", "medium", w) for w in entry.warnings]
     results += [
         result("builtin", "capacity", "skip", "info", notice)
@@ -166,6 +167,17 @@ def _finding(
         "message": _short(finding.message),
         "properties": properties(extra),
     }
+
+
+def _waived(
+    waiver: Waiver, base: Mapping[str, Any], documents: Mapping[str, Any], properties: Any
+) -> dict[str, Any]:
+    """A finding a GPUPolicyException waived: a skip that names the exception, so that an
+    admin reading the report sees who waived what."""
+    result = _finding(waiver.finding, base, documents, properties)
+    result["properties"] = {**result["properties"], "exception": waiver.exception}
+    message = f"waived by GPUPolicyException {waiver.exception}: {waiver.finding.message}"
+    return {**result, "result": "skip", "severity": "info", "message": _short(message)}
 
 
 def _short(text: str) -> str:

@@ -242,6 +242,7 @@ def _record(endpoint: str, kind: str, operation: str, answer: Answer, elapsed: f
         verdict=answer.verdict,
         seconds=elapsed,
         findings=[(f.id, f.action) for f in answer.findings],
+        exceptions=answer.exceptions if endpoint == "validate" else (),
     )
 
 

@@ -53,6 +53,14 @@ FINDINGS = Counter(
     "Denials, warnings and audit findings, by endpoint, rule and action",
     ["endpoint", "rule", "action"],
 )
+# Issue 44: who waived what. Counted at /validate only (a review also seen at /mutate is one
+# use); label sets are the exceptions in force, at most MAX_EXCEPTION_SERIES, then "other".
+EXCEPTIONS_APPLIED = Counter(
+    "gpu_webhook_policy_exceptions_applied_total",
+    "Reviews in which a GPUPolicyException waived a finding, by its namespace and name",
+    ["namespace", "exception"],
+)
+MAX_EXCEPTION_SERIES = 100
 RELOADS = Counter(
     "gpu_webhook_rule_reloads_total",
     "Rule file reloads per worker, by result (success, failure)",
@@ -233,6 +241,9 @@ def initialise(policy: Policy) -> None:
         for rule, action in finding_labels(policy):
             FINDINGS.labels(endpoint, rule, action)
         LATENCY.labels(endpoint)
+    # Each exception in force, from its first use on (issue 44), within the bound.
+    for exception in policy.exceptions[:MAX_EXCEPTION_SERIES]:
+        EXCEPTIONS_APPLIED.labels(exception.namespace, exception.name)
 
 
 def finding_labels(policy: Policy) -> set[tuple[str, str]]:
@@ -267,6 +278,8 @@ class ReviewTally:
         self._pending = 0
         self._requests: Tally[tuple[str, str, str, str]] = Tally()
         self._findings: Tally[tuple[str, str, str]] = Tally()
+        self._exceptions: Tally[tuple[str, str]] = Tally()
+        self._exception_series: set[tuple[str, str]] = set()
         self._latency: dict[str, list[float]] = {}
 
     def add(
@@ -278,22 +291,37 @@ class ReviewTally:
         verdict: str,
         seconds: float,
         findings: Iterable[tuple[str, str]] = (),
+        exceptions: Iterable[str] = (),
     ) -> None:
         with self._lock:
             self._requests[(endpoint, kind, operation, verdict)] += 1
             for rule, action in findings:
                 self._findings[(endpoint, rule, action)] += 1
+            for exception in exceptions:
+                self._exceptions[self._exception_labels(exception)] += 1
             self._latency.setdefault(endpoint, []).append(seconds)
             self._pending += 1
             full = self._pending >= self._batch
         if full:
             self.flush()
 
+    def _exception_labels(self, exception: str) -> tuple[str, str]:
+        namespace, _, name = exception.partition("/")
+        labels = (namespace, name)
+        if labels not in self._exception_series:
+            if len(self._exception_series) >= MAX_EXCEPTION_SERIES:
+                return ("other", "other")
+            self._exception_series.add(labels)
+        return labels
+
     def flush(self) -> None:
         with self._lock:
             requests, findings, latency = self._requests, self._findings, self._latency
+            exceptions, self._exceptions = self._exceptions, Tally()
             self._requests, self._findings, self._latency = Tally(), Tally(), {}
             self._pending = 0
+        for waived, times in exceptions.items():
+            EXCEPTIONS_APPLIED.labels(*waived).inc(times)
         for labels, count in requests.items():
             REQUESTS.labels(*labels).inc(count)
         for found, count in findings.items():

@@ -36,6 +36,7 @@ from webhook.engine.evaluation.request import (
     Request,
 )
 from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.policyexceptions import parse_time
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.inventoryfile import InventoryFile, load_inventory_file
 from webhook.files.rulefiles import load_policy
@@ -48,8 +49,8 @@ UPDATE = os.environ.get("GOLDEN_UPDATE") == "1"
 
 REQUIRED_FILES = {"object.yaml", "expected.yaml", "expected-object.yaml"}
 OPTIONAL_FILES = {"rules", "rules.ref", "inventory.yaml", "inventory.ref", "request.yaml"}
-REQUEST_KEYS = {"namespace", "operation", "oldObject", "namespaceLabels", "subResource"}
-EXPECTED_KEYS = {"allowed", "findings", "warnings", "repaired"}
+REQUEST_KEYS = {"namespace", "operation", "oldObject", "namespaceLabels", "subResource", "now"}
+EXPECTED_KEYS = {"allowed", "findings", "warnings", "repaired", "waived"}
 FINDING_KEYS = {"rule", "check", "action", "message"}
 
 
@@ -111,6 +112,7 @@ def load_request(case: Path, obj: Mapping[str, Any]) -> Request:
         old_object=spec.get("oldObject"),
         namespace_labels=spec.get("namespaceLabels"),
         sub_resource=spec.get("subResource", ""),
+        now=parse_time(spec["now"]) if "now" in spec else None,
     )
 
 
@@ -122,6 +124,7 @@ def _with_object(request: Request, obj: Mapping[str, Any]) -> Request:
         old_object=request.old_object,
         namespace_labels=request.namespace_labels,
         sub_resource=request.sub_resource,
+        now=request.now,
     )
 
 
@@ -148,7 +151,14 @@ def _updated_expectations(decision: Decision, old: Mapping[str, Any]) -> dict[st
     }
     if old.get("repaired"):
         out["repaired"] = old["repaired"]
+    if decision.waivers:
+        out["waived"] = waived(decision)
     return out
+
+
+def waived(decision: Decision) -> list[str]:
+    """Who waived what: ``<exception> waived <rule>/<check>``."""
+    return [f"{w.exception} waived {w.finding.id}" for w in decision.waivers]
 
 
 def run_case(case: Path) -> tuple[Policy, Request, Decision]:
@@ -314,11 +324,13 @@ def test_an_unrelated_label_edit_of_any_stored_object_is_allowed_unpatched(case:
     existed), an UPDATE that only adds a label changes nothing it reaches or asks for."""
     policy = case_policy(rules_dir(case))
     stored = _read_yaml(case / "expected-object.yaml")
+    as_read = load_request(case, stored)
     request = Request(
         _relabelled(stored),
-        namespace=load_request(case, stored).namespace,
+        namespace=as_read.namespace,
         operation="UPDATE",
         old_object=stored,
+        now=as_read.now,
     )
 
     decision = evaluate(request, policy=policy, inventory=inventory_view(case))

@@ -35,7 +35,9 @@ from webhook.cluster.sources.kindwatch import (
 from webhook.engine.evaluation.evaluate import policy_findings
 from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.policy.crds import GROUP, NAMES, VERSION
+from webhook.engine.policy.policyexceptions import parse_time
 from webhook.engine.policy.ruleset import Policy, PolicyError
+from webhook.engine.policy.schema import NAMESPACE_POLICY, POLICY_EXCEPTION
 from webhook.files.rulefiles import RuleStore
 from webhook.files.ruleobjects import Key, RuleObject, Verdict
 
@@ -58,6 +60,13 @@ def collection(kind: str) -> str:
 
 
 def object_path(kind: str, name: str) -> str:
+    """A cluster kind's object by name; a namespaced kind's by ``namespace/name``, under
+    its namespace (listed and watched across all namespaces at ``collection``)."""
+    namespace, _, local = name.rpartition("/")
+    if namespace:
+        plural = NAMES[kind].plural
+        where = f"{DISCOVERY_PATH}/namespaces/{quote(namespace, safe='')}/{plural}"
+        return f"{where}/{quote(local, safe='')}"
     return f"{collection(kind)}/{quote(name, safe='')}"
 
 
@@ -291,7 +300,8 @@ def desired_status(
     """The status an object should carry; the transition time moves only when Ready does.
     ``unmet``: what ``policy_findings`` says of the object's values on this cluster (None:
     not compared, and no ``ClusterMatch`` condition)."""
-    ready = "True" if verdict.ready else "False"
+    expired = _expired(obj, now) if verdict.ready else ""
+    ready = "True" if verdict.ready and not expired else "False"
     before = next(
         (
             c
@@ -304,13 +314,13 @@ def desired_status(
     condition = {
         "type": READY,
         "status": ready,
-        "reason": "InForce" if verdict.ready else "Invalid",
-        "message": verdict.message,
+        "reason": "Expired" if expired else "InForce" if verdict.ready else "Invalid",
+        "message": expired or verdict.message,
         "observedGeneration": verdict.generation,
         "lastTransitionTime": since or now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     conditions = [condition]
-    if not verdict.ready:
+    if not verdict.ready and not expired:
         # kstatus' own condition (sigs.k8s.io/cli-utils pkg/kstatus/status/generic.go,
         # checkGenericProperties): Flux's wait and kubectl-style tools read a custom
         # resource with Stalled True as failed; they do not read Ready.
@@ -322,7 +332,7 @@ def desired_status(
         # So that a restarted server keeps the same version in force (the API server
         # stores only the broken one).
         status["inForce"] = {"generation": kept.generation, "spec": kept.body.get("spec") or {}}
-    if obj.kind == "GPUPolicy":
+    if obj.kind in ("GPUPolicy", NAMESPACE_POLICY):
         checks = [
             name
             for entry in (obj.body.get("spec") or {}).get("validate") or []
@@ -358,6 +368,16 @@ def _cluster_condition(
         "observedGeneration": generation,
         "lastTransitionTime": since or now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def _expired(obj: RuleObject, now: dt.datetime) -> str:
+    """Why a GPUPolicyException no longer applies (its expiry passed), else empty."""
+    if obj.kind != POLICY_EXCEPTION:
+        return ""
+    expires = parse_time((obj.body.get("spec") or {}).get("expires"))
+    if expires is None or now < expires:
+        return ""
+    return f"expired at {expires.isoformat()}: it waives nothing any more"
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -414,7 +434,11 @@ class StatusWriter:
     def _put(self, obj: RuleObject, status: Mapping[str, Any]) -> None:
         body = {
             **obj.body,
-            "metadata": {"name": obj.name, "resourceVersion": obj.resource_version},
+            "metadata": {
+                "name": obj.local_name,
+                **({"namespace": obj.namespace} if obj.namespace else {}),
+                "resourceVersion": obj.resource_version,
+            },
             "status": status,
         }
         try:

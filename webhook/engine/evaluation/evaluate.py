@@ -30,6 +30,7 @@ from webhook.engine.evaluation.updates import pod_update
 from webhook.engine.kube.patch import lookup
 from webhook.engine.kube.workloads import PodTemplate
 from webhook.engine.policy.decision import Decision, Finding, decide, shorten
+from webhook.engine.policy.policyexceptions import waive
 from webhook.engine.policy.ruleset import Policy, Rule
 from webhook.engine.resources.cel.celbudget import close_review, open_review
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
@@ -99,9 +100,45 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
     (``celbudget.review_budget``): past it they are reported as not evaluated."""
     token = open_review()
     try:
-        return _evaluate(request, policy=policy, inventory=inventory)
+        decision = _evaluate(request, policy=policy, inventory=inventory)
     finally:
         close_review(token)
+    if policy.exceptions and decision.findings:
+        return _with_exceptions(decision, request, policy)
+    return decision
+
+
+def _with_exceptions(decision: Decision, request: Request, policy: Policy) -> Decision:
+    """The decision less the findings a GPUPolicyException of the namespace waives, each
+    waiver written in the audit annotations (who waived what)."""
+    kept, waived = waive(
+        decision.findings,
+        policy.exceptions,
+        namespace=request.effective_namespace,
+        obj=request.object,
+        now=request.now,
+    )
+    if not waived:
+        return decision
+    from_findings = {f.warning for f in decision.findings}
+    decided = decide(
+        kept,
+        patch=decision.patch,
+        mutated=decision.mutated,
+        notices=decision.notices,
+        extra_warnings=[w for w in decision.warnings if w not in from_findings],
+        mutated_by=decision.mutated_by,
+    )
+    audit = dict(decided.audit)
+    for waiver in waived:
+        said = audit.get(waiver.audit_key)
+        finding = waiver.finding
+        line = f"GPUPolicyException {waiver.exception} waived {finding.id} ({finding.action})"
+        audit[waiver.audit_key] = shorten(f"{said}; {line}" if said else line, 1000)
+    decided.audit = audit
+    decided.waivers = tuple(waived)
+    decided.understood = decision.understood
+    return decided
 
 
 def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
@@ -324,7 +361,10 @@ def _broken_by_claim(
     after: InventoryView,
 ) -> Iterator[Finding]:
     as_created = Request(
-        pod, namespace=request.effective_namespace, namespace_labels=request.namespace_labels
+        pod,
+        namespace=request.effective_namespace,
+        namespace_labels=request.namespace_labels,
+        now=request.now,
     )
     already = {f.id for f in evaluate(as_created, policy=policy, inventory=before).denials}
     name = str(_metadata(pod).get("name") or "")

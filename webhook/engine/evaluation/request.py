@@ -9,6 +9,7 @@ that match it (``matching_rules``).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,9 @@ class Request:
     # it could not (``parent_unread``); the engine then warns and never denies.
     parent: Mapping[str, Any] | None = None
     parent_unread: str = ""
+    # The review's time, given by the shell (the engine reads no clock): what a
+    # GPUPolicyException's expiry is judged against. None: not known.
+    now: dt.datetime | None = None
 
     @property
     def effective_namespace(self) -> str:
@@ -181,6 +185,7 @@ def request_as_created(request: Request, obj: Mapping[str, Any]) -> Request:
         obj,
         namespace=request.namespace,
         namespace_labels=request.namespace_labels,
+        now=request.now,
     )
 
 

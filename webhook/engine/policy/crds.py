@@ -36,7 +36,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.policy.schema import DOCUMENT_KINDS
+from webhook.engine.policy.schema import (
+    DOCUMENT_KINDS,
+    NAMESPACE_POLICY,
+    NAMESPACED_KINDS,
+    POLICY_EXCEPTION,
+)
 
 GROUP = "gpu-webhook.io"
 VERSION = "v1alpha1"
@@ -91,7 +96,41 @@ NAMES: dict[str, KindNames] = {
             ("GPUs", "integer", ".spec.gpu.count"),
         ),
     ),
+    NAMESPACE_POLICY: KindNames(
+        "gpunamespacepolicies",
+        "gpunspol",
+        (("Order", "integer", ".spec.order"), ("Checks", "string", ".status.checks")),
+    ),
+    POLICY_EXCEPTION: KindNames(
+        "gpupolicyexceptions",
+        "gpuexc",
+        (("Checks", "string", ".spec.checks"), ("Expires", "string", ".spec.expires")),
+    ),
 }
+
+# What a GPUNamespacePolicy may never say, refused by the API server itself (CEL,
+# apiextensions ``x-kubernetes-validations``) so that it is refused even while the webhook
+# is down; ``namespacepolicy`` says the same at /validate and in ``rules lint``.
+NAMESPACE_POLICY_RULES: tuple[tuple[str, str], ...] = (
+    (
+        "!has(self.exempt)",
+        "a GPUNamespacePolicy cannot exempt checks: ask for a GPUPolicyException",
+    ),
+    (
+        "!has(self.match) || (!has(self.match.namespaces) && !has(self.match.excludeNamespaces)"
+        " && !has(self.match.namespaceSelector))",
+        "a GPUNamespacePolicy matches its own namespace only: remove match.namespaces, "
+        "match.excludeNamespaces and match.namespaceSelector",
+    ),
+    (
+        "!has(self.mutate) || !has(self.mutate.tolerations)",
+        "a GPUNamespacePolicy cannot add tolerations: they open nodes the cluster keeps pods off",
+    ),
+    (
+        "!has(self.mutate) || !has(self.mutate.runtimeClassName)",
+        "a GPUNamespacePolicy cannot set the runtime class: the cluster's GPUPolicy does",
+    ),
+)
 
 _CONDITION: dict[str, Any] = {
     "type": "object",
@@ -234,6 +273,10 @@ def custom_resource_definition(kind: str) -> dict[str, Any]:
     document = DOCUMENT_KINDS[kind]
     names = NAMES[kind]
     spec = structural(document["properties"]["spec"])
+    if kind == NAMESPACE_POLICY:
+        spec["x-kubernetes-validations"] = [
+            {"rule": rule, "message": message} for rule, message in NAMESPACE_POLICY_RULES
+        ]
     schema = {
         "type": "object",
         "description": document.get("description", ""),
@@ -255,7 +298,7 @@ def custom_resource_definition(kind: str) -> dict[str, Any]:
         },
         "spec": {
             "group": GROUP,
-            "scope": "Cluster",
+            "scope": "Namespaced" if kind in NAMESPACED_KINDS else "Cluster",
             "names": {
                 "kind": kind,
                 "listKind": f"{kind}List",

@@ -46,6 +46,19 @@ class Finding:
         return key[:63].rstrip("-.")
 
 
+@dataclass(frozen=True, slots=True)
+class Waiver:
+    """One finding a GPUPolicyException waived (``policyexceptions``): who waived what."""
+
+    exception: str  # namespace/name
+    finding: Finding
+
+    @property
+    def audit_key(self) -> str:
+        key = _AUDIT_KEY.sub("-", f"exception.{self.exception}".lower())
+        return key[:63].rstrip("-.")
+
+
 def action_of(setting: str) -> Action:
     """The finding action for a check's configured action; ``repair`` (and anything
     unexpected) is judged as ``deny`` once a repair could not apply."""
@@ -70,6 +83,8 @@ class Decision:
     understood: bool = True
     # "<rule>/mutate" for each rule whose mutations added operations to ``patch``.
     mutated_by: tuple[str, ...] = ()
+    # Findings a GPUPolicyException waived, for the audit annotation, reports and the metric.
+    waivers: tuple[Waiver, ...] = ()
 
     @property
     def denials(self) -> tuple[Finding, ...]:

@@ -161,12 +161,14 @@ def entry_problems(entry: Mapping[str, Any]) -> list[tuple[str, str]]:
                 (f"resources[{index}]", f'"{ref}": give NAME, KIND/NAME or NAMESPACE/KIND/NAME')
             )
     rule = entry.get("rule")
-    if rule is not None and (len(rule.split("/")) != 2 or "" in rule.split("/")):
+    # A GPUNamespacePolicy's rule is namespace/name: its findings have three parts.
+    if rule is not None and (len(rule.split("/")) not in (2, 3) or "" in rule.split("/")):
         problems.append(
             (
                 "rule",
                 f'"{rule}": give a finding id as check prints it, RULE/CHECK '
-                "(builtin/unknownResource, or a GPUPolicy's name and its check)",
+                "(builtin/unknownResource, a GPUPolicy's name and its check, or a "
+                "GPUNamespacePolicy's namespace/name and its check)",
             )
         )
     if entry["result"] == "allowed":

@@ -17,6 +17,9 @@ from typing import Any, Literal
 from webhook.engine.kube.quantity import QuantityError, parse_quantity
 from webhook.engine.kube.selectors import label_selector_matches
 from webhook.engine.kube.workloads import BUILTIN_KINDS, KindTable, TemplateLocation, WorkloadKind
+from webhook.engine.policy.namespacepolicy import forbidden_fields, looser
+from webhook.engine.policy.policyexceptions import PolicyException, compile_exception
+from webhook.engine.policy.schema import NAMESPACE_POLICY, POLICY_EXCEPTION
 from webhook.engine.resources.cudatable import CudaImages, parse_version
 from webhook.engine.resources.gpufacts import DEVICE_PLUGIN_DEFAULTS, MEMORY_LABEL, SlotRefusal
 from webhook.engine.resources.instancetypes import (
@@ -343,6 +346,8 @@ class Settings:
     # (the controller's default) denies what minValues keeps off every pool, BestEffort
     # relaxes minValues; undeclared (""), judged as Strict but warned, never denied.
     min_values_policy: Literal["Strict", "BestEffort", ""] = ""
+    # Issue 44: namespaces (globs) where a GPUPolicyException may apply; none by default.
+    exception_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +359,8 @@ class Policy:
     # GPU instance types: the shipped catalogue (loaded by the shell) plus InstanceType
     # rule documents.
     catalogue: Catalogue = field(default_factory=Catalogue)
+    # GPUPolicyExceptions in namespaces the settings allow (issue 44).
+    exceptions: tuple[PolicyException, ...] = ()
 
     @property
     def rule_names(self) -> tuple[str, ...]:
@@ -388,6 +395,8 @@ def compile_policy(
     rules: list[Rule] = []
     pools: list[Node] = []
     kinds: list[WorkloadKind] = []
+    scoped: list[tuple[Rule, str]] = []  # GPUNamespacePolicy rules and their namespace
+    exceptions: list[tuple[PolicyException, DocumentRef]] = []
     table = cuda_table or {}
     settings = Settings(cuda_images=CudaImages.of(table))
     settings_seen: DocumentRef | None = None
@@ -402,6 +411,13 @@ def compile_policy(
         names[(kind, doc.ref.name)] = doc.ref
         if kind == "GPUPolicy":
             rules.append(_compile_rule(doc.ref, spec, problems))
+        elif kind == NAMESPACE_POLICY:
+            scoped.append(_compile_namespace_rule(doc, spec, problems))
+        elif kind == POLICY_EXCEPTION:
+            meta = doc.body["metadata"]
+            exception, found = compile_exception(str(meta["namespace"]), str(meta["name"]), spec)
+            problems.extend(PolicyProblem(doc.ref, path, why) for path, why in found)
+            exceptions.append((exception, doc.ref))
         elif kind == "GPUSettings":
             if settings_seen is not None:
                 problems.append(
@@ -426,10 +442,27 @@ def compile_policy(
                 path, _, message = str(exc).partition(": ")
                 problems.append(PolicyProblem(doc.ref, path, message))
     rules.sort(key=lambda r: (r.order, r.name))
+    for rule, namespace in scoped:
+        for index, path, why in looser(rule, namespace, rules):
+            problems.append(PolicyProblem(rule.document, f"spec.validate[{index}].{path}", why))
+    # After the cluster's rules, so that a conflict is blamed on the namespace policy.
+    rules.extend(sorted((r for r, _ in scoped), key=lambda r: (r.order, r.name)))
     problems.extend(_conflicts(rules))
+    allowed = glob_matcher(settings.exception_namespaces)
+    for exception, ref in exceptions:
+        if not allowed(exception.namespace):
+            problems.append(
+                PolicyProblem(
+                    ref,
+                    "metadata.namespace",
+                    f"exceptions are not allowed in namespace {exception.namespace}: "
+                    "GPUSettings.exceptionNamespaces must name it",
+                )
+            )
     if problems:
         raise PolicyError(problems)
     return Policy(
+        exceptions=tuple(e for e, _ in exceptions),
         rules=tuple(rules),
         settings=settings,
         node_pools=tuple(pools),
@@ -466,6 +499,7 @@ def _compile_settings(
         **_compile_device_plugin(spec),
         cuda_images=_compile_cuda_images(spec.get("cudaImages") or (), cuda_table, ref, problems),
         min_values_policy=spec.get("minValuesPolicy", ""),
+        exception_namespaces=tuple(spec.get("exceptionNamespaces") or ()),
     )
 
 
@@ -605,6 +639,25 @@ def _compile_rule(ref: DocumentRef, spec: Mapping[str, Any], problems: list[Poli
         exempt=exempt,
         spec=spec,
     )
+
+
+def _compile_namespace_rule(
+    doc: RuleDocument, spec: Mapping[str, Any], problems: list[PolicyProblem]
+) -> tuple[Rule, str]:
+    """A GPUNamespacePolicy as a rule matching its own namespace only
+    (``namespacepolicy`` says what it may not say)."""
+    namespace = str(doc.body["metadata"]["namespace"])
+    problems.extend(PolicyProblem(doc.ref, path, why) for path, why in forbidden_fields(spec))
+    match = spec.get("match") or {}
+    own = {k: v for k, v in match.items() if k not in _NAMESPACE_MATCH}
+    narrowed = {**spec, "match": {**own, "namespaces": [namespace]}}
+    narrowed.pop("exempt", None)
+    mutate = {k: v for k, v in (spec.get("mutate") or {}).items() if k not in _ONLY_CLUSTER}
+    return _compile_rule(doc.ref, {**narrowed, "mutate": mutate}, problems), namespace
+
+
+_NAMESPACE_MATCH = ("namespaces", "excludeNamespaces", "namespaceSelector")
+_ONLY_CLUSTER = ("tolerations", "runtimeClassName")
 
 
 def _hide_scope(value: object) -> HideScope:

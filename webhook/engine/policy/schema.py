@@ -6,6 +6,7 @@ shipped so editors validate rule files (a test keeps the two equal).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 API_VERSION = "gpu-webhook.io/v1alpha1"
@@ -130,6 +131,19 @@ _METADATA = _obj(
         "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
     },
     required=["name"],
+)
+# A namespaced kind's object lives in one namespace: a rule file says which.
+_NAMESPACED_METADATA = _obj(
+    {
+        **_METADATA["properties"],
+        "namespace": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        },
+    },
+    required=["name", "namespace"],
 )
 
 
@@ -347,6 +361,48 @@ _GPU_POLICY = _obj(
         },
     }
 )
+# A team's own policy for its own namespace (issue 44): the same fields as a GPUPolicy, so
+# that what it may not say (``exempt``, a match beyond its namespace, tolerations, a runtime
+# class) is refused with a reason, not as an unknown field (``namespacepolicy``).
+_NAMESPACE_POLICY = {
+    **_GPU_POLICY,
+    "description": "A GPUPolicy for one namespace, written by its admins: it may only add "
+    "restrictions to what the cluster's policies allow.",
+}
+_WORKLOAD_SELECTION = _obj(
+    {
+        "names": {
+            **_STR_LIST,
+            "description": "Workload names (globs) in the exception's namespace: the "
+            "reviewed object's metadata.name (or generateName).",
+        },
+        "selector": {
+            **_LABEL_SELECTOR,
+            "description": "Labels of the reviewed object (or of its pod template).",
+        },
+    },
+    minProperties=1,
+)
+_POLICY_EXCEPTION = _obj(
+    {
+        "checks": {
+            **_STR_LIST,
+            "minItems": 1,
+            "description": "What it waives, as findings name it: builtin/<check>, "
+            "<policy>/<check>, or <policy>/* (globs).",
+        },
+        "workloads": _WORKLOAD_SELECTION,
+        "expires": {
+            "type": "string",
+            "format": "date-time",
+            "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?"
+            "(Z|[+-][0-9]{2}:[0-9]{2})$",
+            "description": "RFC 3339 time after which it no longer applies.",
+        },
+        "reason": {"type": "string", "description": "Why, for whoever reviews it."},
+    },
+    required=["checks", "workloads"],
+)
 BUILTIN_CHECKS = {
     "requestsWithoutLimits": "a GPU in requests but not in limits",
     "requestsNotEqualLimits": "GPU requests differ from limits",
@@ -515,6 +571,11 @@ _SETTINGS = _obj(
             ),
         },
         # Issue 23, rest: how the Karpenter controller treats minValues.
+        "exceptionNamespaces": {
+            **_STR_LIST,
+            "description": "Namespaces (globs) where a GPUPolicyException may apply; none "
+            "by default: an exception anywhere else is refused and never applies.",
+        },
         "minValuesPolicy": {
             "enum": ["Strict", "BestEffort"],
             "description": "Karpenter's --min-values-policy, as the controller runs: Strict "
@@ -609,17 +670,35 @@ _WORKLOAD_KIND = _obj(
 )
 
 
+NAMESPACE_POLICY = "GPUNamespacePolicy"
+POLICY_EXCEPTION = "GPUPolicyException"
+NAMESPACED_KINDS = frozenset({NAMESPACE_POLICY, POLICY_EXCEPTION})
+
+
 def _document(kind: str, spec: dict[str, Any], description: str) -> dict[str, Any]:
     return _obj(
         {
             "apiVersion": {"const": API_VERSION},
             "kind": {"const": kind},
-            "metadata": _METADATA,
+            "metadata": _NAMESPACED_METADATA if kind in NAMESPACED_KINDS else _METADATA,
             "spec": spec,
         },
         required=["apiVersion", "kind", "metadata", "spec"],
         description=description,
     )
+
+
+def qualified_name(kind: str, metadata: object) -> str:
+    """How a document is named: ``namespace/name`` for a namespaced kind (as kubectl names
+    it: two teams may both have a policy called ``limits``), else its name."""
+    if not isinstance(metadata, Mapping):
+        return ""
+    name = metadata.get("name")
+    name = name if isinstance(name, str) else ""
+    namespace = metadata.get("namespace")
+    if kind in NAMESPACED_KINDS and isinstance(namespace, str) and namespace and name:
+        return f"{namespace}/{name}"
+    return name
 
 
 DOCUMENT_KINDS: dict[str, dict[str, Any]] = {
@@ -638,6 +717,17 @@ DOCUMENT_KINDS: dict[str, dict[str, Any]] = {
         "InstanceType",
         _INSTANCE_TYPE,
         "A GPU instance type for the catalogue Karpenter NodePools are sized by.",
+    ),
+    NAMESPACE_POLICY: _document(
+        NAMESPACE_POLICY,
+        _NAMESPACE_POLICY,
+        "A namespace's own GPU rules: they can only add restrictions to the cluster's.",
+    ),
+    POLICY_EXCEPTION: _document(
+        POLICY_EXCEPTION,
+        _POLICY_EXCEPTION,
+        "Waives named checks for named workloads of its namespace, until it expires; "
+        "only in namespaces GPUSettings.exceptionNamespaces names.",
     ),
 }
 
