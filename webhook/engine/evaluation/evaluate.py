@@ -3,8 +3,9 @@
 ``_evaluate`` picks the object's path: a ``scale`` subresource is judged as the UPDATE of
 its parent (``scale``), a ResourceClaim object by ``claimobjects`` (and against the pods
 that already name it), a Pod UPDATE by ``updates.pod_update``, any other object by
-``pipeline.evaluate_object``; a denial the webhook's own affinity causes is judged again
-without it here.
+``pipeline.evaluate_object``. Here too, after the stages: a denial the webhook's own
+affinity causes is judged again without it, a finding caused by a rule value nothing in
+the cluster has says so, and a GPUPolicyException waives the findings it names.
 """
 
 from __future__ import annotations
