@@ -28,6 +28,7 @@ from webhook.engine.resources.devices import (
     is_dra_object,
 )
 from webhook.engine.scheduling.dra import gpu_names, pod_claims
+from webhook.reports.escape import terminal_text
 from webhook.reports.inventory import table
 
 Verdict = Literal["deny", "warn", "audit", "pass"]
@@ -434,4 +435,4 @@ def render_text(
     ]
     if failing:
         lines.append("would fail after admission: " + "; ".join(failing))
-    return "\n".join(lines) + "\n"
+    return terminal_text(lines)

@@ -35,6 +35,7 @@ from webhook.engine.resources.offers import lookalike, offered, offered_names
 from webhook.engine.scheduling.dra import device_counts, fit, pod_claims, request_shortfall
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.reports.audit import ObjectRef, finding_json
+from webhook.reports.escape import terminal_text
 from webhook.reports.inventory import NO_GPU, class_key, dra_product, dra_products, table
 from webhook.reports.pools import PoolAnswer, pool_answers, sizing
 
@@ -589,7 +590,7 @@ def render_text(explanation: Explanation) -> str:
         )
     if not e.understood:
         lines.append("  holds no pod template the webhook understands: nothing to explain")
-        return "\n".join(lines) + "\n"
+        return terminal_text(lines)
     for template in e.templates:
         lines += ["", _requests_line(template)]
         lines += [f"  {note}" for note in template.unoffered]
@@ -622,7 +623,7 @@ def render_text(explanation: Explanation) -> str:
             f"  {held} came from DRA: ResourceClaim {e.extended_claim}, made by the scheduler "
             "(pod.status.extendedResourceClaimStatus)"
         )
-    return "\n".join(lines) + "\n"
+    return terminal_text(lines)
 
 
 def _requests_line(template: TemplateAnswer) -> str:
