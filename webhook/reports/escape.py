@@ -26,10 +26,9 @@ import re
 _ONE_LINE = re.compile(
     "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
 )
-# The same, less the line breaks and tab that a multi-line GitHub message keeps (as
-# %0A / %0D, below).
+# The same, less the line breaks that a multi-line GitHub message keeps (as %0A / %0D).
 _MESSAGE = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+    "[\x00-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
     "\ud800-\udfff\ufffe\uffff]"
 )
 # What XML 1.0 forbids (its Char production: C0 but tab, LF and CR; surrogates; U+FFFE and
