@@ -382,3 +382,15 @@ def test_a_name_starts_no_workflow_command_in_text_output(tmp_path: Path) -> Non
 
     assert_terminal_safe(out)
     assert "x\\n::warning file=a::forged\\r::error::forged ##\\x5berror]forged" in out
+
+
+def test_rules_lint_names_a_hostile_key_without_its_controls(tmp_path: Path) -> None:
+    policy = rule_file(Names(*(["x"] * 12)))
+    policy["spec"]["validate"] = [{"\x1b[2J\n::error::forged": 1}]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(policy))
+
+    code, _, err = run("rules", "lint", tmp_path)
+
+    assert code == 1
+    assert_terminal_safe(err)
+    assert "\\x1b[2J" in err

@@ -10,7 +10,14 @@ from typing import Any
 
 import yaml
 
-from webhook.commands import DEFAULT_RULES, RULES_ENV, SUMMARIES, fail, rules_directory
+from webhook.commands import (
+    DEFAULT_RULES,
+    RULES_ENV,
+    SUMMARIES,
+    fail,
+    rules_directory,
+    say,
+)
 from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.engine.policy.crds import resource_of
 from webhook.engine.policy.ruleset import PolicyError
@@ -110,13 +117,13 @@ def _lint(args: argparse.Namespace) -> int:
         policy = load_policy(path)
     except PolicyError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            say(str(problem))
         print(f"{counted(len(exc.problems), 'problem')} found", file=sys.stderr)
         return 1
     warnings = memory_warnings(policy, nodes)
     warnings += label_warnings(policy, view.snapshot, view.devices)
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        say(f"warning: {warning}")
     print(
         f"{path}: {counted(len(policy.rules), 'rule')}, "
         f"{counted(len(policy.node_pools), 'node pool')}, no problems"
@@ -135,7 +142,7 @@ def _export(args: argparse.Namespace) -> int:
         compile_rule_files(files, directory=path)
     except PolicyError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            say(str(problem))
         print(f"{counted(len(exc.problems), 'problem')} found; nothing exported", file=sys.stderr)
         return 1
     documents, _ = read_documents(files)
