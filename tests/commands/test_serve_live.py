@@ -130,3 +130,26 @@ def test_a_watcher_that_dies_is_started_again_while_the_workers_keep_serving(
     finally:
         stop_and_check_the_watchers_stopped(server)
         replay.stop()
+
+
+def test_the_server_logs_each_exempted_namespace_that_does_not_exist(
+    live_server: Server,
+) -> None:
+    """Issue 41: the shipped rules exempt the GPU stack's namespaces by name; the recorded
+    cluster has only kube-system of them, and whoever creates another escapes the checks."""
+    eventually(lambda: "an exemption a namespace creator could take" in live_server.log.read_text())
+    lines = [
+        json.loads(line) for line in live_server.log.read_text().splitlines() if line[:1] == "{"
+    ]
+    said = {
+        line["msg"].split("exempts namespace ")[1].split(",")[0]
+        for line in lines
+        if line["msg"].startswith("an exemption a namespace creator could take")
+    }
+    assert said == {
+        "gpu-operator",
+        "nvidia-device-plugin",
+        "nvidia-dra-driver-gpu",
+        "nvidia-gpu-operator",
+    }
+    assert all(line["level"] == "warning" for line in lines if "exempts namespace" in line["msg"])

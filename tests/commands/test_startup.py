@@ -81,6 +81,16 @@ POD = str(ROOT / "examples" / "gpu-pod.yaml")
             id="check of a file reads no cluster",
         ),
         pytest.param(
+            ["test", str(ROOT / "policy-tests" / "rules")],
+            {"webhook.commands.test", "webhook.commands.check", "jsonschema"},
+            # It judges as check does, with check's own function, and reads no cluster.
+            CLUSTER
+            | SERVER
+            | CERTIFICATES
+            | (EVERY_COMMAND - {"webhook.commands.test", "webhook.commands.check"}),
+            id="test of suites reads no cluster",
+        ),
+        pytest.param(
             ["rules", "lint", str(RULES)],
             {"webhook.commands.rules", "jsonschema"},
             CLUSTER | SERVER | CERTIFICATES | (EVERY_COMMAND - {"webhook.commands.rules"}),

@@ -32,6 +32,8 @@ RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
     "admissionregistration.k8s.io/v1": [
         ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False),
         ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration", False),
+        ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
+        ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
     ],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True)],
     "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy", True)],

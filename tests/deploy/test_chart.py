@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "gpu-webhook"
 HELM_VERSION = "v4.1.4"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 # Fields of a webhook that deploy/base/webhooks.yaml decides and the chart must keep.
 POLICY_FIELDS = (
     "name", "rules", "failurePolicy", "sideEffects", "timeoutSeconds", "namespaceSelector",
@@ -188,7 +189,7 @@ def test_every_object_the_chart_renders_is_valid_kubernetes(values: dict[str, An
     for obj in objs:
         assert "namespace" in obj["metadata"] or obj["kind"] in (
             *WEBHOOK_KINDS, "ClusterRole", "ClusterRoleBinding", "PriorityClass",
-            "CustomResourceDefinition",
+            "CustomResourceDefinition", *POLICY_KINDS,
         ), obj["kind"]  # fmt: skip
         if obj["apiVersion"].startswith(CRD_GROUPS):
             continue
@@ -281,7 +282,7 @@ def test_a_disruption_budget_exists_only_above_one_replica(
 @pytest.mark.parametrize(
     ("values", "image"),
     [
-        pytest.param({}, "gpu-webhook:0.1.0", id="app-version"),
+        pytest.param({}, "ghcr.io/gpu-admission-webhook/gpu-webhook:0.1.0", id="app-version"),
         pytest.param({"image": {"repository": "r.example/gw", "tag": "dev"}}, "r.example/gw:dev", id="tag"),
         pytest.param({"image": {"repository": "r.example/gw", "tag": "dev", "digest": "sha256:" + "b" * 64}},
                      "r.example/gw@sha256:" + "b" * 64, id="digest-wins"),
@@ -363,7 +364,8 @@ def test_helm_itself_sorts_the_webhook_configurations_as_known_kinds() -> None:
     configurations come last, after the Deployment, not with the unknown kinds."""
     done = run_helm("template", values={"certs": {"mode": "certManager"}})
     kinds = [d["kind"] for d in yaml.safe_load_all(done.stdout) if d]
-    unknown = {"Certificate", "Issuer"}  # custom kinds: Helm's sorter puts them last
+    # Custom kinds and the admission policies: Helm's sorter puts them last.
+    unknown = {"Certificate", "Issuer", *POLICY_KINDS}
     assert [k for k in kinds if k not in unknown][-2:] == list(WEBHOOK_KINDS)
     assert set(kinds[kinds.index("ValidatingWebhookConfiguration") + 1 :]) == unknown
     assert kinds.index("Deployment") < kinds.index("MutatingWebhookConfiguration")

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
+from tests import certchains
 from tests.builders import RULES
-from tests.running import Server
+from tests.running import Server, gpu_webhook
 from webhook.files import certs
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -190,3 +192,64 @@ def test_a_tls_client_trusting_another_ca_refuses_the_server(tls_server, tmp_pat
     certs.write(_other(), tmp_path)
     with pytest.raises(ssl.SSLCertVerificationError, match="unable to get local issuer"):
         _get(port, tmp_path / "ca.crt", "gpu-webhook.gpu-webhook.svc")
+
+
+# --- chains through an intermediate CA (issue 41) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def root() -> certchains.Authority:
+    return certchains.authority("root CA")
+
+
+@pytest.fixture(scope="module")
+def intermediate(root) -> certchains.Authority:
+    return certchains.authority("intermediate CA", parent=root)
+
+
+def test_inspect_verifies_a_leaf_through_the_intermediate_tls_crt_carries(root, intermediate):
+    pair = certchains.serving_pair(root, chain=(intermediate,))
+    assert len(x509.load_pem_x509_certificates(pair.tls_crt)) == 2
+    report = certs.inspect(pair, required=certs.DEV_HOSTS)
+    assert report.problems == ()
+    assert report.subject == "CN=gpu-webhook.dev.svc"
+
+
+def test_inspect_verifies_through_two_intermediates(root, intermediate):
+    second = certchains.authority("issuing CA", parent=intermediate)
+    pair = certchains.serving_pair(root, chain=(intermediate, second))
+    assert certs.inspect(pair).problems == ()
+
+
+def _leaf_only(pair: certs.ServingPair) -> certs.ServingPair:
+    first = x509.load_pem_x509_certificates(pair.tls_crt)[0]
+    return dataclasses.replace(pair, tls_crt=first.public_bytes(serialization.Encoding.PEM))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(
+            lambda root, intermediate: _leaf_only(
+                certchains.serving_pair(root, chain=(intermediate,))
+            ),
+            id="the-leaf-without-its-intermediate",
+        ),
+        pytest.param(
+            lambda root, _: certchains.serving_pair(
+                root, chain=(certchains.authority("other", parent=certchains.authority("x")),)
+            ),
+            id="an-intermediate-of-another-root",
+        ),
+    ],
+)
+def test_inspect_refuses_a_leaf_with_no_path_to_the_root(root, intermediate, make):
+    (problem,) = certs.inspect(make(root, intermediate)).problems
+    assert "does not verify against ca.crt" in problem
+
+
+def test_certs_inspect_exits_0_for_a_chain_the_root_trusts(root, intermediate, tmp_path):
+    certs.write(certchains.serving_pair(root, chain=(intermediate,)), tmp_path)
+    done = gpu_webhook("certs", "inspect", tmp_path, "--san", "localhost")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "problem" not in done.stdout

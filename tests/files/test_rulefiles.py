@@ -76,6 +76,12 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
             "kind: must be one of",
             id="unknown-kind",
         ),
+        pytest.param(
+            HEADER + "kind: GPUPolicyTest\nmetadata: {name: a}\n",
+            "kind: GPUPolicyTest is a policy test suite (gpu-webhook test), not a rule document: "
+            "keep suites outside the rule directory",
+            id="a-policy-test-suite-among-the-rules",
+        ),
         pytest.param("a: [\n", "a.yaml:2: not valid YAML", id="not-yaml"),
         pytest.param(
             HEADER

@@ -42,6 +42,7 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import Request
 from webhook.engine.policy.crds import GROUP
 from webhook.engine.policy.decision import Decision
+from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import Policy
 from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.engine.scheduling.labelkeys import label_warnings
@@ -102,7 +103,10 @@ class AdmissionService:
         self.memo = DecisionMemo() if memo is None else memo
         self._labels_judged: tuple[object, ...] = ()
         self.label_warnings: tuple[str, ...] = ()
+        self._exemptions_judged: tuple[object, ...] = ()
+        self.exemption_warnings: tuple[str, ...] = ()
         self.warn_unlabelled()
+        self.warn_exemptions()
 
     def review(self, request: AdmissionRequest, *, mutate: bool) -> Outcome:
         skip = _skip_reason(request)
@@ -194,9 +198,31 @@ class AdmissionService:
         self.label_warnings = warnings
         return warnings
 
+    def warn_exemptions(self) -> tuple[str, ...]:
+        """Log each exemption by namespace name that a namespace creator could take (the
+        name does not exist, or is a pattern: issue 41), once, at start and whenever the
+        rules or the namespaces change. Names are checked only where the namespaces are
+        watched (a live inventory); a static inventory holds none."""
+        policy = self.rules.current.policy
+        namespaces = _namespaces(self.inventory)
+        size = None if namespaces is None else len(namespaces)
+        judged = self._exemptions_judged
+        # By identity and size: the watcher's feed sends a new mapping at each change; an
+        # in-process watch changes its own, and adds or drops a name with the size.
+        if judged and judged[0] is policy and judged[1] is namespaces and judged[2] == size:
+            return self.exemption_warnings
+        self._exemptions_judged = (policy, namespaces, size)
+        warnings = tuple(str(w) for w in exemption_warnings(policy, namespaces))
+        for warning in warnings:
+            if warning not in self.exemption_warnings:
+                log.warning("an exemption a namespace creator could take: %s", warning)
+        self.exemption_warnings = warnings
+        return warnings
+
     def ready(self) -> tuple[bool, str]:
         """Rules are loaded once the service exists; a live inventory must have synced."""
         self.warn_unlabelled()
+        self.warn_exemptions()
         if self.inventory is not None and not self.inventory.ready():
             return False, NOT_SYNCED
         if not self.rules.objects_merged:
@@ -229,6 +255,12 @@ class AdmissionService:
 # resizes (``pods/resize``: memory limits against the memory rules). Both carry the whole
 # Pod, old and new.
 JUDGED_SUBRESOURCES = ("ephemeralcontainers", "resize")
+
+
+def _namespaces(source: InventorySource | None) -> Mapping[str, Mapping[str, str]] | None:
+    listed = getattr(source, "namespaces", None)
+    found: Mapping[str, Mapping[str, str]] | None = listed() if listed is not None else None
+    return found
 
 
 def _skip_reason(request: AdmissionRequest) -> str:

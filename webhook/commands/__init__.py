@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from webhook.cluster.apiclient import ApiClient
+    from webhook.engine.kube.strict import KubeSchema
     from webhook.engine.policy.ruleset import Policy
     from webhook.files.manifests import Document, ManifestError
     from webhook.reports.results import Outcome
@@ -31,6 +32,7 @@ SUMMARIES = {
     "inventory": "print the GPU node classes the webhook sees, from a cluster or a file",
     "rules": "work with rule files",
     "serve": "serve /mutate and /validate over TLS (gunicorn)",
+    "test": "run policy test suites: the result expected of each object, for CI",
 }
 # What check, audit -f and explain -f say of input without a single object, alike.
 NO_OBJECTS = "no objects: the input is empty (or only comments)"
@@ -200,7 +202,51 @@ def unreadable(errors: list[ManifestError], *, paths: list[str], read: bool) -> 
     return unusable
 
 
-def refused_outcome(doc: Document, problems: list[str]) -> Outcome:
+def add_kubernetes_version_option(parser: Any) -> None:
+    parser.add_argument(
+        "--kubernetes-version",
+        default=None,
+        metavar="X.Y",
+        help="judge built-in kinds by this Kubernetes version's API, as kubectl apply's strict "
+        "field validation does: unknown fields, wrong types, invalid resource names "
+        "(default: the newest this gpu-webhook knows)",
+    )
+
+
+def kubernetes_schema(command: str, version: str | None) -> KubeSchema | int:
+    """The schema ``--kubernetes-version`` names, or the exit code of a one-line error."""
+    from webhook.files.shipped import UnknownVersion, kube_schema
+
+    try:
+        return kube_schema(version)
+    except UnknownVersion as exc:
+        return fail(command, str(exc))
+
+
+def refusal(doc: Document, policy: Policy, schema: KubeSchema) -> Outcome | None:
+    """The object as ``kubectl apply`` would refuse it, placed on the line of the first
+    field at fault; ``None`` when it would be sent (``check``, ``audit -f``, ``explain -f``
+    alike). Decodability first (what the policy reads), then strict field validation."""
+    from webhook.engine.kube.shape import shape_problems
+    from webhook.engine.kube.strict import strict_problems
+    from webhook.files.manifests import located
+
+    problems = shape_problems(doc.obj, policy.kinds)
+    if problems:
+        return refused_outcome(doc, problems)
+    found, more = strict_problems(doc.obj, schema)
+    if not found:
+        return None
+    doc = located(doc)
+    lines = [doc.line_of(r.dotted) for r in found]
+    words = [f"{r} (line {line})" for r, line in zip(found, lines, strict=True)]
+    if more:
+        words.append(f"and {more} more")
+    said = f"Kubernetes {schema.version} refuses it as written (kubectl apply): " + "; ".join(words)
+    return refused_outcome(doc, [said], line=lines[0])
+
+
+def refused_outcome(doc: Document, problems: list[str], *, line: int = 0) -> Outcome:
     """An object ``kubectl`` would refuse: named, placed, and not judged (``check`` and
     ``audit -f`` alike)."""
     from webhook.reports.results import Outcome
@@ -211,7 +257,7 @@ def refused_outcome(doc: Document, problems: list[str]) -> Outcome:
     own = meta.get("namespace")
     return Outcome(
         file=doc.source,
-        line=doc.line,
+        line=line or doc.line,
         status="unusable",
         kind=kind if isinstance(kind, str) and kind else "object",
         namespace=own if isinstance(own, str) else "",

@@ -21,16 +21,17 @@ from webhook.commands import (
     SUMMARIES,
     add_ci_options,
     add_context_option,
+    add_kubernetes_version_option,
     add_rules_option,
     add_timeout_option,
     fail,
+    kubernetes_schema,
     live_rules,
-    refused_outcome,
+    refusal,
     rules_or_fail,
     say,
     unreadable,
 )
-from webhook.engine.kube.shape import shape_problems
 from webhook.engine.kube.workloads import WorkloadKind
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import files_view
@@ -113,6 +114,7 @@ def register(sub: Any) -> None:
     add_ci_options(parser)
     add_context_option(parser)
     add_timeout_option(parser)
+    add_kubernetes_version_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -182,6 +184,9 @@ def run(args: argparse.Namespace) -> int:
 def _offline(
     args: argparse.Namespace, policy: Policy, wanted: Callable[[WorkloadKind], bool]
 ) -> int:
+    schema = kubernetes_schema(COMMAND, args.kubernetes_version)
+    if isinstance(schema, int):
+        return schema
     # CI formats point each finding at its field's line: only they pay for the line map.
     documents, errors = load_manifests(args.files, fields=args.output in CI_FORMATS)
     try:
@@ -193,9 +198,9 @@ def _offline(
     # Objects kubectl would refuse are unusable, not judged: as check counts them.
     judged = []
     for doc in documents:
-        problems = shape_problems(doc.obj, policy.kinds)
-        if problems:
-            unusable.append(refused_outcome(doc, problems))
+        refused = refusal(doc, policy, schema)
+        if refused is not None:
+            unusable.append(refused)
         else:
             judged.append(doc)
     for outcome in unusable:

@@ -16,9 +16,12 @@ from webhook.commands import (
     SUMMARIES,
     add_ci_options,
     add_context_option,
+    add_kubernetes_version_option,
     add_rules_option,
     fail,
+    kubernetes_schema,
     live_rules,
+    refusal,
     refused_outcome,
     rules_or_fail,
     say,
@@ -30,7 +33,7 @@ from webhook.engine.evaluation.request import (
     InventoryView,
     Request,
 )
-from webhook.engine.kube.shape import shape_problems
+from webhook.engine.kube.strict import KubeSchema
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import applied_together, files_view
@@ -108,6 +111,7 @@ def register(sub: Any) -> None:
         "objects; patch: a JSON Patch per line; junit, sarif, github: for CI (default: text)",
     )
     add_ci_options(parser)
+    add_kubernetes_version_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -126,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     paths = [*args.paths, *args.files]
     if not paths:
         return _fail("no manifests given: name files or directories (or - for stdin)")
+    schema = kubernetes_schema(COMMAND, args.kubernetes_version)
+    if isinstance(schema, int):
+        return schema
     policy = rules_or_fail(COMMAND, args.rules)
     if isinstance(policy, int):
         return policy
@@ -152,21 +159,15 @@ def run(args: argparse.Namespace) -> int:
             return exc.code
         inventory = applied_together(inventory, objects)
     unusable = unreadable(errors, paths=paths, read=bool(documents))
-    results: list[Checked] = []
-    for doc in documents:
-        refused = shape_problems(doc.obj, policy.kinds)
-        if refused:
-            unusable.append(refused_outcome(doc, refused))
-            continue
-        try:
-            results.append(_evaluate(doc, policy, inventory, args.namespace, labels))
-        except ENGINE_ERRORS as exc:
-            # What the server answers such an object with (admission/service.py): the
-            # engine could not read it. One line and exit 2 here, never a traceback.
-            error = f"{type(exc).__name__}: {str(exc)[:100]}"
-            unusable.append(
-                refused_outcome(doc, [f"not usable: the webhook cannot evaluate it ({error})"])
-            )
+    results, refused = judge(
+        documents,
+        policy=policy,
+        inventory=inventory,
+        namespace=args.namespace,
+        labels=labels,
+        schema=schema,
+    )
+    unusable.extend(refused)
     paint = Paint.for_stream(sys.stderr, no_color=args.no_color)
     for outcome in unusable:
         where, problem = for_terminal(outcome.where), for_terminal(_problem(outcome))
@@ -176,6 +177,41 @@ def run(args: argparse.Namespace) -> int:
     outcomes = [*map(outcome_of, results), *unusable]
     _print(args, results, unusable, outcomes)
     return exit_code(outcomes, warn_exit_code=args.warn_exit_code)
+
+
+def judge(
+    documents: list[Document],
+    *,
+    policy: Policy,
+    inventory: InventoryView,
+    namespace: str | None,
+    labels: Mapping[str, Mapping[str, str]],
+    schema: KubeSchema | None = None,
+) -> tuple[list[Checked], list[Outcome]]:
+    """Each object as ``check`` judges it, and those it cannot judge (kubectl would refuse
+    them, or the engine trips on them). ``gpu-webhook test`` judges its suites' objects
+    here too, so that a suite's expectation is held to check's very answer. ``schema``:
+    the Kubernetes version's API the objects must decode into (default the newest)."""
+    from webhook.files.shipped import kube_schema
+
+    schema = schema or kube_schema()
+    results: list[Checked] = []
+    unusable: list[Outcome] = []
+    for doc in documents:
+        refused = refusal(doc, policy, schema)
+        if refused is not None:
+            unusable.append(refused)
+            continue
+        try:
+            results.append(_evaluate(doc, policy, inventory, namespace, labels))
+        except ENGINE_ERRORS as exc:
+            # What the server answers such an object with (admission/service.py): the
+            # engine could not read it. One line and exit 2 here, never a traceback.
+            error = f"{type(exc).__name__}: {str(exc)[:100]}"
+            unusable.append(
+                refused_outcome(doc, [f"not usable: the webhook cannot evaluate it ({error})"])
+            )
+    return results, unusable
 
 
 def _problem(outcome: Outcome) -> str:

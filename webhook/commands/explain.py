@@ -16,11 +16,14 @@ from webhook.commands import (
     NO_OBJECTS,
     SUMMARIES,
     add_context_option,
+    add_kubernetes_version_option,
     add_rules_option,
     add_text_or_json_option,
     add_timeout_option,
     fail,
+    kubernetes_schema,
     live_rules,
+    refusal,
     rules_or_fail,
     say,
 )
@@ -84,6 +87,7 @@ def register(sub: Any) -> None:
     add_text_or_json_option(parser)
     add_context_option(parser)
     add_timeout_option(parser)
+    add_kubernetes_version_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -120,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
 def _offline(args: argparse.Namespace, policy: Policy) -> int:
     if not args.inventory:
         return _fail("-f needs --inventory FILE: the nodes to explain the pod against")
+    schema = kubernetes_schema(COMMAND, args.kubernetes_version)
+    if isinstance(schema, int):
+        return schema
     documents, errors = load_manifests(args.files)
     try:
         # Nodes, DRA objects, RuntimeClasses, pools and quotas, as the server would read
@@ -133,6 +140,12 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
         say(f"error: {for_terminal(str(error))}")
     explanations = []
     for doc in documents:
+        # As check: an object kubectl would refuse is unusable, not explained.
+        refused = refusal(doc, policy, schema)
+        if refused is not None:
+            say(f"error: {for_terminal(refused.where)}: {for_terminal(refused.problem)}")
+            errors.append(ManifestError(doc.source, refused.problem, refused.line))
+            continue
         try:
             explanations.append(
                 explain(doc.obj, policy=policy, inventory=view, nodes=inventory.nodes)

@@ -22,8 +22,8 @@ from webhook.commands import (
     say,
 )
 from webhook.engine.policy.ruleset import compile_policy
-from webhook.files.catalogue import shipped_catalogue
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
+from webhook.files.shipped import shipped_catalogue
 from webhook.reports.inventory import render_text, summarize
 from webhook.reports.pools import pool_lines, sizing
 

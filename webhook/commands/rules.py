@@ -14,12 +14,14 @@ from webhook.commands import (
     DEFAULT_RULES,
     RULES_ENV,
     SUMMARIES,
+    add_context_option,
     fail,
     rules_directory,
     say,
 )
 from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.engine.policy.crds import resource_of
+from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
@@ -44,8 +46,10 @@ def register(sub: Any) -> None:
         help="report every problem in a rule directory or file",
         description="Validate every rule file in PATH against the schema and the semantic "
         "checks (conflicting rules, bad quantities); report all problems, and warn about "
-        "rules that would leave pods unschedulable. Exit 0: usable (warnings allowed); "
-        "1: problems found; 2: PATH or --inventory unusable.",
+        "rules that would leave pods unschedulable and about exemptions by namespace name "
+        "that a namespace creator could take (with --kubeconfig: names that do not exist). "
+        "Exit 0: usable (warnings allowed); 1: problems found; 2: PATH, --inventory or the "
+        "cluster unusable.",
     )
     lint.add_argument(
         "path",
@@ -60,8 +64,21 @@ def register(sub: Any) -> None:
         help="nodes as 'kubectl get nodes -o yaml' prints them, to check memory limits "
         "against (default: none, only the rules' declared node pools)",
     )
+    lint.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="list this cluster's namespaces (read once) to warn about exempted namespaces "
+        "that do not exist (default: not checked)",
+    )
+    add_context_option(lint)
     lint.set_defaults(handler=_lint)
     schema = rules.add_parser("schema", help="print the JSON Schema of rule file documents")
+    schema.add_argument(
+        "--suite",
+        action="store_true",
+        help="print the schema of policy test suites (kind: GPUPolicyTest, for gpu-webhook "
+        "test) instead (default: the rule files' schema)",
+    )
     schema.set_defaults(handler=_schema)
     export = rules.add_parser(
         "export",
@@ -120,8 +137,15 @@ def _lint(args: argparse.Namespace) -> int:
             say(str(problem))
         print(f"{counted(len(exc.problems), 'problem')} found", file=sys.stderr)
         return 1
+    namespaces: set[str] | None = None
+    if args.kubeconfig or args.context:
+        found = _cluster_namespaces(args)
+        if isinstance(found, int):
+            return found
+        namespaces = found
     warnings = memory_warnings(policy, nodes)
     warnings += label_warnings(policy, view.snapshot, view.devices)
+    warnings += exemption_warnings(policy, namespaces)
     for warning in warnings:
         say(f"warning: {warning}")
     print(
@@ -130,6 +154,22 @@ def _lint(args: argparse.Namespace) -> int:
         + (f", {counted(len(warnings), 'warning')}" if warnings else "")
     )
     return 0
+
+
+def _cluster_namespaces(args: argparse.Namespace) -> set[str] | int:
+    """The names of the cluster's namespaces, or the exit code of a one-line failure. The
+    cluster client only for a cluster: lint of files runs in CI loops."""
+    from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
+    from webhook.cluster.clusterobjects import ClusterObjects
+
+    try:
+        endpoint = api_endpoint_from_kubeconfig(args.kubeconfig, context=args.context)
+        with ClusterObjects(endpoint) as cluster:
+            return set(cluster.namespace_labels())
+    except KubeconfigError as exc:
+        return _fail(f"no usable cluster configuration: {exc}")
+    except ApiError as exc:
+        return _fail(f"cannot list the cluster's namespaces: {exc}")
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -164,7 +204,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    del args
-    json.dump(rules_schema(), sys.stdout, indent=2)
+    from webhook.engine.policy.policytest import suite_schema
+
+    json.dump(suite_schema() if args.suite else rules_schema(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -51,6 +51,22 @@ class ServingPair:
     def leaf(self) -> x509.Certificate:
         return _load_cert(self.tls_crt, CERT_FILE)
 
+    def intermediates(self) -> list[x509.Certificate]:
+        """The certificates after the leaf in ``tls.crt``: the chain a server sends with its
+        leaf (cert-manager writes an intermediate CA's chain so), which clients that trust
+        only the root need to verify it."""
+        try:
+            return x509.load_pem_x509_certificates(self.tls_crt)[1:]
+        except ValueError:
+            raise CertError(f"{CERT_FILE}: not a PEM certificate chain") from None
+
+    def roots(self) -> list[x509.Certificate]:
+        """Every certificate of ``ca.crt`` (a bundle during a CA rotation holds two)."""
+        try:
+            return x509.load_pem_x509_certificates(self.ca_crt)
+        except ValueError:
+            raise CertError(f"{CA_FILE}: not a PEM certificate") from None
+
 
 def service_names(service: str, namespace: str) -> tuple[str, ...]:
     """Every name a client inside the cluster may use for the Service."""
@@ -98,7 +114,7 @@ def generate(
     ca = (
         _builder(subject=ca_name, issuer=ca_name, public=ca_key.public_key(), start=start, end=end)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_key_usage(ca=True), critical=True)
+        .add_extension(key_usage(ca=True), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
@@ -106,7 +122,7 @@ def generate(
     leaf = (
         _builder(subject=leaf_name, issuer=ca_name, public=key.public_key(), start=start, end=end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_key_usage(ca=False), critical=True)
+        .add_extension(key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(
@@ -214,12 +230,13 @@ class Report:
 def inspect(
     pair: ServingPair, *, required: Sequence[str] = (), now: dt.datetime | None = None
 ) -> Report:
-    """Verify the chain for every SAN the certificate names, and for each ``required`` name.
+    """Verify the chain for every SAN the certificate names, and for each ``required`` name,
+    with the intermediates ``tls.crt`` holds after its leaf, as a TLS client gets them.
 
     Raises ``CertError`` only when the bytes are not certificates or a key at all.
     """
     when = now or dt.datetime.now(dt.UTC)
-    ca, leaf = pair.ca(), pair.leaf()
+    ca, leaf, chain, roots = pair.ca(), pair.leaf(), pair.intermediates(), pair.roots()
     problems = []
     if not _key_matches(pair.tls_key, leaf):
         problems.append(f"{KEY_FILE} does not belong to {CERT_FILE}")
@@ -229,7 +246,7 @@ def inspect(
     for missing in [n for n in required if parse_san(n) not in sans]:
         problems.append(f"SANs lack {missing}")
     for name in sans:
-        problem = _verify(ca, leaf, name, when)
+        problem = _verify(roots, leaf, chain, name=name, now=when)
         if problem:
             problems.append(f"{_text(name)}: {problem}")
             break  # the chain fails the same way for every name
@@ -288,7 +305,8 @@ def _builder(
     )
 
 
-def _key_usage(*, ca: bool) -> x509.KeyUsage:
+def key_usage(*, ca: bool) -> x509.KeyUsage:
+    """A CA signs certificates and CRLs; a serving leaf signs its handshakes (ECDSA)."""
     return x509.KeyUsage(
         digital_signature=not ca,
         content_commitment=False,
@@ -303,11 +321,18 @@ def _key_usage(*, ca: bool) -> x509.KeyUsage:
 
 
 def _verify(
-    ca: x509.Certificate, leaf: x509.Certificate, name: SubjectName, now: dt.datetime
+    roots: list[x509.Certificate],
+    leaf: x509.Certificate,
+    intermediates: list[x509.Certificate],
+    *,
+    name: SubjectName,
+    now: dt.datetime,
 ) -> str | None:
-    verifier = PolicyBuilder().store(Store([ca])).time(now).build_server_verifier(name)
+    """As a client trusting only ``ca.crt`` would: the intermediates the server sends after
+    its leaf (``tls.crt``) may complete the path, as they do in a TLS handshake."""
+    verifier = PolicyBuilder().store(Store(roots)).time(now).build_server_verifier(name)
     try:
-        verifier.verify(leaf, [])
+        verifier.verify(leaf, intermediates)
     except VerificationError as err:
         reason = str(err).split(" (encountered", 1)[0]
         return f"does not verify against {CA_FILE}: {reason}"

@@ -590,6 +590,19 @@ def _too_large(source: str, limit: int, *, what: str) -> ManifestError:
     )
 
 
+def located(doc: Document) -> Document:
+    """``doc`` with the line of each of its fields, read again from its file when it was
+    loaded without them (only the few objects a refusal must place pay for it); as it was
+    when the file cannot be read again (stdin) or no longer holds it."""
+    if doc.field_lines or doc.source == "-":
+        return doc
+    text, error = read_source(doc.source)
+    if error is not None or text is None:
+        return doc
+    again, _ = parse_text(text, doc.source, fields=True)
+    return next((d for d in again if d.index == doc.index and d.line == doc.line), doc)
+
+
 def load_manifests(
     paths: list[str], *, fields: bool = False
 ) -> tuple[list[Document], list[ManifestError]]:

@@ -21,6 +21,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from webhook.engine.policy.policytest import SUITE_KIND
 from webhook.engine.policy.ruleset import (
     DocumentRef,
     Policy,
@@ -31,8 +32,6 @@ from webhook.engine.policy.ruleset import (
 )
 from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS, RENAMED_KINDS
 from webhook.files import celparser
-from webhook.files.catalogue import shipped_catalogue
-from webhook.files.cudaimages import cuda_table
 from webhook.files.lastgood import LastGood
 from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
 from webhook.files.ruleobjects import (
@@ -43,6 +42,7 @@ from webhook.files.ruleobjects import (
     merge_objects,
     objects_fingerprint,
 )
+from webhook.files.shipped import cuda_table, shipped_catalogue
 
 # JSON is read too: it is YAML, and a file silently skipped would be a rule not in force.
 RULE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -157,14 +157,20 @@ def _explain_check(entry: Mapping[str, Any], checks: Mapping[str, Any]) -> str:
 
 
 def _problem(error: ValidationError, ref: DocumentRef) -> PolicyProblem:
+    return PolicyProblem(ref, *explained(error))
+
+
+def explained(error: ValidationError) -> tuple[str, str]:
+    """A schema error as rule files say it: the field's path, and what is wrong with it in
+    the user's words (did-you-mean for unknown fields and values). Policy test suites
+    (``webhook.files.policysuites``) are told their errors the same way."""
     path = _field_path(error)
     if error.validator == "required" and isinstance(error.instance, Mapping):
         required: Any = error.validator_value
         missing = [str(r) for r in required if r not in error.instance]
         if missing:
-            where = f"{path}.{missing[0]}" if path else missing[0]
-            return PolicyProblem(ref, where, "missing")
-    return PolicyProblem(ref, path, _explain(error))
+            return (f"{path}.{missing[0]}" if path else missing[0]), "missing"
+    return path, _explain(error)
 
 
 def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyProblem]:
@@ -179,6 +185,17 @@ def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyPro
         return [
             *problems,
             PolicyProblem(ref, "kind", f"did you mean {new}? ({ref.kind} was {why})"),
+        ]
+    if validator is None and ref.kind == SUITE_KIND:
+        # Kyverno keeps kyverno-test.yaml beside its policies; a rule directory is all rules.
+        return [
+            *problems,
+            PolicyProblem(
+                ref,
+                "kind",
+                f"{SUITE_KIND} is a policy test suite (gpu-webhook test), not a rule document: "
+                "keep suites outside the rule directory (its subdirectories are not read)",
+            ),
         ]
     if validator is None:
         close = difflib.get_close_matches(str(ref.kind), list(DOCUMENT_KINDS), n=1, cutoff=0.6)

@@ -28,8 +28,7 @@ from webhook.engine.policy.ruleset import (
     compile_policy,
 )
 from webhook.engine.policy.schema import API_VERSION
-from webhook.files.catalogue import shipped_catalogue
-from webhook.files.cudaimages import cuda_table
+from webhook.files.shipped import cuda_table, shipped_catalogue
 
 OBJECT_SOURCE = "cluster"
 Key = tuple[str, str]  # (kind, name)

@@ -87,6 +87,29 @@ CERTIFICATE_EXPIRY = Gauge(
     "When the serving certificate last loaded expires (Unix time); set at every reload",
     multiprocess_mode="mostrecent",
 )
+CERTIFICATE_REJECTED = Gauge(
+    "gpu_webhook_certificate_rejected",
+    "1 while the certificate files on disk are refused and the pair in force keeps serving",
+    multiprocess_mode="mostrecent",
+)
+CERTIFICATE_REJECTIONS = Counter(
+    "gpu_webhook_certificate_rejections_total",
+    "Certificate pairs on disk not put in force, by reason (unloadable, expired, "
+    "not-yet-valid, expires-earlier), counted by each process that read them",
+    ["reason"],
+)
+
+
+def certificate_loaded(expiry: float) -> None:
+    CERTIFICATE_EXPIRY.set(expiry)
+    CERTIFICATE_REJECTED.set(0)
+
+
+def certificate_refused(reason: str) -> None:
+    CERTIFICATE_REJECTIONS.labels(reason).inc()
+    CERTIFICATE_REJECTED.set(1)
+
+
 WORKER_RESTARTS = Counter(
     "gpu_webhook_worker_restarts_total",
     "gunicorn workers that exited (timeout, crash, out of memory, signal) and were replaced",

@@ -42,7 +42,7 @@ from webhook.admission.memo import DecisionMemo, memo_bytes_per_worker
 from webhook.admission.service import AdmissionService
 from webhook.files.lastgood import LastGood
 from webhook.files.rulefiles import RuleStore
-from webhook.serving import logs, metrics
+from webhook.serving import logs, metrics, tls
 from webhook.serving.app import create_app
 from webhook.serving.config import Settings
 from webhook.serving.health import HealthServer
@@ -281,7 +281,10 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         self.settings = settings
         self.app_factory = app_factory
         self._tls = ReloadingContext(
-            settings.cert_file, settings.key_file, on_load=metrics.CERTIFICATE_EXPIRY.set
+            settings.cert_file,
+            settings.key_file,
+            on_load=metrics.certificate_loaded,
+            on_refusal=metrics.certificate_refused,
         )
         self._health: HealthServer | None = None
         self._watcher: WatcherProcess | None = None
@@ -322,6 +325,8 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         metrics.worker_exited(os.getpid())
         for process in metrics.HELPER_PROCESSES:  # at 0 from the first scrape
             metrics.PROCESS_RESTARTS.labels(process)
+        for reason in tls.REFUSALS:
+            metrics.CERTIFICATE_REJECTIONS.labels(reason)
         self._start_watcher()
         self._auditor = background_auditor(self.settings)
         if self._auditor is not None:

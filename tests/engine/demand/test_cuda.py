@@ -15,7 +15,7 @@ from webhook.engine.demand.cuda import (
     parse_requirement,
 )
 from webhook.engine.resources.cudatable import CudaImages
-from webhook.files.cudaimages import cuda_table
+from webhook.files.shipped import cuda_table
 
 IMAGES = CudaImages.of(cuda_table(), [{"image": "registry.corp/ml/*", "cuda": "12.6"}])
 # The start of nvidia/cuda 12.2.2's NVIDIA_REQUIRE_CUDA (gitlab.com/nvidia/container-images/cuda

@@ -6,10 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from webhook.engine.demand.gpuaccess import (
     adds_capabilities,
     asks_for_gpu,
+    device_list_mounts,
+    device_list_request,
     env_access,
     environment,
     exposes_devices,
@@ -219,4 +223,202 @@ def test_a_sub_path_expr_is_expanded_from_the_containers_env_as_the_kubelet_does
 def test_what_counts_as_asking_for_a_gpu(resources: dict[str, Any], asks: bool) -> None:
     spec = {"containers": [{"name": "c", "resources": resources}]}
     (container,) = pod_gpus(spec, GPUResources()).containers
+    assert asks_for_gpu(container) is asks
+
+
+# --- the toolkit's device list from volume mounts ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mount_path", "request_"),
+    [
+        pytest.param("/var/run/nvidia-container-devices/all", "all", id="all"),
+        pytest.param("/var/run/nvidia-container-devices/0", "0", id="an index"),
+        pytest.param(
+            "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/0",
+            "cdi/nvidia.com/gpu/0",
+            id="a CDI name",
+        ),
+        pytest.param("/var/run/nvidia-container-devices/imex/3", "imex/3", id="an IMEX channel"),
+        pytest.param("/var/run/nvidia-container-devices/all/", "all", id="a trailing slash"),
+        pytest.param("//var//run/nvidia-container-devices/./all", "all", id="slashes and dots"),
+        pytest.param("/var/run/../run/nvidia-container-devices/all", "all", id="a backstep"),
+        pytest.param(
+            "/var/run/../var/run/nvidia-container-devices/all",
+            None,
+            id="a backstep to /var/var/run, lexically as the toolkit cleans it",
+        ),
+        pytest.param("/var/run/nvidia-container-devicesall", "all", id="the root as text"),
+        pytest.param("/var/run/nvidia-container-devices", None, id="the root itself"),
+        pytest.param("/var/run/nvidia-container-devices/", None, id="the root, a slash"),
+        pytest.param("/run/nvidia-container-devices/all", None, id="/run is another path"),
+        pytest.param("/var/run/nvidia-container-device/all", None, id="a lookalike"),
+        pytest.param("var/run/nvidia-container-devices/all", None, id="a relative path"),
+    ],
+)
+def test_a_mount_path_asks_for_the_device_the_toolkit_reads_from_it(
+    mount_path: str, request_: str | None
+) -> None:
+    assert device_list_request(mount_path) == request_
+
+
+def _mounted(volume: dict[str, Any], **mount: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    at = {"name": "v", "mountPath": "/var/run/nvidia-container-devices/all", **mount}
+    return {"name": "c", "volumeMounts": [at]}, {"volumes": [{"name": "v", **volume}]}
+
+
+@pytest.mark.parametrize(
+    ("volume", "mount", "found"),
+    [
+        pytest.param({"hostPath": {"path": "/dev/null"}}, {}, True, id="/dev/null"),
+        pytest.param(
+            {"hostPath": {"path": "/dev/null", "type": "CharDevice"}}, {}, True, id="typed"
+        ),
+        pytest.param({"hostPath": {"path": "/dev/null", "type": "File"}}, {}, True, id="any type"),
+        pytest.param({"hostPath": {"path": "//dev/./null/"}}, {}, True, id="unclean"),
+        pytest.param({"hostPath": {"path": "/dev"}}, {"subPath": "null"}, False, id="a subPath"),
+        pytest.param(
+            {"hostPath": {"path": "/dev/null"}},
+            {"subPathExpr": "$(EMPTY)"},
+            True,
+            id="a subPathExpr expanded to nothing",
+        ),
+        pytest.param({"emptyDir": {}}, {}, False, id="an emptyDir"),
+        pytest.param({"hostPath": {"path": "/dev/zero"}}, {}, False, id="another device"),
+        pytest.param(
+            {"hostPath": {"path": "/run/nvidia/driver/dev/null"}}, {}, False, id="the driver's"
+        ),
+        pytest.param(
+            {"hostPath": {"path": "/dev/null"}},
+            {"mountPath": "/run/nvidia-container-devices/all"},
+            False,
+            id="at /run",
+        ),
+    ],
+)
+def test_only_the_hosts_dev_null_in_the_device_list_is_access(
+    volume: dict[str, Any], mount: dict[str, Any], found: bool
+) -> None:
+    body, spec = _mounted(volume, **mount)
+    body["env"] = [{"name": "EMPTY", "value": ""}]
+    assert bool(mount_access(body, spec)) is found
+
+
+def test_a_char_device_dev_null_in_the_device_list_is_said_once() -> None:
+    body, spec = _mounted({"hostPath": {"path": "/dev/null", "type": "CharDevice"}})
+    (access,) = mount_access(body, spec)
+    assert "every GPU of its node" in access.what
+
+
+def test_a_destination_is_read_once_of_the_dev_null_mounts_as_the_toolkit_does() -> None:
+    body = {
+        "name": "c",
+        "volumeMounts": [
+            {"name": "file", "mountPath": "/var/run/nvidia-container-devices/all"},
+            {"name": "null", "mountPath": "/var/run/nvidia-container-devices//all"},
+            {"name": "null", "mountPath": "/var/run/nvidia-container-devices/all/"},
+        ],
+    }
+    paths = {"file": {"path": "/etc/hostname"}, "null": {"path": "/dev/null"}}
+    found = [(m.volume, m.null) for m in device_list_mounts(body, paths, {})]
+    assert found == [("file", False), ("null", True)]
+
+
+def _go_clean(path: str) -> str:
+    """Go's ``filepath.Clean`` on Linux (src/path/filepath/path.go), step by step: the
+    reference the toolkit's ``requestsFromMounts`` runs."""
+    if path == "":
+        return "."
+    rooted = path.startswith("/")
+    out: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if out and out[-1] != "..":
+                out.pop()
+            elif not rooted:
+                out.append("..")
+            continue
+        out.append(part)
+    cleaned = "/".join(out)
+    return ("/" + cleaned) if rooted else (cleaned or ".")
+
+
+def _toolkit_requests(mounts: list[tuple[str, str]]) -> list[str]:
+    """nvidia-container-toolkit internal/config/image/cuda_image.go ``requestsFromMounts``,
+    transcribed: (source, destination) pairs to the device list."""
+    root = _go_clean("/var/run/nvidia-container-devices")
+    seen: set[str] = set()
+    devices = []
+    for source, target in mounts:
+        if _go_clean(source) != "/dev/null":
+            continue
+        destination = _go_clean(target)
+        if destination in seen:
+            continue
+        seen.add(destination)
+        if not destination.startswith(root):
+            continue
+        device = destination[len(root) :].strip("/")
+        if device:
+            devices.append(device)
+    return devices
+
+
+_SEGMENTS = st.sampled_from(
+    [
+        "",
+        ".",
+        "..",
+        "var",
+        "run",
+        "nvidia-container-devices",
+        "nvidia-container-devicesall",
+        "all",
+        "0",
+        "cdi",
+        "imex",
+        "dev",
+        "null",
+        "x",
+    ]
+)
+_PATHS = st.lists(_SEGMENTS, max_size=7).map(lambda parts: "/" + "/".join(parts)) | st.sampled_from(
+    ["/dev/null", "/var/run/nvidia-container-devices/all", "//dev//null/"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_PATHS, _PATHS), max_size=4))
+def test_the_device_list_read_from_a_pods_host_paths_is_the_toolkits(
+    mounts: list[tuple[str, str]],
+) -> None:
+    body = {
+        "name": "c",
+        "volumeMounts": [
+            {"name": f"v{i}", "mountPath": destination} for i, (_, destination) in enumerate(mounts)
+        ],
+    }
+    paths = {f"v{i}": {"path": source} for i, (source, _) in enumerate(mounts)}
+    read = [m.request for m in device_list_mounts(body, paths, {}) if m.null]
+    assert read == _toolkit_requests(mounts)
+    spec = {"volumes": [{"name": name, "hostPath": path} for name, path in paths.items()]}
+    found = [a for a in mount_access(body, spec) if a.short.startswith("/dev/null mounted")]
+    assert len(found) == len(read)
+
+
+@pytest.mark.parametrize(
+    ("no_gpu", "asks"),
+    [
+        pytest.param(False, True, id="a claim that may give a GPU"),
+        pytest.param(True, False, id="claims that give none (a NIC's)"),
+    ],
+)
+def test_a_claim_asks_for_a_gpu_unless_the_inventory_shows_it_gives_none(
+    no_gpu: bool, asks: bool
+) -> None:
+    spec = {"containers": [{"name": "c", "resources": {"claims": [{"name": "nic"}]}}]}
+    (container,) = pod_gpus(spec, GPUResources()).containers
+    container.claims_no_gpu = no_gpu
     assert asks_for_gpu(container) is asks

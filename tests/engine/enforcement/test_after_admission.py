@@ -13,8 +13,8 @@ from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.policy.ruleset import DocumentRef, Policy, RuleDocument, compile_policy
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.quotas import Quota, Quotas, Scope
-from webhook.files.cudaimages import cuda_table
 from webhook.files.inventoryfile import load_inventory_file
+from webhook.files.shipped import cuda_table
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "cases" / "_inventories"
 TOLERATE = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

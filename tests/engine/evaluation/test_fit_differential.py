@@ -76,8 +76,8 @@ from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import InventoryView, Request
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Placement, node_from_json
-from webhook.files.catalogue import shipped_catalogue
 from webhook.files.poolobjects import pool_inventory
+from webhook.files.shipped import shipped_catalogue
 
 # --- reference: quantities and the pod's request, straight from the definitions ------------
 

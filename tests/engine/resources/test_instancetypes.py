@@ -18,7 +18,7 @@ from webhook.engine.resources.instancetypes import (
     CatalogueError,
     instance_type_from_data,
 )
-from webhook.files.catalogue import shipped_catalogue
+from webhook.files.shipped import shipped_catalogue
 
 DATA = Path(__file__).resolve().parents[3] / "webhook" / "data" / "instance-types.json"
 ROWS: list[dict[str, Any]] = json.loads(DATA.read_text())["types"]

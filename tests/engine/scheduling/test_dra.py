@@ -6,19 +6,23 @@ from pathlib import Path
 
 import pytest
 
+from webhook.engine.demand.gpuaccess import asks_for_gpu
 from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.policy.ruleset import DEFAULT_GPU_DEVICE_CLASSES, GPUResources, glob_matcher
-from webhook.engine.resources.devices import SubRequest, claim_from_json
+from webhook.engine.resources.devices import DeviceInventory, SubRequest, claim_from_json
 from webhook.engine.resources.inventory import Node
 from webhook.engine.scheduling.dra import (
     NO_CLAIMS,
     PodClaim,
+    class_gives_gpu,
     container_claim_gpus,
     device_counts,
     extended_resource_claims,
     gpu_class_matcher,
     gpu_devices,
+    pod_claims,
     served_gpu_resources,
+    with_claim_gpus,
 )
 from webhook.files.inventoryfile import load_inventory_file
 
@@ -284,3 +288,103 @@ def test_a_container_holds_the_gpus_of_the_gpu_requests_it_names(
     held = container_claim_gpus(body, claims, is_gpu_class=GPU_CLASSES)
     assert (set(held.counts), held.exact, held.unbounded) == (counts, exact, unbounded)
     assert bool(held.unknown) == (exact is None)
+
+
+def _class(name: str, *expressions: str) -> dict[str, object]:
+    selectors = [{"cel": {"expression": e}} for e in expressions]
+    return {"kind": "DeviceClass", "metadata": {"name": name}, "spec": {"selectors": selectors}}
+
+
+WITH_MORE_CLASSES = DEVICES.with_classes(
+    [
+        _class("any-device"),
+        _class("my-accelerators", "device.driver == 'gpu.nvidia.com'"),
+        _class("rdma-nics", 'device.driver == "dra.net"', "device.attributes['dra.net'].rdma"),
+        _class("unevaluable", "cel.bind(d, device.driver, d == 'dra.net')"),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("device_class", "gives"),
+    [
+        pytest.param("gpu.nvidia.com", True, id="a GPU class"),
+        pytest.param("multinic", False, id="dranet's NICs: its selector rules out every GPU"),
+        pytest.param("rdma-nics", False, id="NICs with a second selector"),
+        pytest.param("any-device", True, id="no selector: any device, GPUs too"),
+        pytest.param("my-accelerators", True, id="a class of another name selecting GPUs"),
+        pytest.param("unevaluable", True, id="a selector not evaluated here rules out nothing"),
+        pytest.param("nosuch.example.com", True, id="a class the inventory does not know"),
+    ],
+)
+def test_a_class_gives_a_gpu_unless_its_selectors_rule_out_every_gpu_device(
+    device_class: str, gives: bool
+) -> None:
+    assert class_gives_gpu(WITH_MORE_CLASSES, device_class, is_gpu_class=GPU_CLASSES) is gives
+
+
+def test_every_class_may_give_a_gpu_while_the_devices_are_not_all_known() -> None:
+    partial = DeviceInventory.of([_class("multinic", 'device.driver == "dra.net"')], complete=False)
+    assert class_gives_gpu(partial, "multinic", is_gpu_class=GPU_CLASSES)
+
+
+def _claim_template(name: str, *requests: dict[str, object]) -> dict[str, object]:
+    return {
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"spec": {"devices": {"requests": list(requests)}}},
+    }
+
+
+WITH_TEMPLATES = DEVICES.with_claims(
+    [
+        _claim_template("nic", _exactly("nic", "multinic")),
+        _claim_template("gpu-and-nic", _exactly("gpu"), _exactly("nic", "multinic")),
+        _claim_template(
+            "gpu-or-nic",
+            {
+                "name": "either",
+                "firstAvailable": [
+                    {"name": "g", "deviceClassName": "gpu.nvidia.com"},
+                    {"name": "n", "deviceClassName": "multinic"},
+                ],
+            },
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "entry", "no_gpu"),
+    [
+        pytest.param("nic", {}, True, id="a NIC claim"),
+        pytest.param("gpu-and-nic", {"request": "nic"}, True, id="a claim's NIC request"),
+        pytest.param("gpu-and-nic", {"request": "gpu"}, False, id="its GPU request"),
+        pytest.param("gpu-and-nic", {}, False, id="the whole claim"),
+        pytest.param("gpu-or-nic", {"request": "either/n"}, True, id="the NIC alternative"),
+        pytest.param("gpu-or-nic", {"request": "either"}, False, id="either alternative"),
+        pytest.param("made-elsewhere", {}, False, id="a template not in the inventory"),
+    ],
+)
+def test_a_container_whose_claims_give_no_gpu_asks_for_none_through_them(
+    template: str, entry: dict[str, str], no_gpu: bool
+) -> None:
+    spec = {
+        "resourceClaims": [{"name": "c", "resourceClaimTemplateName": template}],
+        "containers": [{"name": "app", "resources": {"claims": [{"name": "c", **entry}]}}],
+    }
+    claims = pod_claims(spec, namespace="team", devices=WITH_TEMPLATES, is_gpu_class=GPU_CLASSES)
+    assert (("containers", 0) in claims.no_gpu) is no_gpu
+    (container,) = with_claim_gpus(pod_gpus(spec, POLICY), claims).containers
+    assert asks_for_gpu(container) is not no_gpu
+
+
+def test_without_an_inventory_every_claim_is_a_gpu_request_as_before() -> None:
+    spec = {
+        "resourceClaims": [{"name": "c", "resourceClaimTemplateName": "nic"}],
+        "containers": [{"name": "app", "resources": {"claims": [{"name": "c"}]}}],
+    }
+    claims = pod_claims(spec, namespace="team", devices=None, is_gpu_class=GPU_CLASSES)
+    assert not claims.no_gpu
+    (container,) = with_claim_gpus(pod_gpus(spec, POLICY), claims).containers
+    assert asks_for_gpu(container)

@@ -30,7 +30,7 @@ from webhook.engine.resources.devices import (
 from webhook.engine.resources.inventory import Inventory, Node
 from webhook.engine.scheduling.dra import PodClaim, PodClaims
 from webhook.engine.scheduling.gangdevices import pod_devices
-from webhook.files.cudaimages import cuda_table
+from webhook.files.shipped import cuda_table
 
 NAMESPACE = "team-b"
 CLASS = "gpu.nvidia.com"

@@ -11,7 +11,7 @@ from webhook.engine.resources.instancetypes import Allowance, instance_type_from
 from webhook.engine.resources.inventory import Placement
 from webhook.engine.resources.nodepools import Autoscaler, compute_class_from_json
 from webhook.engine.scheduling.gke import nap_pools, size_compute_classes
-from webhook.files.catalogue import shipped_catalogue
+from webhook.files.shipped import shipped_catalogue
 
 CATALOGUE = shipped_catalogue()
 

@@ -21,7 +21,7 @@ from webhook.engine.scheduling.karpenter import (
     pool_nodes,
     resolve_pool,
 )
-from webhook.files.catalogue import shipped_catalogue
+from webhook.files.shipped import shipped_catalogue
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "karpenter"
 R = Requirement.of

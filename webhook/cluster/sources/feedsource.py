@@ -138,6 +138,11 @@ class FeedInventorySource:
         namespaces = self._namespaces
         return None if namespaces is None else namespaces.get(name)
 
+    def namespaces(self) -> Mapping[str, Mapping[str, str]] | None:
+        """Every namespace the watcher saw, with its labels (a new mapping at each change);
+        None before the first word."""
+        return self._namespaces
+
     def runtime_classes(self) -> frozenset[str] | None:
         return self._runtime_classes
 

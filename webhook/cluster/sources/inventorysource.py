@@ -287,6 +287,13 @@ class LiveInventorySource:
             return None
         return self._namespaces.labels.get(name)
 
+    def namespaces(self) -> Mapping[str, Mapping[str, str]] | None:
+        """Every namespace, with its labels, once listed; None when not watched or not yet
+        synced. Changed in place by the watch."""
+        if self._namespaces is None or not self._namespaces.synced:
+            return None
+        return self._namespaces.labels
+
     def runtime_classes(self) -> frozenset[str] | None:
         return self._runtime_classes.names
 

@@ -8,7 +8,10 @@ container reaches GPUs without a request through:
   ``NVIDIA_DRIVER_CAPABILITIES`` completing the image's ``NVIDIA_VISIBLE_DEVICES``;
 - a ``hostPath`` of the device nodes (``/dev/nvidia*``, ``/dev/dri``, ``/dev`` or ``/``,
   which hold them, a ``CharDevice``);
-- ``privileged: true``, which gives a container every device of its node.
+- ``privileged: true``, which gives a container every device of its node;
+- a mount of the host's ``/dev/null`` under ``/var/run/nvidia-container-devices``, the
+  device list the toolkit reads from volume mounts before the variable (its hardened
+  setting, and the device plugin's ``DEVICE_LIST_STRATEGY=volume-mounts``).
 
 Where the NVIDIA runtime is not the default, a pod reaches it by its RuntimeClass: every
 container of a pod with ``runtimeClassName: nvidia`` runs under it, and a CUDA image's
@@ -39,11 +42,15 @@ def asks_for_gpu(container: Container) -> bool:
     """Whether a container asks for a GPU: the one definition every GPU access rule uses.
 
     A GPU resource counts, and so does one written wrongly (its quantity problems are other
-    checks' findings). A DRA claim in ``resources.claims`` counts too: its device class is
-    not known here, and judging a claimed GPU as unrequested would be a false denial.
+    checks' findings). A DRA claim in ``resources.claims`` counts too, unless the inventory
+    shows that none of the claims it names can give a GPU (``dra.pod_claims`` marks it
+    ``claims_no_gpu``: a NIC's class); a claim or class the inventory does not know may
+    be a GPU's, and judging a claimed GPU as unrequested would be a false denial.
     """
     if container.gpus or container.problems:  # gpus holds only counts above zero
         return True
+    if container.claims_no_gpu:
+        return False
     resources = container.body.get("resources")
     claims = resources.get("claims") if isinstance(resources, dict) else None
     return isinstance(claims, list) and bool(claims)
@@ -318,6 +325,111 @@ def _sub_path(
     return _expand(str(expr), environment(body, metadata), bool(body.get("envFrom")))
 
 
+# --- the toolkit's device list from volume mounts ------------------------------------------
+
+# nvidia-container-toolkit internal/config/image/cuda_image.go: with
+# ``accept-nvidia-visible-devices-as-volume-mounts = true`` the runtime takes a container's
+# device list from its mounts of the host's /dev/null under this root (``requestsFromMounts``)
+# before NVIDIA_VISIBLE_DEVICES (``VisibleDevices``), whatever the variable says; the device
+# plugin's DEVICE_LIST_STRATEGY=volume-mounts hands out GPUs so (k8s-device-plugin
+# internal/plugin/server.go ``updateResponseForDeviceMounts``: /dev/null at
+# ROOT/<device id> and ROOT/imex/<channel>). The toolkit compares the mount's destination
+# as text: /run/nvidia-container-devices is another path to it, whatever the image links.
+DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
+NULL_DEVICE = "/dev/null"
+_CDI_PREFIX = "cdi/"
+_IMEX_PREFIX = "imex/"
+
+
+def device_list_request(mount_path: str) -> str | None:
+    """The device a mount at ``mount_path`` asks for, as ``requestsFromMounts`` reads it:
+    the destination cleaned (``filepath.Clean``, which ``resolved`` is), taken when it
+    begins with the root as text (``strings.HasPrefix``: ``.../nvidia-container-devicesall``
+    asks for ``all``), what follows with its slashes trimmed; nothing at the root itself."""
+    destination = resolved(mount_path)
+    if not destination.startswith(DEVICE_LIST_ROOT):
+        return None
+    return destination[len(DEVICE_LIST_ROOT) :].strip("/") or None
+
+
+def device_list_wanted(request: str) -> str:
+    """What a device-list entry gives, in words (``visibleDevicesFromMounts``,
+    ``imexChannelsFromMounts``, ``cdiDeviceMountRequest``)."""
+    if request.startswith(_IMEX_PREFIX):
+        return f"the IMEX channel {request[len(_IMEX_PREFIX) :]}"
+    if request.startswith(_CDI_PREFIX):
+        return f"the CDI device {request[len(_CDI_PREFIX) :]}"
+    if request == "all":
+        return "every GPU of its node"
+    return f"the device {request}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceListMount:
+    """A ``hostPath`` mount whose destination is an entry of the toolkit's device list.
+
+    ``null``: its host path is ``/dev/null`` (any ``type``; any spelling that cleans to
+    it), so the runtime reads the entry. Otherwise the entry counts only where the node
+    links that path to /dev/null (containerd resolves a host path's links before the
+    runtime sees it: internal/cri/opts/spec_linux_opts.go ``WithMounts``,
+    ``ResolveSymbolicLink``; systemd's masked units are such links), which is not visible
+    here."""
+
+    volume: str
+    mount_path: str
+    request: str
+    host_path: str
+    host_type: str
+    null: bool
+
+    def access(self) -> Access:
+        return Access(
+            f'mounts the host\'s {NULL_DEVICE} (volume "{self.volume}") at {self.mount_path}, '
+            f"which asks the NVIDIA runtime for {device_list_wanted(self.request)} where "
+            "it reads device lists from volume mounts (nvidia-container-toolkit's "
+            "accept-nvidia-visible-devices-as-volume-mounts), before NVIDIA_VISIBLE_DEVICES",
+            f'remove the mount of volume "{self.volume}"',
+            f"{NULL_DEVICE} mounted at {self.mount_path}",
+        )
+
+
+def device_list_mounts(
+    body: Mapping[str, Any], paths: Mapping[str, Any], metadata: Mapping[str, Any]
+) -> list[DeviceListMount]:
+    """The container's ``hostPath`` mounts at an entry of the device list. Only a
+    ``hostPath`` can put the host's /dev/null there: other volumes are the kubelet's own
+    directories. A ``subPath`` (or a ``subPathExpr`` whose visible value is not empty) is
+    mounted from the kubelet's bind of it under volume-subpaths
+    (pkg/kubelet/kubelet_pods.go ``makeMounts``, ``PrepareSafeSubpath``), never from
+    /dev/null itself, so the toolkit skips it (a ``subPathExpr`` whose value is not
+    visible is judged without it). Of the /dev/null mounts at one destination
+    the first counts, as the toolkit's ``seen`` keeps it."""
+    mounts = body.get("volumeMounts")
+    found: list[DeviceListMount] = []
+    seen: set[str] = set()
+    for mount in mounts if isinstance(mounts, list) else ():
+        if not isinstance(mount, dict):
+            continue
+        host = paths.get(str(mount.get("name")))
+        request = device_list_request(str(mount.get("mountPath") or ""))
+        if host is None or request is None:
+            continue
+        if _sub_path(body, mount, metadata):
+            continue
+        destination = resolved(str(mount.get("mountPath")))
+        base = str(host.get("path") or "")
+        null = resolved(base) == NULL_DEVICE
+        if null:
+            if destination in seen:
+                continue
+            seen.add(destination)
+        kind = str(host.get("type") or "")
+        found.append(
+            DeviceListMount(str(mount.get("name")), destination, request, base, kind, null)
+        )
+    return found
+
+
 def mount_access(
     body: Mapping[str, Any],
     spec: Mapping[str, Any],
@@ -327,18 +439,23 @@ def mount_access(
     """A mounted ``hostPath`` of GPU device nodes: ``/dev/nvidia*``, ``/dev/dri``, their
     ``/dev/char`` links, a directory that holds them (``/dev``, ``/``, the driver root) (a
     ``subPath`` or a visible ``subPathExpr`` counts), or any ``CharDevice``; paths as the
-    kernel resolves them (``//dev``, ``/dev/../dev/nvidia0``)."""
+    kernel resolves them (``//dev``, ``/dev/../dev/nvidia0``). A mount of /dev/null into
+    the toolkit's device list (``device_list_mounts``) is said as such."""
     host_paths = _host_paths(spec) if paths is None else paths
     if not host_paths:
         return []
     mounts = body.get("volumeMounts")
-    found = []
+    listed = [m for m in device_list_mounts(body, host_paths, metadata or {}) if m.null]
+    found = [m.access() for m in listed]
+    said = {(m.volume, m.mount_path) for m in listed}
     for mount in mounts if isinstance(mounts, list) else ():
         if not isinstance(mount, dict):
             continue
         host = host_paths.get(str(mount.get("name")))
         if host is None:
             continue
+        if said and (str(mount.get("name")), resolved(str(mount.get("mountPath")))) in said:
+            continue  # a CharDevice /dev/null in the device list: said once, as such
         base = str(host.get("path") or "")
         # A subPathExpr whose value is not visible is judged by its base path.
         sub = _sub_path(body, mount, metadata or {})

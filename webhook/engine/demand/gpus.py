@@ -47,6 +47,9 @@ class Container:
     # Extended resources it asks for that are no GPU to the policy (read with the GPUs, so
     # that a misspelt one costs no second pass): ``checks.misspelled_findings``.
     others: list[str] | None = None
+    # It names DRA claims in ``resources.claims``, and the inventory shows that none of
+    # them can give a GPU (``dra.pod_claims``): it asks for no GPU through them.
+    claims_no_gpu: bool = False
 
     @property
     def requests(self) -> tuple[int, int]:

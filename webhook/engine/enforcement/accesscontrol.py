@@ -17,7 +17,10 @@ from webhook.engine.demand.gpuaccess import (
     PRIVILEGED,
     VISIBLE_DEVICES,
     Access,
+    DeviceListMount,
     asks_for_gpu,
+    device_list_mounts,
+    device_list_wanted,
     env_access,
     host_paths,
     may_reach,
@@ -29,7 +32,7 @@ from webhook.engine.demand.gpus import Container, PodGPUs
 from webhook.engine.enforcement.mutators import avoid_label, hide_gpus, set_runtime_class
 from webhook.engine.kube.patch import Editor
 from webhook.engine.kube.workloads import Path, PodTemplate
-from webhook.engine.policy.decision import Finding, action_of
+from webhook.engine.policy.decision import Action, Finding, action_of
 from webhook.engine.policy.ruleset import Mutations, Rule, Settings
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory, Placement
@@ -160,6 +163,14 @@ class PodReach:
         return self._answer
 
 
+def placed_by_claims(pod: PodGPUs) -> bool:
+    """Some container holds DRA claims that give no GPU (a NIC's): where their devices are
+    decides where the pod lands, and they may sit only on GPU nodes (a NIC beside the
+    GPUs), which the reach here does not read. Such a pod is neither kept off GPU nodes
+    nor warned for taking their room, as when its claims counted as GPU requests."""
+    return any(c.claims_no_gpu for c in pod.containers)
+
+
 def node_bound(template: Template, spec: Mapping[str, Any], settings: Settings) -> bool:
     """Pods that must run where they are put: a DaemonSet's, or one pinned to a node."""
     if not settings.gpu_nodes.exempt_daemonsets:
@@ -211,7 +222,7 @@ def place(
         for r in rules
         if r.mutations.avoid_gpu_nodes is not None and "avoidGPUNodes" not in template.exempt
     ]
-    if not avoiding or template.asks:
+    if not avoiding or template.asks or placed_by_claims(template.pod):
         return findings
     spec = _spec(editor, template)
     # A pod that can only use GPU nodes wants them: keeping it off would strand it (the
@@ -347,17 +358,80 @@ def access_findings(
         if template.asks
         else nvidia_runtime_class(_spec(editor, template), template, rules, nvidia_classes)
     )
-    candidates = [
-        c
-        for c in template.pod.containers
-        if not asks_for_gpu(c) and (runtime_class is not None or may_reach(c.body))
-    ]
+    candidates = []
+    host_volumes: bool | None = None  # whether the pod has hostPath volumes, read once
+    for c in template.pod.containers:
+        if not asks_for_gpu(c):
+            if runtime_class is not None or may_reach(c.body):
+                candidates.append(c)
+        elif c.body.get("volumeMounts"):
+            # A GPU container is judged for the device list only: a hostPath mount (the
+            # spec as written: no mutation adds one).
+            if host_volumes is None:
+                host_volumes = _has_host_paths(template.template.spec)
+            if host_volumes:
+                candidates.append(c)
     if not candidates:
         return []
     return list(
         _access_findings(
             editor, template, candidates, settings=settings, reach=reach, runtime=runtime_class
         )
+    )
+
+
+def _has_host_paths(spec: Mapping[str, Any]) -> bool:
+    volumes = spec.get("volumes")
+    if not isinstance(volumes, list):
+        return False
+    return any(isinstance(v, dict) and "hostPath" in v for v in volumes)
+
+
+def _access_finding(
+    template: Template, container: Container, found: Sequence[Access], action: Action
+) -> Finding:
+    """One finding naming every way a container reaches GPUs it does not ask for. A
+    container that asks for GPUs is judged for the toolkit's device list only (it names
+    more there): the device plugin (or DRA driver) adds its own entries beside them and
+    overrides none, so unlike ``NVIDIA_VISIBLE_DEVICES`` (which the device plugin sets in
+    every GPU container) the runtime gives it the GPUs it named as well as those it was
+    given."""
+    name = f'container "{container.name}"'
+    ways = "; ".join(a.what for a in found)
+    fixes = ", ".join(dict.fromkeys(a.fix for a in found))
+    if asks_for_gpu(container):
+        message = (
+            f"{name} asks for GPUs but {ways}: it can use GPUs beyond those it requests, "
+            "which the scheduler and quotas do not count. Request the GPUs it needs in its "
+            f"resources, and {fixes}."
+        )
+        summary = f"{name} reaches GPUs beyond its request: {found[0].short}"
+    else:
+        message = (
+            f"{name} asks for no GPU but {ways}: it can use GPUs that the scheduler and "
+            f"quotas do not count. Request a GPU in its resources.limits, or {fixes}."
+        )
+        summary = f"{name} reaches GPUs without a GPU request: {found[0].short}"
+    return Finding("builtin", GPU_ACCESS, action, message, summary, template.at(container))
+
+
+def _unseen_link(
+    template: Template, container: Container, listed: DeviceListMount, action: Action
+) -> Finding:
+    """A host path other than /dev/null at an entry of the device list: it asks for
+    nothing unless the node links the path to /dev/null, which the webhook cannot see."""
+    name = f'container "{container.name}"'
+    return Finding(
+        "builtin",
+        GPU_ACCESS,
+        "audit" if action == "audit" else "warn",  # what cannot be seen is never denied
+        f'{name} mounts the host path {listed.host_path} (volume "{listed.volume}") at '
+        f"{listed.mount_path}, an entry of the NVIDIA runtime's device list: it asks for "
+        f"{device_list_wanted(listed.request)} if that path is a link to /dev/null on the "
+        "node (containerd and CRI-O follow a host path's links; systemd's masked units are "
+        "such links), which the webhook cannot see. Mount it elsewhere.",
+        f"{name}: host path {listed.host_path} in the NVIDIA device list",
+        template.at(container),
     )
 
 
@@ -375,21 +449,16 @@ def _access_findings(
     action = action_of(settings.actions.get(GPU_ACCESS, "deny"))
     for container in candidates:
         body = _body(editor, template, container)
-        found = _accesses(body, template, spec, paths, reach=reach, runtime_class=runtime)
-        if not found:
-            continue
-        name = f'container "{container.name}"'
-        ways = "; ".join(a.what for a in found)
-        fixes = ", ".join(dict.fromkeys(a.fix for a in found))
-        yield Finding(
-            "builtin",
-            GPU_ACCESS,
-            action,
-            f"{name} asks for no GPU but {ways}: it can use GPUs that the scheduler and quotas "
-            f"do not count. Request a GPU in its resources.limits, or {fixes}.",
-            f"{name} reaches GPUs without a GPU request: {found[0].short}",
-            template.at(container),
-        )
+        listed = device_list_mounts(body, paths, template.metadata) if paths else []
+        unseen = [m for m in listed if not m.null and m.host_type in ("", "CharDevice")]
+        if asks_for_gpu(container):
+            found = [m.access() for m in listed if m.null]
+        else:
+            found = _accesses(body, template, spec, paths, reach=reach, runtime_class=runtime)
+        if found:
+            yield _access_finding(template, container, found, action)
+        elif unseen:
+            yield _unseen_link(template, container, unseen[0], action)
 
 
 def node_findings(
@@ -397,7 +466,7 @@ def node_findings(
 ) -> Iterator[Finding]:
     """``nonGPUPodOnGPUNode``: a pod that asks for no GPU but can only use GPU nodes, or
     that tolerates a GPU taint with nothing keeping it off GPU nodes."""
-    if GPU_NODE in template.exempt or template.asks:
+    if GPU_NODE in template.exempt or template.asks or placed_by_claims(template.pod):
         return
     if node_bound(template, _spec(editor, template), settings):
         return

@@ -150,6 +150,9 @@ class Match:
     gpu_max: int | None = None
     # Kept for overlap analysis between rules.
     namespace_names: frozenset[str] | None = None
+    # ``namespaces`` as written, globs included: what an exemption by name hands to whoever
+    # creates a namespace of that name (``webhook.engine.policy.exemptions``).
+    namespace_patterns: tuple[str, ...] = ()
 
     def matches(
         self,
@@ -538,6 +541,7 @@ def _compile_match(spec: Mapping[str, Any], *, exempting: bool = False) -> Match
         gpu_min=int(count.get("min", 0 if exempting else 1)),
         gpu_max=count.get("max"),
         namespace_names=frozenset(namespaces) if namespaces is not None and not has_glob else None,
+        namespace_patterns=tuple(str(n) for n in namespaces or ()),
     )
 
 

@@ -1,5 +1,5 @@
 """Images and the CUDA version they are built on: the shipped table of public images
-(``webhook/data/cuda-images.yaml``, read by ``webhook.files.cudaimages``) and a rule file's
+(``webhook/data/cuda-images.yaml``, read by ``webhook.files.shipped``) and a rule file's
 mappings, compiled once per policy. ``webhook.engine.demand.cuda`` says what a container
 needs from it; the sources of every row are in the data file and docs/rules.md.
 """

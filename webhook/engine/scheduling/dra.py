@@ -101,6 +101,9 @@ class PodClaims:
     # Their most per container: where a device plugin serves them after all (a node with
     # them in allocatable), the physical-GPU rule of shared GPUs reads it.
     served_per_container: tuple[tuple[str, int], ...] = ()
+    # Containers naming claims none of which can give a GPU (``class_gives_gpu``): they
+    # ask for no GPU through them.
+    no_gpu: frozenset[Path] = frozenset()
 
     @property
     def gpu_count(self) -> int:
@@ -208,23 +211,95 @@ def pod_claims(
         claims.append(PodClaim(entry["name"], source, found, count, names, classes))
     by_name = {c.name: c for c in claims}
     holders: set[Path] = set()
+    no_gpu: set[Path] = set()
     held: list[tuple[Path, ClaimGPUs]] = []
     for section in ("initContainers", "containers"):
         for index, container in enumerate(spec.get(section) or []):
             refs = dig(container, "resources", "claims")
             named = False
+            may_gpu = False
             for ref in refs if isinstance(refs, list) else []:
                 claim = by_name.get(str(dig(ref, "name")))
                 named = named or claim is not None
+                request = str(dig(ref, "request") or "")
+                may_gpu = may_gpu or _entry_gives_gpu(claim, request, devices, is_gpu_class)
                 if claim is None or not claim.gpu_count:
                     continue
-                request = dig(ref, "request")
-                if not request or str(request) in claim.gpu_requests:
+                if not request or request in claim.gpu_requests:
                     holders.add((section, index))
             if named:
                 gpus = container_claim_gpus(container, claims, is_gpu_class=is_gpu_class)
                 held.append(((section, index), gpus))
-    return PodClaims(tuple(claims), frozenset(holders), tuple(held))
+                if not may_gpu:
+                    no_gpu.add((section, index))
+    return PodClaims(tuple(claims), frozenset(holders), tuple(held), no_gpu=frozenset(no_gpu))
+
+
+def _entry_gives_gpu(
+    claim: PodClaim | None,
+    entry: str,
+    devices: DeviceInventory | None,
+    is_gpu_class: Callable[[str], bool],
+) -> bool:
+    """Whether a container's ``resources.claims`` entry (the whole claim, "request" or
+    "request/sub") may give it a GPU: a claim the inventory does not hold may, and so
+    does a request of a class that can (``class_gives_gpu``)."""
+    if claim is None or claim.claim is None or devices is None:
+        return True
+    name, _, sub = entry.partition("/")
+    for request in claim.claim.spec.requests:
+        if name and request.name != name:
+            continue
+        for alternative in request.alternatives:
+            if sub and alternative.name != sub:
+                continue
+            if class_gives_gpu(devices, alternative.device_class, is_gpu_class=is_gpu_class):
+                return True
+    return False
+
+
+def class_gives_gpu(
+    devices: DeviceInventory, name: str, *, is_gpu_class: Callable[[str], bool]
+) -> bool:
+    """Whether the allocator may give a request of device class ``name`` a GPU: a GPU
+    class may; a class the inventory does not know may (judged as before, a claim of it
+    as a GPU's), and so may any class while the devices are not all known; a known class
+    may when its selectors do not rule out every device that a GPU class selects (a
+    class without selectors takes any device). A selector this webhook cannot evaluate
+    rules nothing out. A NIC's class (dranet's ``device.driver == "dra.net"``) gives none."""
+    if is_gpu_class(name) or not devices.complete:
+        return True
+    device_class = devices.classes.get(name)
+    if device_class is None:
+        return True
+    key = ("class-gives-gpu", name, id(is_gpu_class))
+    known = devices._memo.get(key)
+    if known is not None and known[0] is is_gpu_class:
+        return known[1]  # type: ignore[no-any-return]
+    gpu_selectors = [c.selectors for n, c in sorted(devices.classes.items()) if is_gpu_class(n)]
+    matcher = _Matcher(devices)
+    # Devices alike but for their identity are asked once, unless a selector reads it.
+    exact = any(matcher.exact(e) for s in (*gpu_selectors, device_class.selectors) for e in s)
+    candidates = itertools.chain(
+        (device for _, device in devices.named_devices()),
+        (device for device, _, _ in devices.reachable_devices),
+    )
+    seen: set[Any] = set()
+    answer = False
+    for device in candidates:
+        if not exact:
+            content = devices.content(device)
+            if content in seen:
+                continue
+            seen.add(content)
+        if not any(all(matcher.matches(e, device) is True for e in s) for s in gpu_selectors):
+            continue
+        if all(matcher.matches(e, device) is not False for e in device_class.selectors):
+            answer = True
+            break
+    if not review_spent():
+        devices._memo[key] = (is_gpu_class, answer)
+    return answer
 
 
 def claim_entries(body: Mapping[str, Any], claim: str) -> list[str]:
@@ -1382,6 +1457,7 @@ def extended_resource_claims(
         claims.held,
         served=tuple(served.items()),
         served_per_container=tuple((r, n) for r, n in pod.per_container if r in served),
+        no_gpu=claims.no_gpu,
     )
 
 
@@ -1415,7 +1491,13 @@ def _served_requests(pod: PodGPUs, resource: str, device_class: str) -> tuple[De
 
 def with_claim_gpus(pod: PodGPUs, claims: PodClaims) -> PodGPUs:
     """The pod's GPU asks with its claims' GPUs counted in ``total``: rules match it and
-    per-pod limits see them (container and resource views stay as requested)."""
+    per-pod limits see them (container and resource views stay as requested); containers
+    whose claims give no GPU are marked so (``Container.claims_no_gpu``)."""
+    if claims.no_gpu:
+        containers = [
+            replace(c, claims_no_gpu=True) if c.path in claims.no_gpu else c for c in pod.containers
+        ]
+        pod = replace(pod, containers=containers)
     if not claims.gpu_count:
         return pod
     return replace(pod, total=pod.total + claims.gpu_count)
