@@ -98,23 +98,34 @@ NAMES = st.builds(
 
 def objects(names: Names) -> list[dict[str, Any]]:
     """A pod the built-in checks deny, naming its container (requests without limits) and
-    missing a required label, a sidecar with an extended resource of any name, and a pod
-    that passes: every name in them the hostile one."""
+    missing a required label, a pod that passes, and one with an extended resource of any
+    name (refused as kubectl refuses an invalid resource name, or judged): every name in
+    them the hostile one."""
     gpu = {
         "name": names.container,
         "image": names.image,
         "resources": {"requests": {"nvidia.com/gpu": "1"}},
     }
-    sidecar = {
-        "name": names.sidecar,
-        "image": "busybox",
-        "resources": {"limits": {f"example.com/{names.resource}": "1"}},
-    }
+    sidecar = {"name": names.sidecar, "image": "busybox"}
     denied = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": names.pod, "namespace": names.namespace, "labels": {"x": names.label}},
         "spec": {"containers": [gpu, sidecar]},
+    }
+    resource = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{names.pod}-3", "namespace": names.namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": names.sidecar,
+                    "image": "busybox",
+                    "resources": {"limits": {f"example.com/{names.resource}": "1"}},
+                }
+            ]
+        },
     }
     allowed = {
         "apiVersion": "v1",
@@ -130,7 +141,7 @@ def objects(names: Names) -> list[dict[str, Any]]:
             ]
         },
     }
-    return [denied, allowed]
+    return [denied, allowed, resource]
 
 
 def inventory(names: Names) -> dict[str, Any]:
@@ -235,13 +246,11 @@ def test_every_check_format_carries_any_name(names: Names) -> None:
         assert_terminal_safe(err)
     results = json.loads(outputs["json"][1])
     judged = [r for r in results if r["status"] != "unusable"]
-    assert [r["name"] for r in judged] == [names.pod, f"{names.pod}-2"]
+    assert [r["name"] for r in judged][:2] == [names.pod, f"{names.pod}-2"]
     assert judged[0]["status"] == "denied"
     # -o yaml: exactly the objects given, as the webhook would patch them, and no other.
-    expected = [
-        jsonpatch.apply_patch(obj, r["patch"])
-        for obj, r in zip(inputs.objects, judged, strict=True)
-    ]
+    given_objects = {o["metadata"]["name"]: o for o in inputs.objects}
+    expected = [jsonpatch.apply_patch(given_objects[r["name"]], r["patch"]) for r in judged]
     assert list(yaml.safe_load_all(outputs["yaml"][1])) == expected
     patch_lines = outputs["patch"][1].splitlines()
     assert [json.loads(line) for line in patch_lines[1::2]] == [r["patch"] for r in judged]
@@ -299,7 +308,8 @@ def test_explain_and_inventory_carry_any_name(names: Names) -> None:
         listed = {
             o: run("inventory", "--inventory", inputs.inventory, "-o", o) for o in ("text", "json")
         }
-    assert [e["name"] for e in json.loads(explained["json"][1])] == [names.pod, f"{names.pod}-2"]
+    explanations = json.loads(explained["json"][1])
+    assert [e["name"] for e in explanations][:2] == [names.pod, f"{names.pod}-2"]
     assert json.loads(listed["json"][1])
     for _, _, err in [*explained.values(), *listed.values()]:
         assert_terminal_safe(err)
@@ -394,3 +404,31 @@ def test_rules_lint_names_a_hostile_key_without_its_controls(tmp_path: Path) -> 
     assert code == 1
     assert_terminal_safe(err)
     assert "\\x1b[2J" in err
+
+
+@EXAMPLES
+@given(NAMES)
+def test_policy_test_suites_carry_any_name(names: Names) -> None:
+    """``gpu-webhook test``: a suite expecting results of objects named anything."""
+    with written(names) as inputs:
+        body = {
+            "apiVersion": "gpu-webhook.io/v1alpha1",
+            "kind": "GPUPolicyTest",
+            "metadata": {"name": "hostile"},
+            "rules": [str(inputs.rules)],
+            "inventory": str(inputs.inventory),
+            "resources": [str(inputs.manifests)],
+            "results": [
+                {"resources": [names.pod], "result": "allowed"},
+                {"resources": [names.required], "result": "denied"},
+            ],
+        }
+        suite = inputs.rules.parent / "suites" / f"suite{names.file}.yaml"
+        suite.parent.mkdir()
+        suite.write_text(json.dumps(body))
+        outputs = {o: run("test", suite.parent, "-o", o) for o in ("text", "json", "junit")}
+    for _, _, err in outputs.values():
+        assert_terminal_safe(err)
+    assert_terminal_safe(outputs["text"][1])
+    assert json.loads(outputs["json"][1])
+    ET.fromstring(outputs["junit"][1])
