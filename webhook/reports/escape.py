@@ -56,6 +56,8 @@ def _no_legacy_command(text: str) -> str:
 def _no_workflow_command(text: str) -> str:
     """``text`` that starts no GitHub workflow command wherever it lands in a line."""
     text = _no_legacy_command(text)
+    if "::" not in text:
+        return text
     stripped = text.lstrip()
     if stripped.startswith("::"):
         text = text[: len(text) - len(stripped)] + "\\x3a" + stripped[1:]
@@ -66,7 +68,10 @@ def for_terminal(text: str) -> str:
     """One line for a terminal or a CI log: no control character (tab and newline
     included: the line is the writer's), no separator, no bidirectional control, no
     workflow command. Idempotent, so a line of escaped names may be escaped again."""
-    return _no_workflow_command(_ONE_LINE.sub(_visible, text))
+    # Every character _ONE_LINE takes is one str.isprintable refuses (Cc, Cf, Cs, Zl, Zp,
+    # Cn): a name with none of them, nearly every name, skips the substitution.
+    shown = text if text.isprintable() else _ONE_LINE.sub(_visible, text)
+    return _no_workflow_command(shown)
 
 
 def for_terminal_lines(text: str) -> str:
