@@ -113,3 +113,71 @@ def billion_laughs(levels: int = 9) -> str:
     for previous, name in itertools.pairwise(names):
         text += f"{name}: &{name} [{','.join([f'*{previous}'] * 9)}]\n"
     return text
+
+
+def scale_of(
+    parent: dict[str, Any], replicas: int, *, status_replicas: int = 1, selector: str = ""
+) -> dict[str, Any]:
+    """The ``autoscaling/v1`` Scale the API server makes of ``parent`` with ``replicas``:
+    kubernetes pkg/registry/apps/deployment/storage/storage.go ``scaleFromDeployment`` (the
+    same for ReplicaSets, StatefulSets, ReplicationControllers), apiextensions-apiserver
+    pkg/registry/customresource/etcd.go ``scaleFromCustomResource`` for a custom resource:
+    five metadata fields, ``spec.replicas`` (omitted at 0: ``omitempty``), ``status``."""
+    meta = parent["metadata"]
+    status: dict[str, Any] = {"replicas": status_replicas}
+    if selector:  # ``selector,omitempty``; a CRD without labelSelectorPath has none
+        status["selector"] = selector
+    return {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta.get("namespace", "default"),
+            "uid": meta.get("uid", "9d0d4c3e-6f5e-4f59-9a53-0c8b5f1b2a11"),
+            "resourceVersion": meta.get("resourceVersion", "4242"),
+            "creationTimestamp": meta.get("creationTimestamp", "2026-12-01T09:00:00Z"),
+        },
+        "spec": {"replicas": replicas} if replicas else {},
+        "status": status,
+    }
+
+
+def scale_review(
+    parent: dict[str, Any],
+    replicas: int,
+    *,
+    old_replicas: int,
+    resource: str,
+    selector: str = "",
+) -> dict[str, Any]:
+    """The AdmissionReview of a ``kubectl scale`` (or an HPA's update) of ``parent``: kind
+    and requestKind ``autoscaling/v1`` Scale, resource and requestResource the parent's,
+    subResource ``scale`` (k8s.io/apiserver pkg/admission/plugin/webhook/request
+    admissionreview.go ``CreateV1AdmissionReview``: kind, resource and subresource of the
+    invocation, request* of the attributes; kubernetes/website
+    extensible-admission-controllers.md shows this very request)."""
+    api_version = str(parent["apiVersion"])
+    group, _, version = api_version.rpartition("/")
+    meta = parent["metadata"]
+    kind = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+    target = {"group": group, "version": version, "resource": resource}
+    new = scale_of(parent, replicas, status_replicas=old_replicas, selector=selector)
+    old = scale_of(parent, old_replicas, status_replicas=old_replicas, selector=selector)
+    request = {
+        "uid": str(uuid.uuid4()),
+        "kind": kind,
+        "resource": target,
+        "subResource": "scale",
+        "requestKind": kind,
+        "requestResource": target,
+        "requestSubResource": "scale",
+        "name": meta["name"],
+        "namespace": meta.get("namespace", "default"),
+        "operation": "UPDATE",
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": new,
+        "oldObject": old,
+        "dryRun": False,
+        "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"},
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}

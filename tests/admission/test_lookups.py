@@ -12,7 +12,7 @@ import pytest
 from webhook.admission.lookups import LOOKUP_BUDGET_SECONDS, looked_up, worth_a_read
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.references import Reference
-from webhook.engine.evaluation.request import NO_INVENTORY, Request
+from webhook.engine.evaluation.request import NO_INVENTORY, Request, Resource
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import files_view
 from webhook.files.rulefiles import load_policy
@@ -68,6 +68,12 @@ class Cluster:
     ) -> tuple[list[Mapping[str, Any]], bool]:
         del namespace, timeout
         return [p for p in self.pods if claim in str(p)], True
+
+    def workload(
+        self, target: Resource, namespace: str, *, timeout: float
+    ) -> tuple[Mapping[str, Any] | None, str]:
+        del target, namespace, timeout
+        return None, "not scripted"
 
 
 def test_a_claim_and_then_its_class_are_read_and_added_to_the_view() -> None:

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from tests.builders import FIXTURES, pod, review
+from tests.builders import FIXTURES, pod, review, scale_review
+from tests.scaling import deployment
 from webhook.admission.review import ReviewError, parse_review, read_uid
 
 
@@ -26,6 +27,23 @@ def test_a_review_carries_user_namespace_and_subresource():
     request = parse_review(json.dumps(body))
 
     assert (request.user, request.namespace, request.sub_resource) == ("alice", "default", "status")
+
+
+def test_a_scale_review_names_its_parent_by_resource_and_name_only():
+    """The Scale's kind is autoscaling/v1 whatever it scales: the parent's group, version
+    and plural come from ``request.resource`` (kubernetes/website,
+    extensible-admission-controllers.md, the request example)."""
+    body = scale_review(deployment("serve"), 4, old_replicas=1, resource="deployments")
+
+    request = parse_review(json.dumps(body))
+
+    assert (request.group, request.kind, request.sub_resource) == ("autoscaling", "Scale", "scale")
+    assert (request.resource_group, request.resource_version, request.resource) == (
+        "apps",
+        "v1",
+        "deployments",
+    )
+    assert (request.namespace, request.name) == ("team-a", "serve")
 
 
 def test_a_delete_has_no_object_and_is_still_a_review():

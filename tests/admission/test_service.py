@@ -115,8 +115,8 @@ def test_a_dry_run_gets_exactly_the_answer_of_the_real_request(service, obj, mut
                 old={"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": 1}},
                 sub_resource="scale",
             ),
-            "subresource",
-            id="scale",
+            "kind",  # its resource ("scales") is no kind whose scale the engine knows
+            id="scale-of-an-unknown-resource",
         ),
         pytest.param(
             review({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
@@ -303,6 +303,22 @@ def test_a_rule_object_is_judged_at_validate_as_rules_lint_would(service, obj, s
     else:
         assert outcome.verdict == "denied"
         assert outcome.body["response"]["status"]["message"].startswith(said)
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        pytest.param([1], id="a-list"),
+        pytest.param("x", id="a-string"),
+        pytest.param(7, id="a-number"),
+        pytest.param({"name": ["team-a"]}, id="a-name-that-is-a-list"),
+    ],
+)
+def test_a_rule_object_whose_metadata_is_not_a_map_is_denied_not_a_500(service, metadata):
+    obj = {**_gpu_policy({"validate": [{"maxGPUsPerPod": 4}]}), "metadata": metadata}
+    outcome = answer(service, review(obj), mutate=False)
+    assert outcome.verdict == "denied"
+    assert "metadata" in outcome.body["response"]["status"]["message"]
 
 
 @pytest.mark.parametrize(

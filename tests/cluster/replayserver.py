@@ -4,6 +4,12 @@ Tests script what each request gets: list requests and watch requests each take 
 answer of their own queue. A watch answer streams its lines as HTTP/1.1 chunks, as the API
 server does, and may pause on a gate, end cleanly, drop the connection mid-stream, or stay
 open like an idle watch until the server stops.
+
+Objects of the scripted collections (``collection_lists``, ``collection_watches``) are
+remembered as they are served, and a PUT of one's status subresource is answered as the API
+server answers it: 409 Conflict when its resourceVersion is not the stored one (optimistic
+concurrency), 422 without one (custom resources allow no unconditional update), else the
+stored object with the new status and a new resourceVersion.
 """
 
 from __future__ import annotations
@@ -136,6 +142,10 @@ class ReplayServer:
         # answered with that body, unless ``write_answers`` has one for its path.
         self.writes: list[Write] = []
         self.write_answers: dict[str, deque[Body]] = {}
+        # Objects of the scripted collections as last served, by object path; and the
+        # newest resourceVersion served or written (etcd's revision).
+        self.objects: dict[str, dict[str, Any]] = {}
+        self._revision = 0
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         server = self
@@ -224,9 +234,77 @@ class ReplayServer:
             self.writes.append(Write(method, path, body))
             queue = self.write_answers.get(path)
             answer = queue.popleft() if queue else None
+            if answer is None and method == "PUT":
+                answer = self._status_update(path, body)
         if answer is None:
             answer = Body(json.dumps(body).encode(), 201 if method == "POST" else 200)
         self._body(handler, answer)
+
+    def _status_update(self, path: str, body: Any) -> Body | None:
+        """A PUT to a remembered object's status subresource, as the API server's generic
+        store answers it (k8s.io/apiserver pkg/registry/generic/registry/store.go,
+        ``Update``: a resourceVersion that is not the stored one is a Conflict with
+        ``OptimisticLockErrorMsg``); None for any other write. Called under the lock."""
+        stored = self.objects.get(path.removesuffix("/status"))
+        if not path.endswith("/status") or stored is None:
+            return None
+        resource, name = path.removesuffix("/status").split("/")[-2:]
+        group = path.split("/")[2] if path.startswith("/apis/") else ""
+        qualified = f"{resource}.{group}" if group else resource
+        sent = str(((body or {}).get("metadata") or {}).get("resourceVersion") or "")
+        if not sent:
+            message = (
+                f'{qualified} "{name}" is invalid: metadata.resourceVersion: Invalid value: '
+                "0: must be specified for an update"
+            )
+            return Body(status_body(422, "Invalid", message), 422)
+        if sent != stored["metadata"].get("resourceVersion"):
+            message = (
+                f'Operation cannot be fulfilled on {qualified} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again"
+            )
+            return Body(status_body(409, "Conflict", message), 409)
+        self._revision += 1
+        updated = {
+            **stored,
+            "metadata": {**stored["metadata"], "resourceVersion": str(self._revision)},
+            "status": (body or {}).get("status"),
+        }
+        self.objects[path.removesuffix("/status")] = updated
+        return Body(json.dumps(updated).encode())
+
+    def _remember(self, path: str, obj: Any, *, deleted: bool = False) -> None:
+        """An object of ``path``'s collection as served. Called under the lock."""
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            return
+        meta = obj["metadata"]
+        rv = str(meta.get("resourceVersion") or "")
+        if rv.isdigit():
+            self._revision = max(self._revision, int(rv))
+        where = f"{path}/{meta.get('name')}"
+        stored = str(self.objects.get(where, {}).get("metadata", {}).get("resourceVersion", ""))
+        if rv.isdigit() and stored.isdigit() and int(rv) < int(stored):
+            return  # a scripted list served again (a relist) is older than a write since
+        if deleted:
+            self.objects.pop(where, None)
+        else:
+            self.objects[where] = obj
+
+    def _remember_served(self, path: str, data: bytes, *, watch: bool) -> None:
+        """What a list page or a watch line of a scripted collection says exists."""
+        try:
+            parsed = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(parsed, dict):
+            return
+        with self._lock:
+            if watch:
+                deleted = parsed.get("type") == "DELETED"
+                self._remember(path, parsed.get("object"), deleted=deleted)
+            else:
+                for item in parsed.get("items") or []:
+                    self._remember(path, item)
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(handler.path)
@@ -281,10 +359,13 @@ class ReplayServer:
         if answer is None:
             # Nothing scripted: an idle watch, or a list the test did not expect.
             answer = Stream([], end="hold") if query.get("watch") else Body(b"{}", 500)
+        collection = parts.path if parts.path in self.collection_lists else None
         if isinstance(answer, Body):
+            if collection is not None and answer.status == 200:
+                self._remember_served(collection, answer.data, watch=False)
             self._body(handler, answer)
         else:
-            self._stream(handler, answer)
+            self._stream(handler, answer, collection=collection)
 
     def _body(self, handler: BaseHTTPRequestHandler, body: Body) -> None:
         if body.delay_seconds and self.stopping.wait(body.delay_seconds):
@@ -298,7 +379,9 @@ class ReplayServer:
         handler.end_headers()
         handler.wfile.write(body.data)
 
-    def _stream(self, handler: BaseHTTPRequestHandler, stream: Stream) -> None:
+    def _stream(
+        self, handler: BaseHTTPRequestHandler, stream: Stream, *, collection: str | None = None
+    ) -> None:
         handler.send_response(200)
         for key, value in stream.headers:
             handler.send_header(key, value)
@@ -312,6 +395,8 @@ class ReplayServer:
                         if self.stopping.is_set():
                             return
                     continue
+                if collection is not None:
+                    self._remember_served(collection, item, watch=True)
                 handler.wfile.write(b"%x\r\n%s\r\n" % (len(item), item))
                 handler.wfile.flush()
             if stream.end == "close":

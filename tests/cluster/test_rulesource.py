@@ -16,7 +16,7 @@ from tests.cluster.feeding import fed_worker, live_source
 from tests.cluster.replayserver import Body, ReplayServer, eventually, fixture, status_body
 from tests.cluster.ruleobjects import POLICIES, event, gpu_policy, serve_policies
 from tests.running import kubeconfig
-from webhook.cluster.apiclient import ApiClient, ApiEndpoint
+from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError
 from webhook.cluster.reflector import Backoff
 from webhook.cluster.sources.rulesource import (
     DISCOVERY_PATH,
@@ -162,6 +162,92 @@ def test_a_status_already_right_is_not_written_again(replay: ReplayServer) -> No
     assert written.body["status"]["checks"] == "maxGPUsPerPod"
 
 
+def listed(replay: ReplayServer, client: ApiClient) -> RuleObjectCache:
+    """A cache holding the GPUPolicies as the replayed API server lists them (so that it
+    knows them too, and answers their status writes as the real one does)."""
+    cache = RuleObjectCache()
+    cache.set_served(["GPUPolicy"])
+    cache.replace("GPUPolicy", [(o, {}) for o in list_rule_objects(client)])
+    return cache
+
+
+def test_the_replayed_api_server_refuses_a_stale_status_write_as_the_real_one_does(
+    replay: ReplayServer,
+) -> None:
+    serve_policies(replay, [gpu_policy("team-a", MAX_FOUR)], [])
+    client = ApiClient(ApiEndpoint(host=replay.url))
+    path = f"{POLICIES}/team-a/status"
+    try:
+        list_rule_objects(client)
+        status = {"observedGeneration": 1}
+        body = {**gpu_policy("team-a", MAX_FOUR), "status": status}
+        answer = client.send("PUT", path, body)
+        assert answer["metadata"]["resourceVersion"] == "11"
+        assert (answer["status"], answer["metadata"]["generation"]) == (status, 1)
+        with pytest.raises(ApiError) as stale:
+            client.send("PUT", path, body)  # resourceVersion 10 again
+        unconditional = {**body, "metadata": {"name": "team-a"}}
+        with pytest.raises(ApiError) as unversioned:
+            client.send("PUT", path, unconditional)
+    finally:
+        client.close()
+    assert stale.value.code == 409
+    assert str(stale.value) == (
+        '409 Conflict: Operation cannot be fulfilled on gpupolicies.gpu-webhook.io "team-a": '
+        "the object has been modified; please apply your changes to the latest version and "
+        "try again"
+    )
+    assert unversioned.value.code == 422
+
+
+def test_a_status_is_written_once_though_the_watch_has_not_brought_it_back_yet(
+    replay: ReplayServer,
+) -> None:
+    """The race of issue 42: a second step before the watch echoes the first write saw the
+    object still without its status and PUT it again with the old resourceVersion."""
+    serve_policies(replay, [gpu_policy("team-a", MAX_FOUR)], [])
+    client = ApiClient(ApiEndpoint(host=replay.url))
+    try:
+        cache = listed(replay, client)
+        writer = StatusWriter(client, cache)
+        key = ("GPUPolicy", "team-a")
+        writer.write({key: Verdict(1)})
+        writer.write({key: Verdict(1)})  # no watch event in between
+    finally:
+        client.close()
+    (written,) = replay.written(f"{POLICIES}/team-a/status")
+    assert written.body["metadata"]["resourceVersion"] == "10"
+    assert writer.written == 1
+    seen = cache.current(key)
+    assert seen is not None
+    assert seen[0].resource_version == "11"
+    assert seen[1] == written.body["status"]
+
+
+def test_a_status_write_refused_as_stale_waits_for_the_newer_version(
+    replay: ReplayServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    serve_policies(replay, [gpu_policy("team-a", MAX_FOUR)], [])
+    client = ApiClient(ApiEndpoint(host=replay.url))
+    path = f"{POLICIES}/team-a/status"
+    key = ("GPUPolicy", "team-a")
+    try:
+        cache = listed(replay, client)
+        # Someone else (a replica that held the Lease before) writes first.
+        newer = client.send("PUT", path, {**gpu_policy("team-a", MAX_FOUR), "status": {}})
+        writer = StatusWriter(client, cache)
+        writer.write({key: Verdict(1)})
+        assert writer.written == 0  # 409: the newer version is judged when it arrives
+        cache.apply("MODIFIED", RuleObject.of(newer), {})  # the watch brings it
+        writer.write({key: Verdict(1)})
+    finally:
+        client.close()
+    assert writer.written == 1
+    sent = [w.body["metadata"]["resourceVersion"] for w in replay.written(path)]
+    assert sent == ["10", "10", "11"]
+    assert "cannot write the status" not in caplog.text
+
+
 def test_tools_list_the_rule_objects_once(replay: ReplayServer) -> None:
     serve_policies(replay, [gpu_policy("team-a", MAX_FOUR)], [])
     client = ApiClient(ApiEndpoint(host=replay.url))
@@ -240,3 +326,23 @@ def test_the_transition_time_moves_only_when_ready_does() -> None:
     broken = desired_status(obj, Verdict(2, ("spec: bad",)), first, now=later)
     assert [c["lastTransitionTime"] for c in broken["conditions"]] == ["2026-12-01T11:00:00Z"] * 2
     assert broken["observedGeneration"] == 2
+
+
+def test_a_relist_of_the_scripted_objects_does_not_undo_a_write_the_server_took(
+    replay: ReplayServer,
+) -> None:
+    """The scripted list is the cluster before the write: served again, it must not make
+    the replayed server forget the write and take a stale resourceVersion after all."""
+    serve_policies(replay, [gpu_policy("team-a", MAX_FOUR)], [])
+    client = ApiClient(ApiEndpoint(host=replay.url))
+    path = f"{POLICIES}/team-a/status"
+    body = {**gpu_policy("team-a", MAX_FOUR), "status": {}}
+    try:
+        list_rule_objects(client)
+        client.send("PUT", path, body)
+        list_rule_objects(client)  # the same scripted list, resourceVersion 10
+        with pytest.raises(ApiError) as stale:
+            client.send("PUT", path, body)
+    finally:
+        client.close()
+    assert stale.value.code == 409

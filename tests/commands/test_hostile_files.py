@@ -46,6 +46,17 @@ HOSTILE = {
     ),
     "replicas.yaml": (INFINITE_REPLICAS, "spec.replicas: inf is not a number"),
     "list-key.yaml": ("apiVersion: v1\nkind: Pod\nmetadata: {[1]: x}\n", "not a string"),
+    # Issue 41: kubectl would send "1", a resource name the API server refuses.
+    "number-key.yaml": (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+        "  - {name: c, image: x, resources: {limits: {1: 2}}}\n",
+        "number-key.yaml:6: not usable: the key 1 is a number, not text",
+    ),
+    # Issue 41: a string to YAML (no dot, no exponent sign): explain said DENIED.
+    "replicas-1e400.yaml": (
+        INFINITE_REPLICAS.replace(".inf", "1e400"),
+        'spec.replicas: "1e400" is not a whole number',
+    ),
 }
 COMMANDS = {
     "check": ("check", "--rules", RULES, "--inventory", INVENTORY, "-f"),

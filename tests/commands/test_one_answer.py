@@ -37,7 +37,9 @@ from webhook.admission.service import AdmissionService
 from webhook.cli import main
 from webhook.cluster.sources.devicesource import PATHS
 from webhook.cluster.sources.poolsource import CA_STATUS_PATH
+from webhook.engine.kube.strict import strict_problems
 from webhook.files.rulefiles import RuleStore, load_policy
+from webhook.files.shipped import kube_schema
 
 Verdict = tuple[bool, list[tuple[str, str, str]]]
 
@@ -60,6 +62,10 @@ NOT_REPLAYED = (
     "discovery this replay does not script (the four other answers still agree)"
 )
 NOT_LISTED = "not of a kind the webhook understands, so a live audit lists none"
+# The API server cannot decode the object (a count past int64): kubectl refuses it, so no
+# webhook ever judges it in a cluster and no cluster holds it. The server's answer is kept as
+# a golden case of the engine; the commands call it unusable, as kubectl does (asserted below).
+UNDECODABLE = "the API server cannot decode the object: the commands say unusable, as kubectl"
 
 
 def _request(case: Path) -> dict[str, Any]:
@@ -72,9 +78,16 @@ def differs(case: Path) -> dict[str, str]:
     request = _request(case)
     if request.get("operation", "CREATE") != "CREATE" or request.get("subResource"):
         return dict.fromkeys(("check", "explain", "audit", "test"), NOT_A_CREATE)
+    if _undecodable(case):
+        return dict.fromkeys(("check", "explain", "audit", "test", "live audit"), UNDECODABLE)
     if _inventory(case) is None:
         return {"explain": NO_NODES, "live audit": NO_CLUSTER}
     return {"live audit": reason} if (reason := _not_replayable(case)) else {}
+
+
+def _undecodable(case: Path) -> bool:
+    found, _ = strict_problems(_object(case), kube_schema())
+    return any(r.rule != "resourceName" for r in found)
 
 
 def _inventory(case: Path) -> Path | None:
@@ -345,11 +358,23 @@ def test_a_live_audit_of_the_case_replayed_as_a_cluster_gives_the_golden_answer(
 
 def test_a_case_is_excused_from_a_command_only_for_a_stated_reason() -> None:
     reasons = {reason for case in case_dirs() for reason in differs(case).values()}
-    assert reasons <= {NOT_A_CREATE, NO_NODES, NO_CLUSTER, NOT_REPLAYED, NOT_LISTED}
+    assert reasons <= {NOT_A_CREATE, NO_NODES, NO_CLUSTER, NOT_REPLAYED, NOT_LISTED, UNDECODABLE}
     # Most cases hold every command to the server's answer, and the live audit to theirs.
     cases = case_dirs()
     assert sum(1 for case in cases if not set(differs(case)) - {"live audit"}) > len(cases) // 2
     assert sum(1 for case in cases if not differs(case)) > len(cases) // 3
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c.name) for c in case_dirs() if _undecodable(c)]
+)
+def test_an_object_the_api_server_cannot_decode_is_unusable_to_check_as_to_kubectl(
+    case: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", *_files(case, tmp_path)]) == 2
+    (result,) = json.loads(capsys.readouterr().out)
+    assert result["status"] == "unusable"
+    assert "refuses it as written (kubectl apply)" in result["error"]
 
 
 DRA_EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "dra"

@@ -60,6 +60,14 @@ def validate_object(server: Server, obj: dict[str, Any], *, operation: str) -> d
     return response
 
 
+def not_in_force(server: Server) -> list[float]:
+    """The scraped gpu_webhook_rule_objects_not_in_force of GPUPolicy one-gpu."""
+    status, text = server.health("/metrics")
+    assert status == 200
+    series = 'gpu_webhook_rule_objects_not_in_force{kind="GPUPolicy",name="one-gpu"}'
+    return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(series)]
+
+
 @pytest.fixture
 def steps() -> list[threading.Event]:
     return [threading.Event() for _ in range(3)]
@@ -100,6 +108,7 @@ def test_a_policy_object_is_enforced_kept_while_broken_and_lifted_when_deleted(
         assert [(c["type"], c["status"]) for c in first.body["status"]["conditions"]] == [
             ("Ready", "True")
         ]
+        assert not_in_force(server) == []  # in force: never named
 
         refused = validate_object(
             server, gpu_policy("one-gpu", TYPO, generation=2), operation="UPDATE"
@@ -115,9 +124,12 @@ def test_a_policy_object_is_enforced_kept_while_broken_and_lifted_when_deleted(
         assert ready["message"].endswith("(generation 1 stays in force)")
         assert broken.body["status"]["inForce"] == {"generation": 1, "spec": ONE_GPU}
         assert two_gpus_denied(server), "the last good version stays in force"
+        # What GPUWebhookRuleObjectNotInForce reads, from every worker.
+        eventually(lambda: not_in_force(server) == [1.0], timeout=30)
 
         steps[2].set()  # kubectl delete
         eventually(lambda: two_gpus_allowed(server), timeout=30)
+        eventually(lambda: not_in_force(server) == [0.0], timeout=30)
     finally:
         assert server.stop() == 0, server.log.read_text()
     assert "rule object GPUPolicy one-gpu is not in force" in server.log.read_text()

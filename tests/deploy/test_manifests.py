@@ -179,9 +179,14 @@ def test_only_the_validating_webhook_sees_in_place_resizes(name):
         assert want == ([([""], ["UPDATE"])] if kind == "ValidatingWebhookConfiguration" else [])
 
 
+def _scale_rules(hook: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in hook["rules"] if any(x.endswith("/scale") for x in r["resources"])]
+
+
 def test_the_validating_rules_list_exactly_the_engines_workload_kinds():
     ((_, hook),) = [w for w in webhooks(render("base")) if w[0].startswith("Validating")]
     dra, *workloads = hook["rules"]
+    workloads = [r for r in workloads if r not in _scale_rules(hook)]
     listed = {(g, r) for rule in workloads for g in rule["apiGroups"] for r in rule["resources"]}
     assert listed - {("", "pods/ephemeralcontainers"), ("", "pods/resize")} == {
         (k.group, k.resource) for k in BUILTIN_KINDS
@@ -195,6 +200,37 @@ def test_the_validating_rules_list_exactly_the_engines_workload_kinds():
     assert dra["apiGroups"] == ["resource.k8s.io"]
     assert dra["resources"] == ["resourceclaims", "resourceclaimtemplates"]
     assert dra["operations"] == ["CREATE"]
+
+
+@each
+def test_scale_subresources_are_validated_exactly_for_the_kinds_that_have_one(name):
+    """Issue 41: ``kubectl scale`` and HPAs change replicas through ``<kind>/scale``; only
+    the validating webhook sees them (a Scale has nothing to patch), on UPDATE, and exactly
+    for the kinds whose ``scale`` the engine knows (Deployments, StatefulSets, ...: not
+    Jobs, DaemonSets, or CRDs that declare none)."""
+    for kind, hook in webhooks(render(name)):
+        scales = _scale_rules(hook)
+        if kind != "ValidatingWebhookConfiguration":
+            assert scales == [], kind
+            continue
+        listed = {(g, r) for rule in scales for g in rule["apiGroups"] for r in rule["resources"]}
+        assert listed == {(k.group, f"{k.resource}/scale") for k in BUILTIN_KINDS if k.scale}
+        for rule in scales:
+            assert (rule["operations"], rule["apiVersions"]) == (["UPDATE"], ["*"])
+
+
+@each
+def test_the_webhook_may_get_every_workload_whose_scale_it_judges(name):
+    """A scale is judged on its parent, read by name: ``get`` on each scaled kind, and no
+    ``list`` or ``watch`` of workloads for the server (the audit overlay has its own)."""
+    granted = {
+        (g, r)
+        for _, rule in rbac_rules(render(name))
+        if "get" in rule["verbs"] and "resourceNames" not in rule
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert {(k.group, k.resource) for k in BUILTIN_KINDS if k.scale} <= granted
 
 
 @each
@@ -326,6 +362,22 @@ RULE_OBJECT_RULES = [
         "verbs": ["update"],
     },
 ]
+# Issue 41: the workloads whose scale subresource the webhook judges, read by name.
+SCALED = {k.resource for k in BUILTIN_KINDS if k.scale}
+SCALED_PARENT_RULES = [
+    {"apiGroups": [""], "resources": ["replicationcontrollers"], "verbs": ["get"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["deployments", "replicasets", "statefulsets"],
+        "verbs": ["get"],
+    },
+    {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs", "paddlejobs"], "verbs": ["get"]},
+    {
+        "apiGroups": ["leaderworkerset.x-k8s.io"],
+        "resources": ["leaderworkersets"],
+        "verbs": ["get"],
+    },
+]
 STATUS_LEASE_RULES = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {
@@ -358,6 +410,9 @@ def test_rbac_grants_reads_and_named_patches_only(name):
             elif resource == "pods":
                 # Issue 35: the pods that name a new ResourceClaim (webhook.cluster.liveobjects).
                 assert set(rule["verbs"]) == {"list"}, (role, resource)
+            elif resource in SCALED:
+                # Issue 41: the parent of a scale, read by name (webhook.cluster.liveobjects).
+                assert set(rule["verbs"]) == {"get"}, (role, resource)
             else:
                 pools = [r["resources"][0] for r in POOL_RULES]
                 assert resource in (
@@ -427,6 +482,8 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_dra_
         },
         # Issue 35: the pods that name a new ResourceClaim (webhook.cluster.liveobjects).
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        # Issue 41: the parent of a scale, by name.
+        *SCALED_PARENT_RULES,
         *RULE_OBJECT_RULES,
     ]
 

@@ -100,5 +100,5 @@ def test_the_dashboard_has_the_panels_operators_ask_for():
         "Reviews by decision", "Reviews by kind", "Review latency", "Denials by rule",
         "Warnings by rule", "Rule generation", "Rule reloads", "Inventory nodes",
         "Inventory age", "Time since each source synced", "Certificate time left",
-        "Worker restarts",
+        "Worker restarts", "Rule objects not in force",
     }  # fmt: skip

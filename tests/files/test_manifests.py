@@ -247,3 +247,64 @@ def test_a_merge_key_is_read_through_the_node_graph_even_in_a_large_file(monkeyp
 
     assert errors == []
     assert doc.obj["m"] == {"a": 1, "c": 2}
+
+
+POD_WITH_A_NUMBER_KEY = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers:
+  - name: c
+    image: i
+    resources:
+      limits: {1: 2}
+"""
+
+
+@pytest.mark.parametrize(
+    "events_from", [pytest.param(10**12, id="nodes"), pytest.param(0, id="events")]
+)
+def test_a_manifest_key_that_is_a_number_is_unusable_at_its_line(
+    tmp_path, monkeypatch, events_from
+):
+    """Issue 41: kubectl would send ``"1"``, a resource name the API server refuses; taken
+    as its text, check allowed the pod. Rule files and inventories still take it as text."""
+    monkeypatch.setattr(manifests, "EVENTS_FROM_BYTES", events_from)
+    path = tmp_path / "pod.yaml"
+    path.write_text(POD_WITH_A_NUMBER_KEY)
+
+    docs, errors = manifests.load_manifests([str(path)])
+
+    assert docs == []
+    assert [str(e) for e in errors] == [
+        f"{path}:9: not usable: the key 1 is a number, not text: kubectl would send it as the "
+        'text "1"; quote it if that is what you mean'
+    ]
+    (doc,), _ = parse_text(POD_WITH_A_NUMBER_KEY, "rules.yaml")
+    assert doc.obj["spec"]["containers"][0]["resources"]["limits"] == {"1": 2}
+
+
+@pytest.mark.parametrize(
+    "key", [pytest.param("true", id="a-boolean"), pytest.param("1.5", id="a-float")]
+)
+def test_a_manifest_key_that_is_a_boolean_or_float_is_unusable(tmp_path, key):
+    path = tmp_path / "labels.yaml"
+    path.write_text(
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  labels: {{{key}: x}}\n"
+    )
+
+    docs, (error,) = manifests.load_manifests([str(path)])
+
+    assert docs == []
+    assert f"{path}:5: not usable: the key {key} is" in str(error)
+
+
+def test_a_quoted_number_key_is_text_and_read(tmp_path):
+    path = tmp_path / "pod.yaml"
+    path.write_text(POD_WITH_A_NUMBER_KEY.replace("{1: 2}", '{"1": 2}'))
+
+    (doc,), errors = manifests.load_manifests([str(path)])
+
+    assert errors == []
+    assert doc.obj["spec"]["containers"][0]["resources"]["limits"] == {"1": 2}

@@ -132,6 +132,13 @@ def test_the_shipped_schema_is_the_generated_one() -> None:
             'spec.checks.sharedGPURequest: "repair" is not one of',
             id="shared-request-cannot-repair",
         ),
+        pytest.param(
+            HEADER + "kind: WorkloadKind\nmetadata: {name: a}\nspec:\n  group: example.com\n"
+            "  kind: Run\n  templates: [{path: spec.template}]\n"
+            "  scale: {specReplicasPath: .status.replicas}\n",
+            "spec.scale.specReplicasPath",
+            id="a-scale-path-outside-spec",  # the CRD's own rule: a JSON path under .spec
+        ),
     ],
 )
 def test_problems_name_the_file_document_and_field(

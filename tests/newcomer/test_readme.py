@@ -53,10 +53,11 @@ def test_the_command_is_reached_as_the_readme_says_before_it_is_called_bare() ->
 def test_the_deploy_overlay_of_the_readme_points_every_pod_at_the_pushed_image(
     tmp_path: Path,
 ) -> None:
-    first, *others = _blocks(_section("Install in a cluster"), "sh")
-    (script,) = [b for b in others if "<<'EOF'" in b]
+    blocks = _blocks(_section("Install in a cluster"), "sh")
+    (script,) = [b for b in blocks if "<<'EOF'" in b]
     kustomization = script.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
-    pushed = re.search(r"podman push (\S+)", first)
+    (own,) = [b for b in blocks if "podman push" in b]
+    pushed = re.search(r"podman push (\S+)", own)
     assert pushed
     shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
     (tmp_path / "my-cluster").mkdir()
@@ -112,7 +113,7 @@ def test_the_quick_start_check_prints_what_the_readme_shows() -> None:
 
 def test_the_helm_install_of_the_readme_renders_every_pod_with_the_pushed_image() -> None:
     """The README's helm install, as helm template with the same arguments (no cluster)."""
-    (script, *_) = _blocks(_section("Install in a cluster"), "sh")
+    (script,) = [b for b in _blocks(_section("Install in a cluster"), "sh") if "podman push" in b]
     pushed = re.search(r"podman push (\S+)", script)
     install = re.search(r"^helm install (.*?)(?<!\\)$", script.replace("\\\n", " "), re.M)
     assert pushed
@@ -166,3 +167,25 @@ def test_the_everyday_commands_run_on_the_repository_s_examples() -> None:
         assert "Traceback" not in done.stderr
         ran += 1
     assert ran >= 4
+
+
+def test_the_released_chart_of_the_readme_runs_the_released_image() -> None:
+    """The README's first install pulls the released chart (oci://); this checkout's chart at
+    that version, with no --set, runs the image the release workflow publishes beside it."""
+    (script, *_) = _blocks(_section("Install in a cluster"), "sh")
+    install = re.search(
+        r"^helm install gpu-webhook oci://(\S+)/charts/gpu-webhook --version (\S+)",
+        script.replace("\\\n", " "),
+        re.M,
+    )
+    assert install
+    registry, version = install.groups()
+    chart = yaml.safe_load((ROOT / "deploy/helm/gpu-webhook/Chart.yaml").read_text())
+    assert chart["version"] == version
+    done = subprocess.run([helm(), "template", "gpu-webhook", "deploy/helm/gpu-webhook"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    objs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    pods = [o["spec"]["template"]["spec"] for o in kind(objs, "Deployment")]
+    assert {c["image"] for pod in pods for c in pod["containers"]} == {
+        f"{registry}/gpu-webhook:{version}"
+    }

@@ -13,10 +13,12 @@ from prometheus_client import REGISTRY
 from prometheus_client.metrics import MetricWrapperBase
 
 from tests.builders import ROOT, RULES
+from tests.cluster.ruleobjects import gpu_policy
 from webhook.admission.service import AdmissionService
 from webhook.cluster import watchmetrics
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.files.rulefiles import RuleStore, load_policy
+from webhook.files.ruleobjects import RuleObject
 from webhook.serving import metrics
 from webhook.serving.reloader import Reloader
 from webhook.serving.tls import ReloadingContext
@@ -122,3 +124,45 @@ def exported_names() -> list[str]:
 @pytest.mark.parametrize("name", exported_names())
 def test_docs_server_md_lists_every_metric(name: str) -> None:
     assert f"`{name}`" in (ROOT / "docs" / "server.md").read_text()
+
+
+def not_in_force(kind: str, name: str) -> float | None:
+    labels = {"kind": kind, "name": name}
+    return REGISTRY.get_sample_value("gpu_webhook_rule_objects_not_in_force", labels)
+
+
+def test_the_reload_loop_names_each_rule_object_not_in_force_until_it_is(tmp_path: Path) -> None:
+    """As rule files rejected have a gauge, so do rule objects whose Ready is False."""
+    objects: list[RuleObject] = []
+    store = RuleStore(str(RULES), objects=lambda: tuple(objects))
+    reloader = Reloader(AdmissionService(rules=store, inventory=None))
+    broken = {"validate": [{"maxGPUsPerPd": 1}]}
+    objects.append(RuleObject.of(gpu_policy("not-yet", broken)))
+    reloader.tick()
+    assert not_in_force("GPUPolicy", "not-yet") == 1
+    objects[0] = RuleObject.of(
+        gpu_policy("not-yet", {"validate": [{"maxGPUsPerPod": 1}]}, generation=2)
+    )
+    reloader.tick()
+    assert not_in_force("GPUPolicy", "not-yet") == 0
+    objects[0] = RuleObject.of(gpu_policy("not-yet", broken, generation=3))
+    reloader.tick()
+    assert not_in_force("GPUPolicy", "not-yet") == 1
+    objects.clear()  # deleted
+    reloader.tick()
+    assert not_in_force("GPUPolicy", "not-yet") == 0
+
+
+def test_the_rule_objects_gauge_names_a_bounded_number_of_objects() -> None:
+    many = [("GPUPolicy", f"p{i}") for i in range(metrics.NAMED_RULE_OBJECTS + 5)]
+    metrics.rule_objects_not_in_force(many)
+    named = {
+        s.labels["name"]
+        for m in REGISTRY.collect()
+        for s in m.samples
+        if s.name == "gpu_webhook_rule_objects_not_in_force"
+    }
+    assert len(named - {"_other"}) <= metrics.NAMED_RULE_OBJECTS
+    assert not_in_force("GPUPolicy", "_other") >= 5
+    metrics.rule_objects_not_in_force([])
+    assert not_in_force("GPUPolicy", "_other") == 0

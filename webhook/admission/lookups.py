@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from webhook.engine.evaluation.evaluate import POD_TOTAL_CHECKS
 from webhook.engine.evaluation.references import MAX_REFERENCES, Reference, unseen_references
-from webhook.engine.evaluation.request import InventoryView, Request
+from webhook.engine.evaluation.request import InventoryView, Request, Resource
+from webhook.engine.evaluation.scale import scaled_kind
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import applied_together
@@ -42,6 +43,12 @@ class ClusterReader(Protocol):
     ) -> tuple[list[Mapping[str, Any]], bool]:
         """The namespace's pods whose ``spec.resourceClaims`` name ``claim``
         (``resourceClaimName``), and whether every pod was read in time."""
+
+    def workload(
+        self, target: Resource, namespace: str, *, timeout: float
+    ) -> tuple[Mapping[str, Any] | None, str]:
+        """The object ``target`` names (the parent of a ``scale`` request), or None and,
+        in a few words, why it could not be read."""
 
 
 # Findings that say the view lacks an object the review names.
@@ -66,6 +73,31 @@ def worth_a_read(request: Request, decision: Decision, *, policy: Policy) -> boo
     if any(isinstance(o, Mapping) and o.get("kind") == "Pod" for o in owners):
         return False
     return any(c.kind in POD_TOTAL_CHECKS for rule in policy.rules for c in rule.checks)
+
+
+# Why a scale's parent was not read when the server reads no API server at all.
+NO_READER = (
+    "the webhook reads no API server (it runs with an inventory file or none); "
+    "serve with --kubeconfig or in the cluster to judge scales"
+)
+
+
+def with_parent(
+    request: Request,
+    *,
+    policy: Policy,
+    reader: ClusterReader | None,
+    budget: float = LOOKUP_BUDGET_SECONDS,
+) -> Request:
+    """A ``scale`` request with its parent read within the review's budget (or why it was
+    not: the engine then allows the scale with a warning); every other request as it is."""
+    target = request.resource
+    if target is None or scaled_kind(request, policy.kinds) is None:
+        return request
+    if reader is None:
+        return dataclasses.replace(request, parent_unread=NO_READER)
+    parent, why = reader.workload(target, request.effective_namespace, timeout=budget)
+    return dataclasses.replace(request, parent=parent, parent_unread=why)
 
 
 def looked_up(

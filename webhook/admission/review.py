@@ -38,6 +38,11 @@ class AdmissionRequest:
     sub_resource: str = ""
     user: str = ""
     dry_run: bool = False
+    # ``request.resource``: a subresource request (``deployments/scale``, whose ``kind`` is
+    # ``autoscaling/v1`` Scale) names the parent's group, version and plural only here.
+    resource_group: str = ""
+    resource_version: str = ""
+    resource: str = ""
 
 
 def parse_review(body: bytes | str) -> AdmissionRequest:
@@ -73,6 +78,8 @@ def _request(request: Mapping[str, Any]) -> AdmissionRequest:
     if operation in ("CREATE", "UPDATE") and obj is None:
         raise ReviewError(f"request.object is required for {operation}")
     user = request.get("userInfo")
+    resource = request.get("resource")
+    resource = resource if isinstance(resource, dict) else {}
     return AdmissionRequest(
         uid=uid,
         group=_text(kind.get("group")),
@@ -85,6 +92,9 @@ def _request(request: Mapping[str, Any]) -> AdmissionRequest:
         sub_resource=_text(request.get("subResource")),
         user=_text(user.get("username")) if isinstance(user, dict) else "",
         dry_run=request.get("dryRun") is True,
+        resource_group=_text(resource.get("group")),
+        resource_version=_text(resource.get("version")),
+        resource=_text(resource.get("resource")),
     )
 
 

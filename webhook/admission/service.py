@@ -2,14 +2,15 @@
 
 Short-circuits, in order (each answered ``allowed`` with no patch):
 - operations other than CREATE and UPDATE (DELETE, CONNECT);
-- subresources (``status``, ``binding``, ``eviction``, ``exec``, ``scale``, ...) but a
-  Pod's ``ephemeralcontainers`` and ``resize``: ``kubectl debug`` adds a container to a
-  running pod there, and a resize changes its cpu and memory (``ValidatePodResize``; its
-  memory limits are judged against the memory rules); the API server sends the whole Pod
-  for both. ``status`` and ``binding`` change no container; a ``Scale``
-  holds replicas and no template (a Deployment's new count reaches its ReplicaSet by a
-  plain UPDATE, judged there: kubernetes pkg/controller/deployment/sync.go
-  ``scaleReplicaSet`` calls ``ReplicaSets(...).Update``);
+- subresources (``status``, ``binding``, ``eviction``, ``exec``, ...) but a Pod's
+  ``ephemeralcontainers`` and ``resize`` and a workload's ``scale``: ``kubectl debug`` adds
+  a container to a running pod there, and a resize changes its cpu and memory
+  (``ValidatePodResize``; its memory limits are judged against the memory rules); the API
+  server sends the whole Pod for both. ``status`` and ``binding`` change no container. A
+  ``scale`` UPDATE (``kubectl scale``, an HPA) carries an ``autoscaling/v1`` Scale, no
+  template: the parent is read within the review's lookup budget and judged with the new
+  count (``webhook.engine.evaluation.scale``), never memoised (the Scale does not hold what
+  is judged);
 - kinds without a pod template the engine knows (``Decision.understood`` is False).
 
 A Pod UPDATE is judged on what it changes (``webhook.engine.evaluation.updates``): an added
@@ -34,12 +35,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.admission.inventory import InventorySource, view_of
-from webhook.admission.lookups import ClusterReader, looked_up, worth_a_read
+from webhook.admission.lookups import ClusterReader, looked_up, with_parent, worth_a_read
 from webhook.admission.memo import DecisionMemo, Judgement
 from webhook.admission.response import Answer, PatchTooLarge, Verdict, reply
 from webhook.admission.review import AdmissionRequest
 from webhook.engine.evaluation.evaluate import evaluate
-from webhook.engine.evaluation.request import Request
+from webhook.engine.evaluation.request import Request, Resource
+from webhook.engine.evaluation.scale import SCALE
 from webhook.engine.policy.crds import GROUP
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.exemptions import exemption_warnings
@@ -47,7 +49,7 @@ from webhook.engine.policy.ruleset import Policy
 from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.files.rulefiles import RuleSet, RuleStore
-from webhook.files.ruleobjects import RuleObject
+from webhook.files.ruleobjects import RuleObject, rule_object_message
 
 log = logging.getLogger("gpu_webhook.service")
 UNREADABLE = (
@@ -55,6 +57,7 @@ UNREADABLE = (
     "malformed (a field of the wrong type); fix it, or report a bug if the object is valid."
 )
 FailureMode = Literal["allow", "deny"]
+_ENGINE_ERRORS = (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError)
 
 
 NOT_SYNCED = "node inventory not synced yet"
@@ -117,7 +120,7 @@ class AdmissionService:
         ruleset = self.rules.current
         try:
             judgement = self._judge(request, ruleset)
-        except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+        except _ENGINE_ERRORS as exc:
             # The engine expects objects the API server has decoded; a custom resource may
             # still carry ill-typed fields at /mutate (its schema is checked afterwards).
             log.exception("engine failed on %s %s", request.kind, request.uid)
@@ -138,12 +141,18 @@ class AdmissionService:
         fails with the same lines; the mutating webhook leaves such objects alone."""
         if mutate:
             return _skipped("kind")
-        candidate = RuleObject.of(request.object or {}, kind=request.kind)
-        problems = self.rules.judge(candidate)
         generation = self.rules.current.generation
+        try:
+            candidate = RuleObject.of(request.object or {}, kind=request.kind)
+            problems = self.rules.judge(candidate)
+        except _ENGINE_ERRORS as exc:
+            # As for a pod the engine cannot read: a denial that says so, never a 500.
+            log.exception("rule object lint failed on %s %s", request.kind, request.uid)
+            problems = (f"not usable ({type(exc).__name__}: {str(exc)[:100]})",)
+            candidate = RuleObject(request.kind, "", 0, "", {})
         if not problems:
             return Answer(reply(allowed=True), "allowed", rules_generation=generation)
-        message = f"{request.kind} {candidate.name}: " + "; ".join(problems)
+        message = rule_object_message(request.kind, candidate.name, problems)
         return Answer(reply(allowed=False, message=message), "denied", rules_generation=generation)
 
     def _judge(self, request: AdmissionRequest, ruleset: RuleSet) -> Judgement:
@@ -154,8 +163,14 @@ class AdmissionService:
             old_object=request.old_object,
             namespace_labels=self._namespace_labels(request.namespace),
             sub_resource=request.sub_resource,
+            resource=Resource(
+                request.resource_group, request.resource_version, request.resource, request.name
+            ),
         )
         policy, view = self._policy(ruleset), view_of(self.inventory)
+        if request.sub_resource == SCALE:
+            scaled = with_parent(engine_request, policy=policy, reader=self.cluster)
+            return Judgement(evaluate(scaled, policy=policy, inventory=view))
         judgement = self.memo.judge(engine_request, policy=policy, inventory=view)
         if self.cluster is None or not worth_a_read(
             engine_request, judgement.decision, policy=policy
@@ -266,6 +281,8 @@ def _namespaces(source: InventorySource | None) -> Mapping[str, Mapping[str, str
 def _skip_reason(request: AdmissionRequest) -> str:
     if request.operation not in ("CREATE", "UPDATE"):
         return "operation"
+    if request.sub_resource == SCALE and request.operation == "UPDATE":
+        return ""  # the engine passes through the scales of kinds it does not know
     if request.sub_resource and not (
         request.sub_resource in JUDGED_SUBRESOURCES
         and request.kind == "Pod"

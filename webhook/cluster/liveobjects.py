@@ -21,6 +21,7 @@ from webhook.engine.evaluation.references import (
     RESOURCE_CLAIM_TEMPLATE,
     Reference,
 )
+from webhook.engine.evaluation.request import Resource
 
 log = logging.getLogger("gpu_webhook.lookups")
 
@@ -41,6 +42,15 @@ def object_path(ref: Reference) -> str:
     return f"{GROUP_VERSION_PATH}/namespaces/{namespace}/{_RESOURCES[ref.kind]}/{name}"
 
 
+def workload_path(target: Resource, namespace: str) -> str:
+    """``/apis/<group>/<version>/namespaces/<ns>/<resource>/<name>`` (``/api/v1`` for the
+    core group)."""
+    names = (target.group, target.version, namespace, target.resource, target.name)
+    group, version, ns, resource, name = (quote(n, safe="") for n in names)
+    root = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    return f"{root}/namespaces/{ns}/{resource}/{name}"
+
+
 class LiveObjects:
     """``webhook.admission.lookups.ClusterReader`` on one API server."""
 
@@ -59,6 +69,30 @@ class LiveObjects:
             return None
         # A GET names its kind; set both in case a proxy strips them, as lists do.
         return {**obj, "apiVersion": "resource.k8s.io/v1", "kind": ref.kind}
+
+    def workload(
+        self, target: Resource, namespace: str, *, timeout: float
+    ) -> tuple[Mapping[str, Any] | None, str]:
+        """The parent of a ``scale`` request, at the version the request names (its layout
+        of pod templates is that version's); an error says what could not be read."""
+        path = workload_path(target, namespace)
+        qualified = f"{target.resource}.{target.group}" if target.group else target.resource
+        what = f"{qualified} {namespace}/{target.name}"
+        try:
+            obj = self._client.get(path, timeout_seconds=timeout)
+        except ApiError as exc:
+            log.info("cannot read %s: %s", what, exc)
+            if exc.code == 404:
+                return None, f"{what} was not found"
+            if exc.code == 403:
+                return None, (
+                    f"reading {what} was forbidden (the webhook's ClusterRole needs get on "
+                    f"{target.resource})"
+                )
+            return None, f"{what} could not be read ({str(exc)[:120]})"
+        if not obj.get("apiVersion") or not obj.get("kind"):
+            return None, f"{what} was read without its apiVersion and kind"
+        return obj, ""
 
     def pods_naming(
         self, namespace: str, claim: str, *, timeout: float

@@ -85,6 +85,9 @@ class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoa
     duplicate keys refused as kubectl refuses them (sigs.k8s.io/yaml is strict: "mapping
     key ... already defined"), where PyYAML would keep the last one silently."""
 
+    # Number and boolean keys taken as their text; a manifests reader refuses them instead.
+    number_keys = True
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[str, yaml.Mark] = {}
         for key_node, _ in node.value:
@@ -104,7 +107,7 @@ class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoa
         mapping: dict[str, Any] = {}
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=deep)
-            text = key_text(key)
+            text = _key_text(key, number_keys=self.number_keys, mark=key_node.start_mark)
             if text is None:
                 raise yaml.constructor.ConstructorError(
                     None,
@@ -122,6 +125,33 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+class _ManifestLoader(_Loader):
+    """The loader of the objects ``check``, ``explain`` and ``audit -f`` judge (issue 41):
+    a key that is a number or a boolean is refused, not taken as its text. kubectl would
+    send ``limits: {1: 2}`` as ``"1": 2`` and the API server refuse the resource name
+    ``1``; judging the text instead allowed it. Quoting the key says what is meant."""
+
+    number_keys = False
+
+
+class _KeyNotText(yaml.constructor.ConstructorError):
+    """A key a manifest may not have: not a YAML error, an unusable object."""
+
+
+def _key_text(key: object, *, number_keys: bool, mark: Any) -> str | None:
+    """``key`` as text (``key_text``), or ``_KeyNotText`` where a number or boolean key is
+    refused."""
+    text = key_text(key)
+    if number_keys or isinstance(key, str) or text is None:
+        return text
+    what = "true or false" if isinstance(key, bool) else "a number"
+    problem = (
+        f"the key {text} is {what}, not text: kubectl would send it as the text "
+        f'"{text}"; quote it if that is what you mean'
+    )
+    raise _KeyNotText(None, None, problem, mark)
+
+
 class _DuplicateKey(ValueError):
     pass
 
@@ -136,11 +166,13 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_text(
-    text: str, source: str, *, fields: bool = False
+    text: str, source: str, *, fields: bool = False, number_keys: bool = True
 ) -> tuple[list[Document], list[ManifestError]]:
     """All objects in ``text``; ``List`` kinds are expanded into their items. ``fields``:
     keep the line of every field of YAML documents (``Document.line_of``), which CI formats
-    need and other readers would only pay memory for."""
+    need and other readers would only pay memory for. ``number_keys``: take a key that is a
+    number or a boolean as its text (rule files, inventories), else refuse it (manifests:
+    ``_ManifestLoader``)."""
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
@@ -151,13 +183,13 @@ def parse_text(
             # JSON is YAML: fall through so that YAML-ish files starting with { still load.
             if stripped.startswith("{") and not _looks_like_yaml(text):
                 return [], [ManifestError(source, f"not valid JSON: {exc.msg}", exc.lineno)]
-            return _parse_yaml(text, source, fields=fields)
+            return _parse_yaml(text, source, fields=fields, number_keys=number_keys)
         except RecursionError:
             return [], [ManifestError(source, TOO_DEEP)]
         except ValueError as exc:  # an integer of more digits than Python converts
             return [], [ManifestError(source, f"not usable: {str(exc)[:100]}")]
         return _documents(loaded, source, lines=[[1]], fields=[])
-    return _parse_yaml(text, source, fields=fields)
+    return _parse_yaml(text, source, fields=fields, number_keys=number_keys)
 
 
 _TEMPLATE_ACTION = re.compile(r"\{\{-?\s.*?\}\}|\{\{[.$]")
@@ -204,9 +236,9 @@ def _scalar(loader: _Loader, event: yaml.ScalarEvent) -> object:
     return construct(loader, yaml.ScalarNode(tag, event.value))
 
 
-def _key(value: object, seen: dict[str, int], mark: Any) -> str:
+def _key(value: object, seen: dict[str, int], mark: Any, *, number_keys: bool) -> str:
     """A mapping key as ``_Loader.construct_mapping`` takes it, refused as it refuses."""
-    text_key = key_text(value)
+    text_key = _key_text(value, number_keys=number_keys, mark=mark)
     problem = ""
     if text_key is None:
         problem = f"a key that is not a string, number or boolean ({_kind(value)}): quote it"
@@ -224,23 +256,25 @@ def _starts_here(stack: list[_Open]) -> bool:
     return not stack or (len(stack) == 2 and stack[0][1] == ["items"] and not stack[1][2])
 
 
-def _place(stack: list[_Open], value: object, mark: Any) -> None:
+def _place(stack: list[_Open], value: object, mark: Any, *, number_keys: bool) -> None:
     container, pending, mapping, seen = stack[-1]
     if not mapping:
         container.append(value)
     elif not pending:
-        pending.append(_key(value, seen, mark))
+        pending.append(_key(value, seen, mark, number_keys=number_keys))
     else:
         container[pending.pop()] = value
 
 
-def _load_events(text: str) -> tuple[list[object], list[list[int]]]:
+def _load_events(
+    text: str, loading: type[_Loader] = _Loader
+) -> tuple[list[object], list[list[int]]]:
     """``_load_all`` for plain YAML (what ``kubectl get -o yaml`` prints: no anchors,
     aliases, tags or merge keys), built from the parser's events: composing the node graph
     of a 25,600-device inventory first peaked near 930 MiB, more than the pod's limit
     (events: 340 MiB). Scalars are resolved and constructed by the same loader, keys as
     ``construct_mapping`` takes them; anything else raises ``_NotPlain``."""
-    loader = _Loader(text)
+    loader = loading(text)
     loaded: list[object] = []
     lines: list[list[int]] = []
     stack: list[_Open] = []
@@ -273,7 +307,7 @@ def _load_events(text: str) -> tuple[list[object], list[list[int]]]:
             else:
                 raise _NotPlain
             if stack:
-                _place(stack, value, mark)
+                _place(stack, value, mark, number_keys=loading.number_keys)
             else:
                 loaded.append(value)
                 lines.append(starts)
@@ -282,16 +316,18 @@ def _load_events(text: str) -> tuple[list[object], list[list[int]]]:
     return loaded, lines
 
 
-def _load_all(text: str, *, fields: bool) -> tuple[list[object], _Lines, _Fields]:
+def _load_all(
+    text: str, *, fields: bool, loading: type[_Loader] = _Loader
+) -> tuple[list[object], _Lines, _Fields]:
     """Every document of ``text``, and per document the line it starts on, then the lines
     of its ``items`` (for a ``List``): ``yaml.load_all`` with the nodes' marks kept. With
     ``fields``, per document (or per item of a ``List``) the line of each field (the node
     graph is needed for those: a large file read for CI formats pays for it)."""
     if len(text) > EVENTS_FROM_BYTES and not fields:
         with contextlib.suppress(_NotPlain):
-            loaded_events, event_lines = _load_events(text)
+            loaded_events, event_lines = _load_events(text, loading)
             return loaded_events, event_lines, [[] for _ in loaded_events]
-    loader = _Loader(text)
+    loader = loading(text)
     loaded: list[object] = []
     lines: _Lines = []
     maps: _Fields = []
@@ -341,10 +377,14 @@ def field_lines(root: yaml.Node) -> dict[FieldPath, int]:
 
 
 def _parse_yaml(
-    text: str, source: str, *, fields: bool
+    text: str, source: str, *, fields: bool, number_keys: bool = True
 ) -> tuple[list[Document], list[ManifestError]]:
+    loading = _Loader if number_keys else _ManifestLoader
     try:
-        loaded, lines, maps = _load_all(text, fields=fields)
+        loaded, lines, maps = _load_all(text, fields=fields, loading=loading)
+    except _KeyNotText as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        return [], [ManifestError(source, f"not usable: {exc.problem}", line)]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -522,7 +562,7 @@ _KINDS = (
 
 
 def read_bytes(
-    source: str, *, limit: int = MAX_FILE_BYTES
+    source: str, *, limit: int = MAX_FILE_BYTES, too_large: str = ""
 ) -> tuple[bytes | None, ManifestError | None]:
     """The bytes of a regular file, at most ``limit`` of them, or why not; ``-`` is stdin.
 
@@ -530,7 +570,8 @@ def read_bytes(
     FIFO opens at once without a writer (a plain open would wait for one forever), and the
     object judged is the object read, where a ``stat`` before ``open`` would leave a gap in
     which the path could be swapped for a FIFO. ``O_NOCTTY``: a terminal device given as a
-    path never becomes the process's controlling terminal."""
+    path never becomes the process's controlling terminal. ``too_large``: what to say of a
+    file over ``limit``, when the reader knows better than "split it"."""
     if source == "-":
         if sys.stdin is None:
             return None, ManifestError(source, "standard input is closed: name a file")
@@ -557,9 +598,11 @@ def read_bytes(
                 "(standard input)",
             )
         if status.st_size > limit:
-            return None, _too_large(source, limit, what="the file")
+            return None, _too_large(source, limit, what="the file", said=too_large)
         os.set_blocking(fd, True)
-        return _bounded(lambda size: os.read(fd, size), source, limit, what="the file")
+        return _bounded(
+            lambda size: os.read(fd, size), source, limit, what="the file", said=too_large
+        )
     except OSError as exc:
         return None, ManifestError(source, f"cannot be read: {exc.strerror}")
     finally:
@@ -567,7 +610,7 @@ def read_bytes(
 
 
 def _bounded(
-    read: Callable[[int], bytes], source: str, limit: int, *, what: str
+    read: Callable[[int], bytes], source: str, limit: int, *, what: str, said: str = ""
 ) -> tuple[bytes | None, ManifestError | None]:
     """All of a stream if it holds at most ``limit`` bytes, read in pieces (a file may grow
     while it is read, so its size from ``fstat`` is not trusted)."""
@@ -579,10 +622,12 @@ def _bounded(
             return b"".join(pieces), None
         pieces.append(piece)
         total += len(piece)
-    return None, _too_large(source, limit, what=what)
+    return None, _too_large(source, limit, what=what, said=said)
 
 
-def _too_large(source: str, limit: int, *, what: str) -> ManifestError:
+def _too_large(source: str, limit: int, *, what: str, said: str = "") -> ManifestError:
+    if said:
+        return ManifestError(source, said)
     return ManifestError(
         source,
         f"{what} holds more than {limit // (1024 * 1024)} MiB, more than gpu-webhook reads "
@@ -614,7 +659,7 @@ def load_manifests(
         if error is not None or text is None:
             errors.append(error or ManifestError(source, "empty"))
             continue
-        found, problems = parse_text(text, source, fields=fields)
+        found, problems = parse_text(text, source, fields=fields, number_keys=False)
         docs.extend(found)
         errors.extend(problems)
     return docs, errors

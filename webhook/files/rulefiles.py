@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import hashlib
+import itertools
 import json
 import os
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from webhook.engine.policy.decision import MAX_REASON, shorten
 from webhook.engine.policy.policytest import SUITE_KIND
 from webhook.engine.policy.ruleset import (
     DocumentRef,
@@ -32,6 +34,13 @@ from webhook.engine.policy.ruleset import (
 )
 from webhook.engine.policy.schema import API_VERSION, DOCUMENT_KINDS, RENAMED_KINDS
 from webhook.files import celparser
+from webhook.files.jsonvalues import (
+    MAX_PROBLEMS,
+    MAX_RULE_BYTES,
+    MAX_SET_PROBLEMS,
+    MORE_PROBLEMS,
+    oversized,
+)
 from webhook.files.lastgood import LastGood
 from webhook.files.manifests import ManifestError, decode, parse_text, read_bytes
 from webhook.files.ruleobjects import (
@@ -77,7 +86,11 @@ def _shown(value: object) -> str:
         return "a map" if not value else f"a map ({', '.join(map(str, value))})"
     if isinstance(value, list):
         return "a list"
-    return json.dumps(value)
+    return shorten(json.dumps(value), _SHOWN_CHARACTERS)
+
+
+# A value quoted in a problem: enough to find it, never a whole long string again.
+_SHOWN_CHARACTERS = 80
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -170,7 +183,9 @@ def explained(error: ValidationError) -> tuple[str, str]:
         missing = [str(r) for r in required if r not in error.instance]
         if missing:
             return (f"{path}.{missing[0]}" if path else missing[0]), "missing"
-    return path, _explain(error)
+    # jsonschema's own words quote the value whole ("'aaa…' is too long"): clipped as a
+    # pod's reasons are.
+    return path, shorten(_explain(error), MAX_REASON)
 
 
 def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyProblem]:
@@ -202,10 +217,23 @@ def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyPro
         hint = f" (did you mean {close[0]}?)" if close else ""
         kinds = ", ".join(DOCUMENT_KINDS)
         return [*problems, PolicyProblem(ref, "kind", f"must be one of {kinds}{hint}")]
-    errors = sorted(validator.iter_errors(body), key=lambda e: list(map(str, e.absolute_path)))
+    too_large = oversized(body)
+    if too_large is not None:  # refused unlinted: the lint's work grows with the document
+        return [*problems, PolicyProblem(ref, *too_large)]
+    errors = _first_errors(validator, body)
     said = {p.path for p in problems}
-    found = [_problem(e, ref) for e in errors]
+    found = [_problem(e, ref) for e in errors[:MAX_PROBLEMS]]
+    if len(errors) > MAX_PROBLEMS:
+        found.append(PolicyProblem(ref, "", MORE_PROBLEMS))
     return [*problems, *(p for p in found if p.path not in said)]
+
+
+def _first_errors(validator: Draft202012Validator, body: Mapping[str, Any]) -> list[Any]:
+    """The first ``MAX_PROBLEMS`` + 1 schema errors, by field: jsonschema finds them one by
+    one, so the walk stops there instead of collecting every failed ``oneOf`` try of
+    every entry (issue 41)."""
+    first = itertools.islice(validator.iter_errors(body), MAX_PROBLEMS + 1)
+    return sorted(first, key=lambda e: list(map(str, e.absolute_path)))
 
 
 def shipped_rules() -> Path:
@@ -268,13 +296,25 @@ def read_rule_files(directory: str) -> RuleFiles:
     except OSError as exc:
         return RuleFiles((), f"{directory}: cannot be read: {exc.strerror}")
     read: list[tuple[Path, bytes | ManifestError]] = []
+    left = MAX_RULE_BYTES
     for path in paths:
         if path.suffix not in RULE_SUFFIXES:
             read.append((path, b""))  # refused unread by ``read_documents``
             continue
-        data, error = read_bytes(str(path))
+        data, error = read_bytes(str(path), limit=left, too_large=_too_many_bytes(left))
         read.append((path, data if data is not None else error or ManifestError(str(path), "")))
+        left -= len(data or b"")
     return RuleFiles(tuple(read))
+
+
+def _too_many_bytes(left: int) -> str:
+    """Why a rule file is refused unread (issue 41): a rule set is parsed and linted by
+    every worker at start and on each reload, so its bytes are bounded before that work."""
+    besides = "" if left == MAX_RULE_BYTES else f" (the files before it leave {left:,} bytes)"
+    return (
+        f"the rule files hold more than {MAX_RULE_BYTES // 1024:,} KiB together{besides}, "
+        "more than a ConfigMap can: the rules are refused unread; shorten them"
+    )
 
 
 def read_documents(files: RuleFiles) -> tuple[list[RuleDocument], list[PolicyProblem]]:
@@ -297,6 +337,8 @@ def read_documents(files: RuleFiles) -> tuple[list[RuleDocument], list[PolicyPro
         docs, errors = parse_text(text, str(path))
         problems.extend(PolicyProblem(None, "", str(e)) for e in errors)
         for doc in docs:
+            if len(problems) >= MAX_SET_PROBLEMS:  # the lint stops: bounded work and output
+                return documents, [*problems, PolicyProblem(None, "", MORE_PROBLEMS)]
             meta = doc.obj.get("metadata")
             name = meta.get("name") if isinstance(meta, Mapping) else None
             kind = doc.obj.get("kind")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.engine.policy.decision import MAX_MESSAGE, clipped_reasons, shorten
 from webhook.engine.policy.ruleset import (
     DocumentRef,
     Policy,
@@ -28,6 +29,7 @@ from webhook.engine.policy.ruleset import (
     compile_policy,
 )
 from webhook.engine.policy.schema import API_VERSION
+from webhook.files.jsonvalues import oversized
 from webhook.files.shipped import cuda_table, shipped_catalogue
 
 OBJECT_SOURCE = "cluster"
@@ -49,14 +51,18 @@ class RuleObject:
 
     @classmethod
     def of(cls, raw: Mapping[str, Any], *, kind: str = "") -> RuleObject:
-        """From an API object (list items carry no kind: the caller knows it)."""
-        meta = raw.get("metadata") or {}
+        """From an API object (list items carry no kind: the caller knows it). Any JSON is
+        taken: a ``metadata`` that is not a map (``[1]``, ``"x"``, ``7``, which anyone
+        may post to ``/validate``) is kept as it is for the lint to refuse, never an
+        ``AttributeError`` and an HTTP 500 (issue 41)."""
+        given = raw.get("metadata")
+        meta: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
         kind = str(raw.get("kind") or kind)
         kept_meta = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
         body: dict[str, Any] = {
             "apiVersion": raw.get("apiVersion") or API_VERSION,
             "kind": kind,
-            "metadata": kept_meta,
+            "metadata": kept_meta if given is None or given is meta else given,
             "spec": raw.get("spec") if "spec" in raw else {},
         }
         generation = meta.get("generation")
@@ -66,12 +72,15 @@ class RuleObject:
             isinstance(kept, Mapping)
             and isinstance(kept.get("generation"), int)
             and isinstance(kept.get("spec"), Mapping)
+            # Compiled without the lint (it was linted when in force): bounded all the same,
+            # a status is anyone's with the status subresource (issue 41).
+            and oversized(kept["spec"]) is None
         )
         return cls(
             kind=kind,
-            name=str(meta.get("name") or ""),
+            name=_text(meta.get("name")),
             generation=generation if isinstance(generation, int) else 0,
-            resource_version=str(meta.get("resourceVersion") or ""),
+            resource_version=_text(meta.get("resourceVersion")),
             body=body,
             kept=dict(kept) if usable and isinstance(kept, Mapping) else None,
         )
@@ -117,6 +126,12 @@ class RuleObject:
         )
 
 
+def _text(value: object) -> str:
+    """A name as the lint and the messages show it: a string, or nothing (a name that is a
+    list or a map is the lint's to refuse, not a repr to print)."""
+    return value if isinstance(value, str) else ""
+
+
 def objects_fingerprint(objects: Sequence[RuleObject]) -> str:
     """Changes when a document changes; not when only its status or resourceVersion does
     (a status write must not count as a change, or writing it would loop)."""
@@ -143,7 +158,7 @@ class Verdict:
     def message(self) -> str:
         if not self.problems:
             return "in force"
-        said = "; ".join(self.problems)
+        said = clipped_reasons(self.problems, len(self.problems), see=SEE_THEM_ALL)
         if self.kept_generation is not None:
             return f"{said} (generation {self.kept_generation} stays in force)"
         return f"{said} (not in force)"
@@ -157,6 +172,20 @@ class Merged:
     in_force: Mapping[Key, RuleObject] = field(default_factory=dict)
     # The files' documents, for judging a new object against them.
     file_documents: tuple[RuleDocument, ...] = ()
+
+
+_NAME_CHARACTERS = 253
+# Where a clipped message sends the reader for every problem of a rule object.
+SEE_THEM_ALL = "run gpu-webhook rules lint on the object to see them all"
+
+
+def rule_object_message(kind: str, name: str, problems: Sequence[str]) -> str:
+    """Why ``/validate`` refuses a rule object: its problems, clipped as a pod's denials
+    are (``status.message`` at most ``MAX_MESSAGE`` characters, then how many more)."""
+    # A name is at most 253 characters once valid; the lint says what is wrong with longer.
+    head = f"{shorten(kind, _NAME_CHARACTERS)} {shorten(name, _NAME_CHARACTERS)}: "
+    limit = MAX_MESSAGE - len(head)
+    return head + clipped_reasons(problems, len(problems), limit=limit, see=SEE_THEM_ALL)
 
 
 def problem_lines(problems: Sequence[PolicyProblem]) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from prometheus_client import (
 )
 
 from webhook.engine.policy.ruleset import Policy
+from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.serving.config import multiprocess_dir
 
 REQUESTS = Counter(
@@ -77,6 +78,19 @@ RULES_REJECTED = Gauge(
     "1 while the rule files on disk are rejected and the last good rules stay in force",
     multiprocess_mode="livemax",
 )
+RULE_OBJECTS_NOT_IN_FORCE = Gauge(
+    "gpu_webhook_rule_objects_not_in_force",
+    "1 while a rule object (GPUPolicy, GPUSettings, ...) is not in force (its Ready is "
+    "False), by kind and name; past 100 names, a kind's further objects are counted under "
+    "name _other",
+    ["kind", "name"],
+    multiprocess_mode="livemax",
+)
+# Names come from the cluster, not from requests, but a cluster may hold many objects: a
+# worker labels at most this many, for its whole life (an object put right stays at 0).
+NAMED_RULE_OBJECTS = 100
+OTHER_RULE_OBJECTS = "_other"
+_object_labels: set[tuple[str, str]] = set()
 INVENTORY_UNAVAILABLE = Gauge(
     "gpu_webhook_inventory_unavailable",
     "1 while a live inventory has not synced or is stale (the failure mode decides capacity)",
@@ -143,6 +157,27 @@ def audit_findings(counts: Mapping[tuple[str, str], int]) -> None:
     for labels, count in counts.items():
         AUDIT_FINDINGS.labels(*labels).set(count)
     _audit_labels.update(counts)
+
+
+def rule_objects_not_in_force(broken: Iterable[tuple[str, str]]) -> None:
+    """Set the gauge to the (kind, name) of the objects not in force now; one that was and
+    is now in force, or deleted, goes to 0 (so that its alert resolves). Each kind's
+    ``_other`` series exists from the first call, at 0 while no object overflows: the
+    panel and the alert read a series that is there from the first scrape."""
+    counts: Tally[tuple[str, str]] = Tally()
+    _object_labels.update((kind, OTHER_RULE_OBJECTS) for kind in DOCUMENT_KINDS)
+    named = {labels for labels in _object_labels if labels[1] != OTHER_RULE_OBJECTS}
+    for kind, name in broken:
+        if (kind, name) in named or len(named) < NAMED_RULE_OBJECTS:
+            named.add((kind, name))
+            counts[(kind, name)] += 1
+        else:
+            counts[(kind, OTHER_RULE_OBJECTS)] += 1
+    _object_labels.update(counts)
+    for labels in _object_labels - counts.keys():
+        RULE_OBJECTS_NOT_IN_FORCE.labels(*labels).set(0)
+    for labels, count in counts.items():
+        RULE_OBJECTS_NOT_IN_FORCE.labels(*labels).set(count)
 
 
 ENDPOINT_NAMES = ("mutate", "validate")

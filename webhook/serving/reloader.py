@@ -72,6 +72,8 @@ class Reloader:
     def _gauges(self) -> None:
         metrics.RULES_GENERATION.set(self.service.rules.current.generation)
         metrics.RULES_REJECTED.set(1 if self.service.rules.last_error is not None else 0)
+        verdicts = self.service.rules.merged.verdicts
+        metrics.rule_objects_not_in_force(key for key, v in verdicts.items() if not v.ready)
         ready, _ = self.service.ready()
         metrics.READY.set(1 if ready else 0)
         source = self.service.inventory

@@ -117,6 +117,21 @@ class RuleObjectCache:
             obj = self._objects.get(key)
             return None if obj is None else (obj, self._statuses.get(key) or {})
 
+    def written(self, sent: RuleObject, answer: Mapping[str, Any]) -> None:
+        """The API server's answer to a status write of ``sent``: kept if the object is
+        still the version that was written (a newer one seen by the watch meanwhile wins).
+
+        Until the watch brings the write back, the status writer would otherwise judge
+        the version it just wrote as still lacking its status and PUT it again with the
+        old resourceVersion, which a real API server refuses with 409."""
+        obj, status = _read(sent.kind, answer)
+        with self._lock:
+            seen = self._objects.get(sent.key)
+            if seen is None or seen.resource_version != sent.resource_version:
+                return
+            self._objects[sent.key] = obj
+            self._statuses[sent.key] = status
+
 
 def _read(kind: str, raw: Mapping[str, Any]) -> tuple[RuleObject, Mapping[str, Any]]:
     status = raw.get("status")
@@ -311,7 +326,12 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 class StatusWriter:
     """Writes each object's status when it differs from its verdict (one PUT per object
-    that changed; a 409 means a newer version arrives by the watch, judged then)."""
+    that changed; a 409 means a newer version arrives by the watch, judged then).
+
+    Every PUT carries the resourceVersion last seen, so that the API server refuses it
+    (409 Conflict) when the object changed since; the answer (the stored object, with its
+    new resourceVersion) is kept as the object seen, so that the next step does not write
+    the same status again before the watch brings it back."""
 
     def __init__(
         self,
@@ -348,12 +368,14 @@ class StatusWriter:
             "status": status,
         }
         try:
-            self.client.send("PUT", f"{object_path(obj.kind, obj.name)}/status", body)
+            answer = self.client.send("PUT", f"{object_path(obj.kind, obj.name)}/status", body)
         except ApiError as exc:
             if exc.code not in (404, 409):  # deleted meanwhile, or changed meanwhile
                 log.warning("cannot write the status of %s %s: %s", obj.kind, obj.name, exc)
             return
         self.written += 1
+        if isinstance(answer.get("metadata"), Mapping):
+            self.cache.written(obj, answer)
         if status["conditions"][0]["status"] != "True":
             log.error(
                 "rule object %s %s is not in force: %s",

@@ -62,6 +62,7 @@ from webhook.engine.enforcement.quotas import pod_quota_notices, workload_quota_
 from webhook.engine.evaluation.claimobjects import evaluate_claim_object
 from webhook.engine.evaluation.request import NO_INVENTORY_NOTICE, InventoryView, Request
 from webhook.engine.evaluation.resize import RESIZE, resize_findings, stripped
+from webhook.engine.evaluation.scale import SCALE, most_words, parent_update, scale_decision
 from webhook.engine.evaluation.updates import (
     added_ephemeral_containers,
     env_reads_metadata,
@@ -186,6 +187,12 @@ def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> D
 
 
 def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
+    if request.sub_resource == SCALE:
+        update = parent_update(request, policy.kinds)
+        if isinstance(update, Decision):
+            return update
+        decision = _evaluate(update, policy=policy, inventory=inventory)
+        return scale_decision(decision, request, policy.kinds)
     obj = request.object
     if obj.get("kind") in ("ResourceClaim", "ResourceClaimTemplate") and is_dra_object(obj):
         decision = evaluate_claim_object(
@@ -1711,7 +1718,8 @@ def _totals(per_pod: Sequence[tuple[PodTemplate, PodGPUs]], claims: Sequence[Pod
         served = [(c.name, c.gpu_count) for c in asked.claims if not c.counted]
         for resource, count in (*pod.effective.items(), *served):
             needed[resource] = needed.get(resource, 0) + count * template.replicas
-        total += pod.total * template.replicas
+        # The GPU limit counts what an autoscaler may make (``PodTemplate.counted``).
+        total += pod.total * (template.counted or 0)
     return _Totals(needed, total)
 
 
@@ -1790,9 +1798,11 @@ def _workload_rule_findings(
     ]
     if not workload:
         return findings
-    total = sum(p.total * (t.replicas or 0) for t, p, _ in workload)
+    # An elastic job counts the most workers its autoscaler may make (issue 41).
+    total = sum(p.total * (t.counted or 0) for t, p, _ in workload)
     if floor is not None and total <= floor.total:
         return findings
+    counting = most_words([(t, p.total) for t, p, _ in workload])
     for rule in policy.rules:
         for check in rule.checks:
             if check.kind != "maxGPUsPerWorkload" or total <= check.value:
@@ -1810,8 +1820,11 @@ def _workload_rule_findings(
             ):
                 continue
             message = (
-                f"all pods of this workload together request {total} GPUs; at most "
-                f"{check.value} are allowed per workload here. Lower replicas or GPUs per pod."
+                f"all pods of this workload together request {total} GPUs"
+                + (f", counting {counting}" if counting else "")
+                + f"; at most {check.value} are allowed per workload here. Lower replicas"
+                + (", the declared maximum" if counting else "")
+                + " or GPUs per pod."
             )
             if check.message:
                 message += " " + check.message

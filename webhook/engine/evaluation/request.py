@@ -15,6 +15,17 @@ from webhook.engine.resources.nodepools import PoolInventory
 from webhook.engine.resources.quotas import Quotas
 
 
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """An admission request's ``resource`` (group, version, plural) and object name: for a
+    subresource such as ``scale``, the only place the request names its parent."""
+
+    group: str
+    version: str
+    resource: str
+    name: str = ""
+
+
 @dataclass(slots=True)  # built per review: frozen would triple its cost
 class Request:
     """What the engine needs of an admission request (or of a file being checked)."""
@@ -24,8 +35,8 @@ class Request:
     operation: str = "CREATE"
     old_object: Mapping[str, Any] | None = None
     namespace_labels: Mapping[str, str] | None = None
-    # The admission request's subResource ("ephemeralcontainers"); requests for other
-    # subresources never reach the engine (webhook.admission.service).
+    # The admission request's subResource ("ephemeralcontainers", "resize", "scale");
+    # requests for other subresources never reach the engine (webhook.admission.service).
     sub_resource: str = ""
     # For a ResourceClaim: the pods that already name it (``resourceClaimName``), as stored,
     # read by the shell (issue 35); None: not read. A pod admitted before its claims exist
@@ -33,6 +44,12 @@ class Request:
     referencing_pods: tuple[Mapping[str, Any], ...] | None = None
     # Whether ``referencing_pods`` holds every such pod (the read ended within its budget).
     referencing_complete: bool = True
+    # The request's resource; set by the server (a ``scale`` request names its parent here).
+    resource: Resource | None = None
+    # For a ``scale`` request: the parent as the shell read it from the API server, or why
+    # it could not (``parent_unread``); the engine then warns and never denies.
+    parent: Mapping[str, Any] | None = None
+    parent_unread: str = ""
 
     @property
     def effective_namespace(self) -> str:

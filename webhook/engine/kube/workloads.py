@@ -31,6 +31,11 @@ class TemplateLocation:
     # When this path exists, the last replica factor counts one pod fewer: a
     # LeaderWorkerSet's ``size`` includes the leader, made from ``leaderTemplate`` if set.
     one_less_if: tuple[str, ...] = ()
+    # A field that says how many pods an autoscaler may make of this template (an elastic
+    # PyTorchJob's ``elasticPolicy.maxReplicas``), and the ``*`` binding it bounds ("Worker");
+    # counted toward the workload's GPU limits when above the replica count.
+    most: tuple[str, ...] = ()
+    most_of: str = ""
 
     @classmethod
     def parse(
@@ -41,6 +46,8 @@ class TemplateLocation:
         pod_spec: bool = False,
         singles: Iterable[str] = (),
         one_less_if: str = "",
+        most: str = "",
+        most_of: str = "",
     ) -> TemplateLocation:
         return cls(
             path=tuple(p for p in path.split(".") if p),
@@ -48,6 +55,8 @@ class TemplateLocation:
             pod_spec=pod_spec,
             singles=tuple(singles),
             one_less_if=tuple(p for p in one_less_if.split(".") if p),
+            most=tuple(p for p in most.split(".") if p),
+            most_of=most_of,
         )
 
 
@@ -62,6 +71,9 @@ class WorkloadKind:
     plural: str = ""
     # API versions this layout is for; empty: every version without a layout of its own.
     versions: tuple[str, ...] = ()
+    # The ``specReplicasPath`` of the kind's ``scale`` subresource (the field a ``kubectl
+    # scale`` or an HPA sets); empty: the kind has none (webhook.engine.evaluation.scale).
+    scale: tuple[str, ...] = ()
 
     @property
     def resource(self) -> str:
@@ -81,6 +93,18 @@ class PodTemplate:
     replicas: int | None
     pod_spec: bool = False
     singles: tuple[str, ...] = ()
+    # The pods an autoscaler may make of it when a field declares more than ``replicas``
+    # (``TemplateLocation.most``), and that field's path, for the message.
+    most: int | None = None
+    most_from: str = ""
+
+    @property
+    def counted(self) -> int | None:
+        """The pods counted toward the workload's GPU limits: the declared maximum when
+        there is one above the replica count."""
+        if self.most is not None and self.replicas is not None and self.most > self.replicas:
+            return self.most
+        return self.replicas
 
     @property
     def spec(self) -> Mapping[str, Any]:
@@ -108,9 +132,15 @@ def _kind(
     *locations: TemplateLocation,
     per_node: bool = False,
     versions: tuple[str, ...] = (),
+    scale: str = "",
 ) -> WorkloadKind:
     return WorkloadKind(
-        group=group, kind=kind, locations=locations, per_node=per_node, versions=versions
+        group=group,
+        kind=kind,
+        locations=locations,
+        per_node=per_node,
+        versions=versions,
+        scale=tuple(p for p in scale.split(".") if p),
     )
 
 
@@ -147,21 +177,43 @@ _L = TemplateLocation.parse
 POD = _kind("", "Pod", _L(""))
 BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
     POD,
-    _kind("apps", "Deployment", _L("spec.template", ["spec.replicas"])),
-    _kind("apps", "ReplicaSet", _L("spec.template", ["spec.replicas"])),
-    _kind("apps", "StatefulSet", _L("spec.template", ["spec.replicas"])),
+    # ``scale``: the kinds with a scale subresource and the field it sets. Built-in kinds:
+    # kubernetes pkg/registry/{apps/deployment,apps/replicaset,apps/statefulset,
+    # core/replicationcontroller}/storage/storage.go, ScaleREST (``Spec.Replicas``).
+    _kind("apps", "Deployment", _L("spec.template", ["spec.replicas"]), scale="spec.replicas"),
+    _kind("apps", "ReplicaSet", _L("spec.template", ["spec.replicas"]), scale="spec.replicas"),
+    _kind("apps", "StatefulSet", _L("spec.template", ["spec.replicas"]), scale="spec.replicas"),
     _kind("apps", "DaemonSet", _L("spec.template"), per_node=True),
-    _kind("", "ReplicationController", _L("spec.template", ["spec.replicas"])),
+    _kind(
+        "",
+        "ReplicationController",
+        _L("spec.template", ["spec.replicas"]),
+        scale="spec.replicas",
+    ),
     _kind("batch", "Job", _L("spec.template", ["spec.parallelism"])),
     _kind(
         "batch",
         "CronJob",
         _L("spec.jobTemplate.spec.template", ["spec.jobTemplate.spec.parallelism"]),
     ),
+    # Custom resources declare their scale subresource in their CRD (``subresources.scale.
+    # specReplicasPath``): kubeflow/training-operator v1.9.0 manifests/base/crds
+    # kubeflow.org_pytorchjobs.yaml and kubeflow.org_paddlejobs.yaml (the Worker replicas;
+    # TFJob, MPIJob and XGBoostJob have none), kubernetes-sigs/lws config/crd/bases
+    # leaderworkerset.x-k8s.io_leaderworkersets.yaml (``.spec.replicas``, the groups); KubeRay,
+    # Volcano, JobSet and KServe CRDs declare only ``status``.
     _kind(
         "kubeflow.org",
         "PyTorchJob",
-        _L("spec.pytorchReplicaSpecs.*.template", ["spec.pytorchReplicaSpecs.*.replicas"]),
+        # An elastic job's HPA (training-operator pkg/controller.v1/pytorch hpa.go) scales
+        # the Worker replicas up to ``elasticPolicy.maxReplicas``.
+        _L(
+            "spec.pytorchReplicaSpecs.*.template",
+            ["spec.pytorchReplicaSpecs.*.replicas"],
+            most="spec.elasticPolicy.maxReplicas",
+            most_of="Worker",
+        ),
+        scale="spec.pytorchReplicaSpecs.Worker.replicas",
     ),
     _kind(
         "kubeflow.org",
@@ -184,6 +236,7 @@ BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
         "kubeflow.org",
         "PaddleJob",
         _L("spec.paddleReplicaSpecs.*.template", ["spec.paddleReplicaSpecs.*.replicas"]),
+        scale="spec.paddleReplicaSpecs.Worker.replicas",
     ),
     _kind(
         "kubeflow.org",
@@ -204,6 +257,7 @@ BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
             ["spec.replicas", "spec.leaderWorkerTemplate.size"],
             one_less_if="spec.leaderWorkerTemplate.leaderTemplate",
         ),
+        scale="spec.replicas",
     ),
     _kind("batch.volcano.sh", "Job", _L("spec.tasks.*.template", ["spec.tasks.*.replicas"])),
     _kind(
@@ -217,9 +271,22 @@ BUILTIN_KINDS: tuple[WorkloadKind, ...] = (
     _kind(
         "serving.kserve.io",
         "InferenceService",
-        _L("spec.predictor", pod_spec=True, singles=KSERVE_PREDICTORS),
-        _L("spec.transformer", pod_spec=True),
-        _L("spec.explainer", pod_spec=True, singles=("art",)),
+        # ``maxReplicas``: what its autoscaler (Knative's, or the HPA of a raw deployment)
+        # may scale each component to (kserve pkg/apis/serving/v1beta1/component.go
+        # ``ComponentExtensionSpec``; 0, unset, is no maximum and counts nothing).
+        _L(
+            "spec.predictor",
+            pod_spec=True,
+            singles=KSERVE_PREDICTORS,
+            most="spec.predictor.maxReplicas",
+        ),
+        _L("spec.transformer", pod_spec=True, most="spec.transformer.maxReplicas"),
+        _L(
+            "spec.explainer",
+            pod_spec=True,
+            singles=("art",),
+            most="spec.explainer.maxReplicas",
+        ),
     ),
 )
 
@@ -258,6 +325,14 @@ class KindTable:
     def knows(self, group: str, kind: str) -> bool:
         return (group, kind) in self._kinds
 
+    def by_resource(self, group: str, resource: str) -> WorkloadKind | None:
+        """The kind served as ``resource`` in ``group`` (an admission request's
+        ``resource``: a ``scale`` subresource's request names its parent only so)."""
+        for kind in self:
+            if kind.group == group and kind.resource == resource:
+                return kind
+        return None
+
     def __iter__(self) -> Iterator[WorkloadKind]:
         yield from self._kinds.values()
         yield from self._versions.values()
@@ -284,6 +359,11 @@ class KindTable:
                         singles=location.singles,
                     )
                 )
+                if location.most and (not location.most_of or location.most_of in path):
+                    most = _at(obj, location.most)
+                    if isinstance(most, int) and not isinstance(most, bool) and most >= 0:
+                        found[-1].most = most
+                        found[-1].most_from = ".".join(location.most[1:])
         return found
 
 
@@ -332,9 +412,13 @@ def _replicas(obj: Mapping[str, Any], location: TemplateLocation, path: Path) ->
 
 
 def _exists(obj: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    return _at(obj, path) is not None
+
+
+def _at(obj: Mapping[str, Any], path: tuple[str, ...]) -> object:
     value: object = obj
     for part in path:
         if not isinstance(value, dict) or part not in value:
-            return False
+            return None
         value = value[part]
-    return value is not None
+    return value

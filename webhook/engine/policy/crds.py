@@ -8,10 +8,21 @@ What the API server cannot say as JSON Schema does (apiextensions-apiserver
 ``pkg/apiserver/schema/validation.go``, ``validateStructuralInvariants``; ``pkg/apis/
 apiextensions/validation/validation.go``, which forbids ``uniqueItems: true``):
 
-- ``additionalProperties: false`` becomes ``x-kubernetes-preserve-unknown-fields: true``
-  on every object, so that a misspelt field reaches ``/validate``, which refuses it with the
-  one-line did-you-mean that ``rules lint`` gives, instead of the API server pruning it
-  silently (``kubectl apply --validate=false``) or refusing it in its own words;
+- ``additionalProperties: false`` is a structural object without
+  ``x-kubernetes-preserve-unknown-fields``, so that the API server itself names a misspelt
+  field, also while the webhook is down: it prunes what the schema does not declare
+  (``pkg/apiserver/schema/pruning/algorithm.go``) and, for a client that asks for strict
+  field validation (kubectl's default), refuses the object with ``unknown field
+  "spec.validate[0].maxGPUsPerPods"``; any other client gets that line as a warning (the
+  server's default, ``Warn``; ``customresource_handler.go``, ``schemaCoercingDecoder``).
+  Kept instead, the unknown key would be invisible to CEL and the webhook alone could
+  name it;
+- "exactly one of" (``oneOf``: the checks of a ``validate`` entry, the modes of
+  ``memoryLimit``) is a CEL rule (``x-kubernetes-validations``) whose
+  ``messageExpression`` says what the object holds, not a ``oneOf``, whose error ("must
+  validate one and only one schema") names neither the choices nor the typo. A list
+  holding such a rule has ``maxItems``: the API server refuses a rule whose estimated cost,
+  times the most elements it may run on, is over its budget (``StaticEstimatedCostLimit``);
 - a quantity (a string or a whole number) is ``x-kubernetes-int-or-string``;
 - a value that may be a boolean or a word (``autoscaling: off`` reads as false in YAML 1.1,
   as kubectl's YAML does) keeps any value and is judged by ``/validate``;
@@ -156,26 +167,54 @@ def _object(node: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "object"}
     properties = dict(node.get("properties") or {})
     choices = node.get("oneOf")
-    if choices is not None and not all(set(c) == {"required"} for c in choices):
+    one_of: list[str] = []
+    checks = False
+    if choices is not None:
+        checks = not all(set(c) == {"required"} for c in choices)
         # A list entry that is one of several shapes (a check of ``validate``): the union
         # of their fields, and exactly one of the names that tell the shapes apart.
         for choice in choices:
             properties |= choice.get("properties") or {}
-        choices = [{"required": [c["required"][0]]} for c in choices]
+        one_of = [c["required"][0] for c in choices]
     extra = node.get("additionalProperties")
     if isinstance(extra, dict):
         out["additionalProperties"] = structural(extra)
-    else:
+    elif extra is not False and not checks:
         out["x-kubernetes-preserve-unknown-fields"] = True
     if properties:
         out["properties"] = {name: structural(value) for name, value in properties.items()}
     if node.get("required"):
         out["required"] = list(node["required"])
-    if choices is not None:
-        out["oneOf"] = choices
+    rules = [exactly_one(one_of, checks=checks)] if one_of else []
+    rules += node.get("x-kubernetes-validations") or []
+    if rules:
+        out["x-kubernetes-validations"] = rules
     if "minProperties" in node:
         out["minProperties"] = node["minProperties"]
     return out
+
+
+def exactly_one(names: list[str], *, checks: bool) -> dict[str, str]:
+    """The CEL rule that one and only one of ``names`` is set, and a message naming what
+    is, in the words ``rules lint`` uses (webhook.files.rulefiles, ``_explain``) so that the
+    API server and the webhook say the same (k8s.io/apiextensions-apiserver
+    ``ValidationRule``: ``rule``, ``messageExpression``). ``has()`` of a declared field
+    costs a constant, so the rule's cost is the number of names (times the list's
+    ``maxItems`` where the object is a list's entry)."""
+    count = " + ".join(f"(has(self.{n}) ? 1 : 0)" for n in names)
+    present = "[" + ", ".join(f"has(self.{n}) ? '{n}' : ''" for n in names) + "]"
+    present += ".filter(n, n != '')"
+    listed = ", ".join(names)
+    # The API server prunes a misspelt name before CEL runs, and warns of it.
+    pruned = ' (a misspelt one is dropped with an "unknown field" warning)'
+    if checks:
+        none = f"no check in this entry; the checks: {listed}{pruned}"
+        many = " are two checks in one entry: give each its own entry"
+    else:
+        none = f"give one of {listed}{pruned}"
+        many = f" conflict: give only one of {listed}"
+    message = f"{present}.size() == 0 ? '{none}' : {present}.join(' and ') + '{many}'"
+    return {"rule": f"{count} == 1", "messageExpression": message}
 
 
 def _columns(names: KindNames) -> list[dict[str, Any]]:

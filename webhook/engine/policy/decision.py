@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -86,29 +86,40 @@ def denial_message(denials: Sequence[Finding], *, limit: int = MAX_MESSAGE) -> s
     """``[rule/check] message`` for each denial, joined, in at most ``limit`` characters:
     each reason clipped to ``MAX_REASON``, and when not all fit, the last part says how many
     were left out and where to see them all."""
+    reasons = (f"[{finding.id}] {finding.message}" for finding in denials)
+    return clipped_reasons(reasons, len(denials), limit=limit)
+
+
+_SEE_THEM_ALL = "run gpu-webhook check on the manifest to see them all"
+
+
+def clipped_reasons(
+    reasons: Iterable[str], count: int, *, limit: int = MAX_MESSAGE, see: str = _SEE_THEM_ALL
+) -> str:
+    """``count`` reasons joined by ``; `` in at most ``limit`` characters, each clipped to
+    ``MAX_REASON``; when not all fit, the last part says how many were left out and ``see``
+    says where to see them. The one clipper of every ``status.message`` (a pod's denials, a
+    rule object's lint problems); ``reasons`` is read only as far as the message goes."""
     parts: list[str] = []
     used = -2  # no separator before the first part
-    for finding in denials:
-        part = shorten(f"[{finding.id}] {finding.message}", MAX_REASON)
+    for reason in reasons:
+        part = shorten(reason, MAX_REASON)
         if used + 2 + len(part) > limit:
             break
         parts.append(part)
         used += 2 + len(part)
-    else:
+    if len(parts) == count:
         return "; ".join(parts)
-    marker = _left_out(len(denials) - len(parts))
+    marker = _left_out(count - len(parts), see)
     while parts and used + 2 + len(marker) > limit:
         used -= 2 + len(parts.pop())
-        marker = _left_out(len(denials) - len(parts))
+        marker = _left_out(count - len(parts), see)
     return "; ".join([*parts, marker])
 
 
-def _left_out(count: int) -> str:
+def _left_out(count: int, see: str) -> str:
     reasons = "reason" if count == 1 else "reasons"
-    return (
-        f"... and {count:,} more {reasons} left out of this message: run gpu-webhook check "
-        "on the manifest to see them all"
-    )
+    return f"... and {count:,} more {reasons} left out of this message: {see}"
 
 
 def decide(

@@ -690,6 +690,10 @@ def _compile_kind(spec: Mapping[str, Any]) -> WorkloadKind:
             )
             for t in spec["templates"]
         ),
+        plural=str(spec.get("plural") or ""),
+        scale=tuple(
+            p for p in str((spec.get("scale") or {}).get("specReplicasPath") or "").split(".") if p
+        ),
     )
 
 

@@ -39,8 +39,18 @@ _ACTION = {
 }
 
 
+# Rules across fields, for the CRDs (webhook.engine.policy.crds): CEL the API server runs
+# (x-kubernetes-validations), also while the webhook is down, in the words rules lint uses
+# for the same problem (webhook.engine.policy.ruleset). JSON Schema ignores the keyword.
+CEL = "x-kubernetes-validations"
+
+
 def _obj(
-    properties: dict[str, Any], *, required: list[str] | None = None, **extra: Any
+    properties: dict[str, Any],
+    *,
+    required: list[str] | None = None,
+    cel: list[dict[str, str]] | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
     schema: dict[str, Any] = {
         "type": "object",
@@ -49,6 +59,8 @@ def _obj(
     }
     if required:
         schema["required"] = required
+    if cel:
+        schema[CEL] = cel
     schema.update(extra)
     return schema
 
@@ -77,6 +89,9 @@ _LABEL_SELECTOR = _obj(
         },
     }
 )
+# size() costs a constant where comparing a string without maxLength would cost the most a
+# request can carry; an enum's length is its longest word (k8s.io/apiserver
+# pkg/cel/common/schemas.go, estimateMaxStringEnumLength).
 _TOLERATION = _obj(
     {
         "key": {"type": "string"},
@@ -84,7 +99,21 @@ _TOLERATION = _obj(
         "value": {"type": "string"},
         "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
         "tolerationSeconds": {"type": "integer"},
-    }
+    },
+    cel=[
+        {
+            "rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value)"
+            " || size(self.value) == 0",
+            "message": "must be empty when operator is Exists",
+            "fieldPath": ".value",
+        },
+        {
+            "rule": "(has(self.key) && size(self.key) > 0) || "
+            "(has(self.operator) && self.operator == 'Exists')",
+            "message": "an empty key needs operator Exists",
+            "fieldPath": ".operator",
+        },
+    ],
 )
 _TAINT = _obj(
     {
@@ -197,6 +226,12 @@ _MATCH = _obj(
         "gpuCount": _obj(
             {"min": {"type": "integer", "minimum": 0}, "max": {"type": "integer", "minimum": 0}},
             description="Total GPUs the pod requests; default min 1 (GPU pods only).",
+            cel=[
+                {
+                    "rule": "!has(self.min) || !has(self.max) || self.max >= self.min",
+                    "message": "max is smaller than min",
+                }
+            ],
         ),
     }
 )
@@ -213,7 +248,8 @@ _ENV_VAR = _obj(
 )
 _MUTATE = _obj(
     {
-        "tolerations": {"type": "array", "items": _TOLERATION},
+        # maxItems: bounds the cost of the CRD's CEL rules on each toleration.
+        "tolerations": {"type": "array", "items": _TOLERATION, "maxItems": 64},
         "nodeAffinity": _obj(
             {
                 "required": {"type": "array", "items": _REQUIREMENT, "minItems": 1},
@@ -292,7 +328,13 @@ _GPU_POLICY = _obj(
         "order": {"type": "integer", "description": "Lower runs first; ties by name."},
         "description": {"type": "string"},
         "match": _MATCH,
-        "validate": {"type": "array", "items": {"oneOf": _CHECKS}},
+        "validate": {
+            "type": "array",
+            "items": {"oneOf": _CHECKS},
+            # Bounds the CRD's CEL rule on each entry (webhook.engine.policy.crds): the API
+            # server multiplies a rule's cost by the most entries it may run on.
+            "maxItems": 64,
+        },
         "mutate": _MUTATE,
         "exempt": {
             "type": "array",
@@ -537,6 +579,31 @@ _WORKLOAD_KIND = _obj(
                 required=["path"],
             ),
         },
+        "plural": {
+            "type": "string",
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "description": (
+                "The kind's resource name in API paths and webhook rules (its CRD's "
+                "spec.names.plural); default: the kind in lower case plus s."
+            ),
+        },
+        "scale": _obj(
+            {
+                "specReplicasPath": {
+                    "type": "string",
+                    "pattern": "^[.]?spec[.][^*]+$",
+                    "description": (
+                        "The CRD's subresources.scale.specReplicasPath: the field a "
+                        "kubectl scale or an HPA sets."
+                    ),
+                }
+            },
+            required=["specReplicasPath"],
+            description=(
+                "The kind's scale subresource, judged when the webhook configuration "
+                "routes <plural>/scale to the webhook."
+            ),
+        ),
     },
     required=["group", "kind", "templates"],
 )

@@ -180,7 +180,11 @@ def _whole(
         # An elastic PyTorchJob starts with minReplicas workers (training-operator
         # ElasticPolicy): the gang is its masters and that many workers.
         if _int(elastic) is not None and "Worker" in template.path:
-            count = min(count, max(_int(elastic) or 0, 0))
+            least = max(_int(elastic) or 0, 0)
+            if least < count:
+                # Say which number the gang was counted with (issue 41).
+                why = f"{why} (Worker counted at elasticPolicy.minReplicas {least})"
+            count = min(count, least)
         rows.append((template, fit, count))
     members = _members(rows, devices)
     return [Gang(why, members, need=need)] if members else []
