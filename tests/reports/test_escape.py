@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.hostiletext import ANY_TEXT, RAW_CONTROL, runner_lines, starts_workflow_command
@@ -23,7 +23,11 @@ from webhook.reports.escape import (
     terminal_text,
 )
 
+# No timing in a property: a loaded CI machine must not fail one.
+UNTIMED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+
+@UNTIMED
 @given(ANY_TEXT)
 def test_a_name_for_the_terminal_is_one_line_of_no_control_and_no_workflow_command(text):
     shown = for_terminal(text)
@@ -35,6 +39,7 @@ def test_a_name_for_the_terminal_is_one_line_of_no_control_and_no_workflow_comma
     shown.encode()  # no lone surrogate: stdout can write it
 
 
+@UNTIMED
 @given(ANY_TEXT)
 def test_escaping_for_the_terminal_twice_changes_nothing_more(text):
     assert for_terminal(for_terminal(text)) == for_terminal(text)
@@ -61,6 +66,7 @@ def test_what_the_terminal_shows_of_a_name(text, shown):
     assert for_terminal(text) == shown
 
 
+@UNTIMED
 @given(st.lists(ANY_TEXT, min_size=1, max_size=5))
 def test_a_report_keeps_its_own_lines_and_no_more(lines):
     text = terminal_text(lines)
@@ -68,6 +74,7 @@ def test_a_report_keeps_its_own_lines_and_no_more(lines):
     assert runner_lines(text) == [*map(for_terminal, lines), ""]
 
 
+@UNTIMED
 @given(ANY_TEXT)
 def test_several_lines_keep_their_newlines_and_escape_the_rest(text):
     shown = for_terminal_lines(text)
@@ -75,6 +82,7 @@ def test_several_lines_keep_their_newlines_and_escape_the_rest(text):
     assert runner_lines(shown) == [for_terminal(line) for line in text.split("\n")]
 
 
+@UNTIMED
 @given(ANY_TEXT, ANY_TEXT)
 def test_a_yaml_comment_ends_where_its_writer_ends_it(text, value):
     stream = f"---\n# {for_yaml_comment(text)}\nkey: {yaml.safe_dump(value).strip()}\n"
@@ -82,6 +90,7 @@ def test_a_yaml_comment_ends_where_its_writer_ends_it(text, value):
     assert list(yaml.safe_load_all(stream)) == [{"key": value}]
 
 
+@UNTIMED
 @given(ANY_TEXT)
 def test_xml_text_and_attributes_parse_back(text):
     element = ET.Element("case", name=for_xml(text, one_line=True), message=for_xml(text))
@@ -108,6 +117,7 @@ def runner_unescape(value: str, *, property: bool) -> str:
     return value
 
 
+@UNTIMED
 @given(ANY_TEXT)
 def test_a_workflow_command_message_is_one_line_of_no_control(text):
     line = f"::error file=a.yaml::{for_github_data(text)}"
@@ -122,6 +132,7 @@ PRINTABLE = st.text(st.characters(categories=["L", "N", "P", "S", "Zs"])).filter
 )
 
 
+@UNTIMED
 @given(PRINTABLE, st.lists(PRINTABLE, max_size=3))
 def test_the_runner_reads_a_printable_message_back_as_it_was_newlines_included(text, more):
     message = "\n".join([text, *more])
@@ -129,6 +140,7 @@ def test_the_runner_reads_a_printable_message_back_as_it_was_newlines_included(t
     assert runner_unescape(for_github_data(message), property=False) == message
 
 
+@UNTIMED
 @given(ANY_TEXT)
 def test_a_workflow_command_property_holds_no_separator(text):
     value = for_github_property(text)

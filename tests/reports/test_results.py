@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import xmlschema
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.hostiletext import ANY_TEXT, RAW_CONTROL, runner_lines
@@ -79,7 +79,7 @@ JUNIT = xmlschema.XMLSchema(SCHEMAS / "junit-10.xsd")
 SARIF = jsonschema.Draft4Validator(json.loads((SCHEMAS / "sarif-schema-2.1.0.json").read_text()))
 
 
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(NAMED, min_size=1, max_size=3), st.booleans())
 def test_every_ci_format_holds_any_name_and_stays_valid(outcomes, warnings_fail) -> None:
     report = junit(outcomes, suite="gpu-webhook check", warnings_fail=warnings_fail)
