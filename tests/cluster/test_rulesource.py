@@ -9,16 +9,19 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.cluster.feeding import fed_worker, live_source
 from tests.cluster.replayserver import Body, ReplayServer, eventually, fixture, status_body
 from tests.cluster.ruleobjects import POLICIES, event, gpu_policy, serve_policies
+from tests.policyvalues import golden_cases
 from tests.running import kubeconfig
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint, ApiError
 from webhook.cluster.reflector import Backoff
 from webhook.cluster.sources.rulesource import (
+    CLUSTER_MATCH,
     DISCOVERY_PATH,
     RuleObjectCache,
     RuleObjectWatch,
@@ -346,3 +349,28 @@ def test_a_relist_of_the_scripted_objects_does_not_undo_a_write_the_server_took(
     finally:
         client.close()
     assert stale.value.code == 409
+
+
+def test_the_status_says_when_a_policy_value_matches_nothing_in_the_cluster(
+    replay: ReplayServer, tmp_path: Path
+) -> None:
+    (case,) = [c for c in golden_cases() if c.name == "product"]  # the nodes of the replay
+    # Its namespace is none of the replayed cluster's: that would be a second line.
+    spec = {k: v for k, v in case.document["spec"].items() if k != "match"}
+    serve_policies(replay, [gpu_policy("vision", spec), gpu_policy("fine", MAX_FOUR)], [])
+    process = watcher(replay, tmp_path, rules=ROOT / "rules")
+
+    def matched(name: str) -> dict[str, Any] | None:
+        for write in replay.written(f"{POLICIES}/{name}/status"):
+            for condition in write.body["status"]["conditions"]:
+                if condition["type"] == CLUSTER_MATCH:
+                    return dict(condition)
+        return None
+
+    try:
+        typo = eventually(lambda: matched("vision"), timeout=30)
+        fine = eventually(lambda: matched("fine"), timeout=30)
+    finally:
+        process.stop()
+    assert (typo["status"], typo["reason"], typo["message"]) == ("False", "UnmetValues", case.says)
+    assert (fine["status"], fine["reason"]) == ("True", "ValuesMet")

@@ -26,7 +26,8 @@ def test_a_product_and_a_memory_rule_on_a_dra_only_cluster_are_warned_with_the_a
     code, out, err = lint(RULES, "--inventory", INVENTORIES / "dra-gpucluster.yaml")
 
     assert code == 0, err
-    lines = err.strip().splitlines()
+    # The rules' values against the devices are policyreach's lines (test_rules_values).
+    lines = [line for line in err.splitlines() if "keys on node label" in line]
     assert len(lines) == 2, err
     assert (
         "(GPUPolicy vision-products): spec.mutate.nodeAffinity: rule vision-products keys on node label nvidia.com/gpu.product, which no GPU node carries (4 GPU nodes)"
@@ -35,7 +36,7 @@ def test_a_product_and_a_memory_rule_on_a_dra_only_cluster_are_warned_with_the_a
     assert "device.attributes['gpu.nvidia.com'].productName" in lines[0]
     assert "rule llm-gpu-memory keys on node label nvidia.com/gpu.memory" in lines[1]
     assert "device.capacity['gpu.nvidia.com'].memory" in lines[1]
-    assert out.strip().endswith("no problems, 2 warnings")
+    assert "no problems, " in out
 
 
 @pytest.mark.parametrize(
@@ -48,8 +49,9 @@ def test_a_product_and_a_memory_rule_on_a_dra_only_cluster_are_warned_with_the_a
 def test_rules_on_labels_the_gpu_nodes_carry_are_not_warned(inventory: str) -> None:
     code, out, err = lint(RULES, "--inventory", INVENTORIES / inventory)
 
-    assert (code, err) == (0, "")
-    assert out.strip().endswith("no problems")
+    assert code == 0, err
+    assert "keys on node label" not in err
+    assert "no problems" in out
 
 
 @pytest.mark.parametrize(

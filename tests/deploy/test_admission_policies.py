@@ -37,7 +37,8 @@ def documents() -> list[dict[str, Any]]:
 
 
 def policy_of(objs: Any) -> dict[str, Any]:
-    (found,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"]
+    (found,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
+                and o["metadata"]["name"].endswith("-namespace-exemptions")]  # fmt: skip
     return dict(found)
 
 
@@ -224,7 +225,8 @@ def test_the_chart_reserves_the_release_namespace_and_its_own_exclusions() -> No
     )  # fmt: skip
     vap = policy_of(objs)
     assert vap["metadata"]["name"] == "gpu-policy-namespace-exemptions"
-    (binding,) = kind(objs, "ValidatingAdmissionPolicyBinding")
+    (binding,) = [b for b in kind(objs, "ValidatingAdmissionPolicyBinding")
+                  if b["metadata"]["name"].endswith("-namespace-exemptions")]  # fmt: skip
     assert binding["spec"]["policyName"] == "gpu-policy-namespace-exemptions"
     assert "gpu-policy-namespace-exemptions" in [
         r["metadata"]["name"] for r in kind(objs, "ClusterRole")

@@ -1,8 +1,10 @@
 """The Helm chart, rendered by a real helm v4.1.4 (scripts/install-helm puts it in .venv/bin).
 
 What ``helm install`` would create is valid Kubernetes, installs what deploy/base installs
-with the same webhook configurations, refuses bad values, keeps its certificates across
-upgrades, and is uninstalled webhook configurations first.
+with the same webhook configurations, refuses bad values and rule files, keeps its
+certificates across upgrades, upgrades its CRDs (from the chart that had them in crds/, by a
+real ``helm upgrade`` against a loopback API server), and is uninstalled webhook
+configurations first, its CRDs kept.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -20,9 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.chartcluster import ChartCluster, chart_cluster
+from tests.deploy.chartcluster import APPLY_PATCH, ChartCluster, Write, chart_cluster
 from tests.deploy.test_manifests import render as kustomize
 from tests.kubeschema import validation_error
+from webhook.engine.policy.schema import DOCUMENT_KINDS, RENAMED_KINDS
 from webhook.files import certs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +56,12 @@ UNINSTALL_ORDER = (
     "Namespace", "PriorityClass",
 )  # fmt: skip
 CA_PEM = (ROOT / "tests" / "deploy" / "chart" / "ca.crt").read_text()
+SETTINGS = "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUSettings\nmetadata: {name: cluster}\n"
+# Custom kinds a WorkloadKind declares (issue 44): one with a scale subresource, one without.
+WORKLOAD_KINDS = [
+    {"group": "example.com", "resources": ["trainingruns"], "scale": True},
+    {"group": "ml.example.org", "resources": ["sweeps", "trials"], "versions": ["v1", "v2beta1"]},
+]
 
 VALUES = [
     pytest.param({}, id="defaults"),
@@ -111,9 +121,11 @@ VALUES = [
         id="placement",
     ),
     pytest.param(
-        {"rules": {"defaults": False, "files": {"team.yaml": "kind: GPUSettings\n"}}},
+        {"rules": {"defaults": False, "files": {"team.yaml": SETTINGS}}},
         id="own-rules",
     ),
+    pytest.param({"crds": {"install": False}}, id="no-crds"),
+    pytest.param({"workloadKinds": WORKLOAD_KINDS}, id="workload-kinds"),
     pytest.param({"rules": {"existingConfigMap": "corp-gpu-rules"}}, id="existing-rules"),
     pytest.param(
         {"inventory": {"source": "configMap", "configMap": "nodes"}}, id="static-inventory"
@@ -146,7 +158,7 @@ def run_helm(*args: str, chart: Path = CHART, values: dict[str, Any] | None = No
 
 
 def template(values: dict[str, Any] | None = None, **where: Any) -> list[dict[str, Any]]:
-    """What helm install would create, the chart's crds/ included (validated like the rest)."""
+    """What helm install would create, its CRDs included (templates since issue 44)."""
     done = run_helm("template", "--include-crds", values=values, **where)
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
@@ -200,9 +212,13 @@ def test_every_object_the_chart_renders_is_valid_kubernetes(values: dict[str, An
 def test_no_object_is_a_hook_so_the_chart_installs_where_no_pod_has_run(
     values: dict[str, Any],
 ) -> None:
+    """And only the CRDs are kept on uninstall: a webhook configuration left behind would
+    judge pods with no server to answer."""
     for obj in rendered(values):
         annotations = obj["metadata"].get("annotations") or {}
-        assert not [a for a in annotations if a.startswith("helm.sh/")], obj["kind"]
+        assert not [a for a in annotations if a.startswith("helm.sh/hook")], obj["kind"]
+        kept = annotations.get("helm.sh/resource-policy") == "keep"
+        assert kept is (obj["kind"] == "CustomResourceDefinition"), obj["kind"]
 
 
 def test_the_webhook_configurations_are_those_of_deploy_base() -> None:
@@ -302,11 +318,11 @@ def test_the_rules_configmap_holds_the_shipped_rules_and_your_own() -> None:
         p.name: p.read_text() for p in sorted((ROOT / "rules").glob("*.yaml"))
     }
     (mine,) = kind(
-        rendered({"rules": {"files": {"20-hide-gpus.yaml": "# off\n", "team.yaml": "a: 1\n"}}}),
+        rendered({"rules": {"files": {"20-hide-gpus.yaml": "# off\n", "team.yaml": SETTINGS}}}),
         "ConfigMap",
     )
     assert mine["data"]["20-hide-gpus.yaml"] == "# off\n"
-    assert mine["data"]["team.yaml"] == "a: 1\n"
+    assert mine["data"]["team.yaml"] == SETTINGS
     assert "00-settings.yaml" in mine["data"]
     existing = rendered({"rules": {"existingConfigMap": "corp-gpu-rules"}})
     assert not kind(existing, "ConfigMap")
@@ -334,6 +350,20 @@ def test_no_rules_at_all_is_refused_in_one_line() -> None:
         pytest.param({"inventory": {"source": "configMap"}}, "/inventory/configMap", id="inventory-without-configmap"),
         pytest.param({"rules": {"files": {"rules.txt": "a"}}}, "rules.txt", id="rule-file-name"),
         pytest.param({"metrics": {"serviceMonitor": {"enabled": "yes"}}}, "/metrics/serviceMonitor/enabled", id="toggle"),
+        pytest.param({"crds": {"install": "no"}}, "/crds/install", id="crds-install"),
+        pytest.param({"workloadKinds": [{"resources": ["trainingruns"]}]}, "/workloadKinds/0", id="kind-without-group"),
+        pytest.param({"workloadKinds": [{"group": "example.com", "resources": ["trainingruns/scale"]}]},
+                     "/workloadKinds/0/resources/0", id="kind-subresource"),
+        pytest.param({"workloadKinds": [{"group": "example.com", "resources": []}]}, "/workloadKinds/0/resources", id="kind-no-resources"),
+        pytest.param({"workloadKinds": [{"group": "example.com", "resources": ["TrainingRun"]}]},
+                     "/workloadKinds/0/resources/0", id="kind-not-plural"),
+        pytest.param({"workloadKinds": [{"group": "example.com", "resources": ["runs"], "scale": "yes"}]},
+                     "/workloadKinds/0/scale", id="kind-scale-as-text"),
+        pytest.param({"workloadKinds": [{"group": "example.com", "resources": ["runs"], "versions": "v1"}]},
+                     "/workloadKinds/0/versions", id="kind-versions-not-a-list"),
+        pytest.param({"workloadKinds": [{"group": "example.com", "plural": "runs", "resources": ["runs"]}]},
+                     "plural", id="kind-unknown-key"),
+        pytest.param({"workloadKinds": {"group": "example.com"}}, "/workloadKinds", id="kinds-not-a-list"),
     ],
 )  # fmt: skip
 def test_the_values_schema_refuses_what_the_chart_cannot_render(
@@ -343,6 +373,109 @@ def test_the_values_schema_refuses_what_the_chart_cannot_render(
     assert done.returncode != 0
     assert "values don't meet the specifications of the schema" in done.stderr
     assert said in done.stderr, done.stderr
+
+
+API = "apiVersion: gpu-webhook.io/v1alpha1\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        pytest.param("kind: GPUPolicy\n", "document 1 has no apiVersion; rule documents are gpu-webhook.io/v1alpha1", id="no-api-version"),
+        pytest.param("apiVersion: v1\nkind: ConfigMap\n", 'document 1 has apiVersion "v1"; rule documents are gpu-webhook.io/v1alpha1', id="other-api"),
+        pytest.param(f"{SETTINGS}---\n{API}kind: GPUPolicie\n", "document 2 has kind GPUPolicie; did you mean GPUPolicy?", id="misspelt"),
+        pytest.param(f"# team a\n---\n{API}kind: GPUPolicies\n", "document 1 has kind GPUPolicies; did you mean GPUPolicy?", id="plural"),
+        pytest.param(f"{API}kind: gpusettings\n", "document 1 has kind gpusettings; did you mean GPUSettings?", id="case"),
+        pytest.param(f"{API}kind: NodePool\n", "document 1 has kind NodePool; did you mean GPUNodePool?", id="renamed"),
+        pytest.param(f"{API}kind: Deployment\n", "document 1 has kind Deployment; the kinds: GPUPolicy, GPUSettings, GPUNodePool, WorkloadKind, InstanceType", id="unknown"),
+        pytest.param(f"{API}metadata: {{name: a}}\n", "document 1 has no kind; the kinds: GPUPolicy,", id="no-kind"),
+        pytest.param("- GPUPolicy\n", "document 1 is not a YAML map:", id="a-list"),
+        pytest.param("spec: [\n", "document 1 is not a YAML map:", id="broken-yaml"),
+        # Issue 44: the commonest typo, a misspelt check, failed the pod and not the release.
+        pytest.param(f"{API}kind: GPUPolicy\nspec: {{validate: [{{maxGPUsPerPods: 2}}]}}\n", "document 1: spec.validate[0]: unknown field maxGPUsPerPods; the checks: maxGPUsPerPod,", id="misspelt-check"),
+        pytest.param(f"{SETTINGS}---\n{API}kind: GPUPolicy\nspec: {{validate: [{{wholeGPUsOnly: true}}, {{maxGPUsPerPod: 2, acton: warn}}]}}\n", "document 2: spec.validate[1]: unknown field acton;", id="misspelt-entry-field"),
+        pytest.param(f"{API}kind: GPUPolicy\nspec: {{validate: [{{action: warn, message: m}}]}}\n", "document 1: spec.validate[0]: no check in this entry; the checks:", id="no-check"),
+    ],
+)  # fmt: skip
+def test_a_rules_file_that_is_not_rule_documents_fails_the_render_in_one_line(
+    text: str, said: str
+) -> None:
+    """helm template, install and upgrade render alike: the release fails, not the pod."""
+    done = run_helm("template", values={"rules": {"files": {"team.yaml": text}}})
+    assert done.returncode == 1
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert f'rules.files["team.yaml"]: {said}' in line, done.stderr
+
+
+def test_rule_files_of_comments_json_and_several_documents_render() -> None:
+    files = {
+        "20-hide-gpus.yaml": "# off: the shipped file replaced by nothing\n",
+        "team.yaml": f"# team a\n---\n{API}kind: GPUPolicy\nmetadata: {{name: a}}\n---\n{SETTINGS}",
+        "limits.yaml": f"{API}kind: GPUPolicy\nspec:\n  validate:\n  - maxGPUsPerPod: 2\n    action: warn\n    message: m\n  - wholeGPUsOnly: true\n",
+        "pools.json": json.dumps({"apiVersion": "gpu-webhook.io/v1alpha1", "kind": "GPUNodePool"}),
+    }
+    (config,) = kind(rendered({"rules": {"files": files}}), "ConfigMap")
+    assert {k: config["data"][k] for k in files} == files
+
+
+def _template_words(define: str) -> list[str]:
+    text = (CHART / "templates" / "_rulefiles.tpl").read_text()
+    start = f'define "{define}" -}}}}\n'
+    body = re.search(re.escape(start) + r"(.*?)\n\{\{- end", text, re.S)
+    assert body, define
+    return body.group(1).split()
+
+
+def test_the_templates_know_the_rule_kinds_the_server_knows() -> None:
+    assert _template_words("gpu-webhook.ruleKinds") == list(DOCUMENT_KINDS), (
+        "a rule kind was added or removed: list it in templates/_rulefiles.tpl"
+    )
+    checks = DOCUMENT_KINDS["GPUPolicy"]["properties"]["spec"]["properties"]["validate"]["items"]
+    assert _template_words("gpu-webhook.ruleChecks") == [
+        e["required"][0] for e in checks["oneOf"]
+    ], "a check was added or removed: list it in templates/_rulefiles.tpl"
+    assert _template_words("gpu-webhook.renamedRuleKinds") == [
+        f"{old}={new}" for old, (new, _) in RENAMED_KINDS.items()
+    ]
+
+
+def _validate_rules(objs: Any) -> list[dict[str, Any]]:
+    (config,) = kind(objs, "ValidatingWebhookConfiguration")
+    return next(w for w in config["webhooks"] if w["name"] == "validate.gpu-webhook.io")["rules"]
+
+
+def test_declared_workload_kinds_are_routed_to_validate_with_get_for_their_scale() -> None:
+    base, ours = rendered({}), rendered({"workloadKinds": WORKLOAD_KINDS})
+    added = _validate_rules(ours)[len(_validate_rules(base)) :]
+    assert _validate_rules(ours)[: len(_validate_rules(base))] == _validate_rules(base)
+    assert added == [
+        {"apiGroups": ["example.com"], "apiVersions": ["*"], "resources": ["trainingruns"],
+         "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"},
+        {"apiGroups": ["ml.example.org"], "apiVersions": ["v1", "v2beta1"],
+         "resources": ["sweeps", "trials"], "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"},
+        {"apiGroups": ["example.com"], "apiVersions": ["*"], "resources": ["trainingruns/scale"],
+         "operations": ["UPDATE"], "scope": "Namespaced"},
+    ]  # fmt: skip
+    # The mutating webhook and the rule objects' entry are not the declared kinds'.
+    mutating, validating = WEBHOOK_KINDS
+    assert webhooks(ours)[mutating] == webhooks(base)[mutating]
+    assert webhooks(ours)[validating][1:] == webhooks(base)[validating][1:]
+    (server,) = [r for r in kind(ours, "ClusterRole") if r["metadata"]["name"] == "gpu-webhook"]
+    (theirs,) = [r for r in kind(base, "ClusterRole") if r["metadata"]["name"] == "gpu-webhook"]
+    assert server["rules"] == [
+        *theirs["rules"],
+        {"apiGroups": ["example.com"], "resources": ["trainingruns"], "verbs": ["get"]},
+    ]
+    others = [r for r in kind(ours, "ClusterRole") + kind(ours, "Role") if r is not server]
+    assert others == [r for r in kind(base, "ClusterRole") + kind(base, "Role") if r is not theirs]
+
+
+def test_the_workload_kinds_value_renders_what_the_kustomize_overlay_patches() -> None:
+    overlay = kustomize("overlays/workload-kinds")
+    ours = rendered(
+        {"workloadKinds": [{"group": "example.com", "resources": ["trainingruns"], "scale": True}]}
+    )
+    assert webhooks(ours) == webhooks(overlay)
 
 
 def test_helm_uninstall_removes_both_webhook_configurations_before_anything_else() -> None:
@@ -589,15 +722,48 @@ CRD = {
 }  # fmt: skip
 
 
-def test_the_crds_of_deploy_base_are_installed_by_the_chart() -> None:
-    """The chart's crds/ are deploy/base/crds/ (scripts/sync-chart), and helm installs each
-    (their schemas are tested against every rule file in tests/deploy/test_crds.py)."""
-    installed = {c["metadata"]["name"]: c for c in kind(template({}), "CustomResourceDefinition")}
-    base = [
-        yaml.safe_load(p.read_text()) for p in sorted((ROOT / "deploy/base/crds").glob("*.yaml"))
+def _base_crds() -> dict[str, dict[str, Any]]:
+    crds = [yaml.safe_load(p.read_text()) for p in (ROOT / "deploy/base/crds").glob("*.yaml")]
+    assert crds
+    return {c["metadata"]["name"]: c for c in crds}
+
+
+def test_every_crd_of_deploy_base_is_a_template_helm_upgrades_and_uninstall_keeps() -> None:
+    """The chart renders every file scripts/gen-crds writes (no fixed list), as templates, not
+    from crds/ (which Helm installs once and never upgrades), labelled as the release's and
+    kept on uninstall (their schemas are tested against every rule file in
+    tests/deploy/test_crds.py)."""
+    assert not (CHART / "crds").exists()
+    installed = {c["metadata"]["name"]: c for c in kind(rendered({}), "CustomResourceDefinition")}
+    base = _base_crds()
+    assert set(installed) == set(base)
+    for name, crd in installed.items():
+        metadata = crd["metadata"]
+        assert {k: v for k, v in crd.items() if k != "metadata"} == {
+            k: v for k, v in base[name].items() if k != "metadata"
+        }
+        assert metadata["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert metadata["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        assert metadata["labels"]["app.kubernetes.io/instance"] == "gpu-webhook"
+
+
+def test_a_crd_file_gen_crds_adds_is_rendered_without_a_template_change(tmp_path: Path) -> None:
+    chart = tmp_path / "gpu-webhook"
+    shutil.copytree(CHART, chart)
+    (chart / "files" / "crds" / "zz-new.yaml").write_text(
+        yaml.safe_dump(CRD | {"metadata": {"name": "news.gpu-webhook.io"}})
+    )
+    names = {c["metadata"]["name"] for c in kind(template(chart=chart), "CustomResourceDefinition")}
+    assert names == set(_base_crds()) | {"news.gpu-webhook.io"}
+
+
+def test_crds_install_false_renders_no_crd_and_the_rest_unchanged() -> None:
+    objs, without = rendered({}), rendered({"crds": {"install": False}})
+    assert not kind(without, "CustomResourceDefinition")
+    names = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    assert [(o["kind"], o["metadata"]["name"]) for o in without] == [
+        n for n in names if n[0] != "CustomResourceDefinition"
     ]
-    assert base
-    assert installed == {c["metadata"]["name"]: c for c in base}
 
 
 def _names(objs: Any, of: str) -> set[str]:
@@ -657,3 +823,128 @@ def test_every_name_an_object_refers_to_is_an_object_of_the_release(
         r for r in kind(objs, "Role") if any("secrets" in rule["resources"] for rule in r["rules"])
     )
     assert certs_role["rules"][0]["resourceNames"] == [secret["metadata"]["name"]]
+
+
+# The chart as released before its CRDs moved out of crds/ (issue 44): deploy/helm/gpu-webhook
+# at commit fc672ce, packaged by `helm package` (tests/deploy/chart/README). Its WorkloadKind
+# CRD predates `scale`. Installed by a real helm into the loopback cluster, its CRDs are what
+# Helm's crds/ makes: applied once, with no release labels or annotations.
+PREVIOUS = ROOT / "tests" / "deploy" / "chart" / "gpu-webhook-0.1.0-fc672ce.tgz"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+OWNERSHIP_ERROR = re.compile(
+    r'CustomResourceDefinition "[a-z]+\.gpu-webhook\.io" in namespace "" exists and cannot be '
+    r"imported into the current release: invalid ownership metadata; label validation error: "
+    r'missing key "app.kubernetes.io/managed-by": must be set to "Helm"'
+)
+
+
+def helm_in(cluster: ChartCluster, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """helm against the loopback cluster, release gpu-webhook in namespace gpu-webhook."""
+    return subprocess.run(
+        [helm(), *args, "--namespace", "gpu-webhook", "--kubeconfig", str(cluster.kubeconfig(tmp_path))],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def upgrade(cluster: ChartCluster, tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return helm_in(cluster, tmp_path, "upgrade", "gpu-webhook", str(CHART),
+                   "--disable-openapi-validation", *flags)  # fmt: skip
+
+
+def crd_writes(cluster: ChartCluster, since: int) -> dict[str, list[Write]]:
+    found: dict[str, list[Write]] = {}
+    for write in cluster.writes[since:]:
+        if write.path.startswith(CRDS):
+            found.setdefault(write.path.removeprefix(CRDS), []).append(write)
+    return found
+
+
+@pytest.fixture
+def previous(tmp_path: Path) -> Iterator[ChartCluster]:
+    """A cluster where `helm install` of the previous chart has run."""
+    with chart_cluster() as cluster:
+        done = helm_in(cluster, tmp_path, "install", "gpu-webhook", str(PREVIOUS),
+                       "--disable-openapi-validation")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        yield cluster
+
+
+def test_the_previous_chart_leaves_older_crds_that_name_no_release(previous: ChartCluster) -> None:
+    crds = {p.removeprefix(CRDS): o for p, o in previous.objects.items() if p.startswith(CRDS)}
+    assert set(crds) == set(_base_crds())
+    for crd in crds.values():
+        assert "app.kubernetes.io/managed-by" not in crd["metadata"].get("labels", {})
+        assert "meta.helm.sh/release-name" not in crd["metadata"].get("annotations", {})
+    older = crds["workloadkinds.gpu-webhook.io"]["spec"]["versions"][0]["schema"]
+    assert "scale" not in older["openAPIV3Schema"]["properties"]["spec"]["properties"]
+
+
+def test_a_plain_upgrade_from_it_is_refused_before_anything_is_written(
+    previous: ChartCluster, tmp_path: Path
+) -> None:
+    """Helm checks ownership (pkg/action/upgrade.go performUpgrade, existingResourceConflict)
+    before it writes its release record or runs any hook: no pre-upgrade hook could adopt."""
+    before = len(previous.writes)
+    done = upgrade(previous, tmp_path)
+    assert done.returncode == 1
+    assert OWNERSHIP_ERROR.search(done.stderr), done.stderr
+    assert previous.writes[before:] == []
+
+
+def test_take_ownership_adopts_the_crds_and_applies_the_new_schema(
+    previous: ChartCluster, tmp_path: Path
+) -> None:
+    before = len(previous.writes)
+    done = upgrade(previous, tmp_path, "--take-ownership")
+    assert done.returncode == 0, done.stderr
+    sent = crd_writes(previous, before)
+    base = _base_crds()
+    assert set(sent) == set(base)
+    for name, (write,) in sent.items():
+        # Helm 4 applies server-side (the previous release was installed so): the whole object.
+        assert (write.method, write.content_type, write.dry_run) == ("PATCH", APPLY_PATCH, False)
+        assert write.body["spec"] == base[name]["spec"]
+        assert write.body["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        assert write.body["metadata"]["annotations"] == {
+            "helm.sh/resource-policy": "keep",
+            "meta.helm.sh/release-name": "gpu-webhook",
+            "meta.helm.sh/release-namespace": "gpu-webhook",
+        }
+    stored = previous.objects[CRDS + "workloadkinds.gpu-webhook.io"]["spec"]["versions"][0]
+    assert "scale" in stored["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    # Adopted once: the next upgrade needs no flag.
+    again = upgrade(previous, tmp_path)
+    assert again.returncode == 0, again.stderr
+
+
+def test_crds_labelled_as_the_releases_are_adopted_by_a_plain_upgrade(
+    previous: ChartCluster, tmp_path: Path
+) -> None:
+    """Helm before 3.17 has no --take-ownership: docs/deploy.md's kubectl label and annotate."""
+    for path, obj in previous.objects.items():
+        if path.startswith(CRDS):
+            obj["metadata"].setdefault("labels", {}).update(RELEASED["labels"])
+            obj["metadata"].setdefault("annotations", {}).update(RELEASED["annotations"])
+    before = len(previous.writes)
+    done = upgrade(previous, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert set(crd_writes(previous, before)) == set(_base_crds())
+
+
+def test_neither_crds_install_false_nor_uninstall_deletes_the_crds(
+    previous: ChartCluster, tmp_path: Path
+) -> None:
+    """Deleting a CRD deletes every GPUPolicy and rule object with it: both keep them."""
+    assert upgrade(previous, tmp_path, "--take-ownership").returncode == 0
+    before = len(previous.writes)
+    done = upgrade(previous, tmp_path, "--set", "crds.install=false")
+    assert done.returncode == 0, done.stderr
+    assert crd_writes(previous, before) == {}
+    done = helm_in(previous, tmp_path, "uninstall", "gpu-webhook")
+    assert done.returncode == 0, done.stderr
+    deleted = {w.path for w in previous.writes[before:] if w.method == "DELETE"}
+    assert "/apis/apps/v1/namespaces/gpu-webhook/deployments/gpu-webhook" in deleted
+    assert not [p for p in deleted if p.startswith(CRDS)]
+    assert {p.removeprefix(CRDS) for p in previous.objects if p.startswith(CRDS)} == set(
+        _base_crds()
+    )

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUSTOMIZATIONS = [
     "base", "overlays/fail-closed", "overlays/cert-manager", "overlays/audit", "overlays/monitoring",
+    "overlays/workload-kinds",
 ]  # fmt: skip
 FAILURE_POLICY = {
     "base": "Ignore",
@@ -36,7 +37,11 @@ FAILURE_POLICY = {
     "overlays/cert-manager": "Ignore",
     "overlays/audit": "Ignore",
     "overlays/monitoring": "Ignore",
+    "overlays/workload-kinds": "Ignore",
 }
+# The kinds an overlay routes beyond the built-in ones (a WorkloadKind's, issue 44): (group,
+# plural, routed scale).
+DECLARED_KINDS = {"overlays/workload-kinds": {("example.com", "trainingruns", True)}}
 # What the opt-in background audit adds (tests/deploy/test_audit_overlay.py checks it).
 AUDIT = {"app.kubernetes.io/component": "audit"}
 NAMESPACE = "gpu-webhook"
@@ -214,7 +219,11 @@ def test_scale_subresources_are_validated_exactly_for_the_kinds_that_have_one(na
             assert scales == [], kind
             continue
         listed = {(g, r) for rule in scales for g in rule["apiGroups"] for r in rule["resources"]}
-        assert listed == {(k.group, f"{k.resource}/scale") for k in BUILTIN_KINDS if k.scale}
+        declared = {(g, f"{r}/scale") for g, r, scale in DECLARED_KINDS.get(name, ()) if scale}
+        assert (
+            listed
+            == {(k.group, f"{k.resource}/scale") for k in BUILTIN_KINDS if k.scale} | declared
+        )
         for rule in scales:
             assert (rule["operations"], rule["apiVersions"]) == (["UPDATE"], ["*"])
 
@@ -230,7 +239,27 @@ def test_the_webhook_may_get_every_workload_whose_scale_it_judges(name):
         for g in rule["apiGroups"]
         for r in rule["resources"]
     }
-    assert {(k.group, k.resource) for k in BUILTIN_KINDS if k.scale} <= granted
+    declared = {(g, r) for g, r, scale in DECLARED_KINDS.get(name, ()) if scale}
+    assert {(k.group, k.resource) for k in BUILTIN_KINDS if k.scale} | declared <= granted
+
+
+def test_the_workload_kinds_overlay_routes_the_declared_kind_to_validate_only():
+    """deploy/overlays/workload-kinds: the documented patch adds, to the base, the declared
+    kind's CREATE/UPDATE and scale rules to validate.gpu-webhook.io and get on it; nothing else."""
+    base, ours = render("base"), render("overlays/workload-kinds")
+    ((_, theirs),) = [w for w in webhooks(base) if w[0].startswith("Validating")]
+    ((_, hook),) = [w for w in webhooks(ours) if w[0].startswith("Validating")]
+    assert hook["rules"][: len(theirs["rules"])] == theirs["rules"]
+    assert [(r["apiGroups"], r["resources"], r["operations"], r["scope"])
+            for r in hook["rules"][len(theirs["rules"]) :]] == [
+        (["example.com"], ["trainingruns"], ["CREATE", "UPDATE"], "Namespaced"),
+        (["example.com"], ["trainingruns/scale"], ["UPDATE"], "Namespaced"),
+    ]  # fmt: skip
+    added = [r for _, r in rbac_rules(ours) if r not in [x for _, x in rbac_rules(base)]]
+    assert added == [
+        {"apiGroups": ["example.com"], "resources": ["trainingruns"], "verbs": ["get"]}
+    ]
+    assert one(ours, "MutatingWebhookConfiguration") == one(base, "MutatingWebhookConfiguration")
 
 
 @each
@@ -363,7 +392,9 @@ RULE_OBJECT_RULES = [
     },
 ]
 # Issue 41: the workloads whose scale subresource the webhook judges, read by name.
-SCALED = {k.resource for k in BUILTIN_KINDS if k.scale}
+SCALED = {k.resource for k in BUILTIN_KINDS if k.scale} | {
+    r for ks in DECLARED_KINDS.values() for _, r, s in ks if s
+}
 SCALED_PARENT_RULES = [
     {"apiGroups": [""], "resources": ["replicationcontrollers"], "verbs": ["get"]},
     {
@@ -485,7 +516,10 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_dra_
         # Issue 41: the parent of a scale, by name.
         *SCALED_PARENT_RULES,
         *RULE_OBJECT_RULES,
-    ]
+        # Issue 44: the parent of a declared kind's scale (deploy/overlays/workload-kinds).
+        *({"apiGroups": [g], "resources": [r], "verbs": ["get"]}
+          for g, r, scale in sorted(DECLARED_KINDS.get(name, ())) if scale),
+    ]  # fmt: skip
 
 
 @each

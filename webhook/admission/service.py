@@ -39,15 +39,16 @@ from webhook.admission.lookups import ClusterReader, looked_up, with_parent, wor
 from webhook.admission.memo import DecisionMemo, Judgement
 from webhook.admission.response import Answer, PatchTooLarge, Verdict, reply
 from webhook.admission.review import AdmissionRequest
-from webhook.engine.evaluation.evaluate import evaluate
+from webhook.engine.evaluation.evaluate import evaluate, policy_findings
 from webhook.engine.evaluation.request import Request, Resource
 from webhook.engine.evaluation.scale import SCALE
 from webhook.engine.policy.crds import GROUP
 from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.exemptions import exemption_warnings
-from webhook.engine.policy.ruleset import Policy
+from webhook.engine.policy.ruleset import Policy, PolicyError, compile_policy
 from webhook.engine.policy.schema import DOCUMENT_KINDS
 from webhook.engine.scheduling.labelkeys import label_warnings
+from webhook.engine.scheduling.policyreach import Unmet
 from webhook.files.rulefiles import RuleSet, RuleStore
 from webhook.files.ruleobjects import RuleObject, rule_object_message
 
@@ -108,8 +109,12 @@ class AdmissionService:
         self.label_warnings: tuple[str, ...] = ()
         self._exemptions_judged: tuple[object, ...] = ()
         self.exemption_warnings: tuple[str, ...] = ()
+        self._values_judged: tuple[object, ...] = ()
+        # The rule values nothing in the cluster has (issue 42): logged, and the metric's.
+        self.unmet: tuple[Unmet, ...] = ()
         self.warn_unlabelled()
         self.warn_exemptions()
+        self.warn_unmet()
 
     def review(self, request: AdmissionRequest, *, mutate: bool) -> Outcome:
         skip = _skip_reason(request)
@@ -151,9 +156,27 @@ class AdmissionService:
             problems = (f"not usable ({type(exc).__name__}: {str(exc)[:100]})",)
             candidate = RuleObject(request.kind, "", 0, "", {})
         if not problems:
-            return Answer(reply(allowed=True), "allowed", rules_generation=generation)
+            warnings = [u.core for u in self._unmet_of(candidate)]
+            return Answer(
+                reply(allowed=True, warnings=warnings), "allowed", rules_generation=generation
+            )
         message = rule_object_message(request.kind, candidate.name, problems)
         return Answer(reply(allowed=False, message=message), "denied", rules_generation=generation)
+
+    def _unmet_of(self, candidate: RuleObject) -> list[Unmet]:
+        """What ``policy_findings`` says of a GPUPolicy object about to be applied, on the
+        cluster this server sees: ``kubectl apply`` prints it as a warning, and the object
+        is stored (a value no node has may be a GPU not bought yet)."""
+        if candidate.kind != "GPUPolicy":
+            return []
+        try:
+            alone = compile_policy([candidate.document])
+        except PolicyError:
+            return []  # judged above: not reached for an object with problems
+        current = self._policy(self.rules.current)
+        policy = dataclasses.replace(current, rules=alone.rules, settings=current.settings)
+        namespaces = _namespace_names(self.inventory)
+        return policy_findings(policy, view_of(self.inventory), namespaces=namespaces)
 
     def _judge(self, request: AdmissionRequest, ruleset: RuleSet) -> Judgement:
         engine_request = Request(
@@ -234,10 +257,38 @@ class AdmissionService:
         self.exemption_warnings = warnings
         return warnings
 
+    def warn_unmet(self) -> tuple[Unmet, ...]:
+        """Log each rule value that nothing in the cluster has (``policy_findings``), once,
+        at start and whenever the rules (files or objects) or the cluster view change; the
+        reloader asks with every readiness check and sets the metric from ``unmet``."""
+        policy = self.rules.current.policy
+        view = view_of(self.inventory)
+        namespaces = _namespace_names(self.inventory)
+        judged = (policy, view.snapshot, view.devices, view.pools, view.runtime_classes)
+        if (
+            self._values_judged
+            and all(a is b for a, b in zip(judged, self._values_judged[:-1], strict=True))
+            and namespaces == self._values_judged[-1]
+        ):
+            return self.unmet
+        self._values_judged = (*judged, namespaces)
+        found = tuple(policy_findings(policy, view, namespaces=namespaces))
+        before = {u.message for u in self.unmet}
+        for unmet in found:
+            if unmet.message not in before:
+                log.warning(
+                    "rule value matches nothing in the cluster: %s",
+                    unmet.message,
+                    extra={"rule": unmet.rule, "source": unmet.source, "path": unmet.path},
+                )
+        self.unmet = found
+        return found
+
     def ready(self) -> tuple[bool, str]:
         """Rules are loaded once the service exists; a live inventory must have synced."""
         self.warn_unlabelled()
         self.warn_exemptions()
+        self.warn_unmet()
         if self.inventory is not None and not self.inventory.ready():
             return False, NOT_SYNCED
         if not self.rules.objects_merged:
@@ -276,6 +327,12 @@ def _namespaces(source: InventorySource | None) -> Mapping[str, Mapping[str, str
     listed = getattr(source, "namespaces", None)
     found: Mapping[str, Mapping[str, str]] | None = listed() if listed is not None else None
     return found
+
+
+def _namespace_names(source: InventorySource | None) -> frozenset[str] | None:
+    """The namespaces a rule's ``match.namespaces`` are checked against; None: not known."""
+    found = _namespaces(source)
+    return None if found is None else frozenset(found)
 
 
 def _skip_reason(request: AdmissionRequest) -> str:

@@ -11,7 +11,7 @@ import contextlib
 import os
 import ssl
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlencode
@@ -24,6 +24,7 @@ from webhook import __version__
 
 USER_AGENT = f"gpu-webhook/{__version__}"
 IN_CLUSTER_HOST_ENV = "KUBERNETES_SERVICE_HOST"
+JSON_PATCH = "application/json-patch+json"
 T = TypeVar("T")
 
 
@@ -253,6 +254,12 @@ class ApiClient:
         data = orjson.dumps(body) if body is not None else None
         return self._json(path, {}, method=method, body=data)
 
+    def patch(self, path: str, ops: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+        """A JSON Patch (RFC 6902): its ``test`` operations make it a precondition."""
+        return self._json(
+            path, {}, method="PATCH", body=orjson.dumps(list(ops)), content_type=JSON_PATCH
+        )
+
     def serves(self, path: str) -> bool:
         """Whether the API server serves ``path`` (an API group version's discovery
         document): False on 404, ``ApiError`` when it cannot tell."""
@@ -330,6 +337,7 @@ class ApiClient:
         method: str = "GET",
         body: bytes | None = None,
         timeout: float | None = None,
+        content_type: str = "application/json",
     ) -> Mapping[str, Any]:
         response = self._request(
             path,
@@ -337,6 +345,7 @@ class ApiClient:
             read_timeout=self.request_timeout_seconds if timeout is None else timeout,
             method=method,
             body=body,
+            content_type=content_type,
             connect_timeout=CONNECT_TIMEOUT_SECONDS if timeout is None else timeout,
         )
         try:
@@ -356,6 +365,7 @@ class ApiClient:
         method: str = "GET",
         body: bytes | None = None,
         connect_timeout: float = 10.0,
+        content_type: str = "application/json",
     ) -> urllib3.BaseHTTPResponse:
         url = f"{self.endpoint.host}{path}"
         if query:
@@ -366,7 +376,7 @@ class ApiClient:
             "User-Agent": USER_AGENT,
         }
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         if self.endpoint.authorization is not None:
             try:
                 value = self.endpoint.authorization()

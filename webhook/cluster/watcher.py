@@ -40,9 +40,15 @@ from webhook.cluster.sources.inventorysource import (
     api_endpoint_from_kubeconfig,
 )
 from webhook.cluster.sources.poolsource import PoolCache, wire
-from webhook.cluster.sources.rulesource import RuleObjectCache, StatusKeeper, status_lease
+from webhook.cluster.sources.rulesource import (
+    ClusterSight,
+    RuleObjectCache,
+    StatusKeeper,
+    status_lease,
+)
+from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.resources.devices import TAINT_RULE
-from webhook.engine.resources.inventory import Node, node_from_json
+from webhook.engine.resources.inventory import Inventory, Node, node_from_json
 from webhook.engine.resources.quotas import Quota
 from webhook.files.rulefiles import RuleStore
 
@@ -142,6 +148,27 @@ class FeedState:
             relists=self.relists(),
             since_contact_seconds=since,
         )
+
+    def cluster_sight(self) -> ClusterSight | None:
+        """The nodes, pools, RuntimeClasses and namespaces, for the status writer to compare
+        the policies' values with (issue 42). None before the nodes are listed, and where
+        ResourceSlices exist: the watcher passes devices on unparsed, and a compare without
+        them would call a DRA product missing; the workers' log and metric say it there."""
+        nodes = self.nodes
+        if nodes is None or self.devices.objects("ResourceSlice"):
+            return None
+        try:
+            inventory = Inventory(list(nodes.values()))
+        except RuntimeError:  # changed under us by the node reflector: asked again later
+            return None
+        pools = self.pools.state()
+        view = InventoryView(
+            inventory,
+            runtime_classes=self.runtime_classes.names,
+            pools=pools.inventory() if pools.settled else None,
+        )
+        names = frozenset(self.namespaces.labels) if self.namespaces.synced else None
+        return ClusterSight(view, names)
 
     def greeting(self) -> bytes:
         """The whole state, as the first messages of a connection."""
@@ -396,6 +423,7 @@ class InventoryFeed:
             lease=status_lease(
                 client, namespace=options.lease_namespace, identity=options.identity
             ),
+            cluster=self.state.cluster_sight,
         )
         keeper.wake = self.state.rules_changed
         return keeper

@@ -148,6 +148,33 @@ AUDIT_FINDINGS = Gauge(
     multiprocess_mode="mostrecent",
 )
 _audit_labels: set[tuple[str, str]] = set()
+# Sources are rule files and policy objects, which admins make: capped, so that a
+# directory of a thousand files cannot grow every scrape.
+MAX_UNMEETABLE_SOURCES = 20
+OTHER_SOURCES = "other"  # the sources past the cap; at 0 from the start, so the series exists
+RULES_UNMEETABLE = Gauge(
+    "gpu_webhook_rules_unmeetable",
+    "Rules that cannot be met on this cluster (a value no node, pool or device has: every "
+    "GPU pod they match is denied), by source (rule file or policy object; past "
+    f"{MAX_UNMEETABLE_SOURCES} sources, other)",
+    ["source"],
+    multiprocess_mode="livemax",
+)
+_unmeetable_labels: set[str] = set()
+
+
+def rules_unmeetable(sources: Iterable[str]) -> None:
+    """Set the gauge to the rules per source that cannot be met (one entry per rule); a
+    source that has none any more goes to 0."""
+    counts: Tally[str] = Tally()
+    for source in sources:
+        known = source in counts or len(counts) < MAX_UNMEETABLE_SOURCES
+        counts[source if known else OTHER_SOURCES] += 1
+    for label in _unmeetable_labels - counts.keys():
+        RULES_UNMEETABLE.labels(label).set(0)
+    for label, count in counts.items():
+        RULES_UNMEETABLE.labels(label).set(count)
+    _unmeetable_labels.update(counts)
 
 
 def audit_findings(counts: Mapping[tuple[str, str], int]) -> None:
@@ -194,6 +221,7 @@ def initialise(policy: Policy) -> None:
     the kinds and rules come from the rule files, never from a request."""
     for result in ("success", "failure"):
         RELOADS.labels(result)
+    RULES_UNMEETABLE.labels(OTHER_SOURCES)
     kinds = sorted({kind.kind for kind in policy.kinds} | {"other"})
     for endpoint in ENDPOINT_NAMES:
         for code in REFUSALS:

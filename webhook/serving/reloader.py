@@ -76,6 +76,8 @@ class Reloader:
         metrics.rule_objects_not_in_force(key for key, v in verdicts.items() if not v.ready)
         ready, _ = self.service.ready()
         metrics.READY.set(1 if ready else 0)
+        unmeetable = {(u.rule, u.source) for u in self.service.unmet if u.blocking}
+        metrics.rules_unmeetable(source for _, source in sorted(unmeetable))
         source = self.service.inventory
         if source is not None:
             status = source.status()

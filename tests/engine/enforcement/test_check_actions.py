@@ -87,11 +87,19 @@ CASES = [
     ),
     pytest.param(
         lambda a: rule({"minGPUMemory": "40Gi"}, a),
-        pod({"nvidia.com/gpu": 1}),
-        inventory("timesliced"),
+        pod({"nvidia.com/gpu": 1}, nodeSelector={"nvidia.com/gpu.product": "Tesla-T4-SHARED"}),
+        inventory("mixed-cluster"),  # some GPUs have 40Gi: the pod can select them
         "r/minGPUMemory",
         "required node affinity nvidia.com/gpu.memory Gt 40959",
         id="minGPUMemory",
+    ),
+    pytest.param(
+        lambda a: rule({"minGPUMemory": "40Gi"}, a),
+        pod({"nvidia.com/gpu": 1}),
+        inventory("timesliced"),  # no GPU has 40Gi: the rule is at fault (issue 42)
+        "r/minGPUMemory",
+        "cannot be met on this cluster: GPU memory 40Gi matches no node, pool or device",
+        id="minGPUMemory-that-no-gpu-meets",
     ),
     pytest.param(
         lambda a: rule({"minGPUMemory": "40Gi"}, a),

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Unpack
 from urllib.parse import quote
 
@@ -31,8 +32,10 @@ from webhook.cluster.sources.kindwatch import (
     list_readable,
     served_resources,
 )
+from webhook.engine.evaluation.evaluate import policy_findings
+from webhook.engine.evaluation.request import InventoryView
 from webhook.engine.policy.crds import GROUP, NAMES, VERSION
-from webhook.engine.policy.ruleset import PolicyError
+from webhook.engine.policy.ruleset import Policy, PolicyError
 from webhook.files.rulefiles import RuleStore
 from webhook.files.ruleobjects import Key, RuleObject, Verdict
 
@@ -42,6 +45,12 @@ DISCOVERY_PATH = f"/apis/{GROUP_VERSION}"
 STATUS_LEASE = "gpu-webhook-policy-status"
 READY = "Ready"
 STALLED = "Stalled"
+# A GPUPolicy in force whose values the cluster has (True) or lacks (False, issue 42).
+CLUSTER_MATCH = "ClusterMatch"
+# How often the status writer compares the policies with the cluster when they did not
+# change: the cluster's nodes, pools and RuntimeClasses do, and a full compare builds an
+# inventory of every node.
+VALUES_SECONDS = 60.0
 
 
 def collection(kind: str) -> str:
@@ -277,8 +286,11 @@ def desired_status(
     *,
     now: dt.datetime,
     kept: RuleObject | None = None,
+    unmet: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The status an object should carry; the transition time moves only when Ready does."""
+    """The status an object should carry; the transition time moves only when Ready does.
+    ``unmet``: what ``policy_findings`` says of the object's values on this cluster (None:
+    not compared, and no ``ClusterMatch`` condition)."""
     ready = "True" if verdict.ready else "False"
     before = next(
         (
@@ -303,6 +315,8 @@ def desired_status(
         # checkGenericProperties): Flux's wait and kubectl-style tools read a custom
         # resource with Stalled True as failed; they do not read Ready.
         conditions.append({**condition, "type": STALLED, "status": "True"})
+    if unmet is not None and verdict.ready and obj.kind == "GPUPolicy":
+        conditions.append(_cluster_condition(unmet, current, verdict.generation, now=now))
     status: dict[str, Any] = {"observedGeneration": verdict.generation, "conditions": conditions}
     if kept is not None and verdict.kept_generation == kept.generation:
         # So that a restarted server keeps the same version in force (the API server
@@ -318,6 +332,32 @@ def desired_status(
         ]
         status["checks"] = ",".join(checks)
     return status
+
+
+def _cluster_condition(
+    unmet: Sequence[str], current: Mapping[str, Any], generation: int, *, now: dt.datetime
+) -> dict[str, Any]:
+    """``ClusterMatch``: False with the lines ``rules lint`` and ``serve`` print when a value
+    of the policy matches nothing the cluster has (issue 42), else True."""
+    state = "False" if unmet else "True"
+    before = next(
+        (
+            c
+            for c in current.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") == CLUSTER_MATCH
+        ),
+        None,
+    )
+    since = before.get("lastTransitionTime") if before and before.get("status") == state else None
+    return {
+        "type": CLUSTER_MATCH,
+        "status": state,
+        "reason": "UnmetValues" if unmet else "ValuesMet",
+        # The API server keeps a condition message to 32768 characters.
+        "message": "; ".join(unmet)[:4000] if unmet else "every value matches the cluster",
+        "observedGeneration": generation,
+        "lastTransitionTime": since or now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -346,7 +386,10 @@ class StatusWriter:
         self.written = 0
 
     def write(
-        self, verdicts: Mapping[Key, Verdict], in_force: Mapping[Key, RuleObject] | None = None
+        self,
+        verdicts: Mapping[Key, Verdict],
+        in_force: Mapping[Key, RuleObject] | None = None,
+        unmet: Mapping[Key, Sequence[str]] | None = None,
     ) -> None:
         for key, verdict in verdicts.items():
             seen = self.cache.current(key)
@@ -356,7 +399,14 @@ class StatusWriter:
             if obj.generation != verdict.generation:
                 continue  # judged an older version: the newer one is judged next
             kept = (in_force or {}).get(key)
-            status = desired_status(obj, verdict, current, now=self.clock(), kept=kept)
+            status = desired_status(
+                obj,
+                verdict,
+                current,
+                now=self.clock(),
+                kept=kept,
+                unmet=None if unmet is None else unmet.get(key, ()),
+            )
             if _same(status, current):
                 continue
             self._put(obj, status)
@@ -402,8 +452,12 @@ class StatusKeeper:
         rules: Callable[[], RuleStore],
         lease: Lease,
         tick_seconds: float = 2.0,
+        cluster: Callable[[], ClusterSight | None] | None = None,
     ) -> None:
         self.cache = cache
+        # What the watcher sees of the cluster, to compare the policies' values with.
+        self._cluster = cluster
+        self._unmet: tuple[int, float, Mapping[Key, Sequence[str]]] | None = None
         self._make_store = rules
         self.rules: RuleStore | None = None
         self._unusable = ""
@@ -445,7 +499,42 @@ class StatusKeeper:
         changed = store.reload_if_changed()
         if changed is False and store.last_error is not None:
             log.warning("rule files are broken; rule objects are judged against the last good")
-        self.writer.write(store.merged.verdicts, store.merged.in_force)
+        self.writer.write(store.merged.verdicts, store.merged.in_force, self._values(store))
+
+    def _values(self, store: RuleStore) -> Mapping[Key, Sequence[str]] | None:
+        """Per policy object, what ``policy_findings`` says of its values: when the rules
+        change, else every ``VALUES_SECONDS``; None while the cluster cannot be seen."""
+        if self._cluster is None:
+            return None
+        now, generation = time.monotonic(), store.current.generation
+        known = self._unmet
+        if known is not None and known[0] == generation and now - known[1] < VALUES_SECONDS:
+            return known[2]
+        sight = self._cluster()
+        if sight is None:
+            return None  # asked again at the next step: the nodes may be listed by then
+        found = object_findings(store.current.policy, sight)
+        self._unmet = (generation, now, found)
+        return found
+
+
+def object_findings(policy: Policy, sight: ClusterSight) -> dict[Key, list[str]]:
+    """Per policy object, the lines ``policy_findings`` gives of its values (rule files'
+    values are the log's and lint's): what its ``ClusterMatch`` condition says."""
+    found: dict[Key, list[str]] = {}
+    for unmet in policy_findings(policy, sight.view, namespaces=sight.namespaces):
+        ref = unmet.document
+        if ref is not None and ref.index < 0:  # an object's, not a file's
+            found.setdefault((ref.kind, ref.name), []).append(unmet.core)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSight:
+    """The cluster as the status writer may compare policies with it."""
+
+    view: InventoryView
+    namespaces: frozenset[str] | None = None
 
 
 def status_lease(client: ApiClient, *, namespace: str, identity: str) -> Lease:

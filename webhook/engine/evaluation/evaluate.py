@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -73,7 +73,7 @@ from webhook.engine.evaluation.updates import (
 from webhook.engine.kube.patch import Editor, lookup
 from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.kube.workloads import PodTemplate
-from webhook.engine.policy.decision import Decision, Finding, action_of, decide
+from webhook.engine.policy.decision import Decision, Finding, action_of, decide, shorten
 from webhook.engine.policy.ruleset import Mutations, Policy, Rule, Settings
 from webhook.engine.resources.cel.celbudget import close_review, open_review
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
@@ -109,6 +109,13 @@ from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
 from webhook.engine.scheduling.gke import auto_provisioning
 from webhook.engine.scheduling.gpunodes import bound_node_reach
+from webhook.engine.scheduling.policyreach import (
+    ClusterValues,
+    Unmet,
+    blocking_unmet,
+    cluster_values,
+    unmet_values,
+)
 from webhook.engine.scheduling.poolsizing import PoolSizing, size_pools
 from webhook.engine.scheduling.wholepod import (
     cluster_capacity_finding,
@@ -123,6 +130,57 @@ _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 NO_GPU_FACTS = GPUFacts()  # a node's cpu and memory alone: no GPU resource is asked
 _with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
 _sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
+_values: tuple[Policy, tuple[object, ...], ClusterValues | None] | None = None
+_blocking_memo: tuple[Policy, object, Mapping[tuple[str, str], Unmet]] | None = None
+
+
+def cluster_values_of(
+    policy: Policy, view: InventoryView, *, namespaces: Collection[str] | None = None
+) -> ClusterValues | None:
+    """What the view's nodes, pools (as every admission adds them) and devices offer to the
+    policy's values (issue 42), kept while the policy and the view's parts are the same
+    objects: a denial asks once per snapshot, not per review."""
+    global _values  # noqa: PLW0603 - a memo; the answer stays a function of its inputs
+    parts = (view.snapshot, view.devices, view.pools, view.runtime_classes)
+    known = _values
+    if (
+        namespaces is None
+        and known is not None
+        and known[0] is policy
+        and all(a is b for a, b in zip(known[1], parts, strict=True))
+    ):
+        return known[2]
+    values = cluster_values(
+        policy,
+        _inventory(view, policy),
+        view.usable_devices,
+        runtime_classes=view.runtime_classes,
+        namespaces=namespaces,
+    )
+    if namespaces is None:
+        _values = (policy, parts, values)
+    return values
+
+
+def _blocking(policy: Policy, view: InventoryView) -> Mapping[tuple[str, str], Unmet]:
+    """``blocking_unmet`` of the memoised values, kept with them: a review with a rule
+    finding asks it, and the answer changes only with the policy or the view."""
+    global _blocking_memo  # noqa: PLW0603 - a memo, as _values
+    values = cluster_values_of(policy, view)
+    known = _blocking_memo
+    if known is not None and known[0] is policy and known[1] is values:
+        return known[2]
+    found = blocking_unmet(policy, values)
+    _blocking_memo = (policy, values, found)
+    return found
+
+
+def policy_findings(
+    policy: Policy, view: InventoryView, *, namespaces: Collection[str] | None = None
+) -> list[Unmet]:
+    """Every rule value the cluster has nothing for (``scheduling.policyreach``): the one
+    function ``rules lint``, ``serve``, ``/validate`` and the status writer call."""
+    return unmet_values(policy, cluster_values_of(policy, view, namespaces=namespaces))
 
 
 def _inventory(view: InventoryView, policy: Policy) -> Inventory | None:
@@ -216,8 +274,48 @@ def _evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> 
         return _pod_update(request, templates[0], policy=policy, inventory=inventory)
     decision = _evaluate_object(request, templates, policy=policy, inventory=inventory)
     if decision.allowed:
+        return _unmeetable_said(decision, policy, inventory) if decision.findings else decision
+    decision = _without_own_denials(
+        request, templates, policy, inventory=inventory, decision=decision
+    )
+    return _unmeetable_said(decision, policy, inventory)
+
+
+def _unmeetable_said(decision: Decision, policy: Policy, view: InventoryView) -> Decision:
+    """A rule's finding that one of its values causes, a value nothing in the cluster has
+    (issue 42), says so: the rule cannot be met on this cluster, by its file or object, and
+    only the cluster admin can fix it. A denial stays a denial (the pod would not run where
+    the rule wants it, and the admin was warned at lint, reload and apply); what goes is any
+    advice to the pod's author, who can do nothing about it. Warn and audit say the same."""
+    if all(f.rule == "builtin" and f.check != "unknownRuntimeClass" for f in decision.findings):
         return decision
-    return _without_own_denials(request, templates, policy, inventory=inventory, decision=decision)
+    blocking = _blocking(policy, view)
+    if not blocking:
+        return decision
+    # The RuntimeClass a rule sets is judged by the built-in check, which names the rule.
+    classes = {u.rule: u for (_, check), u in blocking.items() if check == "runtimeClassName"}
+    findings = []
+    warnings = dict.fromkeys(decision.warnings, "")
+    audit = dict(decision.audit)
+    for found in decision.findings:
+        unmet = blocking.get((found.rule, found.check))
+        if found.check == "unknownRuntimeClass":
+            unmet = next(
+                (u for r, u in classes.items() if f"(set by rule {r})" in found.message), None
+            )
+        if unmet is not None:
+            said = replace(
+                found,
+                message=unmet.denial,
+                summary=f"rule cannot be met on this cluster: {unmet.value} {unmet.nowhere}",
+            )
+            # The warning and audit annotation decide() made of it, said alike.
+            warnings = {said.warning if w == found.warning else w: "" for w in warnings}
+            if found.audit_key in audit and found.action == "audit":
+                audit[found.audit_key] = shorten(said.message, 1000)
+            found = said  # noqa: PLW2901 - the finding, reworded
+        findings.append(found)
+    return replace(decision, findings=tuple(findings), warnings=tuple(warnings), audit=audit)
 
 
 def _without_own_denials(

@@ -153,6 +153,11 @@ class Match:
     # ``namespaces`` as written, globs included: what an exemption by name hands to whoever
     # creates a namespace of that name (``webhook.engine.policy.exemptions``).
     namespace_patterns: tuple[str, ...] = ()
+    # The other globs as written, for what turns a rule into CEL
+    # (``webhook.engine.policy.admissionpolicies``).
+    exclude_patterns: tuple[str, ...] = ()
+    resource_patterns: tuple[str, ...] = ()
+    device_class_patterns: tuple[str, ...] = ()
 
     def matches(
         self,
@@ -267,6 +272,9 @@ class Rule:
     document: DocumentRef | None = None
     # Built-in checks and mutations (``schema.EXEMPTIONS``) that pods this rule matches are spared.
     exempt: frozenset[str] = frozenset()
+    # The document's spec as written: the values ``scheduling.policyreach`` compares with
+    # the cluster, each with its path (issue 42).
+    spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -542,6 +550,9 @@ def _compile_match(spec: Mapping[str, Any], *, exempting: bool = False) -> Match
         gpu_max=count.get("max"),
         namespace_names=frozenset(namespaces) if namespaces is not None and not has_glob else None,
         namespace_patterns=tuple(str(n) for n in namespaces or ()),
+        exclude_patterns=tuple(str(n) for n in excluded or ()),
+        resource_patterns=tuple(str(n) for n in resources or ()),
+        device_class_patterns=tuple(str(n) for n in classes or ()),
     )
 
 
@@ -592,6 +603,7 @@ def _compile_rule(ref: DocumentRef, spec: Mapping[str, Any], problems: list[Poli
         mutations=_compile_mutations(ref, spec.get("mutate") or {}, problems),
         document=ref,
         exempt=exempt,
+        spec=spec,
     )
 
 
