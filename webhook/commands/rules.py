@@ -19,6 +19,7 @@ from webhook.commands import (
     fail,
     live_rules,
     rules_directory,
+    say,
 )
 from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.policy.crds import resource_of
@@ -177,7 +178,7 @@ def _lint(args: argparse.Namespace) -> int:
         policy = load_policy(path)
     except PolicyError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            say(str(problem))
         print(f"{counted(len(exc.problems), 'problem')} found", file=sys.stderr)
         return 1
     if namespaces is None and (args.kubeconfig or args.context):  # with --inventory
@@ -196,9 +197,9 @@ def _lint(args: argparse.Namespace) -> int:
         values = cluster_values_of(policy, view, namespaces=namespaces)
     warnings += [unmet.problem for unmet in unmet_values(policy, values)]
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        say(f"warning: {warning}")
     for notice in not_checked(policy, values):
-        print(f"notice: {notice}", file=sys.stderr)
+        say(f"notice: {notice}")
     print(
         f"{path}: {counted(len(policy.rules), 'rule')}, "
         f"{counted(len(policy.node_pools), 'node pool')}, no problems"
@@ -232,7 +233,7 @@ def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, set[str] 
     except ApiError as exc:
         return _fail(f"cannot read the cluster's nodes and namespaces: {exc}"), None
     for notice in notices:
-        print(f"notice: {notice}", file=sys.stderr)
+        say(f"notice: {notice}")
     return view, namespaces
 
 
@@ -262,7 +263,7 @@ def _export(args: argparse.Namespace) -> int:
         compile_rule_files(files, directory=path)
     except PolicyError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            say(str(problem))
         print(f"{counted(len(exc.problems), 'problem')} found; nothing exported", file=sys.stderr)
         return 1
     documents, _ = read_documents(files)
@@ -297,15 +298,15 @@ def _admission_policies(args: argparse.Namespace) -> int:
         policy = merged.policy
     except PolicyError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            say(str(problem))
         print(f"{counted(len(exc.problems), 'problem')} found; nothing printed", file=sys.stderr)
         return 1
     for key, verdict in merged.verdicts.items():
         if not verdict.ready:
-            print(f"not in force: {'/'.join(key)}: {'; '.join(verdict.problems)}", file=sys.stderr)
+            say(f"not in force: {'/'.join(key)}: {'; '.join(verdict.problems)}")
     generated = admission_policies(policy)
     for skipped in generated.skipped:
-        print(f"skipped: {skipped}", file=sys.stderr)
+        say(f"skipped: {skipped}")
     if args.output_dir is not None:
         target = Path(args.output_dir)
         target.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ from webhook.engine.resources.devices import (
 )
 from webhook.engine.scheduling.dra import gpu_names, pod_claims
 from webhook.files.context import review_time
+from webhook.reports.escape import terminal_text
 from webhook.reports.inventory import table
 
 Verdict = Literal["deny", "warn", "audit", "pass"]
@@ -448,4 +449,4 @@ def render_text(
     ]
     if failing:
         lines.append("would fail after admission: " + "; ".join(failing))
-    return "\n".join(lines) + "\n"
+    return terminal_text(lines)

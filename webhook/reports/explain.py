@@ -36,6 +36,7 @@ from webhook.engine.scheduling.dra import device_counts, fit, pod_claims, reques
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.files.context import review_time
 from webhook.reports.audit import ObjectRef, finding_json, waiver_json, waiver_line
+from webhook.reports.escape import terminal_text
 from webhook.reports.inventory import NO_GPU, class_key, dra_product, dra_products, table
 from webhook.reports.pools import PoolAnswer, pool_answers, sizing
 
@@ -594,7 +595,7 @@ def render_text(explanation: Explanation) -> str:
         )
     if not e.understood:
         lines.append("  holds no pod template the webhook understands: nothing to explain")
-        return "\n".join(lines) + "\n"
+        return terminal_text(lines)
     for template in e.templates:
         lines += ["", _requests_line(template)]
         lines += [f"  {note}" for note in template.unoffered]
@@ -628,7 +629,7 @@ def render_text(explanation: Explanation) -> str:
             f"  {held} came from DRA: ResourceClaim {e.extended_claim}, made by the scheduler "
             "(pod.status.extendedResourceClaimStatus)"
         )
-    return "\n".join(lines) + "\n"
+    return terminal_text(lines)
 
 
 def _requests_line(template: TemplateAnswer) -> str:
