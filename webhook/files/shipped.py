@@ -43,7 +43,10 @@ def cuda_table() -> dict[str, Any]:
         raw = _text(CUDA_TABLE)
     except (FileNotFoundError, ModuleNotFoundError, OSError):
         return {}
-    data = yaml.safe_load(raw)
+    # libyaml's parser where PyYAML has it: the same safe constructors and resolvers, and
+    # the pure-Python parser of this 7 KB table was the largest cost of ``check`` after
+    # its imports (bench/startup.py).
+    data = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return data if isinstance(data, dict) else {}
 
 
