@@ -38,9 +38,8 @@ from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import applied_together, files_view
 from webhook.files.inventoryfile import InventoryFileError
 from webhook.files.manifests import Document, load_manifests
-from webhook.reports.audit import finding_json
 from webhook.reports.colour import Paint
-from webhook.reports.explain import object_diff
+from webhook.reports.findings import finding_json, object_diff
 from webhook.reports.results import (
     CI_FORMATS,
     Outcome,

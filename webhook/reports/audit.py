@@ -28,6 +28,7 @@ from webhook.engine.resources.devices import (
     is_dra_object,
 )
 from webhook.engine.scheduling.dra import gpu_names, pod_claims
+from webhook.reports.findings import finding_json
 from webhook.reports.inventory import table
 
 Verdict = Literal["deny", "warn", "audit", "pass"]
@@ -38,17 +39,6 @@ MAX_OWNER_DEPTH = 8
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 # Judged on create as objects of their own (webhook.engine.evaluation.claimobjects).
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
-
-
-def finding_json(finding: Finding) -> dict[str, str]:
-    """A finding as ``check -o json``, ``audit -o json`` and ``explain -o json`` show it."""
-    return {
-        "rule": finding.rule,
-        "check": finding.check,
-        "action": finding.action,
-        "message": finding.message,
-        "path": finding.path,
-    }
 
 
 @dataclass(frozen=True, slots=True)

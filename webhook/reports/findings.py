@@ -1,0 +1,34 @@
+"""How a decision reads outside the engine, in the forms every command shares: a finding
+as JSON and a mutation as a diff.
+
+Kept apart from ``audit`` and ``explain`` so that ``check`` of one file, which shows
+both, imports neither report and the engine parts they alone need (bench/startup.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from webhook.engine.policy.decision import Finding
+
+
+def finding_json(finding: Finding) -> dict[str, str]:
+    """A finding as ``check -o json``, ``audit -o json`` and ``explain -o json`` show it."""
+    return {
+        "rule": finding.rule,
+        "check": finding.check,
+        "action": finding.action,
+        "message": finding.message,
+        "path": finding.path,
+    }
+
+
+def object_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """A unified diff of two objects as YAML: how people read a patch."""
+    old = yaml.safe_dump(dict(before), sort_keys=False).splitlines()
+    new = yaml.safe_dump(dict(after), sort_keys=False).splitlines()
+    return list(difflib.unified_diff(old, new, "original", "mutated", n=2, lineterm=""))
