@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -18,15 +18,12 @@ from webhook.commands import (
     fail,
     rules_directory,
 )
-from webhook.engine.evaluation.request import NO_INVENTORY
 from webhook.engine.policy.crds import resource_of
 from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
-from webhook.engine.resources.inventory import Node
-from webhook.engine.scheduling.labelkeys import label_warnings
+from webhook.engine.resources.inventory import Inventory, Node
 from webhook.engine.scheduling.schedulability import memory_warnings
-from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.rulefiles import (
     RULE_SUFFIXES,
     compile_rule_files,
@@ -35,6 +32,9 @@ from webhook.files.rulefiles import (
     read_rule_files,
 )
 from webhook.reports.wording import counted
+
+if TYPE_CHECKING:
+    from webhook.engine.resources.devices import DeviceInventory
 
 
 def register(sub: Any) -> None:
@@ -122,13 +122,19 @@ def _lint(args: argparse.Namespace) -> int:
     if Path(path).is_file() and Path(path).suffix not in RULE_SUFFIXES:
         return _fail(f"{path}: not a rule file; rule files end in {', '.join(RULE_SUFFIXES)}")
     nodes: tuple[Node, ...] = ()
-    view = NO_INVENTORY
+    snapshot: Inventory | None = None
+    devices: DeviceInventory | None = None
     if args.inventory:
+        # Only with an inventory: the inventory file's parser and the device model are
+        # a third of what lint of rules alone would import (bench/startup.py).
+        from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
+
         try:
             view = load_inventory_file(args.inventory).view()
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}")
-        nodes = view.snapshot.nodes if view.snapshot is not None else ()
+        snapshot, devices = view.snapshot, view.devices
+        nodes = snapshot.nodes if snapshot is not None else ()
     try:
         policy = load_policy(path)
     except PolicyError as exc:
@@ -143,7 +149,10 @@ def _lint(args: argparse.Namespace) -> int:
             return found
         namespaces = found
     warnings = memory_warnings(policy, nodes)
-    warnings += label_warnings(policy, view.snapshot, view.devices)
+    if snapshot is not None:  # label_warnings finds nothing without nodes to look at
+        from webhook.engine.scheduling.labelkeys import label_warnings
+
+        warnings += label_warnings(policy, snapshot, devices)
     warnings += exemption_warnings(policy, namespaces)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
