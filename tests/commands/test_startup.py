@@ -82,6 +82,8 @@ POD = str(ROOT / "examples" / "gpu-pod.yaml")
             | SERVER
             | CERTIFICATES
             | {"celpy", "lark", "webhook.reports.audit", "webhook.reports.explain"}
+            # Valid rules are told valid without jsonschema (webhook.files.schemasubset).
+            | SCHEMA
             | (EVERY_COMMAND - {"webhook.commands.check"}),
             id="check of a file reads no cluster",
         ),
@@ -97,12 +99,14 @@ POD = str(ROOT / "examples" / "gpu-pod.yaml")
         ),
         pytest.param(
             ["rules", "lint", str(RULES)],
-            {"webhook.commands.rules", "jsonschema"},
-            # Without --inventory: no inventory parser, device model or evaluation.
+            {"webhook.commands.rules", "webhook.files.schemasubset"},
+            # Without --inventory: no inventory parser, device model or evaluation; valid
+            # rules need no jsonschema.
             CLUSTER
             | SERVER
             | CERTIFICATES
             | INVENTORY_READING
+            | SCHEMA
             | (EVERY_COMMAND - {"webhook.commands.rules"}),
             id="rules lint reads only rules",
         ),
