@@ -8,7 +8,6 @@ that could not be judged, each with the file and line a reviewer should open.
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -86,6 +85,10 @@ def exit_code(outcomes: Iterable[Outcome], *, warn_exit_code: int | None) -> int
 def junit(outcomes: Sequence[Outcome], *, suite: str, warnings_fail: bool) -> str:
     """A test case per object; a ``failure`` per denial (and per warning when warnings
     fail), an ``error`` for what could not be judged; other warnings as ``system-out``."""
+    # Only for --output junit: ElementTree and expat cost check of one pod a fiftieth of
+    # its start (bench/startup.py).
+    import xml.etree.ElementTree as ET
+
     failures = errors = 0
     root = ET.Element("testsuites", name=suite)
     tests = ET.SubElement(root, "testsuite", name=suite)
