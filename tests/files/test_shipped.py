@@ -33,3 +33,13 @@ def test_a_small_inventory_file_is_the_same_inventory_whether_or_not_it_is_compa
         compacted.pools,
         compacted.quotas,
     )
+
+
+def test_the_data_directory_read_from_disk_is_the_package_data() -> None:
+    from importlib import resources
+
+    from webhook.files.shipped import CUDA_TABLE, DATA, KUBE_SCHEMAS, _text
+
+    for name in (CUDA_TABLE, KUBE_SCHEMAS):
+        assert (DATA / name).is_file()
+        assert _text(name) == resources.files("webhook").joinpath("data", name).read_text("utf-8")

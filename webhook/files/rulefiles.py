@@ -15,7 +15,6 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -228,6 +227,8 @@ def shipped_rules() -> Path:
     """The default policy installed with the command (``webhook/data/rules``, a link to the
     repository's ``rules/`` that the wheel carries as package data), for use outside a
     checkout."""
+    from importlib import resources  # only here: it imports zipfile and tempfile
+
     return Path(str(resources.files("webhook").joinpath("data", "rules")))
 
 
