@@ -39,10 +39,9 @@ from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import applied_together, files_view, review_time
 from webhook.files.inventoryfile import InventoryFileError
 from webhook.files.manifests import Document, load_manifests
-from webhook.reports.audit import finding_json, waiver_json, waiver_line
 from webhook.reports.colour import Paint
 from webhook.reports.escape import for_terminal, for_yaml_comment
-from webhook.reports.explain import object_diff
+from webhook.reports.findings import finding_json, object_diff, waiver_json, waiver_line
 from webhook.reports.results import (
     CI_FORMATS,
     Outcome,

@@ -27,10 +27,8 @@ from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
-from webhook.engine.scheduling.labelkeys import label_warnings
 from webhook.engine.scheduling.policyreach import not_checked, unmet_values
 from webhook.engine.scheduling.schedulability import memory_warnings
-from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import load_manifests
 from webhook.files.rulefiles import (
     RULE_SUFFIXES,
@@ -187,7 +185,10 @@ def _lint(args: argparse.Namespace) -> int:
             return found
         namespaces = found
     warnings = memory_warnings(policy, nodes)
-    warnings += label_warnings(policy, view.snapshot, view.devices)
+    if view.snapshot is not None:  # label_warnings finds nothing without nodes to look at
+        from webhook.engine.scheduling.labelkeys import label_warnings
+
+        warnings += label_warnings(policy, view.snapshot, view.devices)
     warnings += exemption_warnings(policy, namespaces)
     values = None
     if nodes:
@@ -212,6 +213,10 @@ def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, set[str] 
     """The cluster the rules are checked against: an inventory file, a live cluster (with
     its namespaces, which no file holds), or none; an exit code when it is unusable."""
     if args.inventory:
+        # Only with an inventory: the inventory file's parser and the device model are a
+        # third of what lint of rules alone would import (bench/startup.py).
+        from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
+
         try:
             return load_inventory_file(args.inventory).view(), None
         except InventoryFileError as exc:

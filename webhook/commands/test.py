@@ -198,7 +198,7 @@ def _case(
     answer: Checked | Outcome,
 ) -> CaseResult:
     from webhook.engine.policy.policytest import actual_said, mismatches
-    from webhook.reports.audit import finding_json
+    from webhook.reports.findings import finding_json
     from webhook.reports.policytests import CaseResult
     from webhook.reports.results import Outcome
 

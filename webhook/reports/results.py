@@ -8,7 +8,6 @@ that could not be judged, each with the file and line a reviewer should open.
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -90,6 +89,10 @@ def junit(outcomes: Sequence[Outcome], *, suite: str, warnings_fail: bool) -> st
     fail), an ``error`` for what could not be judged; other warnings as ``system-out``.
     Every name and message goes through ``for_xml``, each said on one line: one control
     character in a name would make the report unreadable, and CI would drop it whole."""
+    # Only for --output junit: ElementTree and expat cost check of one pod a fiftieth of
+    # its start (bench/startup.py).
+    import xml.etree.ElementTree as ET
+
     failures = errors = 0
     root = ET.Element("testsuites", name=for_xml(suite, one_line=True))
     tests = ET.SubElement(root, "testsuite", name=for_xml(suite, one_line=True))
