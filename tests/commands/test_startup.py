@@ -83,7 +83,7 @@ POD = str(ROOT / "examples" / "gpu-pod.yaml")
             | CERTIFICATES
             | {"celpy", "lark", "webhook.reports.audit", "webhook.reports.explain"}
             | {"importlib.resources", "xml.etree.ElementTree"}
-            # Valid rules are told valid without jsonschema (webhook.files.schemasubset).
+            # Valid rules are told valid without jsonschema (webhook.engine.policy.schemasubset).
             | SCHEMA
             | (EVERY_COMMAND - {"webhook.commands.check"}),
             id="check of a file reads no cluster",
@@ -100,7 +100,7 @@ POD = str(ROOT / "examples" / "gpu-pod.yaml")
         ),
         pytest.param(
             ["rules", "lint", str(RULES)],
-            {"webhook.commands.rules", "webhook.files.schemasubset"},
+            {"webhook.commands.rules", "webhook.engine.policy.schemasubset"},
             # Without --inventory: no inventory parser, device model or evaluation; valid
             # rules need no jsonschema.
             CLUSTER

@@ -27,7 +27,7 @@ from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
-from webhook.engine.scheduling.policyreach import not_checked, unmet_values
+from webhook.engine.scheduling.policyvalues.policyreach import not_checked, unmet_values
 from webhook.engine.scheduling.schedulability import memory_warnings
 from webhook.files.manifests import load_manifests
 from webhook.files.rulefiles import (
@@ -186,7 +186,7 @@ def _lint(args: argparse.Namespace) -> int:
         namespaces = found
     warnings = memory_warnings(policy, nodes)
     if view.snapshot is not None:  # label_warnings finds nothing without nodes to look at
-        from webhook.engine.scheduling.labelkeys import label_warnings
+        from webhook.engine.scheduling.policyvalues.labelkeys import label_warnings
 
         warnings += label_warnings(policy, view.snapshot, view.devices)
     warnings += exemption_warnings(policy, namespaces)
@@ -290,7 +290,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _admission_policies(args: argparse.Namespace) -> int:
-    from webhook.engine.policy.admissionpolicies import admission_policies
+    from webhook.engine.policy.admissioncel.policies import admission_policies
 
     path, _ = rules_directory(args.path)
     if not Path(path).exists():

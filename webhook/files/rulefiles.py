@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from webhook.engine.policy import schemasubset
 from webhook.engine.policy.decision import MAX_REASON, shorten
 from webhook.engine.policy.policytest import SUITE_KIND
 from webhook.engine.policy.ruleset import (
@@ -35,7 +36,7 @@ from webhook.engine.policy.schema import (
     RENAMED_KINDS,
     qualified_name,
 )
-from webhook.files import celparser, schemasubset
+from webhook.files import celparser
 from webhook.files.jsonvalues import (
     MAX_PROBLEMS,
     MAX_RULE_BYTES,

@@ -110,7 +110,7 @@ from webhook.engine.scheduling.gangdevices import pod_devices
 from webhook.engine.scheduling.gangs import gang_findings, may_be_gang
 from webhook.engine.scheduling.gke import auto_provisioning
 from webhook.engine.scheduling.gpunodes import bound_node_reach
-from webhook.engine.scheduling.policyreach import (
+from webhook.engine.scheduling.policyvalues.policyreach import (
     ClusterValues,
     Unmet,
     blocking_unmet,

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 
 from tests.builders import ROOT
 from webhook.engine.policy.schema import DOCUMENT_KINDS
-from webhook.files.schemasubset import valid
+from webhook.engine.policy.schemasubset import valid
 
 REPLACEMENTS: list[Any] = [None, True, False, 0, -1, 2, 1.5, 1.0, "", "x", "1", [], ["x"], [1], {}]
 REPLACEMENTS += [{"x": 1}, {"name": "x"}]
