@@ -106,6 +106,26 @@ def _with_variables(policy: Mapping[str, Any], activation: dict[str, Any]) -> di
     return activation
 
 
+def selects(
+    binding: Mapping[str, Any], namespace: str, labels: Mapping[str, str] | None = None
+) -> bool:
+    """Whether the binding's ``namespaceSelector`` takes ``namespace``, as the API server
+    matches it: on the namespace's labels, ``kubernetes.io/metadata.name`` among them."""
+    labels = {**(labels or {}), "kubernetes.io/metadata.name": namespace}
+    selector = binding["spec"].get("matchResources", {}).get("namespaceSelector") or {}
+    for term in selector.get("matchExpressions") or []:
+        value, values = labels.get(term["key"]), term.get("values") or []
+        held = {
+            "In": value in values,
+            "NotIn": value not in values,
+            "Exists": value is not None,
+            "DoesNotExist": value is None,
+        }[term["operator"]]
+        if not held:
+            return False
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
 def refusals(
     policy: Mapping[str, Any],
     obj: Mapping[str, Any],

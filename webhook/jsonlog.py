@@ -18,6 +18,7 @@ a name, a body the engine could not read that the traceback quotes), and one rev
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +29,10 @@ MAX_FIELD_CHARS = 1024  # a Kubernetes name is at most 253; a message, a few hun
 MAX_ITEMS = 64
 MAX_EXCEPTION_CHARS = 16 * 1024  # a traceback of our code is a few KiB
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+# What orjson writes as it is though a terminal may act on it: C1 controls (U+009B is CSI to
+# some terminals showing ``kubectl logs``) and the Unicode line separators. They can only
+# be in a string of the line, where their \u escapes mean the same.
+_RAW_IN_JSON = re.compile(rb"\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]")
 
 
 class JsonFormatter(logging.Formatter):
@@ -58,7 +63,7 @@ class JsonFormatter(logging.Formatter):
         text = orjson.dumps(line, default=str)
         if len(text) > MAX_FIELD_CHARS:
             text = orjson.dumps(clipped(line), default=str)
-        return text.decode()
+        return escaped_controls(text).decode()
 
     def time_text(self, created: float) -> str:
         second = int(created)
@@ -67,6 +72,18 @@ class JsonFormatter(logging.Formatter):
             self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
             self._second = second
         return f"{self._second_text}.{int((created - second) * 1000):03d}Z"
+
+
+def escaped_controls(line: bytes) -> bytes:
+    """A JSON line with the characters of ``_RAW_IN_JSON`` as ``\\u`` escapes (orjson
+    escapes C0, ESC included); an ASCII line, the usual one, costs one check."""
+    if line.isascii():
+        return line
+    return _RAW_IN_JSON.sub(_escaped, line)
+
+
+def _escaped(match: re.Match[bytes]) -> bytes:
+    return b"\\u%04x" % ord(match.group().decode())
 
 
 def clipped(line: Mapping[str, Any]) -> dict[str, Any]:

@@ -71,6 +71,14 @@ def test_control_characters_in_a_warning_become_spaces_so_the_api_server_keeps_i
     assert sent == ["a b c d"]
 
 
+def test_control_characters_in_a_denial_become_spaces_so_kubectl_prints_no_escape():
+    message = "container \x1b]0;owned\x07 asks\r\nfor \x9b2J GPUs"
+
+    sent = reply(allowed=False, message=message).body("u")["response"]["status"]["message"]
+
+    assert sent == "container  ]0;owned  asks  for  2J GPUs"
+
+
 @pytest.mark.parametrize(
     "uid",
     [
@@ -100,7 +108,7 @@ def test_a_reply_encoded_once_is_the_answer_for_any_uid(uid, allowed):
     assert response["warnings"] == ["a warning that quotes  uid "]  # controls made spaces
     assert response["auditAnnotations"] == {"gpu-webhook/rule": "\x00uid\x00"}
     if not allowed:
-        assert response["status"]["message"] == "a message that quotes \x00uid\x00"
+        assert response["status"]["message"] == "a message that quotes  uid "
 
 
 # --- answers bounded in size (issue 27) ---------------------------------------------------

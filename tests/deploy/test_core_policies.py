@@ -20,7 +20,7 @@ from tests.deploy.test_chart import kind, run_helm
 from tests.deploy.test_manifests import kubectl
 from tests.deploy.test_manifests import render as kustomize
 from tests.kubeschema import validation_error
-from webhook.engine.policy.admissionpolicies import admission_policies
+from webhook.engine.policy.admissioncel.policies import admission_policies
 from webhook.files.rulefiles import load_policy
 
 MAP_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"

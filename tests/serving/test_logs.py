@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -208,3 +209,26 @@ def test_a_log_line_quoting_a_huge_uid_in_its_message_and_traceback_stays_short(
     assert line["exception"].startswith("Traceback")
     assert line["exception"].endswith("u" * 100)
     assert "characters cut]..." in line["exception"]
+
+
+HOSTILE_NAME = "pod\x1b[2J\x85\x9b31m\u2028\u2029::warning ::x é"
+
+
+def test_a_review_line_names_a_hostile_pod_with_escapes_and_reads_back(direct):
+    logs.review_line("review", {**FIELDS, "name": HOSTILE_NAME})
+
+    (line,) = direct().splitlines()
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", line)
+    assert "\\u009b" in line
+    assert json.loads(line)["name"] == HOSTILE_NAME
+
+
+def test_a_formatted_line_names_a_hostile_pod_with_escapes_and_reads_back():
+    record = logging.LogRecord(
+        "gpu_webhook", logging.INFO, __file__, 0, "%s", (HOSTILE_NAME,), None
+    )
+
+    line = JsonFormatter().format(record)
+
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", line)
+    assert json.loads(line)["msg"] == HOSTILE_NAME

@@ -80,7 +80,12 @@ def reply(
     user as it is."""
     response: dict[str, Any] = {"uid": _UID_MARK, "allowed": allowed}
     if not allowed:
-        response["status"] = {"code": DENIED_CODE, "reason": "Forbidden", "message": message}
+        # The API server passes a denial's message on as it is, after "admission webhook
+        # ... denied the request: " (ToStatusErr, k8s.io/apiserver/pkg/admission/plugin/
+        # webhook/errors/statuserror.go), where a warning with a control character is
+        # dropped: kubectl prints it, so a name's ESC or CR would reach the terminal.
+        shown = message if message.isprintable() else message.translate(_CONTROLS)
+        response["status"] = {"code": DENIED_CODE, "reason": "Forbidden", "message": shown}
     if patch:
         encoded = orjson.dumps(list(patch), default=_plain)
         if len(encoded) > MAX_PATCH_BYTES:

@@ -48,8 +48,8 @@ from webhook.engine.policy.decision import Decision
 from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import Policy, PolicyError, compile_policy
 from webhook.engine.policy.schema import DOCUMENT_KINDS, NAMESPACED_KINDS
-from webhook.engine.scheduling.labelkeys import label_warnings
-from webhook.engine.scheduling.policyreach import Unmet
+from webhook.engine.scheduling.policyvalues.labelkeys import label_warnings
+from webhook.engine.scheduling.policyvalues.policyreach import Unmet
 from webhook.files.rulefiles import RuleSet, RuleStore
 from webhook.files.ruleobjects import RuleObject, rule_object_message
 

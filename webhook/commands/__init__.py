@@ -43,8 +43,16 @@ ENGINE_ERRORS = (RecursionError, ValueError, TypeError, AttributeError, KeyError
 
 def fail(command: str, message: str) -> int:
     """Report unusable input the same way for every command: one line, exit code 2."""
-    print(f"gpu-webhook {command}: {message}", file=sys.stderr)
+    say(f"gpu-webhook {command}: {message}")
     return USAGE_ERROR
+
+
+def say(text: str) -> None:
+    """A line (or the lines of a list of problems) on stderr, names in it escaped: CI
+    logs read stderr for workflow commands as they read stdout (webhook.reports.escape)."""
+    from webhook.reports.escape import for_terminal_lines
+
+    print(for_terminal_lines(text), file=sys.stderr)
 
 
 def rules_directory(given: str | None) -> tuple[str, str]:
@@ -139,10 +147,9 @@ def _rules_location(command: str, given: str | None) -> tuple[str, str] | int:
     directory, origin = rules_directory(given)
     if origin == "default" and not Path(directory).is_dir() and shipped_rules().is_dir():
         directory, origin = str(shipped_rules()), "shipped"
-        print(
+        say(
             f"gpu-webhook {command}: no ./{DEFAULT_RULES} in {Path.cwd()}: using the shipped "
-            f"default rules ({directory}); pass --rules DIR or set {RULES_ENV} for your own",
-            file=sys.stderr,
+            f"default rules ({directory}); pass --rules DIR or set {RULES_ENV} for your own"
         )
     if origin == "default" and not Path(directory).is_dir():
         return fail(
@@ -175,7 +182,7 @@ def live_rules(command: str, given: str | None, client: ApiClient) -> Policy | i
         return fail(command, f"the rules in {directory} ({origin}) are not usable:\n{exc}")
     for (kind, name), verdict in merged.verdicts.items():
         if not verdict.ready:
-            print(f"notice: {kind} {name} (cluster object): {verdict.message}", file=sys.stderr)
+            say(f"notice: {kind} {name} (cluster object): {verdict.message}")
     return merged.policy
 
 

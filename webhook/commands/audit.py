@@ -29,6 +29,7 @@ from webhook.commands import (
     live_rules,
     refusal,
     rules_or_fail,
+    say,
     unreadable,
 )
 from webhook.engine.kube.workloads import WorkloadKind
@@ -37,6 +38,7 @@ from webhook.files.context import files_view
 from webhook.files.inventoryfile import InventoryFileError
 from webhook.files.manifests import Document, ManifestError, load_manifests
 from webhook.reports.audit import Audit, AuditEntry, render_text
+from webhook.reports.escape import for_terminal
 from webhook.reports.policyreport import policy_reports
 from webhook.reports.results import (
     CI_FORMATS,
@@ -202,7 +204,7 @@ def _offline(
         else:
             judged.append(doc)
     for outcome in unusable:
-        print(f"error: {outcome.where}: {outcome.problem}", file=sys.stderr)
+        say(f"error: {for_terminal(outcome.where)}: {for_terminal(outcome.problem)}")
     if not args.inventory and args.output in ("text", "table"):
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
     audit = Audit(policy=policy, inventory=inventory)
@@ -218,7 +220,7 @@ def _offline(
             shown = f"not usable: the webhook cannot evaluate it ({type(exc).__name__}: "
             tripped = ManifestError(doc.source, f"{shown}{str(exc)[:100]})", doc.line)
             (outcome,) = unreadable([tripped], paths=args.files, read=True)
-            print(f"error: {outcome.where}: {outcome.problem}", file=sys.stderr)
+            say(f"error: {for_terminal(outcome.where)}: {for_terminal(outcome.problem)}")
             audit.errors.append(f"{outcome.where}: {outcome.problem}")
             unusable.append(outcome)
     return _report(args, audit, policy, unusable=unusable, located={d.where: d for d in chosen})
@@ -275,7 +277,7 @@ def _cluster(
     if args.kinds:  # asked for by name: say why one is absent
         notices = [*notices, *missing]
     for notice in notices:
-        print(f"notice: {notice}", file=sys.stderr)
+        say(f"notice: {notice}")
     unusable = [Outcome(file="", line=0, status="unusable", problem=e) for e in audit.errors]
     return _report(args, audit, policy, unusable=unusable)
 
@@ -318,7 +320,7 @@ def _report(
         sys.stdout.write(render_text(entries, summary, sources=bool(args.files)))
     if not args.files:
         for error in summary.errors:
-            print(f"error: {error}", file=sys.stderr)
+            say(f"error: {error}")
     return exit_code(outcomes, warn_exit_code=args.warn_exit_code)
 
 

@@ -24,6 +24,7 @@ from webhook.commands import (
     refusal,
     refused_outcome,
     rules_or_fail,
+    say,
     unreadable,
 )
 from webhook.engine.evaluation.evaluate import evaluate
@@ -38,9 +39,9 @@ from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import applied_together, files_view, review_time
 from webhook.files.inventoryfile import InventoryFileError
 from webhook.files.manifests import Document, load_manifests
-from webhook.reports.audit import finding_json, waiver_json, waiver_line
 from webhook.reports.colour import Paint
-from webhook.reports.explain import object_diff
+from webhook.reports.escape import for_terminal, for_yaml_comment
+from webhook.reports.findings import finding_json, object_diff, waiver_json, waiver_line
 from webhook.reports.results import (
     CI_FORMATS,
     Outcome,
@@ -168,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     unusable.extend(refused)
     paint = Paint.for_stream(sys.stderr, no_color=args.no_color)
     for outcome in unusable:
-        print(f"{paint('red', 'error:')} {outcome.where}: {_problem(outcome)}", file=sys.stderr)
+        where, problem = for_terminal(outcome.where), for_terminal(_problem(outcome))
+        print(f"{paint('red', 'error:')} {where}: {problem}", file=sys.stderr)
     if inventory.snapshot is None:
         print("notice: no --inventory given: capacity checks are skipped", file=sys.stderr)
     outcomes = [*map(outcome_of, results), *unusable]
@@ -270,7 +272,7 @@ def _cluster(
         notices: list[str] = []
         inventory = cluster.view(notices)
         for notice in notices:
-            print(f"notice: {notice}", file=sys.stderr)
+            say(f"notice: {notice}")
         return inventory, cluster.namespace_labels() if live.rules else {}, live
 
 
@@ -354,7 +356,7 @@ def _print(
         sys.stdout.write("\n")
     elif output == "patch":
         for checked in results:
-            sys.stdout.write(f"# {_name(checked)} ({checked.doc.where})\n")
+            sys.stdout.write(f"# {for_yaml_comment(f'{_name(checked)} ({checked.doc.where})')}\n")
             sys.stdout.write(json.dumps(list(checked.decision.patch)) + "\n")
     elif output == "yaml":
         for checked in results:
@@ -386,9 +388,12 @@ def _yaml_document(checked: Checked) -> str:
     if not decision.allowed:
         rules = ", ".join(dict.fromkeys(f.id for f in decision.denials))
         verdict = f"DENIED by {rules}" if rules else "DENIED"
-    head = f"---\n# {_name(checked)} ({checked.doc.where}): {verdict}\n"
+    # Comments one line each, whatever a name holds: a newline in a container's name
+    # must not end the comment and start a document of its own. The object is written by
+    # the dumper, which quotes and escapes every scalar.
+    head = f"---\n# {for_yaml_comment(f'{_name(checked)} ({checked.doc.where}): {verdict}')}\n"
     if not decision.allowed:
-        head += "".join(f"#   {f.message}\n" for f in decision.denials)
+        head += "".join(f"#   {for_yaml_comment(f.message)}\n" for f in decision.denials)
     return head + yaml.safe_dump(obj, sort_keys=False)
 
 
@@ -408,25 +413,31 @@ def summary(outcomes: list[Outcome], paint: Paint) -> str:
 
 
 def _text(checked: Checked, paint: Paint) -> str:
+    """An object's lines: every name escaped before colour is added (``for_terminal``)."""
     doc, decision = checked.doc, checked.decision
-    ident = _identity(checked)
+    ident = {k: for_terminal(v) for k, v in _identity(checked).items()}
     verdict = paint("green", "ALLOWED") if decision.allowed else paint("red", "DENIED")
     if not decision.understood:
         verdict = paint("green", "ALLOWED") + " (no pod template: passed through)"
-    lines = [f"{ident['kind']} {ident['namespace']}/{ident['name']} ({doc.where}): {verdict}"]
+    where = for_terminal(doc.where)
+    lines = [f"{ident['kind']} {ident['namespace']}/{ident['name']} ({where}): {verdict}"]
     for finding in decision.findings:
         colour = {"deny": "red", "warn": "yellow"}.get(finding.action, "dim")
-        lines.append(f"  {paint(colour, f'{finding.action:5}')} {finding.id}: {finding.message}")
-    lines.extend(f"  {paint('dim', 'waived')} {waiver_line(w)}" for w in decision.waivers)
+        said = f"{for_terminal(finding.id)}: {for_terminal(finding.message)}"
+        lines.append(f"  {paint(colour, f'{finding.action:5}')} {said}")
     lines.extend(
-        f"  {paint('yellow', 'warning:')} {w}"
+        f"  {paint('dim', 'waived')} {for_terminal(waiver_line(w))}" for w in decision.waivers
+    )
+    lines.extend(
+        f"  {paint('yellow', 'warning:')} {for_terminal(w)}"
         for w in decision.warnings
         if not any(w == f.warning for f in decision.findings)
     )
-    lines.extend(f"  notice: {n}" for n in _notices(decision))
+    lines.extend(f"  notice: {for_terminal(n)}" for n in _notices(decision))
     if decision.patch and decision.mutated is not None:
+        # YAML lines, each escaped again: a scalar that spans lines may start one with ::.
         diff = object_diff(doc.obj, decision.mutated)
-        lines.extend("  " + _diff_colour(line, paint) for line in diff)
+        lines.extend("  " + _diff_colour(for_terminal(line), paint) for line in diff)
     return "\n".join(lines) + "\n"
 
 

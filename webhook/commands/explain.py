@@ -25,11 +25,13 @@ from webhook.commands import (
     live_rules,
     refusal,
     rules_or_fail,
+    say,
 )
 from webhook.engine.policy.ruleset import Policy
 from webhook.files.context import files_view
 from webhook.files.inventoryfile import InventoryFileError
 from webhook.files.manifests import ManifestError, load_manifests
+from webhook.reports.escape import for_terminal
 from webhook.reports.explain import Explanation, SchedulerEvent, explain, render_text
 
 COMMAND = "explain"
@@ -135,13 +137,13 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
     inventory = view.snapshot
     assert inventory is not None  # a file without nodes is refused
     for error in errors:
-        print(f"error: {error}", file=sys.stderr)
+        say(f"error: {for_terminal(str(error))}")
     explanations = []
     for doc in documents:
         # As check: an object kubectl would refuse is unusable, not explained.
         refused = refusal(doc, policy, schema)
         if refused is not None:
-            print(f"error: {refused.where}: {refused.problem}", file=sys.stderr)
+            say(f"error: {for_terminal(refused.where)}: {for_terminal(refused.problem)}")
             errors.append(ManifestError(doc.source, refused.problem, refused.line))
             continue
         try:
@@ -151,10 +153,8 @@ def _offline(args: argparse.Namespace, policy: Policy) -> int:
         except ENGINE_ERRORS as exc:
             # As check and the server: the engine could not read it; one line, exit 2.
             shown = f"{type(exc).__name__}: {str(exc)[:100]}"
-            print(
-                f"error: {doc.where}: not usable: the webhook cannot evaluate it ({shown})",
-                file=sys.stderr,
-            )
+            where, what = for_terminal(doc.where), for_terminal(shown)
+            say(f"error: {where}: not usable: the webhook cannot evaluate it ({what})")
             errors.append(ManifestError(doc.source, shown, doc.line))
     if not explanations and not errors:
         return _fail(f"{', '.join(args.files)}: {NO_OBJECTS}")
@@ -193,7 +193,7 @@ def _live(args: argparse.Namespace, policy: Policy, name: str) -> int:
         except ApiError as exc:
             return _fail(f"cannot read the cluster: {exc}")
     for notice in notices:
-        print(f"notice: {notice}", file=sys.stderr)
+        say(f"notice: {notice}")
     status = pod.get("status")
     phase = str(status.get("phase") or "") if isinstance(status, Mapping) else ""
     spec = pod.get("spec")

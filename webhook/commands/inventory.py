@@ -19,6 +19,7 @@ from webhook.commands import (
     add_text_or_json_option,
     add_timeout_option,
     fail,
+    say,
 )
 from webhook.engine.policy.ruleset import compile_policy
 from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             with ClusterObjects(endpoint, request_timeout_seconds=args.timeout) as cluster:
                 view = cluster.view(notices)
             for notice in notices:
-                print(f"notice: {notice}", file=sys.stderr)
+                say(f"notice: {notice}")
     except InventoryFileError as exc:
         return _fail(f"the inventory is not usable: {exc}")
     except KubeconfigError as exc:

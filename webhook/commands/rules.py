@@ -19,6 +19,7 @@ from webhook.commands import (
     fail,
     live_rules,
     rules_directory,
+    say,
 )
 from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.policy.crds import resource_of
@@ -26,10 +27,8 @@ from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
-from webhook.engine.scheduling.labelkeys import label_warnings
-from webhook.engine.scheduling.policyreach import not_checked, unmet_values
+from webhook.engine.scheduling.policyvalues.policyreach import not_checked, unmet_values
 from webhook.engine.scheduling.schedulability import memory_warnings
-from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
 from webhook.files.manifests import load_manifests
 from webhook.files.rulefiles import (
     RULE_SUFFIXES,
@@ -177,7 +176,7 @@ def _lint(args: argparse.Namespace) -> int:
         policy = load_policy(path)
     except PolicyError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            say(str(problem))
         print(f"{counted(len(exc.problems), 'problem')} found", file=sys.stderr)
         return 1
     if namespaces is None and (args.kubeconfig or args.context):  # with --inventory
@@ -186,7 +185,10 @@ def _lint(args: argparse.Namespace) -> int:
             return found
         namespaces = found
     warnings = memory_warnings(policy, nodes)
-    warnings += label_warnings(policy, view.snapshot, view.devices)
+    if view.snapshot is not None:  # label_warnings finds nothing without nodes to look at
+        from webhook.engine.scheduling.policyvalues.labelkeys import label_warnings
+
+        warnings += label_warnings(policy, view.snapshot, view.devices)
     warnings += exemption_warnings(policy, namespaces)
     values = None
     if nodes:
@@ -196,9 +198,9 @@ def _lint(args: argparse.Namespace) -> int:
         values = cluster_values_of(policy, view, namespaces=namespaces)
     warnings += [unmet.problem for unmet in unmet_values(policy, values)]
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        say(f"warning: {warning}")
     for notice in not_checked(policy, values):
-        print(f"notice: {notice}", file=sys.stderr)
+        say(f"notice: {notice}")
     print(
         f"{path}: {counted(len(policy.rules), 'rule')}, "
         f"{counted(len(policy.node_pools), 'node pool')}, no problems"
@@ -211,6 +213,10 @@ def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, set[str] 
     """The cluster the rules are checked against: an inventory file, a live cluster (with
     its namespaces, which no file holds), or none; an exit code when it is unusable."""
     if args.inventory:
+        # Only with an inventory: the inventory file's parser and the device model are a
+        # third of what lint of rules alone would import (bench/startup.py).
+        from webhook.files.inventoryfile import InventoryFileError, load_inventory_file
+
         try:
             return load_inventory_file(args.inventory).view(), None
         except InventoryFileError as exc:
@@ -232,7 +238,7 @@ def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, set[str] 
     except ApiError as exc:
         return _fail(f"cannot read the cluster's nodes and namespaces: {exc}"), None
     for notice in notices:
-        print(f"notice: {notice}", file=sys.stderr)
+        say(f"notice: {notice}")
     return view, namespaces
 
 
@@ -262,7 +268,7 @@ def _export(args: argparse.Namespace) -> int:
         compile_rule_files(files, directory=path)
     except PolicyError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            say(str(problem))
         print(f"{counted(len(exc.problems), 'problem')} found; nothing exported", file=sys.stderr)
         return 1
     documents, _ = read_documents(files)
@@ -284,7 +290,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _admission_policies(args: argparse.Namespace) -> int:
-    from webhook.engine.policy.admissionpolicies import admission_policies
+    from webhook.engine.policy.admissioncel.policies import admission_policies
 
     path, _ = rules_directory(args.path)
     if not Path(path).exists():
@@ -297,15 +303,15 @@ def _admission_policies(args: argparse.Namespace) -> int:
         policy = merged.policy
     except PolicyError as exc:
         for problem in exc.problems:
-            print(problem, file=sys.stderr)
+            say(str(problem))
         print(f"{counted(len(exc.problems), 'problem')} found; nothing printed", file=sys.stderr)
         return 1
     for key, verdict in merged.verdicts.items():
         if not verdict.ready:
-            print(f"not in force: {'/'.join(key)}: {'; '.join(verdict.problems)}", file=sys.stderr)
+            say(f"not in force: {'/'.join(key)}: {'; '.join(verdict.problems)}")
     generated = admission_policies(policy)
     for skipped in generated.skipped:
-        print(f"skipped: {skipped}", file=sys.stderr)
+        say(f"skipped: {skipped}")
     if args.output_dir is not None:
         target = Path(args.output_dir)
         target.mkdir(parents=True, exist_ok=True)

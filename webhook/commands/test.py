@@ -15,7 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from webhook.commands import SUMMARIES, add_no_color_option, fail
+from webhook.commands import SUMMARIES, add_no_color_option, fail, say
+from webhook.reports.escape import for_terminal
 
 if TYPE_CHECKING:
     from webhook.commands.check import Checked
@@ -121,10 +122,7 @@ def _run_suite(suite: Suite, budget: _Budget) -> list[CaseResult]:
         return [_error(suite, "ruleObjects", str(exc.errors[0]))]
     for (kind, name), verdict in merged.verdicts.items():
         if not verdict.ready:
-            print(
-                f"notice: {suite.source}: {kind} {name} (rule object): {verdict.message}",
-                file=sys.stderr,
-            )
+            say(f"notice: {suite.source}: {kind} {name} (rule object): {verdict.message}")
     documents, unreadable = load_manifests(list(suite.resources))
     if unreadable:
         return [_error(suite, "resources", str(unreadable[0]))]
@@ -200,7 +198,7 @@ def _case(
     answer: Checked | Outcome,
 ) -> CaseResult:
     from webhook.engine.policy.policytest import actual_said, mismatches
-    from webhook.reports.audit import finding_json
+    from webhook.reports.findings import finding_json
     from webhook.reports.policytests import CaseResult
     from webhook.reports.results import Outcome
 
@@ -280,14 +278,12 @@ def _print(args: argparse.Namespace, cases: list[CaseResult]) -> None:
 
     for case in cases if args.output != "text" else ():  # the table shows them
         if case.status == "error":
-            print(f"error: {case.where}: {'; '.join(case.problems)}", file=sys.stderr)
+            say(f"error: {for_terminal(case.where)}: {for_terminal('; '.join(case.problems))}")
     if args.junit:
         try:
             Path(args.junit).write_text(junit_text(cases))
         except OSError as exc:
-            print(
-                f"error: --junit {args.junit}: cannot be written: {exc.strerror}", file=sys.stderr
-            )
+            say(f"error: --junit {args.junit}: cannot be written: {exc.strerror}")
             cases.append(
                 CaseResult(
                     suite="",

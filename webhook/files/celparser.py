@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-from importlib import resources
 from pathlib import Path
 
 
@@ -40,6 +39,8 @@ def load_cached_parser() -> None:
     """Install celpy's parser singleton (``CELParser.CEL_PARSER``) built through lark's
     cache, with exactly the options ``CELParser.__init__`` uses (celpy 0.5), so that the
     trees are the ones celpy's own parser makes (``tests/files/test_celparser.py``)."""
+    from importlib import resources
+
     from celpy.celparser import CELParser
     from lark import Lark, Tree
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import hashlib
 import itertools
 import json
@@ -15,13 +16,10 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-
+from webhook.engine.policy import schemasubset
 from webhook.engine.policy.decision import MAX_REASON, shorten
 from webhook.engine.policy.policytest import SUITE_KIND
 from webhook.engine.policy.ruleset import (
@@ -64,7 +62,19 @@ NO_DOCUMENTS = (
     "holds no rule documents; an empty rule set is never taken (an empty ConfigMap would "
     "turn every rule off). To run the built-in checks alone, write one GPUSettings document"
 )
-_VALIDATORS = {kind: Draft202012Validator(schema) for kind, schema in DOCUMENT_KINDS.items()}
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
+
+
+@functools.cache
+def _validator(kind: str) -> Draft202012Validator:
+    """jsonschema's validator of one kind, made (and jsonschema imported) only for a
+    document ``schemasubset`` cannot call valid: it is what words the errors."""
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(DOCUMENT_KINDS[kind])
 
 
 def _field_path(error: ValidationError) -> str:
@@ -169,6 +179,8 @@ def _explain_check(entry: Mapping[str, Any], checks: Mapping[str, Any]) -> str:
         )
     if len(names) > 1:
         return f"{' and '.join(names)} are two checks in one entry: give each its own entry"
+    from jsonschema import Draft202012Validator
+
     problems = Draft202012Validator(checks[names[0]]).iter_errors(entry)
     return "; ".join(
         f"{_field_path(e)}: {_explain(e)}" if _field_path(e) else _explain(e)
@@ -201,14 +213,14 @@ def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyPro
     problems = []
     if body.get("apiVersion") != API_VERSION:
         problems.append(PolicyProblem(ref, "apiVersion", f"must be {API_VERSION}"))
-    validator = _VALIDATORS.get(ref.kind)
-    if validator is None and ref.kind in RENAMED_KINDS:
+    schema = DOCUMENT_KINDS.get(ref.kind)
+    if schema is None and ref.kind in RENAMED_KINDS:
         new, why = RENAMED_KINDS[ref.kind]
         return [
             *problems,
             PolicyProblem(ref, "kind", f"did you mean {new}? ({ref.kind} was {why})"),
         ]
-    if validator is None and ref.kind == SUITE_KIND:
+    if schema is None and ref.kind == SUITE_KIND:
         # Kyverno keeps kyverno-test.yaml beside its policies; a rule directory is all rules.
         return [
             *problems,
@@ -219,7 +231,7 @@ def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyPro
                 "keep suites outside the rule directory (its subdirectories are not read)",
             ),
         ]
-    if validator is None:
+    if schema is None:
         close = difflib.get_close_matches(str(ref.kind), list(DOCUMENT_KINDS), n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
         kinds = ", ".join(DOCUMENT_KINDS)
@@ -227,7 +239,9 @@ def schema_problems(body: Mapping[str, Any], ref: DocumentRef) -> list[PolicyPro
     too_large = oversized(body)
     if too_large is not None:  # refused unlinted: the lint's work grows with the document
         return [*problems, PolicyProblem(ref, *too_large)]
-    errors = _first_errors(validator, body)
+    if schemasubset.valid(schema, body):
+        return problems  # what jsonschema would find: nothing
+    errors = _first_errors(_validator(ref.kind), body)
     said = {p.path for p in problems}
     found = [_problem(e, ref) for e in errors[:MAX_PROBLEMS]]
     if len(errors) > MAX_PROBLEMS:
@@ -247,6 +261,8 @@ def shipped_rules() -> Path:
     """The default policy installed with the command (``webhook/data/rules``, a link to the
     repository's ``rules/`` that the wheel carries as package data), for use outside a
     checkout."""
+    from importlib import resources  # only here: it imports zipfile and tempfile
+
     return Path(str(resources.files("webhook").joinpath("data", "rules")))
 
 

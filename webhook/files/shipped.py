@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -25,7 +25,17 @@ CUDA_TABLE = "cuda-images.yaml"
 KUBE_SCHEMAS = "kubeschemas.json"
 
 
+# The package's data directory as installed from a wheel or a checkout. importlib.resources
+# (which imports zipfile, tempfile and random) is asked only where it is not a directory, as
+# in a zip: it was 4% of check's start-up (bench/startup.py).
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
 def _text(name: str) -> str:
+    if (DATA / name).is_file():
+        return (DATA / name).read_text(encoding="utf-8")
+    from importlib import resources
+
     return resources.files("webhook").joinpath("data", name).read_text(encoding="utf-8")
 
 
@@ -43,7 +53,10 @@ def cuda_table() -> dict[str, Any]:
         raw = _text(CUDA_TABLE)
     except (FileNotFoundError, ModuleNotFoundError, OSError):
         return {}
-    data = yaml.safe_load(raw)
+    # libyaml's parser where PyYAML has it: the same safe constructors and resolvers, and
+    # the pure-Python parser of this 7 KB table was the largest cost of ``check`` after
+    # its imports (bench/startup.py).
+    data = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return data if isinstance(data, dict) else {}
 
 

@@ -29,6 +29,8 @@ from webhook.engine.resources.devices import (
 )
 from webhook.engine.scheduling.dra import gpu_names, pod_claims
 from webhook.files.context import review_time
+from webhook.reports.escape import terminal_text
+from webhook.reports.findings import finding_json
 from webhook.reports.inventory import table
 
 Verdict = Literal["deny", "warn", "audit", "pass"]
@@ -39,27 +41,6 @@ MAX_OWNER_DEPTH = 8
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 # Judged on create as objects of their own (webhook.engine.evaluation.claimobjects).
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
-
-
-def waiver_json(waiver: Waiver) -> dict[str, Any]:
-    """Who waived what (issue 44): the exception, and the finding it waived."""
-    return {"exception": waiver.exception, **finding_json(waiver.finding)}
-
-
-def waiver_line(waiver: Waiver) -> str:
-    finding = waiver.finding
-    return f"{finding.id} ({finding.action}) by GPUPolicyException {waiver.exception}"
-
-
-def finding_json(finding: Finding) -> dict[str, str]:
-    """A finding as ``check -o json``, ``audit -o json`` and ``explain -o json`` show it."""
-    return {
-        "rule": finding.rule,
-        "check": finding.check,
-        "action": finding.action,
-        "message": finding.message,
-        "path": finding.path,
-    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,4 +429,4 @@ def render_text(
     ]
     if failing:
         lines.append("would fail after admission: " + "; ".join(failing))
-    return "\n".join(lines) + "\n"
+    return terminal_text(lines)

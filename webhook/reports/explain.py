@@ -8,13 +8,10 @@ would deny; and, for a live pod, the scheduler's own last ``FailedScheduling`` m
 
 from __future__ import annotations
 
-import difflib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import yaml
 
 from webhook.engine.demand.gpus import pod_gpus
 from webhook.engine.evaluation.evaluate import evaluate
@@ -35,7 +32,9 @@ from webhook.engine.resources.offers import lookalike, offered, offered_names
 from webhook.engine.scheduling.dra import device_counts, fit, pod_claims, request_shortfall
 from webhook.engine.scheduling.placement import Refusal, refusal, shared_slots
 from webhook.files.context import review_time
-from webhook.reports.audit import ObjectRef, finding_json, waiver_json, waiver_line
+from webhook.reports.audit import ObjectRef
+from webhook.reports.escape import terminal_text
+from webhook.reports.findings import finding_json, object_diff, waiver_json, waiver_line
 from webhook.reports.inventory import NO_GPU, class_key, dra_product, dra_products, table
 from webhook.reports.pools import PoolAnswer, pool_answers, sizing
 
@@ -576,13 +575,6 @@ def _unoffered(
     return tuple(notes)
 
 
-def object_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """A unified diff of two objects as YAML: how people read a patch."""
-    old = yaml.safe_dump(dict(before), sort_keys=False).splitlines()
-    new = yaml.safe_dump(dict(after), sort_keys=False).splitlines()
-    return list(difflib.unified_diff(old, new, "original", "mutated", n=2, lineterm=""))
-
-
 def render_text(explanation: Explanation) -> str:
     e = explanation
     phase = f" ({e.phase})" if e.phase else ""
@@ -594,7 +586,7 @@ def render_text(explanation: Explanation) -> str:
         )
     if not e.understood:
         lines.append("  holds no pod template the webhook understands: nothing to explain")
-        return "\n".join(lines) + "\n"
+        return terminal_text(lines)
     for template in e.templates:
         lines += ["", _requests_line(template)]
         lines += [f"  {note}" for note in template.unoffered]
@@ -628,7 +620,7 @@ def render_text(explanation: Explanation) -> str:
             f"  {held} came from DRA: ResourceClaim {e.extended_claim}, made by the scheduler "
             "(pod.status.extendedResourceClaimStatus)"
         )
-    return "\n".join(lines) + "\n"
+    return terminal_text(lines)
 
 
 def _requests_line(template: TemplateAnswer) -> str:

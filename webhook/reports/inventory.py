@@ -16,6 +16,7 @@ from webhook.engine.resources.gpufacts import gpu_facts
 from webhook.engine.resources.inventory import Inventory, Node
 from webhook.engine.scheduling.dra import class_devices
 from webhook.engine.scheduling.wholepod import served_capacity
+from webhook.reports.escape import for_terminal, terminal_text
 from webhook.reports.pools import PoolLine, render_pools
 from webhook.reports.wording import counted
 
@@ -300,7 +301,7 @@ def render_text(report: InventoryReport) -> str:
     lines += _dra_lines(report)
     lines += render_pools(report.pools)
     lines += ["", f"Cordoned: {_names(report.cordoned)}", f"Not ready: {_names(report.not_ready)}"]
-    return "\n".join(lines) + "\n"
+    return terminal_text(lines)
 
 
 def _dra_lines(report: InventoryReport) -> list[str]:
@@ -332,6 +333,9 @@ def _dra_lines(report: InventoryReport) -> list[str]:
 
 
 def table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows in aligned columns, each cell escaped first (names come from the cluster), so
+    that the widths are those the terminal shows."""
+    rows = [[for_terminal(cell) for cell in row] for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [
         "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows

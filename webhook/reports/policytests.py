@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from webhook.engine.policy.decision import Finding
 from webhook.reports.colour import Paint
+from webhook.reports.escape import for_terminal
 from webhook.reports.results import Outcome, junit
 from webhook.reports.wording import counted
 
@@ -79,16 +80,22 @@ _HEADINGS = ("#", "SUITE", "RESOURCE", "EXPECTED", "ACTUAL", "RESULT", "WHERE")
 
 
 def table(cases: Sequence[CaseResult], paint: Paint) -> str:
-    """A row per case, aligned; under each failure or error, why, indented."""
+    """A row per case, aligned; under each failure or error, why, indented. Names are
+    escaped (``for_terminal``) before they are aligned and coloured."""
     rows = [
-        (
-            str(index),
-            case.suite,
-            case.resource or "-",
-            case.expected or "-",
-            case.actual or "-",
-            case.status.upper(),
-            case.where,
+        tuple(
+            map(
+                for_terminal,
+                (
+                    str(index),
+                    case.suite,
+                    case.resource or "-",
+                    case.expected or "-",
+                    case.actual or "-",
+                    case.status.upper(),
+                    case.where,
+                ),
+            )
         )
         for index, case in enumerate(cases, 1)
     ]
@@ -98,7 +105,7 @@ def table(cases: Sequence[CaseResult], paint: Paint) -> str:
         cells = [c.ljust(w) for c, w in zip(row, widths, strict=True)]
         cells[5] = paint(_COLOURS[case.status], cells[5])
         lines.append("  ".join(cells).rstrip())
-        lines.extend(f"    {problem}" for problem in case.problems)
+        lines.extend(f"    {for_terminal(problem)}" for problem in case.problems)
     lines.append(summary(cases, paint))
     return "\n".join(lines) + "\n"
 

@@ -8,14 +8,15 @@ that could not be judged, each with the file and line a reviewer should open.
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
+from urllib.parse import quote
 
 from webhook import __version__
 from webhook.engine.policy.decision import Finding
+from webhook.reports.escape import for_github_data, for_github_property, for_xml
 
 Status = Literal["allowed", "denied", "unusable"]
 CI_FORMATS = ("junit", "sarif", "github")
@@ -85,22 +86,36 @@ def exit_code(outcomes: Iterable[Outcome], *, warn_exit_code: int | None) -> int
 
 def junit(outcomes: Sequence[Outcome], *, suite: str, warnings_fail: bool) -> str:
     """A test case per object; a ``failure`` per denial (and per warning when warnings
-    fail), an ``error`` for what could not be judged; other warnings as ``system-out``."""
+    fail), an ``error`` for what could not be judged; other warnings as ``system-out``.
+    Every name and message goes through ``for_xml``, each said on one line: one control
+    character in a name would make the report unreadable, and CI would drop it whole."""
+    # Only for --output junit: ElementTree and expat cost check of one pod a fiftieth of
+    # its start (bench/startup.py).
+    import xml.etree.ElementTree as ET
+
     failures = errors = 0
-    root = ET.Element("testsuites", name=suite)
-    tests = ET.SubElement(root, "testsuite", name=suite)
+    root = ET.Element("testsuites", name=for_xml(suite, one_line=True))
+    tests = ET.SubElement(root, "testsuite", name=for_xml(suite, one_line=True))
     for outcome in outcomes:
         case = ET.SubElement(
             tests,
             "testcase",
-            name=f"{outcome.label} ({outcome.where})" if outcome.kind else outcome.where,
-            classname=outcome.file,
+            name=for_xml(
+                f"{outcome.label} ({outcome.where})" if outcome.kind else outcome.where,
+                one_line=True,
+            ),
+            classname=for_xml(outcome.file, one_line=True),
             time="0",
         )
         if outcome.status == "unusable":
             errors += 1
-            problem = ET.SubElement(case, "error", type=UNUSABLE_RULE, message=outcome.problem)
-            problem.text = f"{outcome.where}: {outcome.problem}"
+            problem = ET.SubElement(
+                case,
+                "error",
+                type=UNUSABLE_RULE,
+                message=for_xml(outcome.problem, one_line=True),
+            )
+            problem.text = for_xml(f"{outcome.where}: {outcome.problem}", one_line=True)
             continue
         failed = False
         out: list[str] = []
@@ -108,19 +123,27 @@ def junit(outcomes: Sequence[Outcome], *, suite: str, warnings_fail: bool) -> st
             said = f"{outcome.where_of(index)}: {finding.action} {finding.id}: {finding.message}"
             if finding.action == "deny" or (finding.action == "warn" and warnings_fail):
                 failed = True
-                failure = ET.SubElement(case, "failure", type=finding.id, message=finding.message)
-                failure.text = said
+                failure = ET.SubElement(
+                    case,
+                    "failure",
+                    type=for_xml(finding.id, one_line=True),
+                    message=for_xml(finding.message, one_line=True),
+                )
+                failure.text = for_xml(said, one_line=True)
             else:
                 out.append(said)
         for warning in outcome.warnings:
             if warnings_fail:
                 failed = True
-                failure = ET.SubElement(case, "failure", type="warning", message=warning)
-                failure.text = f"{outcome.where}: warning: {warning}"
+                failure = ET.SubElement(
+                    case, "failure", type="warning", message=for_xml(warning, one_line=True)
+                )
+                failure.text = for_xml(f"{outcome.where}: warning: {warning}", one_line=True)
             else:
                 out.append(f"warning: {warning}")
         if out:
-            ET.SubElement(case, "system-out").text = "\n".join(out)
+            lines = (for_xml(line, one_line=True) for line in out)
+            ET.SubElement(case, "system-out").text = "\n".join(lines)
         failures += failed
     for element in (root, tests):
         element.set("tests", str(len(outcomes)))
@@ -218,7 +241,14 @@ def artifact_uri(file: str) -> str:
             path = path.relative_to(Path.cwd())
         except ValueError:
             return path.as_uri()
-    return str(PurePosixPath(*path.parts)).replace(" ", "%20")
+    # Percent-encoded as a URI reference (RFC 3986): a space, a control character or a
+    # ``#`` in a file's name stays part of the path. A name that was not UTF-8 on disk
+    # (decoded with surrogateescape) gets its own bytes back.
+    relative = str(PurePosixPath(*path.parts))
+    try:
+        return quote(relative, safe="/", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return quote(relative, safe="/", errors="backslashreplace")
 
 
 def sarif_text(outcomes: Sequence[Outcome], *, command: str) -> str:
@@ -250,20 +280,11 @@ def github(outcomes: Sequence[Outcome], *, warnings_fail: bool) -> str:
 
 
 def _annotation(level: str, outcome: Outcome, title: str, message: str, *, line: int) -> str:
-    props = [f"file={_property(outcome.file)}"] if outcome.file else []
+    props = [f"file={for_github_property(outcome.file)}"] if outcome.file else []
     if outcome.file and line:
         props.append(f"line={line}")
-    props.append(f"title={_property(f'{title}: {outcome.label}')}")
-    return f"::{level} {','.join(props)}::{_data(message)}"
-
-
-def _data(text: str) -> str:
-    # As @actions/core escapes a command's message (toolkit/packages/core/src/command.ts).
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _property(text: str) -> str:
-    return _data(text).replace(":", "%3A").replace(",", "%2C")
+    props.append(f"title={for_github_property(f'{title}: {outcome.label}')}")
+    return f"::{level} {','.join(props)}::{for_github_data(message)}"
 
 
 def summary_line(outcomes: Sequence[Outcome]) -> str:

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from webhook.jsonlog import MAX_FIELD_CHARS, JsonFormatter, clipped
+from webhook.jsonlog import MAX_FIELD_CHARS, JsonFormatter, clipped, escaped_controls
 
 REVIEW_LOGGER = "gpu_webhook.review"
 _REVIEWS = logging.getLogger(REVIEW_LOGGER)
@@ -139,7 +139,7 @@ def review_line(message: str, fields: Mapping[str, Any], *, level: int = logging
         text = orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE)
         if len(text) > MAX_FIELD_CHARS:
             text = orjson.dumps(clipped(line), default=str, option=orjson.OPT_APPEND_NEWLINE)
-        lines.add(text, urgent=level >= logging.WARNING)
+        lines.add(escaped_controls(text), urgent=level >= logging.WARNING)
         return
     record = logging.LogRecord(REVIEW_LOGGER, level, __file__, 0, message, None, None)
     record.fields = fields

@@ -5,6 +5,7 @@ webhook's own answer on every golden case it can judge."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.admissioncel import mutated, refusals
+from tests.admissioncel import mutated, refusals, selects
 from tests.builders import RULES
 from tests.engine.evaluation.test_cases import (
     case_dirs,
@@ -27,8 +28,8 @@ from tests.engine.evaluation.test_cases import (
 from tests.kubeschema import validation_error
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.request import NO_INVENTORY, Request
-from webhook.engine.policy.admissionpolicies import Generated, admission_policies
-from webhook.engine.policy.podcel import glob_regex, name_in
+from webhook.engine.policy.admissioncel.pod import glob_regex, name_in
+from webhook.engine.policy.admissioncel.policies import Generated, admission_policies
 from webhook.files.rulefiles import load_policy
 
 HERE = Path(__file__).resolve().parent / "admissionpolicies"
@@ -378,6 +379,8 @@ def test_a_policy_refuses_a_golden_object_only_where_the_webhook_finds_the_same(
         policy, binding = objs
         if policy["kind"] != "ValidatingAdmissionPolicy" or not applies(policy, obj):
             continue
+        if not selects(binding, request.effective_namespace, request.namespace_labels):
+            continue
         failed = refusals(
             policy, obj, namespace=request.effective_namespace, labels=request.namespace_labels
         )
@@ -562,3 +565,27 @@ def test_a_policys_cost_grows_with_the_pod_not_with_its_square(
     # room for the constant part; a walk inside a walk of the same lists would be 8x.
     assert large <= 4.5 * small, (small, large)
     assert large < PER_CALL_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "judged_in_team_a", "policies"),
+    [
+        pytest.param([], True, True, id="no-exception-namespaces"),
+        pytest.param(["team-a"], False, True, id="a-named-one-is-left-out-of-every-binding"),
+        pytest.param(["team-*"], False, False, id="a-pattern-leaves-the-checks-to-the-webhook"),
+    ],
+)
+def test_no_policy_judges_where_a_gpu_policy_exception_may_waive(
+    namespaces: list[str], judged_in_team_a: bool, policies: bool
+) -> None:
+    """An exception waives per workload and until it expires, which no in-process policy
+    can know: it would deny what the webhook admits (issue 44 beside issue 43)."""
+    policy = load_policy(str(RULES))
+    settings = dataclasses.replace(policy.settings, exception_namespaces=tuple(namespaces))
+    made = admission_policies(dataclasses.replace(policy, settings=settings))
+    bindings = [o for o in made.objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert bool(bindings) is policies
+    assert all(selects(b, "team-a") is judged_in_team_a for b in bindings)
+    assert all(selects(b, "team-b") for b in bindings)
+    said = {(s.rule, s.part) for s in made.skipped}
+    assert (("settings", "exceptionNamespaces") in said) is (not policies)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from webhook.admission.inventory import StaticInventorySource
-from webhook.engine.scheduling.labelkeys import label_warnings
+from webhook.engine.scheduling.policyvalues.labelkeys import label_warnings
 from webhook.files.rulefiles import load_policy
 
 CASES = Path(__file__).resolve().parents[2] / "cases"

@@ -35,7 +35,7 @@ from webhook.engine.policy.policyexceptions import waive
 from webhook.engine.policy.ruleset import Policy, Rule
 from webhook.engine.resources.cel.celbudget import close_review, open_review
 from webhook.engine.resources.devices import DeviceInventory, is_dra_object
-from webhook.engine.scheduling.policyreach import (
+from webhook.engine.scheduling.policyvalues.policyreach import (
     ClusterValues,
     Unmet,
     blocking_unmet,

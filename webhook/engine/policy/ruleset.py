@@ -157,7 +157,7 @@ class Match:
     # creates a namespace of that name (``webhook.engine.policy.exemptions``).
     namespace_patterns: tuple[str, ...] = ()
     # The other globs as written, for what turns a rule into CEL
-    # (``webhook.engine.policy.admissionpolicies``).
+    # (``webhook.engine.policy.admissioncel.policies``).
     exclude_patterns: tuple[str, ...] = ()
     resource_patterns: tuple[str, ...] = ()
     device_class_patterns: tuple[str, ...] = ()

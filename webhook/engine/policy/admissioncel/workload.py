@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.kube.workloads import TemplateLocation, WorkloadKind
-from webhook.engine.policy.podcel import quote, section
+from webhook.engine.policy.admissioncel.pod import quote, section
 from webhook.engine.policy.ruleset import Policy
 
 # Groups whose templates the API server validates itself.

@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.policy.accesscel import access_rules
-from webhook.engine.policy.podcel import (
+from webhook.engine.policy.admissioncel.access import access_rules
+from webhook.engine.policy.admissioncel.pod import (
     PodCEL,
     all_of,
     any_of,
@@ -43,8 +43,8 @@ from webhook.engine.policy.podcel import (
     quote,
     quoted_list,
 )
+from webhook.engine.policy.admissioncel.workload import workload_validations
 from webhook.engine.policy.ruleset import Match, Policy, Rule, RuleCheck
-from webhook.engine.policy.workloadcel import workload_validations
 
 GPU_ACCESS = "gpuAccessWithoutRequest"
 PREFIX = "gpu-webhook"
@@ -111,10 +111,36 @@ def admission_policies(policy: Policy, *, prefix: str = PREFIX) -> Generated:
             files.append((f"{FILE_PREFIX}rule-{rule.name}", made))
         skipped += _rule_mutation_skips(rule, pod)
     files += _workloads(policy, pod, prefix, skipped)
+    files, skipped = _outside_exceptions(policy, files, skipped)
     tolerations = _tolerations(policy, pod, prefix)
     if tolerations is not None:
         files.append((f"{FILE_PREFIX}tolerations", tolerations))
     return Generated(tuple(files), tuple(skipped))
+
+
+def _outside_exceptions(
+    policy: Policy,
+    files: list[tuple[str, tuple[Mapping[str, Any], ...]]],
+    skipped: list[Skipped],
+) -> tuple[list[tuple[str, tuple[Mapping[str, Any], ...]]], list[Skipped]]:
+    """A GPUPolicyException (issue 44) waives checks in the namespaces
+    ``GPUSettings.exceptionNamespaces`` names, per workload and until it expires: no
+    in-process policy can know it, so none judges there (it would deny what the webhook
+    admits). Named namespaces are left out of every binding; a pattern cannot be said by a
+    namespaceSelector, so then the checks stay with the webhook alone."""
+    names = policy.settings.exception_namespaces
+    if not names:
+        return files, skipped
+    if any(any(c in n for c in "*?[") for n in names):
+        why = "a pattern: exceptions may waive checks where no namespaceSelector can name"
+        return [], [*skipped, Skipped("settings", "exceptionNamespaces", why)]
+    term = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(names)}
+    for _, objects in files:
+        for obj in objects:
+            if obj.get("kind") == "ValidatingAdmissionPolicyBinding":
+                selector = obj["spec"]["matchResources"]["namespaceSelector"]
+                selector["matchExpressions"].append(dict(term))
+    return files, skipped
 
 
 # --- matching a rule ----------------------------------------------------------------------

@@ -3,7 +3,7 @@ alone shows (``demand.gpuaccess``), for ``admissionpolicies``."""
 
 from __future__ import annotations
 
-from webhook.engine.policy.podcel import CONTAINERS, quote, section
+from webhook.engine.policy.admissioncel.pod import CONTAINERS, quote, section
 
 # GPU device nodes and the directories that hold them, for a host path already in clean
 # form (``gpuaccess._device_path`` after ``on_host``): /dev/nvidia*, /dev/dri, /dev,
