@@ -154,7 +154,7 @@ def _fit_findings(
     where: str,
 ) -> list[Finding]:
     """Whether some node can meet the claim, judged on the nodes as they will be once
-    healed (uncordoned), as a pod's claims are (``evaluate._device_findings``): a cordon
+    healed (uncordoned), as a pod's claims are (``claims._device_findings``): a cordon
     passes, so a claim that only a cordoned node can meet is warned, never denied."""
     healed = EVERYWHERE.healed()
     found = candidates(devices, snapshot, healed)

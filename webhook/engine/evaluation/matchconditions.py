@@ -59,8 +59,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from webhook.engine.enforcement.accesscontrol import dra_gpus
-from webhook.engine.evaluation.evaluate import _inventory
-from webhook.engine.evaluation.request import InventoryView
+from webhook.engine.evaluation.request import InventoryView, inventory_of
 from webhook.engine.kube.workloads import KindTable, WorkloadKind
 from webhook.engine.policy.ruleset import Policy, Rule
 from webhook.engine.scheduling.gpunodes import is_gpu_shape
@@ -398,7 +397,7 @@ def gpu_nodes_tainted(policy: Policy, view: InventoryView) -> bool:
     resources or labels, or by its ResourceSlices; without one: the taints
     ``GPUSettings.gpuNodes`` describes, as ``scheduling.gpunodes`` reads them then."""
     settings = policy.settings
-    snapshot = _inventory(view, policy)
+    snapshot = inventory_of(view, policy)
     if snapshot is None:
         return _blocking(settings.gpu_nodes.taints)
     dra = dra_gpus(settings, view.devices)

@@ -1,6 +1,10 @@
 """What the engine is asked: one object with its admission attributes, and the inventory it
 may use. Kept apart from ``evaluate`` so that every evaluator (pods and workloads there,
 DRA claim objects in ``claimobjects``) takes the same inputs without importing each other.
+
+The first stage of the pipeline reads here too: the snapshot with its node pools
+(``inventory_of``), what a pod template asks of GPUs (``template_asks``) and the rules
+that match it (``matching_rules``).
 """
 
 from __future__ import annotations
@@ -10,10 +14,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.engine.demand.gpus import PodGPUs, pod_gpus
+from webhook.engine.kube.workloads import PodTemplate
+from webhook.engine.policy.ruleset import Policy, Rule, Settings
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory
-from webhook.engine.resources.nodepools import PoolInventory
+from webhook.engine.resources.nodepools import NO_POOLS, PoolInventory
 from webhook.engine.resources.quotas import Quotas
+from webhook.engine.scheduling.dra import (
+    NO_CLAIMS,
+    PodClaims,
+    extended_resource_claims,
+    gpu_names,
+    pod_claims,
+    with_claim_gpus,
+)
+from webhook.engine.scheduling.gke import auto_provisioning
+from webhook.engine.scheduling.poolsizing import PoolSizing, size_pools
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +122,119 @@ IDENTITY_METADATA = frozenset(
         "selfLink",
     }
 )
+
+
+# Memos of inventory_of: evaluation stays a function of its inputs.
+_with_pools: tuple[Inventory, Policy, object, Inventory] | None = None
+_sized: tuple[Policy, PoolInventory, PoolSizing] | None = None
+
+
+def inventory_of(view: InventoryView, policy: Policy) -> Inventory | None:
+    """The snapshot plus node pools (declared in rule files, and, when the settings say
+    detect, the cluster's autoscaler objects), built once per (snapshot, policy, pools).
+
+    Sizing the pools (tens of milliseconds for a few NodePools against the catalogue) is
+    kept per (policy, pools): a live cache publishes a new snapshot for every node change,
+    and only adding the sized pools to it (well under a millisecond) is paid again."""
+    global _with_pools, _sized  # noqa: PLW0603 - memos; evaluation stays a function of its inputs
+    if view.snapshot is None or view.problem:
+        return None if view.problem else view.snapshot
+    mode = policy.settings.autoscaling
+    declared = policy.node_pools if mode != "off" else ()
+    # Detect with no autoscaler objects still looks for GKE node auto-provisioning, which
+    # only the nodes show (an empty PoolInventory is falsy: not a reason to skip it).
+    live = (view.pools or NO_POOLS) if mode == "detect" else None
+    if not declared and live is None:
+        return view.snapshot
+    memo = _with_pools
+    # Held by reference, not by id(): a freed snapshot's id may be reused by the next one.
+    if memo is not None and memo[0] is view.snapshot and memo[1] is policy and memo[2] is live:
+        return memo[3]
+    combined = view.snapshot.with_nodes(declared)
+    if live is not None:
+        sized = _sized
+        if sized is None or sized[0] is not policy or sized[1] is not live:
+            sizing = size_pools(
+                live,
+                catalogue=policy.catalogue,
+                allowance=policy.settings.allowance,
+                declared=frozenset(n.pool for n in declared),
+                min_values=policy.settings.min_values_policy != "BestEffort",
+            )
+            _sized = sized = (policy, live, sizing)
+        sizing = sized[2]
+        unbounded = list(sizing.unbounded)
+        added = list(sizing.nodes)
+        # Per snapshot: a node of a nap-... pool shows GKE may create more.
+        nap = auto_provisioning(
+            [shape.labels for shape in view.snapshot.shapes],
+            catalogue=policy.catalogue,
+            allowance=policy.settings.allowance,
+            declared=frozenset(n.pool for n in declared),
+        )
+        if nap is not None:
+            added.extend(nap[1])
+            unbounded.append(nap[2])
+        combined = combined.with_nodes(added, unbounded=unbounded)
+    _with_pools = (view.snapshot, policy, live, combined)
+    return combined
+
+
+def request_as_created(request: Request, obj: Mapping[str, Any]) -> Request:
+    return Request(
+        obj,
+        namespace=request.namespace,
+        namespace_labels=request.namespace_labels,
+        now=request.now,
+    )
+
+
+def matching_rules(
+    request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy, claims: PodClaims
+) -> list[Rule]:
+    namespace = request.effective_namespace
+    labels = template.labels
+    resources = pod.resources
+    total = pod.total
+    device_classes = claims.gpu_classes
+    return [
+        rule
+        for rule in policy.rules
+        if rule.match.matches(
+            namespace=namespace,
+            namespace_labels=request.namespace_labels,
+            pod_labels=labels,
+            resources=resources,
+            gpu_count=total,
+            device_classes=device_classes,
+        )
+    ]
+
+
+def template_asks(
+    request: Request,
+    template: PodTemplate,
+    *,
+    settings: Settings,
+    view: InventoryView,
+) -> tuple[PodGPUs, PodClaims]:
+    """What the template asks of GPUs: resources per container, and DRA claims."""
+    devices = view.devices
+    # With the names and classes that serve GPUs (KEP-5004).
+    gpus, is_gpu_class = gpu_names(
+        settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
+    )
+    spec = template.spec
+    pod = pod_gpus(spec, gpus, template.singles)
+    claims = (
+        pod_claims(
+            spec,
+            namespace=request.effective_namespace,
+            devices=devices,
+            is_gpu_class=is_gpu_class,
+        )
+        if spec.get("resourceClaims")
+        else NO_CLAIMS
+    )
+    pod, claims = extended_resource_claims(pod, claims, devices=view.devices)
+    return with_claim_gpus(pod, claims), claims
