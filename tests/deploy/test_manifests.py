@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUSTOMIZATIONS = [
     "base", "overlays/fail-closed", "overlays/cert-manager", "overlays/audit", "overlays/monitoring",
-    "overlays/workload-kinds",
+    "overlays/workload-kinds", "overlays/match-conditions",
 ]  # fmt: skip
 FAILURE_POLICY = {
     "base": "Ignore",
@@ -39,6 +39,7 @@ FAILURE_POLICY = {
     "overlays/audit": "Ignore",
     "overlays/monitoring": "Ignore",
     "overlays/workload-kinds": "Ignore",
+    "overlays/match-conditions": "Ignore",
 }
 # The kinds an overlay routes beyond the built-in ones (a WorkloadKind's, issue 44): (group,
 # plural, routed scale).

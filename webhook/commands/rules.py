@@ -384,19 +384,27 @@ def _register_match_conditions(rules: Any) -> None:
         "--tainted-gpu-nodes",
         action="store_true",
         help="every GPU node carries a NoSchedule or NoExecute taint outside "
-        "node.kubernetes.io/: pods that tolerate none are then skipped unless they touch GPUs",
+        "node.kubernetes.io/: pods that tolerate none are then skipped unless they touch GPUs "
+        "(default: not promised, every pod template is called)",
     )
-    parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=["yaml", "json"],
+        default="yaml",
+        help="how to print them (default: yaml)",
+    )
     parser.add_argument(
         "--patch",
         metavar="FILE",
         help="a webhook configuration file (deploy/base/webhooks.yaml) to print with the "
-        "conditions set on the webhooks they are for",
+        "conditions set on the webhooks they are for (default: none, a patch is printed)",
     )
     parser.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="merge the cluster's rule objects (GPUPolicy, ...) with the files",
+        help="merge the cluster's rule objects (GPUPolicy, ...) with the files (default: "
+        "the files alone)",
     )
     add_context_option(parser)
     parser.set_defaults(handler=_match_conditions)
