@@ -792,6 +792,18 @@ _SELECTOR = re.compile(r'selectors: \[\{cel: \{expression: "(.*?)"\}\}\]')
     rule=MigPolicy("product", "2g.20gb", product=0),
     ask=MigAsk(1, claim=True),
 )
+# Products allowed in different profiles: each product's profiles, not every pair (found by CI).
+@example(
+    nodes=[
+        MigNode("gpu-0", False, [(0, "2g.20gb")]),
+        MigNode("gpu-1", True, [(1, "2g.20gb"), (1, "3g.40gb")]),
+    ],
+    rule=MigPolicy(
+        "allowed",
+        allowed=("NVIDIA-H100-80GB-HBM3-MIG-2g.20gb", "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"),
+    ),
+    ask=MigAsk(1, claim=True),
+)
 def test_mig_rules_on_dra_mig_devices_admit_only_allowed_devices_and_tell_the_claim(
     nodes: list[MigNode], rule: MigPolicy, ask: MigAsk
 ) -> None:

@@ -408,10 +408,23 @@ def allowing_selector(
         # a device without ``profile`` fails the selector with an error otherwise, and the
         # allocator fails the claim on a CEL error (``&&`` and ``||`` absorb it).
         kinds = ", ".join(f"'{p}'" for p in sorted({_profile(d) for d in migs}))
-        mig = (
-            f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'mig' && "
-            f"device.attributes['{NVIDIA_DRA_DRIVER}'].profile in [{kinds}]"
-        )
+        profile = f"device.attributes['{NVIDIA_DRA_DRIVER}'].profile in [{kinds}]"
+        by_product: dict[str, set[str]] = {}
+        for d in migs:
+            for name in product_names([d]) or [""]:
+                by_product.setdefault(name, set()).add(_profile(d))
+        if len({frozenset(v) for v in by_product.values()}) > 1 and "" not in by_product:
+            # Products allowed in different profiles (one's 2g.20gb, another's 3g.40gb):
+            # every profile on every product would select a refused pair, so each product
+            # names its own.
+            pairs = [
+                f"(device.attributes['{NVIDIA_DRA_DRIVER}'].productName == '{name}' && "
+                f"device.attributes['{NVIDIA_DRA_DRIVER}'].profile in "
+                "[" + ", ".join(f"'{p}'" for p in sorted(held)) + "])"
+                for name, held in sorted(by_product.items())
+            ]
+            profile = "(" + " || ".join(pairs) + ")"
+        mig = f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'mig' && {profile}"
         whole = f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'gpu'"
         parts.append(mig if len(migs) == len(good) else f"({whole} || ({mig}))")
     return " && ".join(parts)
