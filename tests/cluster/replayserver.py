@@ -282,6 +282,12 @@ class ReplayServer:
         if rv.isdigit():
             self._revision = max(self._revision, int(rv))
         where = f"{path}/{meta.get('name')}"
+        namespace = meta.get("namespace")
+        if isinstance(namespace, str) and namespace and "/namespaces/" not in path:
+            # A namespaced kind listed across namespaces: its own path names the namespace,
+            # as a write to it (its status) does.
+            collection, _, resource = path.rpartition("/")
+            where = f"{collection}/namespaces/{namespace}/{resource}/{meta.get('name')}"
         stored = str(self.objects.get(where, {}).get("metadata", {}).get("resourceVersion", ""))
         if rv.isdigit() and stored.isdigit() and int(rv) < int(stored):
             return  # a scripted list served again (a relist) is older than a write since

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -21,13 +21,11 @@ from webhook.commands import (
     rules_directory,
     say,
 )
-from webhook.engine.evaluation.request import NO_INVENTORY, InventoryView
 from webhook.engine.policy.crds import resource_of
 from webhook.engine.policy.exemptions import exemption_warnings
 from webhook.engine.policy.ruleset import PolicyError
 from webhook.engine.policy.schema import DOCUMENT_KINDS, rules_schema
 from webhook.engine.resources.inventory import Node
-from webhook.engine.scheduling.policyvalues.policyreach import not_checked, unmet_values
 from webhook.engine.scheduling.schedulability import memory_warnings
 from webhook.files.manifests import load_manifests
 from webhook.files.rulefiles import (
@@ -40,6 +38,9 @@ from webhook.files.rulefiles import (
 )
 from webhook.files.ruleobjects import RuleObject
 from webhook.reports.wording import counted
+
+if TYPE_CHECKING:
+    from webhook.engine.evaluation.request import InventoryView
 
 
 def register(sub: Any) -> None:
@@ -171,7 +172,8 @@ def _lint(args: argparse.Namespace) -> int:
     view, namespaces = _lint_view(args)
     if isinstance(view, int):
         return view
-    nodes: tuple[Node, ...] = view.snapshot.nodes if view.snapshot is not None else ()
+    snapshot = view.snapshot if view is not None else None
+    nodes: tuple[Node, ...] = snapshot.nodes if snapshot is not None else ()
     try:
         policy = load_policy(path)
     except PolicyError as exc:
@@ -185,21 +187,23 @@ def _lint(args: argparse.Namespace) -> int:
             return found
         namespaces = found
     warnings = memory_warnings(policy, nodes)
-    if view.snapshot is not None:  # label_warnings finds nothing without nodes to look at
+    if view is not None and snapshot is not None:  # no nodes: label_warnings finds nothing
         from webhook.engine.scheduling.policyvalues.labelkeys import label_warnings
 
-        warnings += label_warnings(policy, view.snapshot, view.devices)
+        warnings += label_warnings(policy, snapshot, view.devices)
     warnings += exemption_warnings(policy, namespaces)
-    values = None
-    if nodes:
+    notices: list[str] = []
+    if view is not None and nodes:
         # The evaluation only with a cluster: lint of files alone starts in a CI loop.
         from webhook.engine.evaluation.evaluate import cluster_values_of
+        from webhook.engine.scheduling.policyvalues.policyreach import not_checked, unmet_values
 
         values = cluster_values_of(policy, view, namespaces=namespaces)
-    warnings += [unmet.problem for unmet in unmet_values(policy, values)]
+        warnings += [unmet.problem for unmet in unmet_values(policy, values)]
+        notices = not_checked(policy, values)
     for warning in warnings:
         say(f"warning: {warning}")
-    for notice in not_checked(policy, values):
+    for notice in notices:
         say(f"notice: {notice}")
     print(
         f"{path}: {counted(len(policy.rules), 'rule')}, "
@@ -209,7 +213,9 @@ def _lint(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, set[str] | None]:
+def _lint_view(
+    args: argparse.Namespace,
+) -> tuple[InventoryView | int | None, set[str] | None]:
     """The cluster the rules are checked against: an inventory file, a live cluster (with
     its namespaces, which no file holds), or none; an exit code when it is unusable."""
     if args.inventory:
@@ -222,7 +228,7 @@ def _lint_view(args: argparse.Namespace) -> tuple[InventoryView | int, set[str] 
         except InventoryFileError as exc:
             return _fail(f"the inventory is not usable: {exc}"), None
     if not (args.kubeconfig or args.context):
-        return NO_INVENTORY, None
+        return None, None  # lint of rules alone: nothing of the engine's inventory is imported
     # The cluster client only for a cluster: lint of files starts in a CI loop.
     from webhook.cluster.apiclient import ApiError, KubeconfigError, api_endpoint_from_kubeconfig
     from webhook.cluster.clusterobjects import ClusterObjects

@@ -9,7 +9,7 @@ rules lint` runs it before you install).
 
 {{/* The rule kinds: DOCUMENT_KINDS of webhook/engine/policy/schema.py (a test keeps them equal). */}}
 {{- define "gpu-webhook.ruleKinds" -}}
-GPUPolicy GPUSettings GPUNodePool WorkloadKind InstanceType
+GPUPolicy GPUSettings GPUNodePool WorkloadKind InstanceType GPUNamespacePolicy GPUPolicyException
 {{- end -}}
 
 {{/* Renamed kinds (RENAMED_KINDS of the same module): old=new. */}}
@@ -77,7 +77,7 @@ file of comments only, which turns a shipped default off) not counted. */}}
 {{- $has := ternary (printf "has kind %s" $kind) "has no kind" (ne $kind "") -}}
 {{- fail (printf "%s: document %d %s; %s" $key $number $has $hint) -}}
 {{- end -}}
-{{- if eq $kind "GPUPolicy" -}}{{- include "gpu-webhook.checkValidateEntries" (list $key $number $doc) -}}{{- end -}}
+{{- if or (eq $kind "GPUPolicy") (eq $kind "GPUNamespacePolicy") -}}{{- include "gpu-webhook.checkValidateEntries" (list $key $number $doc) -}}{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
