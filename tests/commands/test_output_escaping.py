@@ -317,21 +317,33 @@ def test_explain_and_inventory_carry_any_name(names: Names) -> None:
     assert_terminal_safe(listed["text"][1])
 
 
-def test_a_container_name_cannot_add_a_document_to_check_yaml(tmp_path: Path) -> None:
-    """The issue's case: a name whose newlines end the comment and start a ConfigMap."""
-    forged = "main\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: forged}\n#"
+def hostile_pod(tmp_path: Path, *, pod_name: str = "p", container: str) -> Path:
+    """A requests-only GPU pod in team-a (denied, so every format says something of it)
+    whose names are given, written as JSON: no YAML quoting stands between a name and
+    the command."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "team-a"},
+        "metadata": {"name": pod_name, "namespace": "team-a"},
         "spec": {
             "containers": [
-                {"name": forged, "image": "cuda", "resources": {"requests": {"nvidia.com/gpu": 1}}}
+                {
+                    "name": container,
+                    "image": "cuda",
+                    "resources": {"requests": {"nvidia.com/gpu": 1}},
+                }
             ]
         },
     }
     path = tmp_path / "pod.json"
     path.write_text(json.dumps(pod))
+    return path
+
+
+def test_a_container_name_cannot_add_a_document_to_check_yaml(tmp_path: Path) -> None:
+    """The issue's case: a name whose newlines end the comment and start a ConfigMap."""
+    forged = "main\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: forged}\n#"
+    path = hostile_pod(tmp_path, container=forged)
 
     code, out, _ = run("check", path, "--rules", RULES, "-o", "yaml")
 
@@ -350,18 +362,7 @@ def test_a_container_name_cannot_add_a_document_to_check_yaml(tmp_path: Path) ->
     ],
 )
 def test_junit_parses_whatever_a_name_holds(tmp_path: Path, name: str) -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team-a"},
-        "spec": {
-            "containers": [
-                {"name": name, "image": "cuda", "resources": {"requests": {"nvidia.com/gpu": 1}}}
-            ]
-        },
-    }
-    path = tmp_path / "pod.json"
-    path.write_text(json.dumps(pod))
+    path = hostile_pod(tmp_path, pod_name=name, container=name)
 
     _, out, _ = run("check", path, "--rules", RULES, "-o", "junit")
 
@@ -371,22 +372,8 @@ def test_junit_parses_whatever_a_name_holds(tmp_path: Path, name: str) -> None:
 
 
 def test_a_name_starts_no_workflow_command_in_text_output(tmp_path: Path) -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "team-a"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "x\n::warning file=a::forged\r::error::forged ##[error]forged",
-                    "image": "cuda",
-                    "resources": {"requests": {"nvidia.com/gpu": 1}},
-                }
-            ]
-        },
-    }
-    path = tmp_path / "pod.json"
-    path.write_text(json.dumps(pod))
+    forged = "x\n::warning file=a::forged\r::error::forged ##[error]forged"
+    path = hostile_pod(tmp_path, container=forged)
 
     _, out, _ = run("check", path, "--rules", RULES)
 
