@@ -170,3 +170,42 @@ def test_the_sbom_names_the_package_its_python_distributions_and_debian_packages
             "purl": "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10?arch=amd64",
         }
     ]
+
+
+def _cleanup_function(script: Path) -> str:
+    """The `cleanup() { ... }` a script traps on EXIT, as its text says it."""
+    lines = script.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("cleanup() {"))
+    end = next(i for i in range(start, len(lines)) if lines[i] == "}")
+    return "\n".join(lines[start : end + 1])
+
+
+@pytest.mark.parametrize("status", [0, 3])
+@pytest.mark.parametrize("name", ["release-check", "image-check"])
+def test_a_check_script_s_cleanup_keeps_the_script_s_own_exit_status(
+    tmp_path: Path, name: str, status: int
+) -> None:
+    """CI once failed on a release-check that had passed: its cleanup's `wait` on the
+    registry it had killed returned 143, and `set -e` made that the script's status."""
+    work = tmp_path / "work"
+    work.mkdir()
+    harness = "\n".join(
+        [
+            "set -euo pipefail",
+            # The registry release-check starts; its output closed, so that nothing is held.
+            "sleep 60 </dev/null >/dev/null 2>&1 & registry_pid=$!",
+            f"work={work}",
+            "podman=(true)",
+            "container=none",
+            _cleanup_function(ROOT / "scripts" / name),
+            "trap cleanup EXIT",
+            f"exit {status}",
+        ]
+    )
+    if name == "image-check":  # it starts no registry
+        harness = harness.replace("sleep 60", "true")
+    done = subprocess.run(
+        ["bash", "-c", harness], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == status, done.stderr
+    assert not work.exists()
