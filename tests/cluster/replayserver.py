@@ -10,10 +10,15 @@ remembered as they are served, and a PUT of one's status subresource is answered
 server answers it: 409 Conflict when its resourceVersion is not the stored one (optimistic
 concurrency), 422 without one (custom resources allow no unconditional update), else the
 stored object with the new status and a new resourceVersion.
+
+Objects put in ``stored`` by path (the webhook configurations) are answered on GET and
+take JSON Patches (RFC 6902) as the API server does: a failed ``test`` or a path that does
+not apply is 422 Invalid, else the object is patched and gets a new resourceVersion.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import socket
 import ssl
@@ -25,6 +30,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+import jsonpatch
 
 from tests.builders import APISERVER as FIXTURES
 
@@ -145,6 +152,8 @@ class ReplayServer:
         # Objects of the scripted collections as last served, by object path; and the
         # newest resourceVersion served or written (etcd's revision).
         self.objects: dict[str, dict[str, Any]] = {}
+        # Objects read by GET and written by JSON Patch, by path (see the module's docstring).
+        self.stored: dict[str, dict[str, Any]] = {}
         self._revision = 0
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -170,6 +179,9 @@ class ReplayServer:
 
             def do_POST(self) -> None:
                 server._write(self, "POST")
+
+            def do_PATCH(self) -> None:
+                server._patch(self)
 
         self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
@@ -239,6 +251,43 @@ class ReplayServer:
         if answer is None:
             answer = Body(json.dumps(body).encode(), 201 if method == "POST" else 200)
         self._body(handler, answer)
+
+    def store(self, path: str, obj: dict[str, Any]) -> None:
+        """Keep ``obj`` at ``path`` with a new resourceVersion (as a write by anyone)."""
+        with self._lock:
+            self._revision += 1
+            obj = copy.deepcopy(obj)
+            obj.setdefault("metadata", {})["resourceVersion"] = str(self._revision)
+            self.stored[path] = obj
+
+    def _patch(self, handler: BaseHTTPRequestHandler) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = json.loads(handler.rfile.read(length) or b"null")
+        path = urlsplit(handler.path).path
+        with self._lock:
+            self.writes.append(Write("PATCH", path, body))
+            stored = self.stored.get(path)
+            if stored is None:
+                answer = Body(status_body(404, "NotFound", f"{path} not found"), 404)
+            else:
+                answer = self._patched(path, stored, body, handler.headers.get("Content-Type"))
+        self._body(handler, answer)
+
+    def _patched(self, path: str, stored: dict[str, Any], ops: Any, media: str | None) -> Body:
+        """A JSON Patch applied as the API server applies it (k8s.io/apiserver
+        pkg/endpoints/handlers/patch.go, ``jsonPatcher``: an error of the patch, a failed
+        ``test`` among them, is 422 Invalid). Called under the lock."""
+        if media != "application/json-patch+json":
+            return Body(status_body(415, "UnsupportedMediaType", str(media)), 415)
+        try:
+            patched = jsonpatch.apply_patch(stored, ops)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            message = f"the server rejected our request due to an error in our request: {exc}"
+            return Body(status_body(422, "Invalid", message), 422)
+        self._revision += 1
+        patched["metadata"]["resourceVersion"] = str(self._revision)
+        self.stored[path] = patched
+        return Body(json.dumps(patched).encode())
 
     def _status_update(self, path: str, body: Any) -> Body | None:
         """A PUT to a remembered object's status subresource, as the API server's generic
@@ -318,7 +367,9 @@ class ReplayServer:
         with self._lock:
             self.requests.append(Request(parts.path, query, dict(handler.headers.items())))
             queue: deque[Any] = deque()
-            if parts.path == "/api/v1/nodes":
+            if parts.path in self.stored:
+                queue = deque([Body(json.dumps(self.stored[parts.path]).encode())])
+            elif parts.path == "/api/v1/nodes":
                 queue = self.watches if query.get("watch") else self.lists
             elif parts.path == "/api/v1/namespaces":
                 queue = self.namespace_watches if query.get("watch") else self.namespace_lists

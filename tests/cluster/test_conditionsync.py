@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from collections.abc import Iterator
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +18,30 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import FakeApiServer, Request
+from tests.cluster.replayserver import fixture
+from tests.cluster.ruleobjects import gpu_policy
 from webhook.cluster.apiclient import ApiClient, ApiEndpoint
-from webhook.cluster.conditionsync import GROUP_PATH, ConditionSync
+from webhook.cluster.conditionsync import (
+    GROUP_PATH,
+    LEASE_NAME,
+    LEASE_SECONDS,
+    PERIOD_SECONDS,
+    ConditionKeeper,
+    ConditionSync,
+    wanted_conditions,
+)
 from webhook.cluster.lease import Lease
 from webhook.engine.evaluation.matchconditions import match_conditions
-from webhook.files.rulefiles import load_policy
+from webhook.engine.evaluation.request import InventoryView
+from webhook.engine.resources.inventory import Inventory, node_from_json
+from webhook.files.rulefiles import RuleStore, load_policy
+from webhook.files.ruleobjects import RuleObject
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTATING = f"{GROUP_PATH}/mutatingwebhookconfigurations/gpu-webhook"
 VALIDATING = f"{GROUP_PATH}/validatingwebhookconfigurations/gpu-webhook"
 OTHER = f"{GROUP_PATH}/mutatingwebhookconfigurations/someone-elses"
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/gpu-webhook/leases/{LEASE_NAME}"
 T0 = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.UTC)
 POLICY = load_policy(str(ROOT / "rules"))
 
@@ -123,3 +140,198 @@ def test_a_configuration_changed_since_it_was_read_is_not_overwritten(
     assert held(fake_api, MUTATING) == [None]
     fake_api.intercept = None
     assert sync.sync(conditions(tainted=True)) == ["mutatingwebhookconfigurations"]
+
+
+# --- the keeper: what `serve --sync-match-conditions` runs in the pod's watcher -----------
+
+NODES = json.loads(fixture("node-list.json"))["items"]  # every GPU node tainted nvidia.com/gpu
+SHM_FOR_EVERY_POD = {
+    "match": {"gpuCount": {"min": 0}, "namespaces": ["team-a"]},
+    "mutate": {"shm": {"sizeLimit": "1Gi"}},
+}
+
+
+def view_of(nodes: list[dict[str, Any]]) -> InventoryView:
+    return InventoryView(Inventory([node_from_json(n) for n in nodes]))
+
+
+def untainted_gpu_node() -> dict[str, Any]:
+    node = copy.deepcopy(next(n for n in NODES if n["metadata"]["name"] == "gpu-t4-0"))
+    node["metadata"]["name"] = "gpu-t4-untainted"
+    node["spec"].pop("taints", None)
+    return node
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def seconds(self) -> float:
+        return (self.now - T0).total_seconds()
+
+
+@dataclass
+class Replica:
+    keeper: ConditionKeeper
+    results: list[str]
+    objects: list[RuleObject]
+
+
+def keeper_replica(
+    client: ApiClient,
+    identity: str,
+    *,
+    clock: Clock,
+    rules: Path = ROOT / "rules",
+    view: Callable[[], InventoryView | None] = lambda: view_of(NODES),
+) -> Replica:
+    results: list[str] = []
+    objects: list[RuleObject] = []
+    lease = Lease(
+        client,
+        namespace="gpu-webhook",
+        name=LEASE_NAME,
+        identity=identity,
+        duration_seconds=LEASE_SECONDS,
+        clock=clock,
+    )
+    sync = ConditionSync(client, lease=lease, on_result=results.append)
+    keeper = ConditionKeeper(
+        sync=sync,
+        rules=lambda: RuleStore(str(rules), objects=lambda: tuple(objects)),
+        view=view,
+        clock=clock.seconds,
+    )
+    return Replica(keeper, results, objects)
+
+
+def wanted_now(replica: Replica, view: InventoryView | None) -> Any:
+    assert replica.keeper.store is not None
+    return wanted_conditions(replica.keeper.store.current.policy, view)
+
+
+def test_the_keeper_writes_the_conditions_of_tainted_gpu_nodes_once(
+    fake_api: FakeApiServer, client: ApiClient
+) -> None:
+    a = keeper_replica(client, "pod-a", clock=Clock())
+    assert a.keeper.step()
+    assert held(fake_api, MUTATING) == [conditions(tainted=True)["mutate.gpu-webhook.io"]]
+    assert a.results == ["written", "written"]
+    before = len(fake_api.requests)
+    assert not a.keeper.step()  # same rules, same nodes, within the period: no request
+    assert len(fake_api.requests) == before
+
+
+@pytest.mark.parametrize("where", ["object", "file"])
+def test_a_rule_acting_on_pods_asking_for_no_gpu_is_patched_in(
+    fake_api: FakeApiServer, client: ApiClient, tmp_path: Path, where: str
+) -> None:
+    shutil.copytree(ROOT / "rules", tmp_path, dirs_exist_ok=True)
+    a = keeper_replica(client, "pod-a", clock=Clock(), rules=tmp_path)
+    a.keeper.step()
+    before = held(fake_api, MUTATING)
+    assert "team-a" not in json.dumps(before)
+    policy = gpu_policy("team-shm", SHM_FOR_EVERY_POD)
+    if where == "object":
+        a.objects.append(RuleObject.of(policy))
+    else:
+        document = {k: policy[k] for k in ("apiVersion", "kind", "spec")}
+        (tmp_path / "50-team.yaml").write_text(
+            yaml.safe_dump({**document, "metadata": {"name": "team-shm"}})
+        )
+    assert a.keeper.step()
+    after = held(fake_api, MUTATING)
+    assert after != before
+    assert after == [wanted_now(a, view_of(NODES))["mutate.gpu-webhook.io"]]
+    assert "team-a" in json.dumps(after)  # the pods of its namespace are called
+    assert a.results == ["written"] * 4
+
+
+def test_only_the_lease_holder_writes_and_another_takes_over_when_it_is_gone(
+    fake_api: FakeApiServer, client: ApiClient
+) -> None:
+    clock = Clock()
+    a = keeper_replica(client, "pod-a", clock=clock)
+    b = keeper_replica(client, "pod-b", clock=clock)
+    assert a.keeper.step()
+    assert b.keeper.step()
+    assert (a.results, b.results) == (["written", "written"], [])
+    for replica in (a, b):  # the rules change on both
+        replica.objects.append(RuleObject.of(gpu_policy("team-shm", SHM_FOR_EVERY_POD)))
+        replica.keeper.step()
+    assert (a.results[2:], b.results) == (["written", "written"], [])
+    assert fake_api.objects[LEASES]["spec"]["holderIdentity"] == "pod-a"
+    clock.now += dt.timedelta(seconds=LEASE_SECONDS + 1)  # pod-a died: its Lease runs out
+    fake_api.put_object(MUTATING, without_conditions(fake_api.objects[MUTATING]))
+    assert b.keeper.step()
+    assert b.results == ["written", "unchanged"]
+    assert fake_api.objects[LEASES]["spec"]["holderIdentity"] == "pod-b"
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        pytest.param(lambda: view_of([*NODES, untainted_gpu_node()]), id="untainted-gpu-node"),
+        pytest.param(lambda: None, id="nodes-not-synced-yet"),
+    ],
+)
+def test_an_untainted_gpu_node_or_unseen_nodes_write_true(
+    fake_api: FakeApiServer, client: ApiClient, view: Callable[[], InventoryView | None]
+) -> None:
+    seen: list[InventoryView | None] = [view_of(NODES)]
+    a = keeper_replica(client, "pod-a", clock=Clock(), view=lambda: seen[-1])
+    a.keeper.step()
+    assert held(fake_api, MUTATING) == [conditions(tainted=True)["mutate.gpu-webhook.io"]]
+    seen.append(view())
+    assert a.keeper.step()
+    call_everything = [{"name": "may-touch-gpus", "expression": "true"}]
+    assert held(fake_api, MUTATING) == [call_everything]
+    assert held(fake_api, VALIDATING) == [call_everything, None]
+
+
+def test_a_configuration_changed_meanwhile_is_read_again_next_turn_never_overwritten(
+    fake_api: FakeApiServer, client: ApiClient
+) -> None:
+    clock = Clock()
+    a = keeper_replica(client, "pod-a", clock=clock)
+
+    def argo_cd_self_heal_between_read_and_write(req: Request) -> None:
+        if req.method == "PATCH" and req.path == VALIDATING:
+            fake_api.put_object(VALIDATING, fake_api.objects[VALIDATING])
+
+    fake_api.intercept = argo_cd_self_heal_between_read_and_write  # type: ignore[assignment]
+    a.keeper.step()
+    assert a.results == ["written", "conflict"]
+    assert held(fake_api, VALIDATING) == [None, None]
+    patches = [r.body for r in fake_api.writes() if r.method == "PATCH"]
+    assert all(ops[0]["path"] == "/metadata/resourceVersion" for ops in patches)
+    fake_api.intercept = None
+    assert not a.keeper.step()  # within the period: nothing read
+    clock.now += dt.timedelta(seconds=PERIOD_SECONDS)
+    assert a.keeper.step()
+    assert a.results[2:] == ["unchanged", "written"]
+    assert held(fake_api, VALIDATING)[0] == conditions(tainted=True)["validate.gpu-webhook.io"]
+
+
+def test_an_unreachable_api_server_or_broken_rule_files_never_raise(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gone = ApiClient(ApiEndpoint(host="http://127.0.0.1:9"))
+    a = keeper_replica(gone, "pod-a", clock=Clock())
+    assert a.keeper.step()
+    assert a.results == []  # the Lease could not be confirmed: nothing read or written
+    (tmp_path / "broken.yaml").write_text("kind: GPUPolicy\nspec: [")
+    b = keeper_replica(gone, "pod-b", clock=Clock(), rules=tmp_path)
+    assert not b.keeper.step()
+    assert "rule files unusable; match conditions wait for them" in caplog.text
+    gone.close()
+
+
+def without_conditions(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    for webhook in out["webhooks"]:
+        webhook.pop("matchConditions", None)
+    return out

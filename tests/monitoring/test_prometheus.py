@@ -32,10 +32,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.builders import RULES, pod, review
+from tests.builders import ROOT, RULES, pod, review
 from tests.cluster.replayserver import Body, ReplayServer, Stream, fixture, status_body
 from tests.monitoring.tools import alerts, dashboard, panel_queries, tool, write_rule_file
 from tests.running import Server, free_port, kubeconfig, post, wait_until
+from webhook.cluster.conditionsync import GROUP_PATH as WEBHOOKS
 from webhook.files.certs import DEV_HOSTS, generate, write
 
 pytestmark = pytest.mark.slow
@@ -148,6 +149,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     fail = threading.Event()
     error = status_body(500, "InternalError", "etcd is unhappy")
     replay.runtime_class_lists.append(Body(error, 500, gate=fail))
+    # The two webhook configurations, for the match conditions' runtime sync (its series).
+    for doc in yaml.safe_load_all((ROOT / "deploy/base/webhooks.yaml").read_text()):
+        replay.store(f"{WEBHOOKS}/{doc['kind'].lower()}s/gpu-webhook", doc)
     rules = tmp / "rules"
     shutil.copytree(RULES, rules)
     write(generate(service="gpu-webhook", namespace="dev", extra_sans=DEV_HOSTS, days=20), tmp)
@@ -158,7 +162,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             rules=rules,
             inventory=None,
             workers=2,
-            extra=("--kubeconfig", kubeconfig(tmp, replay.url)),
+            extra=("--kubeconfig", kubeconfig(tmp, replay.url), "--sync-match-conditions"),
         )
     except Exception:
         replay.stop()

@@ -15,7 +15,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from tests.builders import ROOT, RULES, team_policies
 from tests.cluster.ruleobjects import gpu_policy
 from webhook.admission.service import AdmissionService
-from webhook.cluster import watchmetrics
+from webhook.cluster import conditionsync, watchmetrics
 from webhook.files.certs import DEV_HOSTS, generate, write
 from webhook.files.rulefiles import RuleStore, load_policy
 from webhook.files.ruleobjects import RuleObject
@@ -117,6 +117,7 @@ def exported_names() -> list[str]:
     source = watchmetrics._metrics()
     wrappers = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
     wrappers += [source.errors, source.last_sync, source.active]
+    wrappers += [conditionsync._metrics().syncs]
     # prometheus_client keeps a counter's name without the _total it exposes.
     return [f"{m._name}_total" if m._type == "counter" else m._name for m in wrappers]
 

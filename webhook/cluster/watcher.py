@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook import jsonlog
+from webhook.cluster import conditionsync
 from webhook.cluster.apiclient import ApiEndpoint, ApiError, KubeconfigError
+from webhook.cluster.lease import Lease
 from webhook.cluster.reflector import Backoff
 from webhook.cluster.sources import feedwire
 from webhook.cluster.sources.devicesource import PATHS, DeviceCache
@@ -115,6 +117,8 @@ class FeedState:
         # Rule objects (issue 33): sent whole on every change, once every kind is listed.
         self.rule_objects = RuleObjectCache(on_change=self._send_rule_objects)
         self.rules_changed = threading.Event()
+        # The match conditions' keeper wakes on rule objects and nodes that changed.
+        self.conditions_changed = threading.Event()
 
     def _rule_objects_message(self) -> feedwire.Message | None:
         objects = self.rule_objects.objects()
@@ -128,6 +132,7 @@ class FeedState:
             if message is not None:
                 self.subscribers.send(message)
         self.rules_changed.set()
+        self.conditions_changed.set()
 
     def _send_pools(self, pools: PoolCache) -> None:
         with self.subscribers.lock:
@@ -169,6 +174,16 @@ class FeedState:
         )
         names = frozenset(self.namespaces.labels) if self.namespaces.synced else None
         return ClusterSight(view, names)
+
+    def settled_view(self) -> InventoryView | None:
+        """The nodes for the match conditions: as ``cluster_sight`` sees them, once the
+        autoscaler objects are settled too (a pool not listed yet may make untainted GPU
+        nodes); None until then, and where ResourceSlices exist (their GPUs are not parsed
+        here): the conditions then call every pod template."""
+        sight = self.cluster_sight()
+        if sight is None or not self.pools.settled:
+            return None
+        return sight.view
 
     def greeting(self) -> bytes:
         """The whole state, as the first messages of a connection."""
@@ -248,6 +263,7 @@ class NodeFeed:
             state.nodes = {node.name: node for node in items}
             state.contact(resource_version)
             state.subscribers.send(*feedwire.node_list(items, resource_version=resource_version))
+        state.conditions_changed.set()
         gc.freeze()  # as in LiveInventorySource: the nodes live until the next relist
 
     def apply(self, kind: str, item: Node, resource_version: str) -> None:
@@ -261,10 +277,12 @@ class NodeFeed:
                 if nodes.pop(item.name, None) is not None:
                     message = {"t": "delete", "rv": resource_version, "name": item.name}
                     state.subscribers.send(message)
+                    state.conditions_changed.set()
             elif nodes.get(item.name) != item:
                 nodes[item.name] = item
                 record = feedwire.node_record(item)
                 state.subscribers.send({"t": "upsert", "rv": resource_version, "node": record})
+                state.conditions_changed.set()
 
     def progress(self, resource_version: str) -> None:
         self.state.contact(resource_version)
@@ -412,6 +430,8 @@ class InventoryFeed:
         ]
         if status is not None:
             self._threads.append(self._status_keeper(status).thread(self._stop))
+        if status is not None and status.match_conditions:
+            self._threads.append(self._condition_keeper(status).thread(self._stop))
 
     def _status_keeper(self, options: StatusOptions) -> StatusKeeper:
         """The rule objects' status, written by the replica that holds its Lease."""
@@ -426,6 +446,32 @@ class InventoryFeed:
             cluster=self.state.cluster_sight,
         )
         keeper.wake = self.state.rules_changed
+        return keeper
+
+    def _condition_keeper(self, options: StatusOptions) -> conditionsync.ConditionKeeper:
+        """The webhooks' match conditions, synced by the replica that holds their Lease."""
+        client = self._watch.client
+        lease = Lease(
+            client,
+            namespace=options.lease_namespace,
+            name=conditionsync.LEASE_NAME,
+            identity=options.identity,
+            duration_seconds=conditionsync.LEASE_SECONDS,
+        )
+        conditionsync.zero_results()
+        sync = conditionsync.ConditionSync(
+            client,
+            lease=lease,
+            name=options.match_conditions,
+            on_result=conditionsync.count_result,
+        )
+        keeper = conditionsync.ConditionKeeper(
+            sync=sync,
+            rules=lambda: RuleStore(options.rules, objects=self.state.rule_objects.objects),
+            view=self.state.settled_view,
+            ready=lambda: self.state.rule_objects.objects() is not None,
+        )
+        keeper.wake = self.state.conditions_changed
         return keeper
 
     def start(self) -> None:
@@ -462,11 +508,14 @@ class InventoryFeed:
 
 @dataclass(frozen=True, slots=True)
 class StatusOptions:
-    """Where the rule files are (the objects are judged with them) and the Lease's place."""
+    """Where the rule files are (the objects are judged with them) and the Lease's place;
+    ``match_conditions``: the webhook configurations' name whose conditions this replica
+    keeps in sync while it holds their Lease (empty: no runtime sync)."""
 
     rules: str
     lease_namespace: str
     identity: str
+    match_conditions: str = ""
 
 
 def _listen(path: str) -> socket.socket:
@@ -501,6 +550,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rules", help="write the rule objects' status, judged with these files")
     parser.add_argument("--lease-namespace", default="gpu-webhook")
     parser.add_argument("--identity", default="", help="default: the pod's host name")
+    parser.add_argument(
+        "--sync-match-conditions",
+        default="",
+        metavar="NAME",
+        help="keep the matchConditions of the webhook configurations NAME in sync (with --rules)",
+    )
     return parser.parse_args(argv)
 
 
@@ -524,7 +579,9 @@ def main(argv: list[str] | None = None) -> int:
     status = None
     if args.rules:
         identity = args.identity or os.environ.get("HOSTNAME") or os.uname().nodename
-        status = StatusOptions(args.rules, args.lease_namespace, identity)
+        status = StatusOptions(
+            args.rules, args.lease_namespace, identity, args.sync_match_conditions
+        )
     feed = InventoryFeed(api=api, socket_path=args.socket, status=status)
     feed.start()
     log.info("inventory watcher listening", extra={"socket": args.socket, "api": api.host})

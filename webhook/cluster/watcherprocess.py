@@ -45,11 +45,14 @@ class WatcherProcess:
         context: str | None = None,
         status_rules: str | None = None,
         lease_namespace: str = "",
+        match_conditions: str = "",
     ) -> None:
         self.kubeconfig = kubeconfig
         # Where the rule files are, for the replica that writes the rule objects' status.
         self.status_rules = status_rules
         self.lease_namespace = lease_namespace
+        # The webhook configurations' name whose match conditions the Lease holder syncs.
+        self.match_conditions = match_conditions
         self.context = context
         self.log_level = log_level
         self.backoff = backoff or Backoff(initial_seconds=0.5, cap_seconds=30.0)
@@ -106,6 +109,8 @@ class WatcherProcess:
         if self.status_rules:
             command += ["--rules", self.status_rules]
             command += ["--lease-namespace", self.lease_namespace or "gpu-webhook"]
+            if self.match_conditions:
+                command += ["--sync-match-conditions", self.match_conditions]
         return command
 
     def _spawn(self) -> subprocess.Popen[bytes]:

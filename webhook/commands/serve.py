@@ -120,6 +120,23 @@ def register(sub: Any) -> None:
         f"(${env['audit_lease_namespace']})",
     )
     parser.add_argument(
+        "--sync-match-conditions",
+        action="store_true",
+        default=None,
+        help="keep the webhooks' matchConditions in sync with the rules in force and the "
+        "nodes (one replica, by Lease; needs a live cluster and RBAC to patch the two webhook "
+        "configurations: deploy/overlays/match-conditions-sync) (default: off, the conditions "
+        f"are rendered at deploy time; ${env['sync_match_conditions']}=true)",
+    )
+    parser.add_argument(
+        "--webhook-configuration",
+        default=env_default("webhook_configuration"),
+        metavar="NAME",
+        help="name of the Mutating- and ValidatingWebhookConfiguration whose matchConditions "
+        f"--sync-match-conditions writes (default: %(default)s; "
+        f"${env['webhook_configuration']})",
+    )
+    parser.add_argument(
         "--dev",
         action="store_true",
         help=f"development: throwaway CA and localhost certificate in {DEV_CERTS}/, the "
@@ -154,6 +171,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
         audit=args.audit or config.switch(env_default("audit"), config.ENVIRONMENT["audit"]),
         audit_period=config.seconds(args.audit_period, "--audit-period", minimum=60.0),
         audit_lease_namespace=args.audit_lease_namespace or None,
+        sync_match_conditions=args.sync_match_conditions
+        or config.switch(
+            env_default("sync_match_conditions"), config.ENVIRONMENT["sync_match_conditions"]
+        ),
+        webhook_configuration=config.name(args.webhook_configuration, "--webhook-configuration"),
     )
 
 
@@ -270,6 +292,11 @@ def preflight(settings: Settings, *, dev: bool = False) -> str:
     if settings.audit and not settings.live_inventory:
         return (
             "--audit needs a cluster to audit: give --kubeconfig (or run in a pod), not --inventory"
+        )
+    if settings.sync_match_conditions and not settings.live_inventory:
+        return (
+            "--sync-match-conditions needs the cluster whose webhook configurations it writes: "
+            "give --kubeconfig (or run in a pod), not --inventory"
         )
     return _port_problem(settings)
 

@@ -7,6 +7,7 @@ either. Flags win over the environment, which wins over the defaults here.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ ENVIRONMENT = {
     "audit": "GPU_WEBHOOK_AUDIT",
     "audit_period": "GPU_WEBHOOK_AUDIT_PERIOD",
     "audit_lease_namespace": "GPU_WEBHOOK_AUDIT_LEASE_NAMESPACE",
+    "sync_match_conditions": "GPU_WEBHOOK_SYNC_MATCH_CONDITIONS",
+    "webhook_configuration": "GPU_WEBHOOK_WEBHOOK_CONFIGURATION",
 }
 DEFAULTS: dict[str, str] = {
     "port": "8443",
@@ -42,6 +45,7 @@ DEFAULTS: dict[str, str] = {
     "workers": "2",
     "log_level": "info",
     "audit_period": "3600",
+    "webhook_configuration": "gpu-webhook",
 }
 
 
@@ -76,6 +80,10 @@ class Settings:
     audit: bool = False
     audit_period: float = 3600.0
     audit_lease_namespace: str | None = None  # None: the pod's own namespace
+    # The webhooks' matchConditions kept in sync at runtime (one replica, by Lease, in the
+    # inventory watcher): off unless asked for (docs/deploy.md, "Match conditions").
+    sync_match_conditions: bool = False
+    webhook_configuration: str = "gpu-webhook"  # the two configurations' name
 
     @property
     def cert_file(self) -> Path:
@@ -164,3 +172,17 @@ def log_level(value: str | None) -> str:
     if level not in LOG_LEVELS:
         raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}")
     return level
+
+
+# An object name (RFC 1123 subdomain), as the API server validates metadata.name.
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def name(value: str | None, flag: str) -> str:
+    text = (value or "").strip()
+    if len(text) > 253 or not _NAME.fullmatch(text):
+        raise ConfigError(
+            f"{flag} must be an object name (lower-case letters, digits, '-' and '.'), "
+            f"not {value!r}"
+        )
+    return text

@@ -134,6 +134,8 @@ def inventory_watcher(settings: Settings) -> WatcherProcess | None:
         # The watcher also writes the rule objects' status, on one replica (issue 33).
         status_rules=str(settings.rules),
         lease_namespace=lease_namespace(settings.audit_lease_namespace),
+        # And the webhooks' match conditions, on one replica, when asked (issue 43).
+        match_conditions=settings.webhook_configuration if settings.sync_match_conditions else "",
     )
 
 
