@@ -131,6 +131,7 @@ VALUES = [
         {"inventory": {"source": "configMap", "configMap": "nodes"}}, id="static-inventory"
     ),
     pytest.param({"audit": {"enabled": True}}, id="audit"),
+    pytest.param({"matchConditions": {"sync": True}}, id="match-conditions-sync"),
     pytest.param(
         {"networkPolicy": {"enabled": False}, "priorityClass": {"create": False, "name": ""}},
         id="bare",

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUSTOMIZATIONS = [
     "base", "overlays/fail-closed", "overlays/cert-manager", "overlays/audit", "overlays/monitoring",
-    "overlays/workload-kinds", "overlays/match-conditions",
+    "overlays/workload-kinds", "overlays/match-conditions", "overlays/match-conditions-sync",
 ]  # fmt: skip
 FAILURE_POLICY = {
     "base": "Ignore",
@@ -40,12 +40,15 @@ FAILURE_POLICY = {
     "overlays/monitoring": "Ignore",
     "overlays/workload-kinds": "Ignore",
     "overlays/match-conditions": "Ignore",
+    "overlays/match-conditions-sync": "Ignore",
 }
 # The kinds an overlay routes beyond the built-in ones (a WorkloadKind's, issue 44): (group,
 # plural, routed scale).
 DECLARED_KINDS = {"overlays/workload-kinds": {("example.com", "trainingruns", True)}}
-# What the opt-in background audit adds (tests/deploy/test_audit_overlay.py checks it).
-AUDIT = {"app.kubernetes.io/component": "audit"}
+# What the opt-in background audit (tests/deploy/test_audit_overlay.py checks it) and the
+# opt-in runtime sync of the match conditions (tests/deploy/test_match_conditions.py) add,
+# by their objects' app.kubernetes.io/component.
+OPT_IN_COMPONENTS = ("audit", "match-conditions-sync")
 NAMESPACE = "gpu-webhook"
 OPT_OUT = {"gpu-webhook.io/ignore": "true"}
 # The rule objects' webhook (issue 33): fail open in every kustomization.
@@ -357,14 +360,14 @@ def test_cert_manager_injects_the_ca_of_the_certificate_that_fills_the_tls_secre
 
 def rbac_rules(objs: tuple[dict[str, Any], ...]) -> Iterator[tuple[str, dict[str, Any]]]:
     for obj in objs:
-        if obj["kind"] in ("Role", "ClusterRole") and not _audit(obj):
+        if obj["kind"] in ("Role", "ClusterRole") and not _opt_in(obj):
             for rule in obj["rules"]:
                 yield f"{obj['kind']} {obj['metadata']['name']}", rule
 
 
-def _audit(obj: dict[str, Any]) -> bool:
+def _opt_in(obj: dict[str, Any]) -> bool:
     labels = obj["metadata"].get("labels") or {}
-    return all(labels.get(k) == v for k, v in AUDIT.items())
+    return labels.get("app.kubernetes.io/component") in OPT_IN_COMPONENTS
 
 
 NAMED_ONLY = {
@@ -502,7 +505,7 @@ def test_the_server_account_can_only_watch_nodes_namespaces_runtime_classes_dra_
         b["roleRef"]
         for b in objs
         if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
-        and not _audit(b)
+        and not _opt_in(b)
         and {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} in b["subjects"]
     ]
     assert sorted(bound, key=lambda r: r["kind"]) == [
