@@ -211,16 +211,17 @@ def dev_certs(directory: Path, *, days: int = 1) -> Path:
     return directory
 
 
-def live_inventory_server(tmp: Path, api_url: str) -> Server:
+def live_inventory_server(tmp: Path, api_url: str, *extra: str) -> Server:
     """``serve --kubeconfig``: the shipped rules and two workers, with no inventory file but
-    the live one of the API server at ``api_url``, and fresh certificates in ``tmp/certs``."""
+    the live one of the API server at ``api_url``, and fresh certificates in ``tmp/certs``;
+    ``extra``: more flags."""
     return Server(
         tmp=tmp,
         cert_dir=dev_certs(tmp / "certs"),
         rules=RULES,
         inventory=None,
         workers=2,
-        extra=("--kubeconfig", kubeconfig(tmp, api_url)),
+        extra=("--kubeconfig", kubeconfig(tmp, api_url), *extra),
     )
 
 

@@ -332,6 +332,18 @@ def test_serve_names_the_missing_certificate(tmp_path, capsys):
         pytest.param(
             "GPU_WEBHOOK_INVENTORY_FAILURE_MODE", "maybe", "allow or deny", id="failure-mode"
         ),
+        pytest.param(
+            "GPU_WEBHOOK_SYNC_MATCH_CONDITIONS",
+            "maybe",
+            "GPU_WEBHOOK_SYNC_MATCH_CONDITIONS must be true or false",
+            id="sync-match-conditions",
+        ),
+        pytest.param(
+            "GPU_WEBHOOK_WEBHOOK_CONFIGURATION",
+            "GPU Webhook",
+            "--webhook-configuration must be an object name",
+            id="webhook-configuration",
+        ),
     ],
 )
 def test_settings_come_from_the_environment_and_bad_ones_are_named(

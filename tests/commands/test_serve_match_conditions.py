@@ -1,5 +1,5 @@
 """``serve --sync-match-conditions``: off by default, on by flag or environment, refused
-without a cluster; and, through a real server and its inventory watcher against the
+without a cluster (bad values: tests/commands/test_serve.py); and, through a real server and its inventory watcher against the
 replayed API server, the conditions of the nodes it sees written into the two webhook
 configurations, and ``true`` once an untainted GPU node appears."""
 
@@ -17,7 +17,7 @@ import yaml
 
 from tests.builders import RULES
 from tests.cluster.replayserver import Body, ReplayServer, Stream, eventually, fixture
-from tests.running import Server, dev_certs, kubeconfig
+from tests.running import kubeconfig, live_inventory_server
 from webhook.cli import build_parser, main
 from webhook.cluster.conditionsync import GROUP_PATH, LEASE_NAME
 from webhook.commands.serve import settings_from
@@ -57,35 +57,6 @@ def test_it_is_turned_on_by_flag_or_environment_for_the_configurations_named(
     monkeypatch.setenv("GPU_WEBHOOK_WEBHOOK_CONFIGURATION", "team-gpu-webhook")
     command = _watcher_command("--kubeconfig", config)
     assert command[command.index("--sync-match-conditions") + 1] == "team-gpu-webhook"
-
-
-@pytest.mark.parametrize(
-    ("variable", "value", "message"),
-    [
-        pytest.param(
-            "GPU_WEBHOOK_SYNC_MATCH_CONDITIONS",
-            "maybe",
-            "GPU_WEBHOOK_SYNC_MATCH_CONDITIONS must be true or false",
-            id="switch",
-        ),
-        pytest.param(
-            "GPU_WEBHOOK_WEBHOOK_CONFIGURATION",
-            "GPU Webhook",
-            "--webhook-configuration must be an object name",
-            id="name",
-        ),
-    ],
-)
-def test_bad_sync_settings_are_named(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    variable: str,
-    value: str,
-    message: str,
-) -> None:
-    monkeypatch.setenv(variable, value)
-    assert main(["serve"]) == 2
-    assert message in capsys.readouterr().err
 
 
 def test_a_sync_without_a_cluster_is_refused_before_starting(
@@ -139,14 +110,7 @@ def test_a_served_replica_writes_the_conditions_of_the_nodes_it_sees(
     node_added = threading.Event()
     replay.watches.append(Stream([node_added, untainted_gpu_node_added()], end="hold"))
     tainted = match_conditions(load_policy(str(RULES)), tainted_gpu_nodes=True)
-    server = Server(
-        tmp=tmp_path,
-        cert_dir=dev_certs(tmp_path / "certs"),
-        rules=RULES,
-        inventory=None,
-        workers=1,
-        extra=("--kubeconfig", kubeconfig(tmp_path, replay.url), "--sync-match-conditions"),
-    )
+    server = live_inventory_server(tmp_path, replay.url, "--sync-match-conditions")
     try:
         wanted = [[c.as_dict() for c in tainted["mutate.gpu-webhook.io"]]]
         eventually(lambda: held(replay, MUTATING) == wanted, timeout=30)
