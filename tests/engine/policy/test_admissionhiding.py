@@ -86,6 +86,11 @@ def assert_todays_answer(
     applied again change nothing; the pod after the policies is returned."""
     before = through_policies(policy, obj, namespace, {})
     assert through_policies(policy, before, namespace, {}) == before, "not idempotent"
+    for section in ("initContainers", "containers"):
+        pairs = zip(obj["spec"].get(section) or [], before["spec"].get(section) or [], strict=True)
+        for old, new in pairs:
+            names = [e.get("name") for e in old.get("env") or []]
+            assert "NVIDIA_VISIBLE_DEVICES" not in names or new == old, "its own value touched"
     assert webhook(policy, view, before, namespace) == webhook(policy, view, obj, namespace)
     return before
 
