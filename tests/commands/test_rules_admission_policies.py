@@ -42,6 +42,7 @@ def test_output_dir_writes_one_file_per_policy(
     assert "policy files written under" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "core-gpu-access.yaml",
+        "core-hide-gpus.yaml",
         "core-tolerations.yaml",
         "core-workload-quantities.yaml",
     ]

@@ -24,7 +24,7 @@ from webhook.engine.policy.admissioncel.policies import admission_policies
 from webhook.files.rulefiles import load_policy
 
 MAP_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
-CORE = ("core-gpu-access", "core-workload-quantities", "core-tolerations")
+CORE = ("core-gpu-access", "core-workload-quantities", "core-tolerations", "core-hide-gpus")
 
 
 def core(objs: Any) -> list[dict[str, Any]]:
@@ -84,19 +84,27 @@ def test_kustomize_installs_the_validating_policies_of_the_shipped_rules() -> No
         assert validation_error(obj) is None, validation_error(obj)
 
 
-def test_the_component_adds_the_mutating_policy_to_an_overlay(tmp_path: Path) -> None:
+def overlay(tmp_path: Path) -> list[dict[str, Any]]:
+    """An overlay of the base with the component, as kustomize renders it."""
     deploy = os.path.relpath(ROOT / "deploy", tmp_path)  # kustomize takes no absolute root
     (tmp_path / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{deploy}/base]\ncomponents: [{deploy}/components/core-tolerations]\n"
+        f"resources: [{deploy}/base]\ncomponents: [{deploy}/components/core-mutations]\n"
     )
     done = subprocess.run([kubectl(), "kustomize", str(tmp_path)], capture_output=True,
                           text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    objs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def test_the_component_adds_the_mutating_policies_to_an_overlay(tmp_path: Path) -> None:
     generated = admission_policies(load_policy(str(RULES))).objects
     mutating = [o for o in generated if o["kind"].startswith("Mutating")]
-    assert [without_labels(o) for o in core(objs) if o["kind"].startswith("Mutating")] == mutating
+    installed = [
+        without_labels(o) for o in core(overlay(tmp_path)) if o["kind"].startswith("Mutating")
+    ]
+    order = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731 - kustomize sorts by kind
+    assert sorted(installed, key=order) == sorted(mutating, key=order)
 
 
 @pytest.mark.slow
@@ -107,6 +115,7 @@ def test_the_chart_renders_them_with_its_names_and_namespaces() -> None:
     assert (
         names
         == ["gpu-policy-core-gpu-access"] * 2
+        + ["gpu-policy-core-hide-gpus"] * 2
         + ["gpu-policy-core-tolerations"] * 2
         + ["gpu-policy-core-workload-quantities"] * 2
     )
@@ -120,7 +129,7 @@ def test_the_chart_renders_them_with_its_names_and_namespaces() -> None:
 
 
 @pytest.mark.slow
-def test_the_chart_renders_the_mutating_policy_only_where_the_api_server_serves_it() -> None:
+def test_the_chart_renders_the_mutating_policies_only_where_the_api_server_serves_them() -> None:
     kinds = {o["kind"] for o in core(chart(serves_map=False))}
     assert kinds == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
@@ -141,18 +150,45 @@ def test_the_chart_renders_none_where_they_are_off_or_not_of_the_rules_in_use(
     assert core(chart(values)) == []
 
 
-@pytest.mark.slow
-def test_with_the_webhook_down_the_rendered_policies_still_refuse_and_tolerate() -> None:
-    """What the API server does alone (the webhook scaled to 0, failurePolicy Ignore)."""
-    objs = core(chart())
+SIDECAR = {"name": "logs", "image": "fluent/fluent-bit:3.1"}
+HIDDEN = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}, {"name": "CUDA_VISIBLE_DEVICES", "value": ""}]  # fmt: skip
+
+
+def down(objs: list[dict[str, Any]]) -> None:
+    """What the API server does alone (the webhook scaled to 0, failurePolicy Ignore) with
+    the rendered policies: refuses GPU access without a GPU request, adds the GPU
+    toleration and hides GPUs from a GPU pod's other containers."""
     (vap,) = [
         o for o in kind(objs, "ValidatingAdmissionPolicy") if "gpu-access" in o["metadata"]["name"]
     ]
-    (map_,) = kind(objs, "MutatingAdmissionPolicy")
     for bad in (VISIBLE_ALL, DEV_NVIDIA0):
         assert refusals(vap, bad, namespace="research")
     assert refusals(vap, GPU_POD, namespace="research") == []
-    assert mutated(map_, GPU_POD, namespace="research")["spec"]["tolerations"] == [
+    maps = kind(objs, "MutatingAdmissionPolicy")
+    assert len(maps) == 2
+
+    def admitted(obj: dict[str, Any]) -> dict[str, Any]:
+        for map_ in maps:
+            obj = mutated(map_, obj, namespace="research")
+        return obj
+
+    pod = admitted({**GPU_POD, "spec": {**GPU_POD["spec"], "containers": [*GPU_POD["spec"]["containers"], SIDECAR]}})  # fmt: skip
+    assert pod["spec"]["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
-    assert "tolerations" not in mutated(map_, VISIBLE_ALL, namespace="research")["spec"]
+    train, logs = pod["spec"]["containers"]
+    assert "env" not in train
+    assert logs["env"] == HIDDEN
+    assert refusals(vap, pod, namespace="research") == []
+    assert admitted(VISIBLE_ALL) == VISIBLE_ALL, "a pod that asks for no GPU is the webhook's"
+
+
+@pytest.mark.slow
+def test_with_the_webhook_down_the_chart_s_policies_still_refuse_tolerate_and_hide() -> None:
+    down(core(chart()))
+
+
+def test_with_the_webhook_down_the_overlay_s_policies_still_refuse_tolerate_and_hide(
+    tmp_path: Path,
+) -> None:
+    down(core(overlay(tmp_path)))

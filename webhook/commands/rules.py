@@ -120,10 +120,11 @@ def register(sub: Any) -> None:
         "admission-policies",
         help="print the rules that need no cluster state as admission policies",
         description="Lint PATH, then print the ValidatingAdmissionPolicies and the "
-        "MutatingAdmissionPolicy (each with its binding) that hold those of its rules that "
+        "MutatingAdmissionPolicies (each with its binding) that hold those of its rules that "
         "need no cluster state while the webhook is down: GPU access without a GPU request "
-        "(env, hostPath, the device list), the rules' GPU tolerations and per-pod GPU "
-        "counts (docs/rules.md, 'Rules the API server holds'). What stays in the webhook "
+        "(env, hostPath, the device list), the rules' GPU tolerations, hiding GPUs from a "
+        "GPU pod's other containers and per-pod GPU counts (docs/rules.md, 'Rules the API "
+        "server holds'). What stays in the webhook "
         "is listed on stderr. Exit 0: printed; 1: problems found; 2: PATH unusable.",
     )
     policies.add_argument(

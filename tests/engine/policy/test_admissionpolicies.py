@@ -16,7 +16,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.admissioncel import mutated, refusals, selects
+from tests.admissioncel import SCANNED, mutated, refusals, selects
 from tests.builders import RULES
 from tests.engine.evaluation.test_cases import (
     case_dirs,
@@ -104,10 +104,15 @@ def test_every_object_is_valid_to_the_kubernetes_136_schemas(rules: Path) -> Non
         assert validation_error(obj) is None
 
 
-def test_the_shipped_rules_make_the_access_policy_and_the_toleration_policy() -> None:
+def test_the_shipped_rules_make_the_access_policy_and_the_two_mutating_policies() -> None:
     made = generated()
     stems = [stem for stem, _ in made.files]
-    assert stems == ["core-gpu-access", "core-workload-quantities", "core-tolerations"]
+    assert stems == [
+        "core-gpu-access",
+        "core-workload-quantities",
+        "core-tolerations",
+        "core-hide-gpus",
+    ]
     kinds = [o["kind"] for o in made.objects]
     assert kinds == [
         "ValidatingAdmissionPolicy",
@@ -116,10 +121,12 @@ def test_the_shipped_rules_make_the_access_policy_and_the_toleration_policy() ->
         "ValidatingAdmissionPolicyBinding",
         "MutatingAdmissionPolicy",
         "MutatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     ]
-    assert "hide-gpus-from-non-gpu-containers: env.hideGPUsFromNonGPUContainers" in "\n".join(
-        map(str, made.skipped)
-    )
+    (left,) = [s for s in made.skipped if s.part == "env.hideGPUsFromNonGPUContainers"]
+    assert left.rule == "hide-gpus-from-non-gpu-containers"
+    assert left.reason.startswith("pods that ask for no GPU (whether one can land on a GPU node")
 
 
 @pytest.mark.parametrize(
@@ -408,7 +415,7 @@ def test_a_policy_refuses_a_golden_object_only_where_the_webhook_finds_the_same(
 
 
 def mutating_cases() -> list[Any]:
-    """The pod cases whose rules add a toleration the policy can say."""
+    """The pod cases whose rules make a mutating policy (the toleration, hiding GPUs)."""
     return [
         p
         for p in create_cases(pods_only=True)
@@ -420,18 +427,22 @@ def mutating_cases() -> list[Any]:
 
 
 @pytest.mark.parametrize("case", mutating_cases())
-def test_the_webhook_after_the_mutating_policy_gives_todays_object_and_answer(case: Path) -> None:
-    """The policy adds a toleration only where the webhook adds the same, and the webhook,
-    called after it (the API server's order: MutatingAdmissionPolicy, then the webhooks),
-    adds nothing twice: the object and the decision are today's."""
+def test_the_webhook_after_the_mutating_policies_gives_todays_object_and_answer(
+    case: Path,
+) -> None:
+    """The policies add a toleration and hide GPUs only where the webhook does the same,
+    and the webhook, called after them (the API server's order: MutatingAdmissionPolicies,
+    then the webhooks), adds nothing twice: the object and the decision are today's."""
     policy = case_policy(rules_dir(case))
     made = admission_policies(policy)
-    maps = [o for o in made.objects if o["kind"] == "MutatingAdmissionPolicy"]
     obj = yaml.safe_load((case / "object.yaml").read_text())
     request = load_request(case, obj)
-    before = mutated(
-        maps[0], obj, namespace=request.effective_namespace, labels=request.namespace_labels
-    )
+    namespace, labels = request.effective_namespace, request.namespace_labels
+    before = copy.deepcopy(obj)
+    for _, objs in made.files:
+        map_policy, binding = objs
+        if map_policy["kind"] == "MutatingAdmissionPolicy" and selects(binding, namespace, labels):
+            before = mutated(map_policy, before, namespace=namespace, labels=labels)
     want = yaml.safe_load((case / "expected-object.yaml").read_text())
     added = (before["spec"].get("tolerations") or [])[len(obj["spec"].get("tolerations") or []) :]
     assert all(t in (want["spec"].get("tolerations") or []) for t in added)
@@ -446,6 +457,9 @@ def test_the_webhook_after_the_mutating_policy_gives_todays_object_and_answer(ca
     assert result["spec"].get("tolerations") == want["spec"].get("tolerations")
     assert result == want
     assert [(f.rule, f.check, f.action) for f in decision.findings] == _findings(case)
+    expected = yaml.safe_load((case / "expected.yaml").read_text())
+    assert list(decision.warnings) == (expected.get("warnings") or [])
+    assert decision.allowed is expected["allowed"]
 
 
 # --- custom workloads' templates ----------------------------------------------------------
@@ -517,7 +531,8 @@ PER_CALL_LIMIT = 1_000_000
 
 def big_pod(n: int) -> dict[str, Any]:
     """``n`` containers of ``n`` variables, mounts and GPU-like resources each, ``n``
-    hostPath volumes of which a tenth hold device nodes: what any expression must walk."""
+    hostPath volumes of which a tenth hold device nodes: what any expression must walk. The
+    first container asks for a GPU, so that every mutation has its work to do."""
     volumes = [{"name": f"v{i}", "hostPath": {"path": "/dev/nvidia0" if i % 10 == 0 else f"/data/{i}"}}
                for i in range(n)]  # fmt: skip
     containers = [
@@ -529,15 +544,17 @@ def big_pod(n: int) -> dict[str, Any]:
         )
         for i in range(n)
     ]
+    containers[0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
     return pod(*containers, volumes=volumes)
 
 
 def cost(policy: Mapping[str, Any], obj: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> int:
     """Our own conservative stand-in for cel-go's runtime cost (celpy has none): every node
-    of every expression evaluated, each comprehension step included."""
+    of every expression evaluated, each comprehension step included, and each element
+    ``indexOf`` compares."""
     import celpy.evaluation
 
-    count = 0
+    count = -SCANNED[0]
     visit = celpy.evaluation.Evaluator.visit
 
     def counted(self: Any, tree: Any) -> Any:
@@ -551,10 +568,10 @@ def cost(policy: Mapping[str, Any], obj: dict[str, Any], monkeypatch: pytest.Mon
             mutated(policy, obj, namespace="research")
         else:
             refusals(policy, obj, namespace="research")
-    return count
+    return count + SCANNED[0]
 
 
-@pytest.mark.parametrize("suffix", ["core-gpu-access", "core-tolerations"])
+@pytest.mark.parametrize("suffix", ["core-gpu-access", "core-tolerations", "core-hide-gpus"])
 def test_a_policys_cost_grows_with_the_pod_not_with_its_square(
     suffix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -562,7 +579,9 @@ def test_a_policys_cost_grows_with_the_pod_not_with_its_square(
                  if o["metadata"]["name"].endswith(suffix) and o["kind"].endswith("Policy")]  # fmt: skip
     small, large = (cost(policy, big_pod(n), monkeypatch) for n in (20, 40))
     # Four times the entries (n containers of n each): at most four times the cost, with
-    # room for the constant part; a walk inside a walk of the same lists would be 8x.
+    # room for the constant part; a walk inside a walk of the same lists would be 8x. (The
+    # hiding policy looks each hidden container's index up among the n names: n x n, as
+    # the entries grow.)
     assert large <= 4.5 * small, (small, large)
     assert large < PER_CALL_LIMIT
 
@@ -589,3 +608,7 @@ def test_no_policy_judges_where_a_gpu_policy_exception_may_waive(
     assert all(selects(b, "team-b") for b in bindings)
     said = {(s.rule, s.part) for s in made.skipped}
     assert (("settings", "exceptionNamespaces") in said) is (not policies)
+    # An exception waives findings, never a patch: the mutating policies act everywhere.
+    mutating = [o for o in made.objects if o["kind"] == "MutatingAdmissionPolicyBinding"]
+    assert len(mutating) == 2
+    assert all(selects(b, "team-a") for b in mutating)

@@ -3,7 +3,7 @@ alone shows (``demand.gpuaccess``), for ``admissionpolicies``."""
 
 from __future__ import annotations
 
-from webhook.engine.policy.admissioncel.pod import CONTAINERS, quote, section
+from webhook.engine.policy.admissioncel.pod import CONTAINERS, holds_claims, quote, section
 
 # GPU device nodes and the directories that hold them, for a host path already in clean
 # form (``gpuaccess._device_path`` after ``on_host``): /dev/nvidia*, /dev/dri, /dev,
@@ -103,7 +103,7 @@ def asks_at_least(c: str) -> str:
         f"{nonzero.format(c=c, part='limits')})) || "
         f"({section(c, 'requests')} && {c}.resources.requests.exists(r, "
         f"{nonzero.format(c=c, part='requests')})) || "
-        f"(has({c}.resources) && has({c}.resources.claims) && size({c}.resources.claims) > 0)"
+        f"{holds_claims(c)}"
     )
 
 

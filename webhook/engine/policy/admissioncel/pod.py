@@ -111,6 +111,12 @@ def any_of(terms: Iterable[str]) -> str:
     return kept[0] if len(kept) == 1 else " || ".join(f"({t})" for t in kept)
 
 
+def holds_claims(c: str) -> str:
+    """Container ``c`` names DRA claims (``resources.claims``): whether they give a GPU is
+    the inventory's (their classes, the drivers' ResourceSlices)."""
+    return f"(has({c}.resources) && has({c}.resources.claims) && size({c}.resources.claims) > 0)"
+
+
 def section(container: str, name: str) -> str:
     """``requests`` or ``limits`` of a container, guarded: ``has(c.resources) &&
     has(c.resources.NAME)``."""
@@ -194,11 +200,12 @@ class PodCEL:
 
 # The pod's containers: app and init (sidecars among them), and those whose requests add
 # up (app containers and sidecars: the pod's effective request is at least their sum).
-CONTAINERS = (
-    "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
-)
+# Guarded: the mutating policies run before the API server's validation, on a pod that
+# may name no container yet, and an expression that errors changes nothing.
+APP = "(has(object.spec.containers) ? object.spec.containers : [])"
+CONTAINERS = f"{APP} + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
 COUNTED = (
-    "object.spec.containers + (has(object.spec.initContainers) ? "
+    f"{APP} + (has(object.spec.initContainers) ? "
     "object.spec.initContainers.filter(c, has(c.restartPolicy) && c.restartPolicy == 'Always') "
     ": [])"
 )

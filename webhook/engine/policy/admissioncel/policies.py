@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.policy.admissioncel.access import access_rules
+from webhook.engine.policy.admissioncel.hiding import hiding_patch, hiding_variables, surely_asks
 from webhook.engine.policy.admissioncel.pod import (
     PodCEL,
     all_of,
@@ -115,6 +116,10 @@ def admission_policies(policy: Policy, *, prefix: str = PREFIX) -> Generated:
     tolerations = _tolerations(policy, pod, prefix)
     if tolerations is not None:
         files.append((f"{FILE_PREFIX}tolerations", tolerations))
+    hiding, left = _hiding(policy, pod, prefix)
+    skipped += left
+    if hiding is not None:
+        files.append((f"{FILE_PREFIX}hide-gpus", hiding))
     return Generated(tuple(files), tuple(skipped))
 
 
@@ -385,7 +390,6 @@ def _rule_mutation_skips(rule: Rule, pod: PodCEL) -> list[Skipped]:
     skipped = []
     left = {
         "nodeAffinity": bool(m.required_affinity or m.preferred_affinity),
-        "env.hideGPUsFromNonGPUContainers": m.hide_gpus != "none",
         "env.gpuContainers": bool(m.gpu_env),
         "memoryLimit": m.memory_limit is not None,
         "shm": m.shm_size is not None,
@@ -493,7 +497,18 @@ def _tolerations(policy: Policy, pod: PodCEL, prefix: str) -> tuple[Mapping[str,
         expression = f"({any_of(matches)}) && !({tolerated}) ? [{patch}] : []"
         mutations.append({"patchType": "JSONPatch", "jsonPatch": {"expression": expression}})
     name = f"{prefix}-core-tolerations"
-    variables = pod_variables(pod, exact=uses_exact)
+    return mutating(name, variables=pod_variables(pod, exact=uses_exact), mutations=mutations)
+
+
+def mutating(
+    name: str, *, variables: list[dict[str, str]], mutations: Sequence[Mapping[str, Any]]
+) -> tuple[Mapping[str, Any], ...]:
+    """A MutatingAdmissionPolicy and its binding, acting where the webhooks do. It runs
+    before the mutating webhooks (kubernetes ``pkg/kubeapiserver/options/plugins.go``,
+    ``AllOrderedPlugins``), which see its result; ``Never`` reinvoked, since the webhook
+    after it does all it would do again. No binding leaves out the namespaces
+    ``exceptionNamespaces`` names: an exception waives findings, never a patch
+    (``evaluate._with_exceptions`` keeps the decision's patch)."""
     map_policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicy",
@@ -502,7 +517,7 @@ def _tolerations(policy: Policy, pod: PodCEL, prefix: str) -> tuple[Mapping[str,
             "failurePolicy": "Ignore",
             "matchConstraints": {"resourceRules": [dict(PODS)]},
             "variables": variables,
-            "mutations": mutations,
+            "mutations": [dict(m) for m in mutations],
             "reinvocationPolicy": "Never",
         },
     }
@@ -513,3 +528,48 @@ def _tolerations(policy: Policy, pod: PodCEL, prefix: str) -> tuple[Mapping[str,
         "spec": {"policyName": name, "matchResources": {"namespaceSelector": _selector()}},
     }
     return map_policy, binding
+
+
+# --- hiding GPUs --------------------------------------------------------------------------
+
+HIDE = "env.hideGPUsFromNonGPUContainers"
+_CLAIMS = "by DRA claims (whether a claim gives a GPU: classes, ResourceSlices)"
+# What of each scope stays in the webhook: the inventory's word.
+_LEFT = {
+    "gpuPods": f"pods and containers that ask {_CLAIMS}",
+    "gpuNodes": "pods that ask for no GPU (whether one can land on a GPU node: nodes, taints, "
+    f"labels), and those that ask {_CLAIMS}",
+}
+
+
+def _hiding(
+    policy: Policy, pod: PodCEL, prefix: str
+) -> tuple[tuple[Mapping[str, Any], ...] | None, list[Skipped]]:
+    """``hideGPUsFromNonGPUContainers`` of every rule, in-process where it surely holds:
+    the containers that surely ask for no GPU in a pod that surely asks for one, matched by
+    a hiding rule and by no rule that may exempt it from ``hideGPUs`` (``hiding``)."""
+    hiding = [r for r in policy.rules if r.mutations.hide_gpus != "none"]
+    if not hiding:
+        return None, []
+    skipped = [Skipped(r.name, HIDE, _LEFT[r.mutations.hide_gpus]) for r in hiding]
+    if not pod.gpu_names_ok:
+        return None, [
+            Skipped(r.name, HIDE, "a GPU resource name with a character class") for r in hiding
+        ]
+    matches, uses_exact = [], False
+    for rule in hiding:
+        matched, why = match_at_most(rule.match, pod)
+        if matched is None:
+            skipped.append(Skipped(rule.name, HIDE, why))
+            continue
+        matches.append(matched)
+        uses_exact = uses_exact or _uses_exact(rule.match)
+    if not matches:
+        return None, skipped
+    exempting = [r for r in policy.rules if "hideGPUs" in r.exempt]
+    exempt = any_of(match_at_least(r.match) for r in exempting) if exempting else "false"
+    asks = f"variables.containers.exists(c, {surely_asks('c', pod.gpu())})"
+    hides = all_of([any_of(matches), asks, f"!({exempt})" if exempt != "false" else "true"])
+    variables = [*pod_variables(pod, exact=uses_exact), *hiding_variables(hides, pod.gpu())]
+    mutations = [{"patchType": "JSONPatch", "jsonPatch": {"expression": hiding_patch()}}]
+    return mutating(f"{prefix}-core-hide-gpus", variables=variables, mutations=mutations), skipped
