@@ -13,7 +13,7 @@ from gunicorn.http.unreader import IterUnreader
 
 from webhook.serving.plainrequest import base_of, limits_of, plain_request, wsgi_environ
 from webhook.serving.server import gunicorn_options
-from webhook.serving.worker import request_end, request_head
+from webhook.serving.worker.framing import request_end, request_head
 
 CLIENT = ("127.0.0.1", 50123)
 SERVER = ("127.0.0.1", 8443)

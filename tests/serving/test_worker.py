@@ -19,9 +19,16 @@ from gunicorn.glogging import Logger
 from tests.builders import INVENTORY, RULES, pod, review
 from tests.running import Server, post, wait_until, workers_of
 from webhook.files.certs import DEV_HOSTS, generate, write
-from webhook.serving import worker
 from webhook.serving.server import WORKER_TIMEOUT_SECONDS
-from webhook.serving.worker import FREE, BalancedThreadWorker, ConnectionTable
+from webhook.serving.worker import (
+    FREE,
+    BalancedThreadWorker,
+    ConnectionTable,
+    answers,
+    balanced,
+    framing,
+    reading,
+)
 
 
 def test_a_slot_is_one_no_live_worker_holds():
@@ -140,7 +147,7 @@ def test_the_heartbeat_is_touched_once_per_interval_not_on_every_turn_of_the_loo
     one.notify()
 
     assert len(touches) == 2
-    assert worker.NOTIFY_SECONDS * 4 <= WORKER_TIMEOUT_SECONDS  # the master's, well within
+    assert reading.NOTIFY_SECONDS * 4 <= WORKER_TIMEOUT_SECONDS  # the master's, well within
 
 
 @pytest.mark.parametrize(
@@ -167,13 +174,13 @@ def test_a_connection_nobody_else_takes_is_accepted_after_the_longest_wait(make_
     start = 100.0
     waits = []
     now = start
-    while now - start < 2 * worker.MAX_DEFER_SECONDS:
+    while now - start < 2 * balanced.MAX_DEFER_SECONDS:
         waits.append(busy._should_defer(now))
-        now += worker.RECHECK_SECONDS
+        now += balanced.RECHECK_SECONDS
 
     assert waits[0] is True
     assert waits[-1] is False
-    steps = worker.MAX_DEFER_SECONDS / worker.RECHECK_SECONDS
+    steps = balanced.MAX_DEFER_SECONDS / balanced.RECHECK_SECONDS
     assert sum(waits) == pytest.approx(steps, abs=1)
 
 
@@ -184,7 +191,7 @@ def test_a_new_wait_long_after_the_last_one_starts_its_own_clock(make_worker):
     busy = make_worker(table, 0, 5)
     busy._should_defer(100.0)
 
-    assert busy._should_defer(100.0 + 10 * worker.MAX_DEFER_SECONDS) is True
+    assert busy._should_defer(100.0 + 10 * balanced.MAX_DEFER_SECONDS) is True
 
 
 def _established_by_process(port: int, pids: list[int]) -> dict[int, int]:
@@ -339,14 +346,14 @@ HEAD = b"POST /mutate HTTP/1.1\r\nHost: x\r\n"
             HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", len(HEAD) + 32, id="chunks-broken"
         ),
         pytest.param(
-            b"x" * (worker.MAX_HEAD_BYTES + 1), worker.MAX_HEAD_BYTES + 1, id="head-too-long"
+            b"x" * (framing.MAX_HEAD_BYTES + 1), framing.MAX_HEAD_BYTES + 1, id="head-too-long"
         ),
     ],
 )
 def test_a_request_is_handed_to_a_thread_only_once_it_is_all_there(data, end):
-    head = worker.request_head(data)
+    head = framing.request_head(data)
 
-    assert (None if head is None else worker.request_end(data, head)) == end
+    assert (None if head is None else framing.request_end(data, head)) == end
 
 
 class RecordingSocket:
@@ -374,7 +381,7 @@ class RecordingSocket:
 )
 def test_an_answer_leaves_in_one_write_with_its_headers(writes, sent):
     real = RecordingSocket()
-    coalescing = worker._Coalescing(real)
+    coalescing = answers.Coalescing(real)
 
     for data in writes:
         coalescing.sendall(data)
@@ -385,7 +392,7 @@ def test_an_answer_leaves_in_one_write_with_its_headers(writes, sent):
 
 def test_what_is_held_is_sent_before_anyone_writes_to_the_descriptor_itself():
     real = RecordingSocket()
-    coalescing = worker._Coalescing(real)
+    coalescing = answers.Coalescing(real)
     coalescing.sendall(b"HEAD")
 
     assert coalescing.fileno() == 7
@@ -420,8 +427,8 @@ class FillingSocket:
 
 
 def test_an_answer_the_socket_cannot_take_is_kept_and_sent_whole_in_order_later():
-    sock = FillingSocket(room=worker.SEND_BYTES + 10)
-    outbox = worker._Outbox(sock)
+    sock = FillingSocket(room=answers.SEND_BYTES + 10)
+    outbox = answers.Outbox(sock)
     parts = [b"H" * 100, bytes(range(256)) * 4000, b"tail"]
 
     for part in parts:
@@ -438,7 +445,7 @@ def test_an_answer_the_socket_cannot_take_is_kept_and_sent_whole_in_order_later(
 
 def test_an_answer_the_socket_takes_at_once_leaves_nothing_for_the_main_loop():
     sock = FillingSocket(room=1 << 20)
-    outbox = worker._Outbox(sock)
+    outbox = answers.Outbox(sock)
 
     outbox.sendall(b"HTTP/1.1 200 OK\r\n\r\n{}")
 

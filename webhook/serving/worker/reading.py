@@ -1,8 +1,7 @@
-"""The gunicorn worker: ``gthread``, except that requests are read whole on the main loop
-before a thread serves them, a failure on a connection costs that connection only, answers
-are finished on the main loop within a deadline, connections are closed without blocking
-that loop, and a worker holding more connections than a sibling lets that sibling accept the
-next one.
+"""``gthread``, except that requests are read whole on the main loop before a thread serves
+them, a failure on a connection costs that connection only, answers are finished on the
+main loop within a deadline (``webhook.serving.worker.answers``), and connections are closed
+without blocking that loop.
 
 Reading (see ``ReadingWorker``). ``gthread`` hands a connection to one of its few threads
 as soon as it is accepted or readable, and the thread then does the TLS handshake and reads
@@ -19,7 +18,7 @@ memory while it is parsed, and a pod of many containers far more (a 731 KiB pod 
 containers tolerating the GPU taint peaks at 65 MiB with its patch: several at once in a
 worker, as four slow readers sent them, took the pod's processes to 414 MiB, past its 384
 MiB limit; one at a time, to about 372 MiB). A thread's own reads time out after
-``IO_TIMEOUT_SECONDS``; its writes never wait (see "Writing").
+``IO_TIMEOUT_SECONDS``; its writes never wait (``webhook.serving.worker.answers``).
 
 Serving. A request the API server sends (``webhook.serving.plainrequest``: POST, HTTP/1.1,
 a declared length, ordinary headers) is answered without gunicorn's parser and response,
@@ -40,19 +39,6 @@ top of that, a connection's poller callback that raises anything else drops that
 with the error logged (``wait_for_and_dispatch_events``), so a bug there cannot end a worker
 either; the listener's and the method queue's callbacks still raise as in gthread.
 
-Writing. A thread writes its answer only as far as the socket takes it without waiting
-(``_Outbox``); what is left goes to the main loop, which sends it as the client reads,
-until ``ANSWER_SECONDS`` after the thread began answering, then closes the connection. The
-API server reads an answer at once; sixteen clients that read a 6 MB answer 2 KB every 4 s
-held every thread (each send waited up to its 10 s timeout, and the next one again) and no
-review was answered for about 20 s. Kept answers are at most ``MAX_UNSENT_BYTES`` per
-worker together: past that the oldest is cut (the API server's are gone in milliseconds).
-Answers themselves are bounded (the patch in ``webhook.admission.response``, the message in
-``webhook.engine.policy.decision``). A cut connection is reset, not closed: a close leaves
-the kernel sending what it holds of the answer at the reader's pace. A TLS write that must
-first read (renegotiation, which the TLS context refuses anyway) waits for the socket to be
-readable, not writable, so that it cannot wake the loop again and again.
-
 Expect. A ``100 Continue`` is sent on the main loop when the head asks for one and the body
 is not all there yet; gunicorn's own (``http/wsgi.py``) is turned off, since by the time a
 thread parses the request its body has arrived. The API server's client (Go's net/http)
@@ -62,42 +48,22 @@ Closing. ``gthread`` closes a ``Connection: close`` answer gracefully on its mai
 waiting up to 2 s for the client to close first; forty clients that never do block the loop
 past the worker timeout and gunicorn kills the worker. Here the write side is shut and the
 socket waits in the poller (at most ``CLOSE_LINGER_SECONDS``) for the client's end.
-
-Balancing. The API server keeps its connections to a webhook open for minutes, and a kept-alive
-connection stays with the worker that accepted it. Workers race for each new connection,
-and the race goes to whichever wakes first, not to the least busy: on two cores, twelve
-connections opened together often split 9-3 or 11-1, and the worker holding most of them
-(one interpreter lock, so one core) becomes the bottleneck while its sibling idles. The
-admission benchmark showed it as rounds at half the usual throughput.
-
-Each worker publishes how many connections it holds in a table shared with its siblings
-(anonymous shared memory that the master maps before it forks; the master gives each
-worker a slot). When a connection is waiting, a worker that holds more than the
-least-loaded sibling that is serving steps back for ``RECHECK_SECONDS`` so that the sibling can take
-it. A connection nobody took within ``MAX_DEFER_SECONDS`` is accepted anyway, so a busy or
-stuck sibling never strands a client.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import mmap
-import queue
-import re
 import selectors
 import socket
 import ssl
 import struct
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from email.utils import formatdate
 from functools import partial
 from typing import Any
 
-from gunicorn import SERVER, http
+from gunicorn import http
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
@@ -110,276 +76,29 @@ from webhook.serving.plainrequest import (
     script_name_set,
     wsgi_environ,
 )
+from webhook.serving.worker.answers import IO_TIMEOUT_SECONDS, Coalescing, Outbox, PlainAnswer
+from webhook.serving.worker.framing import (
+    EXPECT_CONTINUE,
+    MAX_HEAD_BYTES,
+    request_end,
+    request_head,
+)
+from webhook.serving.worker.settings import SettledConfig, hooked
+from webhook.serving.worker.threads import ServingThreads
 
 READ_TIMEOUT_SECONDS = 10.0
-IO_TIMEOUT_SECONDS = 10.0
 CLOSE_LINGER_SECONDS = 2.0
 STOP_LINGER_SECONDS = 2.0  # idle kept-alive connections stay this long after SIGTERM
-MAX_HEAD_BYTES = 64 * 1024
 LARGE_BODY_BYTES = 256 * 1024
 SWEEP_SECONDS = 0.25
 DRAIN_SECONDS = 0.05
 ANSWER_SECONDS = 10.0  # the API server's default timeoutSeconds: it waits no longer
-SEND_BYTES = 256 * 1024
 MAX_UNSENT_BYTES = 32 * 1024 * 1024  # per worker, answers kept for slow readers together
 _DRAIN_BYTES = 64 * 1024
-_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,12})[ \t]*(?=\r\n|$)")
-_CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:[^\r\n]*chunked")
-_EXPECT_CONTINUE = re.compile(rb"\r\nexpect[ \t]*:[ \t]*100-continue")
-RECHECK_SECONDS = 0.002
 # The heartbeat gunicorn's master reads (a file's mtime): ``timeout`` is 8 s, and touching
 # it on every turn of a busy loop was a system call per review.
 NOTIFY_SECONDS = 1.0
-MAX_DEFER_SECONDS = 0.05
-FREE = -1
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
-BOOTING = -2  # claimed, but not accepting yet: loading the app takes a second or so
-
-
-class ConnectionTable:
-    """Connections held per worker slot, in memory shared by the master and its workers."""
-
-    def __init__(self, slots: int = 128) -> None:
-        self._memory = mmap.mmap(-1, slots * 4)  # anonymous and shared: forks see writes
-        self._counts = memoryview(self._memory).cast("i")
-        for slot in range(slots):
-            self._counts[slot] = FREE
-
-    def claim(self, taken: Iterable[int]) -> int:
-        """A free slot for a worker about to be forked (in the master)."""
-        used = set(taken)
-        for slot in range(len(self._counts)):
-            if slot not in used:
-                self._counts[slot] = BOOTING
-                return slot
-        return FREE  # more workers than slots: the extra ones do not balance
-
-    def release(self, slot: int) -> None:
-        if 0 <= slot < len(self._counts):
-            self._counts[slot] = FREE
-
-    def publish(self, slot: int, held: int) -> None:
-        """A count never reads as FREE or BOOTING: a serving worker stays a sibling."""
-        if 0 <= slot < len(self._counts):
-            self._counts[slot] = max(held, 0)
-
-    def fewest_elsewhere(self, slot: int) -> int | None:
-        """The fewest connections a serving sibling of ``slot`` holds; None without one."""
-        counts = self._counts.tolist()
-        others = [held for other, held in enumerate(counts) if other != slot and held >= 0]
-        return min(others) if others else None
-
-
-def request_head(data: bytes | bytearray) -> tuple[int, int] | None:
-    """Where the body of the first request in ``data`` starts and the size its head
-    declares (0: none, -1: chunked), or None until the head is complete. A head longer than
-    ``MAX_HEAD_BYTES`` ends where it is: the thread's parser refuses it."""
-    head_end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
-    if head_end < 0:
-        return (len(data), 0) if len(data) > MAX_HEAD_BYTES else None
-    head = bytes(data[:head_end]).lower()
-    if _CHUNKED.search(head):
-        return head_end + 4, -1
-    declared = _CONTENT_LENGTH.search(head)
-    return head_end + 4, int(declared[1]) if declared else 0
-
-
-def request_end(data: bytes | bytearray, head: tuple[int, int]) -> int | None:
-    """Where the request whose head is ``head`` ends in ``data``; None: not all there yet.
-
-    Only framing is judged here. A body over the cap, or chunks that do not parse, end the
-    request where it is: the thread's parser and the app refuse it (400, 413) from there.
-    """
-    start, size = head
-    if size < 0:
-        return _chunked_end(data, start)
-    if size > MAX_BODY_BYTES:
-        return start
-    return start + size if len(data) >= start + size else None
-
-
-def _chunked_end(data: bytes | bytearray, pos: int) -> int | None:
-    body = 0
-    while True:
-        line_end = data.find(b"\r\n", pos)
-        if line_end < 0:
-            return len(data) if len(data) - pos > 1024 else None
-        try:
-            size = int(bytes(data[pos:line_end]).split(b";")[0].strip(), 16)
-        except ValueError:
-            return line_end  # not chunked framing: the parser says so
-        if size == 0:
-            if data[line_end + 2 : line_end + 4] == b"\r\n":
-                return line_end + 4
-            trailers = data.find(b"\r\n\r\n", line_end)
-            return trailers + 4 if trailers >= 0 else None
-        body += size
-        if body > MAX_BODY_BYTES:
-            return len(data)  # over the cap: the app answers 413 from what it got
-        pos = line_end + 2 + size + 2
-        if pos > len(data):
-            return None
-
-
-class _Coalescing:
-    """A socket for gunicorn's ``Response`` that sends the status line and headers in one
-    write with the first part of the body: one TLS record and one system call per small
-    answer instead of two, and one fewer time the serving thread lets go of the
-    interpreter lock and must wait to take it back (behind another thread's review).
-    Later writes go straight through."""
-
-    __slots__ = ("_first", "_held", "_sock")
-
-    def __init__(self, sock: Any) -> None:
-        self._sock = sock
-        self._first = True
-        self._held = b""
-
-    def sendall(self, data: bytes) -> None:
-        if self._first:  # gunicorn writes the headers first, alone
-            self._first = False
-            self._held = bytes(data)
-            return
-        if self._held:
-            data, self._held = self._held + bytes(data), b""
-        self._sock.sendall(data)
-
-    def flush(self) -> None:
-        """Send what is held (an answer without a body has only its headers)."""
-        held, self._held = self._held, b""
-        if held:
-            self._sock.sendall(held)
-
-    def fileno(self) -> int:
-        self.flush()  # sendfile writes to the descriptor itself: what is held goes first
-        fd: int = self._sock.fileno()
-        return fd
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-class _Outbox:
-    """A socket for an answer whose ``sendall`` never waits: what the socket takes now is
-    sent, the rest is kept (``unsent``) for the main loop's poller to send as the client
-    reads it (see "Writing" in the module docstring).
-
-    OpenSSL wants a write it could not finish retried with the same bytes: a write is
-    a window of at most ``SEND_BYTES`` from the start of the first part kept, and parts
-    are only ever added behind it, so a window retried is the window that failed."""
-
-    __slots__ = ("_offset", "_parts", "_sock", "unsent", "wants_read")
-
-    def __init__(self, sock: Any) -> None:
-        self._sock = sock  # non-blocking (timeout 0) while the outbox is in use
-        self._parts: deque[bytes] = deque()
-        self._offset = 0
-        self.unsent = 0
-        self.wants_read = False  # TLS must read before it can write again
-
-    def sendall(self, data: bytes) -> None:
-        waiting = bool(self._parts)  # the socket was full: the main loop sends the rest
-        if data:
-            self._parts.append(bytes(data))
-            self.unsent += len(data)
-        if not waiting:
-            self.send()
-
-    def send(self) -> bool:
-        """As much as the socket takes now; True once nothing is left. Raises the
-        connection's ``OSError`` (a reset, a closed socket)."""
-        while self._parts:
-            first = self._parts[0]
-            window = memoryview(first)[self._offset : self._offset + SEND_BYTES]
-            try:
-                sent = self._sock.send(window)
-            except ssl.SSLWantReadError:
-                self.wants_read = True
-                return False
-            except (ssl.SSLWantWriteError, BlockingIOError):
-                self.wants_read = False
-                return False
-            self.wants_read = False
-            self._offset += sent
-            self.unsent -= sent
-            if self._offset >= len(first):
-                self._parts.popleft()
-                self._offset = 0
-        return True
-
-    def fileno(self) -> int:
-        """Someone writes to the descriptor itself (``sendfile``, which the app never
-        asks for): what is kept goes first, waiting as gunicorn's own writes do."""
-        if self._parts:
-            self._sock.settimeout(IO_TIMEOUT_SECONDS)
-            try:
-                while self._parts:
-                    self._sock.sendall(memoryview(self._parts.popleft())[self._offset :])
-                    self._offset = 0
-                self.unsent = 0
-            finally:
-                self._sock.settimeout(0.0)
-        fd: int = self._sock.fileno()
-        return fd
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-class ServingThreads:
-    """The threads that serve a worker's buffered requests, in place of gthread's
-    ``ThreadPoolExecutor``: a connection goes in through one queue, and the thread hands
-    it back with its keep-alive verdict through ``done``. The executor built a ``Future``
-    (a ``Condition`` and its lock), a work item, took two locks and a semaphore per request,
-    and handed the result back through a callback, a lambda and the future's lock again:
-    ``submit`` alone was about a tenth of a worker's time on unique pods."""
-
-    def __init__(
-        self, count: int, *, serve: Callable[[TConn], bool], done: Callable[[TConn, bool], None]
-    ) -> None:
-        self._serve = serve
-        self._done = done
-        self._jobs: queue.SimpleQueue[TConn | None] = queue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=self._run, name=f"serving-{number}") for number in range(count)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, conn: TConn) -> None:
-        self._jobs.put(conn)
-
-    def shutdown(self, wait: bool = True) -> None:
-        """What ``ThreadPoolExecutor.shutdown`` does: requests queued are still served
-        (gthread's loop waits for them), then each thread ends."""
-        for _ in self._threads:
-            self._jobs.put(None)
-        if wait:
-            for thread in self._threads:
-                thread.join()
-
-    def _run(self) -> None:
-        while (conn := self._jobs.get()) is not None:
-            try:
-                keep = self._serve(conn)
-            except BaseException:  # the executor kept it in the future: the connection closes
-                keep = False
-            self._done(conn, keep)
-
-
-class SettledConfig:
-    """gunicorn's ``Config`` as a worker reads it: each setting looked up once. Every
-    request read it again and again through ``Config.__getattr__`` (the parser's limits,
-    ``is_ssl``, the keep-alive), about 5% of a worker's time under load; a worker's
-    settings never change, since a reload (SIGHUP) starts new workers with a new config."""
-
-    def __init__(self, cfg: Any) -> None:
-        self._cfg = cfg
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._cfg, name)
-        setattr(self, name, value)  # found in the instance from now on
-        return value
 
 
 class ReadingWorker(ThreadWorker):  # type: ignore[misc]
@@ -403,7 +122,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         self._next_sweep = 0.0
         self._stopping_since: float | None = None
         self._plain_limits = limits_of(self.cfg, body=MAX_BODY_BYTES)
-        self._plain = not script_name_set() and not _hooked(self.cfg)
+        self._plain = not script_name_set() and not hooked(self.cfg)
         self._plain_base = base_of(self.cfg, scheme="https" if self.cfg.is_ssl else "http")
 
     def get_thread_pool(self) -> ServingThreads:
@@ -584,7 +303,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         if end is not None:
             self._reading.pop(conn, None)  # a thread has it: no read deadline
             self._dispatch(conn, end)
-        elif not conn.continued and _EXPECT_CONTINUE.search(bytes(conn.pending[: head[0]]).lower()):
+        elif not conn.continued and EXPECT_CONTINUE.search(bytes(conn.pending[: head[0]]).lower()):
             conn.continued = True  # curl waits for this before sending a large body
             with contextlib.suppress(OSError):
                 conn.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -655,8 +374,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             req._expected_100_continue = False
             conn.answer_deadline = time.monotonic() + ANSWER_SECONDS
             sock = conn.sock
-            outbox = _Outbox(sock)
-            conn.sock = _Coalescing(outbox)
+            outbox = Outbox(sock)
+            conn.sock = Coalescing(outbox)
             sock.settimeout(0.0)
             try:
                 keep = self.handle_request(req, conn)
@@ -691,7 +410,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
                 self.alive = False
             close = True
         environ = wsgi_environ(plain, base=self._plain_base, client=conn.client, server=conn.server)
-        answer = _PlainAnswer()
+        answer = PlainAnswer()
         chunks = self.wsgi(environ, answer.start_response)
         try:
             body = b"".join(chunks)
@@ -700,7 +419,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
                 chunks.close()
         data = answer.encode(body, close=close)
         sock = conn.sock
-        outbox = _Outbox(sock)
+        outbox = Outbox(sock)
         timeout = sock.gettimeout()  # the thread's IO_TIMEOUT_SECONDS: the outbox never waits
         if timeout != 0.0:
             sock.settimeout(0.0)
@@ -746,7 +465,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
 
     # --- writing the rest of an answer on the main loop --------------------------------
 
-    def _write_later(self, conn: TConn, outbox: _Outbox, *, keep: bool) -> None:
+    def _write_later(self, conn: TConn, outbox: Outbox, *, keep: bool) -> None:
         """The rest of an answer goes out as the client reads it, until its deadline;
         the oldest of these answers are cut when together they would hold more than
         ``MAX_UNSENT_BYTES``."""
@@ -760,7 +479,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             self._cut(next(iter(self._writing)))
 
     def _writable(self, conn: TConn, _fileobj: Any = None) -> None:
-        outbox: _Outbox = conn.unsent_box
+        outbox: Outbox = conn.unsent_box
         before = outbox.unsent
         try:
             done = outbox.send()
@@ -858,7 +577,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             try:
                 callback(key.fileobj)
             except Exception:
-                conn = _connection_of(callback)
+                conn = connection_of(callback)
                 if conn is None:
                     raise  # the listener's or the method queue's: gthread's own
                 self.log.exception("dropped a connection after an error on it")
@@ -908,146 +627,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
             conn.close()
 
 
-class _PlainAnswer:
-    """``start_response`` for a plain request, and the answer's head as gunicorn's
-    ``Response`` writes it (``default_headers``), with the body's length when the app
-    gives none (the whole body is at hand: no chunked framing is needed)."""
-
-    __slots__ = ("headers", "status", "written")
-
-    def __init__(self) -> None:
-        self.status = ""
-        self.headers: list[tuple[str, str]] = []
-        self.written: list[bytes] = []  # through the legacy ``write`` callable
-
-    def start_response(
-        self, status: str, headers: list[tuple[str, str]], exc_info: Any = None
-    ) -> Callable[[bytes], None]:
-        if exc_info is not None and self.status:
-            raise exc_info[1].with_traceback(exc_info[2])
-        for name, value in headers:
-            if _UNSAFE_HEADER.search(name) or _UNSAFE_HEADER.search(value):
-                raise ValueError(f"the app gave an invalid header: {name!r}")
-        self.status, self.headers = status, headers
-        return self.written.append
-
-    def encode(self, body: bytes, *, close: bool) -> bytes:
-        lines = [
-            f"HTTP/1.1 {self.status}\r\nServer: {SERVER}\r\nDate: {_http_date()}\r\n"
-            f"Connection: {'close' if close else 'keep-alive'}\r\n"
-        ]
-        lines += [f"{name}: {value}\r\n" for name, value in self.headers]
-        if not any(name.lower() == "content-length" for name, _ in self.headers):
-            size = len(body) + sum(len(part) for part in self.written)
-            lines.append(f"Content-Length: {size}\r\n")
-        lines.append("\r\n")
-        return b"".join([("".join(lines)).encode("latin-1"), *self.written, body])
-
-
-_UNSAFE_HEADER = re.compile(r"[\r\n\x00]")
-
-
-class _DateHeader:
-    """The ``Date`` header, formatted once a second rather than per answer."""
-
-    def __init__(self) -> None:
-        self._last: tuple[int, str] = (0, "")
-
-    def __call__(self) -> str:
-        now = int(time.time())
-        last = self._last  # one read: another thread may replace it meanwhile
-        if last[0] != now:
-            last = self._last = (now, formatdate(now, usegmt=True))
-        return last[1]
-
-
-_http_date = _DateHeader()
-
-
-def _hooked(cfg: Any) -> bool:
-    """Whether ``pre_request`` or ``post_request`` hooks are set: they take gunicorn's
-    request object, so every request then goes through gunicorn's parser."""
-    settings = getattr(cfg, "settings", {})
-    for name in ("pre_request", "post_request"):
-        setting = settings.get(name)
-        if setting is not None and setting.value is not type(setting).default:
-            return True
-    return False
-
-
-def _connection_of(callback: Any) -> TConn | None:
+def connection_of(callback: Any) -> TConn | None:
     """The connection a poller callback serves (``partial(method, conn)``), if any."""
     args = getattr(callback, "args", ())
     return args[0] if args and isinstance(args[0], TConn) else None
-
-
-class BalancedThreadWorker(ReadingWorker):
-    """``gthread`` with connections balanced across workers (see the module docstring).
-
-    ``table`` and ``slot`` are set on the worker object by the master before the fork."""
-
-    table: ConnectionTable | None = None
-    slot: int = FREE
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._held = 0
-        self._serving = False
-        super().__init__(*args, **kwargs)
-        self._paused_until = 0.0
-        self._deferring_since: float | None = None
-        self._last_deferral = 0.0
-
-    # gthread counts its connections in ``nr_conns`` wherever it opens or closes one.
-    @property
-    def nr_conns(self) -> int:
-        return self._held
-
-    @nr_conns.setter
-    def nr_conns(self, held: int) -> None:
-        self._held = held
-        if self._serving:
-            self._publish()
-
-    def _publish(self) -> None:
-        if self.table is not None:
-            self.table.publish(self.slot, self._held)
-
-    def run(self) -> None:
-        """The app is loaded: siblings may now leave connections to this worker."""
-        self._serving = True
-        self._publish()
-        self.log.info("worker %s is accepting connections", self.pid)
-        super().run()
-
-    def accept(self, listener: Any) -> None:
-        now = time.monotonic()
-        if self._should_defer(now):
-            self._paused_until = now + RECHECK_SECONDS
-            self.set_accept_enabled(False)
-            return
-        self._deferring_since = None
-        super().accept(listener)
-
-    def _should_defer(self, now: float) -> bool:
-        fewest = None if self.table is None else self.table.fewest_elsewhere(self.slot)
-        if fewest is None or self._held <= fewest:
-            return False
-        if self._deferring_since is None or now - self._last_deferral > 2 * RECHECK_SECONDS:
-            self._deferring_since = now  # a new wait: the last one ended long ago
-        self._last_deferral = now
-        return now - self._deferring_since < MAX_DEFER_SECONDS
-
-    def set_accept_enabled(self, enabled: bool) -> None:
-        if enabled and time.monotonic() < self._paused_until:
-            return  # stepping back: the run loop asks again after its next wake-up
-        super().set_accept_enabled(enabled)
-
-    def _out_of_descriptors(self) -> None:
-        self._paused_until = time.monotonic() + 0.1
-        self.set_accept_enabled(False)
-
-    def wait_for_and_dispatch_events(self, timeout: float) -> None:
-        pause = self._paused_until - time.monotonic()
-        if pause > 0:
-            timeout = min(timeout, pause)
-        super().wait_for_and_dispatch_events(timeout)
