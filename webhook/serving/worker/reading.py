@@ -84,7 +84,7 @@ from webhook.serving.worker.framing import (
     request_head,
 )
 from webhook.serving.worker.settings import SettledConfig, hooked
-from webhook.serving.worker.threads import ServingThreads
+from webhook.serving.worker.threads import ServingThreads, WakingQueue
 
 READ_TIMEOUT_SECONDS = 10.0
 CLOSE_LINGER_SECONDS = 2.0
@@ -111,6 +111,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.cfg = SettledConfig(self.cfg)
+        self.method_queue = WakingQueue()
         self._next_notify = 0.0
         self._open: set[TConn] = set()  # what ``nr_conns`` counts
         self._reading: dict[TConn, float] = {}  # connection -> when it is dropped
@@ -313,7 +314,11 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         plain (``webhook.serving.plainrequest``); a thread serves it either way. What follows a
         plain request waits in ``conn.rest`` for the next turn.
 
-        A plain request's connection stays registered with the poller while the thread
+        A plain request's socket stays non-blocking, as the main loop has it: its thread
+        reads nothing and writes without waiting (``Outbox``), and each switch of mode is
+        two ``fcntl`` calls, each letting go of the interpreter lock (four switches per
+        review were about a tenth of a worker's time under load, most of it waiting to take
+        the lock back). It also stays registered with the poller while the thread
         serves it, so that a kept-alive connection costs no unregistering and registering
         (two ``epoll_ctl`` and the selector's bookkeeping) per request; should it turn
         readable meanwhile, ``_readable`` unregisters it then."""
@@ -328,9 +333,9 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         else:
             conn.parser.unreader.unread(bytes(conn.pending))
             self._unpoll(conn)  # gunicorn's path may close the socket in the thread
+            conn.sock.settimeout(IO_TIMEOUT_SECONDS)  # its parser reads in the thread
         conn.serving = True
         conn.pending = bytearray()
-        conn.sock.settimeout(IO_TIMEOUT_SECONDS)
         self.enqueue_req(conn)
 
     def _drop(self, conn: TConn) -> None:
@@ -420,7 +425,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         data = answer.encode(body, close=close)
         sock = conn.sock
         outbox = Outbox(sock)
-        timeout = sock.gettimeout()  # the thread's IO_TIMEOUT_SECONDS: the outbox never waits
+        timeout = sock.gettimeout()  # 0.0 from ``_dispatch``; the outbox never waits
         if timeout != 0.0:
             sock.settimeout(0.0)
         try:
@@ -470,7 +475,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         the oldest of these answers are cut when together they would hold more than
         ``MAX_UNSENT_BYTES``."""
         conn.unsent_box = outbox
-        conn.sock.setblocking(False)
+        _nonblocking(conn.sock)
         self._writing[conn] = (conn.answer_deadline, keep)
         self._writing_bytes += outbox.unsent
         conn.awaits = selectors.EVENT_READ if outbox.wants_read else selectors.EVENT_WRITE
@@ -519,7 +524,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         conn.close()
 
     def _keep(self, conn: TConn) -> None:
-        conn.sock.setblocking(False)
+        _nonblocking(conn.sock)
         rest, conn.rest = conn.rest, b""
         conn.pending = bytearray(rest + conn.parser.unreader.take_buffered())  # pipelined
         conn.head = request_head(conn.pending)
@@ -539,7 +544,7 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         self._closed(conn)
         try:
             conn.sock.shutdown(socket.SHUT_WR)  # on TLS this also drops the TLS layer
-            conn.sock.setblocking(False)
+            _nonblocking(conn.sock)
         except OSError:
             conn.close()
             return
@@ -631,3 +636,10 @@ def connection_of(callback: Any) -> TConn | None:
     """The connection a poller callback serves (``partial(method, conn)``), if any."""
     args = getattr(callback, "args", ())
     return args[0] if args and isinstance(args[0], TConn) else None
+
+
+def _nonblocking(sock: Any) -> None:
+    """``setblocking(False)``, without its two ``fcntl`` calls when the socket is already
+    non-blocking (a plain request's always is: see ``ReadingWorker._dispatch``)."""
+    if sock.gettimeout() != 0.0:
+        sock.setblocking(False)
