@@ -12,7 +12,9 @@
 // -concurrency goroutines (20) send back to back (closed loop) for -seconds, from -start
 // (Unix seconds) on; with -rate, the goroutines together send that many requests per
 // second instead, each on its own even schedule (a call that is late goes at once, and is
-// counted in "late": then the server, not the schedule, set the pace). Each review is one of the -templates (a JSON list of {"path", "body"})
+// counted in "late": then the server, not the schedule, set the pace). Calls sent in the
+// first -warmup seconds are not counted: the API server keeps its connections open for
+// minutes, so its calls do not pay a TLS handshake. Each review is one of the -templates (a JSON list of {"path", "body"})
 // with its placeholders filled in: every call has its own request uid, every pod its own
 // name and uid, and with -unique its own spec (a label value), so no answer can be
 // remembered. Prints one JSON object: requests, errors, dials, p50_ms, p99_ms, seconds.
@@ -95,6 +97,7 @@ func main() {
 	start := flag.Float64("start", 0, "when to begin, in Unix seconds (default: now)")
 	unique := flag.Bool("unique", false, "every pod its own spec")
 	rate := flag.Float64("rate", 0, "requests per second in all (default 0: back to back)")
+	warmup := flag.Float64("warmup", 0, "seconds of calls first, not counted (connections open)")
 	flag.Parse()
 
 	pem, err := os.ReadFile(*caFile)
@@ -130,7 +133,8 @@ func main() {
 		time.Sleep(time.Until(time.UnixMilli(int64(*start * 1000))))
 	}
 	began := time.Now()
-	end := began.Add(time.Duration(*seconds * float64(time.Second)))
+	measured := began.Add(time.Duration(*warmup * float64(time.Second)))
+	end := measured.Add(time.Duration(*seconds * float64(time.Second)))
 	var mu sync.Mutex
 	var latencies []time.Duration
 	var errors, late int
@@ -156,7 +160,7 @@ func main() {
 					}
 					if wait := time.Until(due); wait > 0 {
 						time.Sleep(wait)
-					} else if -wait > interval {
+					} else if -wait > interval && !due.Before(measured) {
 						behind++
 					}
 				}
@@ -180,7 +184,9 @@ func main() {
 					}
 					continue
 				}
-				own = append(own, time.Since(sent))
+				if !sent.Before(measured) {
+					own = append(own, time.Since(sent))
+				}
 			}
 			mu.Lock()
 			latencies = append(latencies, own...)
@@ -193,7 +199,7 @@ func main() {
 		}(worker)
 	}
 	wg.Wait()
-	took := time.Since(began).Seconds()
+	took := time.Since(measured).Seconds()
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 	out := result{Requests: len(latencies), Errors: errors, Dials: dials.Load(), Seconds: took, First: first, Late: late}
 	if n := len(latencies); n > 0 {

@@ -6,11 +6,13 @@ next one. gunicorn loads it by the path ``webhook.serving.worker.BalancedThreadW
 
 Its parts, each a module with the why in its docstring:
 - ``reading``: the main loop (``ReadingWorker``): TLS handshake and whole requests read
-  without blocking, hand-off to a thread, failures, ``Expect``, closing, deadlines;
+  without blocking, hand-off to a thread, failures, ``Expect``, deadlines;
 - ``framing``: where a request's head and body end in the bytes read so far;
 - ``answers``: writing an answer without waiting (the rest to the main loop) and the head of
   a plain request's answer;
-- ``threads``: the serving threads, in place of gthread's executor;
+- ``finishing``: the main loop sending the rest of an answer, and closing without blocking;
+- ``threads``: the serving threads, in place of gthread's executor, and the queue that
+  wakes the main loop when they are done;
 - ``settings``: gunicorn's settings read once per worker;
 - ``balanced``: connections spread across workers (``BalancedThreadWorker``).
 """

@@ -1,7 +1,7 @@
 """``gthread``, except that requests are read whole on the main loop before a thread serves
 them, a failure on a connection costs that connection only, answers are finished on the
 main loop within a deadline (``webhook.serving.worker.answers``), and connections are closed
-without blocking that loop.
+without blocking that loop (``webhook.serving.worker.finishing``).
 
 Reading (see ``ReadingWorker``). ``gthread`` hands a connection to one of its few threads
 as soon as it is accepted or readable, and the thread then does the TLS handshake and reads
@@ -43,11 +43,6 @@ Expect. A ``100 Continue`` is sent on the main loop when the head asks for one a
 is not all there yet; gunicorn's own (``http/wsgi.py``) is turned off, since by the time a
 thread parses the request its body has arrived. The API server's client (Go's net/http)
 adds no ``Expect`` of its own; curl asks before a large body.
-
-Closing. ``gthread`` closes a ``Connection: close`` answer gracefully on its main loop,
-waiting up to 2 s for the client to close first; forty clients that never do block the loop
-past the worker timeout and gunicorn kills the worker. Here the write side is shut and the
-socket waits in the poller (at most ``CLOSE_LINGER_SECONDS``) for the client's end.
 """
 
 from __future__ import annotations
@@ -55,9 +50,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import selectors
-import socket
 import ssl
-import struct
 import time
 from collections import deque
 from functools import partial
@@ -77,6 +70,7 @@ from webhook.serving.plainrequest import (
     wsgi_environ,
 )
 from webhook.serving.worker.answers import IO_TIMEOUT_SECONDS, Coalescing, Outbox, PlainAnswer
+from webhook.serving.worker.finishing import Finishing, nonblocking
 from webhook.serving.worker.framing import (
     EXPECT_CONTINUE,
     MAX_HEAD_BYTES,
@@ -87,21 +81,17 @@ from webhook.serving.worker.settings import SettledConfig, hooked
 from webhook.serving.worker.threads import ServingThreads, WakingQueue
 
 READ_TIMEOUT_SECONDS = 10.0
-CLOSE_LINGER_SECONDS = 2.0
 STOP_LINGER_SECONDS = 2.0  # idle kept-alive connections stay this long after SIGTERM
 LARGE_BODY_BYTES = 256 * 1024
 SWEEP_SECONDS = 0.25
 DRAIN_SECONDS = 0.05
 ANSWER_SECONDS = 10.0  # the API server's default timeoutSeconds: it waits no longer
-MAX_UNSENT_BYTES = 32 * 1024 * 1024  # per worker, answers kept for slow readers together
-_DRAIN_BYTES = 64 * 1024
 # The heartbeat gunicorn's master reads (a file's mtime): ``timeout`` is 8 s, and touching
 # it on every turn of a busy loop was a system call per review.
 NOTIFY_SECONDS = 1.0
-_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 
 
-class ReadingWorker(ThreadWorker):  # type: ignore[misc]
+class ReadingWorker(Finishing, ThreadWorker):  # type: ignore[misc]
     """``gthread`` that reads each request whole on its main loop before a thread serves
     it, and closes connections without blocking that loop (see the module docstring)."""
 
@@ -316,12 +306,13 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
 
         A plain request's socket stays non-blocking, as the main loop has it: its thread
         reads nothing and writes without waiting (``Outbox``), and each switch of mode is
-        two ``fcntl`` calls, each letting go of the interpreter lock (four switches per
-        review were about a tenth of a worker's time under load, most of it waiting to take
-        the lock back). It also stays registered with the poller while the thread
-        serves it, so that a kept-alive connection costs no unregistering and registering
-        (two ``epoll_ctl`` and the selector's bookkeeping) per request; should it turn
-        readable meanwhile, ``_readable`` unregisters it then."""
+        two ``fcntl`` calls, each letting go of the interpreter lock (in a profile of a worker
+        under load, the four switches per review took 3.9 s of its threads' 34 s, nearly all
+        of it waiting to take the lock back behind another thread's review). It also stays
+        registered with the poller while the thread serves it, so that a kept-alive
+        connection costs no unregistering and registering (two ``epoll_ctl`` and the
+        selector's bookkeeping) per request; should it turn readable meanwhile,
+        ``_readable`` unregisters it then."""
         plain = None
         if self._plain and isinstance(conn.server, tuple):
             plain = plain_request(
@@ -468,63 +459,8 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         else:
             self._linger(conn)
 
-    # --- writing the rest of an answer on the main loop --------------------------------
-
-    def _write_later(self, conn: TConn, outbox: Outbox, *, keep: bool) -> None:
-        """The rest of an answer goes out as the client reads it, until its deadline;
-        the oldest of these answers are cut when together they would hold more than
-        ``MAX_UNSENT_BYTES``."""
-        conn.unsent_box = outbox
-        _nonblocking(conn.sock)
-        self._writing[conn] = (conn.answer_deadline, keep)
-        self._writing_bytes += outbox.unsent
-        conn.awaits = selectors.EVENT_READ if outbox.wants_read else selectors.EVENT_WRITE
-        self.poller.register(conn.sock, conn.awaits, partial(self._writable, conn))
-        while self._writing_bytes > MAX_UNSENT_BYTES and len(self._writing) > 1:
-            self._cut(next(iter(self._writing)))
-
-    def _writable(self, conn: TConn, _fileobj: Any = None) -> None:
-        outbox: Outbox = conn.unsent_box
-        before = outbox.unsent
-        try:
-            done = outbox.send()
-        except (OSError, ValueError):
-            self._cut(conn)
-            return
-        finally:
-            self._writing_bytes -= before - outbox.unsent
-        if not done:
-            awaits = selectors.EVENT_READ if outbox.wants_read else selectors.EVENT_WRITE
-            if awaits != conn.awaits:  # else a writable socket would wake the loop forever
-                conn.awaits = awaits
-                self.poller.modify(conn.sock, awaits, partial(self._writable, conn))
-            return
-        _, keep = self._writing.pop(conn)
-        conn.unsent_box = None
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self.poller.unregister(conn.sock)
-        try:
-            self._answered(conn, keep=keep)
-        except (OSError, ValueError):
-            self._drop(conn)
-
-    def _cut(self, conn: TConn) -> None:
-        """An answer not read in time (or a client gone): the connection is reset, so
-        that the kernel drops what it still holds of the answer too (a plain close would
-        go on sending it, at the reader's pace)."""
-        if conn in self._writing:
-            del self._writing[conn]
-            self._writing_bytes -= conn.unsent_box.unsent
-            conn.unsent_box = None
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self.poller.unregister(conn.sock)
-        with contextlib.suppress(OSError, ValueError):
-            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-        self._closed(conn)
-        conn.close()
-
     def _keep(self, conn: TConn) -> None:
-        _nonblocking(conn.sock)
+        nonblocking(conn.sock)
         rest, conn.rest = conn.rest, b""
         conn.pending = bytearray(rest + conn.parser.unreader.take_buffered())  # pipelined
         conn.head = request_head(conn.pending)
@@ -535,42 +471,6 @@ class ReadingWorker(ThreadWorker):  # type: ignore[misc]
         buffered = conn.sock.pending() if isinstance(conn.sock, ssl.SSLSocket) else 0
         if conn.pending or buffered:
             self._readable(conn)
-
-    # --- closing without blocking the loop ---------------------------------------------
-
-    def _linger(self, conn: TConn) -> None:
-        """Shut the write side and wait in the poller for the client to close (RFC 9112
-        9.6), so the last answer is not cut off by a reset."""
-        self._closed(conn)
-        try:
-            conn.sock.shutdown(socket.SHUT_WR)  # on TLS this also drops the TLS layer
-            _nonblocking(conn.sock)
-        except OSError:
-            conn.close()
-            return
-        conn.drained = 0
-        self._lingering[conn] = time.monotonic() + CLOSE_LINGER_SECONDS
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._drain, conn))
-
-    def _drain(self, conn: TConn, _fileobj: Any = None) -> None:
-        try:
-            while conn.drained < _DRAIN_BYTES:
-                data = conn.sock.recv(65536)
-                if not data:
-                    break
-                conn.drained += len(data)
-        except (BlockingIOError, InterruptedError):
-            if conn.drained < _DRAIN_BYTES:
-                return
-        except OSError:
-            pass
-        self._end_linger(conn)
-
-    def _end_linger(self, conn: TConn) -> None:
-        self._lingering.pop(conn, None)
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self.poller.unregister(conn.sock)
-        conn.close()
 
     # --- deadlines ----------------------------------------------------------------------
 
@@ -636,10 +536,3 @@ def connection_of(callback: Any) -> TConn | None:
     """The connection a poller callback serves (``partial(method, conn)``), if any."""
     args = getattr(callback, "args", ())
     return args[0] if args and isinstance(args[0], TConn) else None
-
-
-def _nonblocking(sock: Any) -> None:
-    """``setblocking(False)``, without its two ``fcntl`` calls when the socket is already
-    non-blocking (a plain request's always is: see ``ReadingWorker._dispatch``)."""
-    if sock.gettimeout() != 0.0:
-        sock.setblocking(False)
