@@ -18,7 +18,8 @@ sides move an end-to-end ratio towards 1.
 
 The reviews are ``/mutate`` calls for GPU pods, every one unique (its own name, uid and a
 label value of its own, so the decision memo never answers), with GPU limits, so that the
-webhook answers each with a patch (the GPU toleration); the bench checks that it does.
+webhook answers each with a patch (the GPU toleration, and for the two-container pod
+the env that hides the GPUs from its sidecar); the bench checks that it does.
 The webhook is served as in production (``bench/serve_app.py``: gunicorn, two workers of
 the balanced worker, real TLS, the shipped rules and the example inventory); the floor is
 ``bench/go/noopwebhook`` (net/http over TLS, decodes each review and allows it).
