@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,10 +169,16 @@ def main() -> int:
     )
     args = parser.parse_args()
     unique = not args.repeated
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-webhook-floor-"))
+    return in_scratch("gpu-webhook-floor-", lambda tmp: run(args, tmp, unique=unique))
+
+
+def in_scratch(prefix: str, run: Callable[[Path], int]) -> int:
+    """``run`` with a scratch directory for the programs, certificates and server logs:
+    removed when it succeeds, kept (and named) for a look when it does not."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     code = 1
     try:
-        code = run(args, tmp, unique=unique)
+        code = run(tmp)
         return code
     finally:
         if code == 0:
@@ -230,11 +237,7 @@ def report(
                 f"{figures['p50_ms']:.2f} ms, p99 {figures['p99_ms']:.2f} ms, "
                 + (f"CPU {cpu:.0f} us per review, " if cpu is not None else "")
                 + f"{figures['dials']} connections"
-                + (
-                    f", {figures['errors']} failed: {figures['first_error']}"
-                    if figures["errors"]
-                    else ""
-                )
+                + failures(figures)
                 + ")"
             )
         ratio = result["webhook"]["throughput"] / result["go"]["throughput"]
@@ -256,22 +259,32 @@ def report(
         f"median of {len(rounds)} rounds, webhook/go reviews per second: {median:.2f} "
         f"(target >= {TARGET:.2f}); worst round {min(ratios):.2f}"
     )
+    return verdict(
+        "admission_floor",
+        {
+            "unique": unique,
+            "path": args.path,
+            "rounds": rounds,
+            "ratios": ratios,
+            "median": median,
+            "cpu_ratios": costs,
+        },
+        met=met,
+        failed=failed,
+    )
+
+
+def failures(figures: dict[str, Any]) -> str:
+    """A phase's failed calls, for its line of the report; empty without."""
+    errors = figures["errors"]
+    return f", {errors} failed: {figures['first_error']}" if errors else ""
+
+
+def verdict(name: str, results: dict[str, Any], *, met: bool, failed: int) -> int:
+    """``results`` written to bench/results/``name``.json, and the verdict: the exit code."""
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
-    (out / "admission_floor.json").write_text(
-        json.dumps(
-            {
-                "unique": unique,
-                "path": args.path,
-                "rounds": rounds,
-                "ratios": ratios,
-                "median": median,
-                "cpu_ratios": costs,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    (out / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")
     if failed:
         print(f"{failed} calls failed (see each round)")
     print("target met" if met else "TARGET MISSED")

@@ -40,20 +40,26 @@ import argparse
 import http.client
 import json
 import os
-import shutil
 import signal
 import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from admission import POD_NAME, POD_UID, REQUEST_UID, ROOT, SPEC_LABEL, start, templates
-from admission_floor import CONCURRENCY, build, start_go, wait_ready
+from admission import POD_NAME, POD_UID, REQUEST_UID, SPEC_LABEL, start, templates
+from admission_floor import (
+    CONCURRENCY,
+    build,
+    failures,
+    in_scratch,
+    start_go,
+    verdict,
+    wait_ready,
+)
 
 from webhook.files.certs import ensure_dev
 
@@ -111,16 +117,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="per phase (default: 10)")
     parser.add_argument("--rounds", type=int, default=5, help="alternations (default: 5)")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-webhook-p99-"))
-    code = 1
-    try:
-        code = run(args, tmp)
-        return code
-    finally:
-        if code == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"the servers' logs are in {tmp}")
+    return in_scratch("gpu-webhook-p99-", lambda tmp: run(args, tmp))
 
 
 def run(args: argparse.Namespace, tmp: Path) -> int:
@@ -171,11 +168,7 @@ def report(rounds: list[dict[str, dict[str, Any]]], args: argparse.Namespace) ->
                 f"{figures['p99_ms']:6.2f} ms ({figures['requests']} reviews, "
                 f"{figures['throughput']:.0f}/s, {figures['dials']} connections"
                 + (f", {figures['late']} late" if figures["late"] else "")
-                + (
-                    f", {figures['errors']} failed: {figures['first_error']}"
-                    if figures["errors"]
-                    else ""
-                )
+                + failures(figures)
                 + ")"
             )
         ratio = result["webhook"]["p99_ms"] / result["go"]["p99_ms"]
@@ -198,25 +191,18 @@ def report(rounds: list[dict[str, dict[str, Any]]], args: argparse.Namespace) ->
     )
     if late:
         print(f"{late} calls went late (a server or the client could not keep the pace)")
-    out = ROOT / "bench" / "results"
-    out.mkdir(exist_ok=True)
-    (out / "gpu_pod_p99.json").write_text(
-        json.dumps(
-            {
-                "rate": args.rate,
-                "rounds": rounds,
-                "p99_ratios": ratios,
-                "median": median,
-                "p99_added_ms": added,
-            },
-            indent=2,
-        )
-        + "\n"
+    return verdict(
+        "gpu_pod_p99",
+        {
+            "rate": args.rate,
+            "rounds": rounds,
+            "p99_ratios": ratios,
+            "median": median,
+            "p99_added_ms": added,
+        },
+        met=met,
+        failed=failed,
     )
-    if failed:
-        print(f"{failed} calls failed (see each round)")
-    print("target met" if met else "TARGET MISSED")
-    return 0 if met else 1
 
 
 if __name__ == "__main__":
