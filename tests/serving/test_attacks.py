@@ -21,7 +21,7 @@ import pytest
 
 from tests.builders import pod, review
 from tests.running import Server, post, reviews_answered
-from webhook.serving.worker import ANSWER_SECONDS
+from webhook.serving.worker.reading import ANSWER_SECONDS
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ import pytest
 from tests.builders import INVENTORY, RULES, pod, review
 from tests.running import Server, post, reviews_answered, rss_kib, threads, wait_until
 from webhook.files.certs import DEV_HOSTS, generate, write
-from webhook.serving.worker import READ_TIMEOUT_SECONDS
+from webhook.serving.worker.reading import READ_TIMEOUT_SECONDS
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from tests.running import Server, pss_kib, reviews_answered
 from tests.serving.test_memory import MIB, container_memory_limit
 from webhook.admission.memo import POD_MEMO_BYTES
 from webhook.files.certs import DEV_HOSTS, generate, write
-from webhook.serving.worker import MAX_UNSENT_BYTES
+from webhook.serving.worker.finishing import MAX_UNSENT_BYTES
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,10 @@ from gunicorn.http import wsgi
 from gunicorn.http.message import Request
 from gunicorn.http.unreader import IterUnreader
 
+from webhook.serving import plainrequest
 from webhook.serving.plainrequest import base_of, limits_of, plain_request, wsgi_environ
 from webhook.serving.server import gunicorn_options
-from webhook.serving.worker import request_end, request_head
+from webhook.serving.worker.framing import request_end, request_head
 
 CLIENT = ("127.0.0.1", 50123)
 SERVER = ("127.0.0.1", 8443)
@@ -163,3 +164,36 @@ def test_a_plain_request_gets_the_environ_gunicorn_builds(head):
 )
 def test_a_request_that_is_not_plain_is_left_to_gunicorn(data):
     assert parsed(data) is None
+
+
+def test_a_head_seen_before_is_judged_again_against_the_length_of_what_follows():
+    data = API_SERVER_HEAD + b"\r\n" + BODY
+    body_start = len(API_SERVER_HEAD) + 2
+    limits = limits_of(config(), body=1 << 20)
+
+    first = plain_request(data, body_start=body_start, end=len(data), limits=limits)
+    short = plain_request(data, body_start=body_start, end=len(data) - 1, limits=limits)
+    again = plain_request(data, body_start=body_start, end=len(data), limits=limits)
+
+    assert first is not None
+    assert short is None
+    assert again == first
+
+
+def test_a_head_refused_once_is_refused_again():
+    data = API_SERVER_HEAD + b"Expect: 100-continue\r\n\r\n" + BODY
+
+    assert [parsed(data), parsed(data)] == [None, None]
+
+
+def test_the_heads_remembered_are_bounded_and_the_newest_still_judged():
+    limits = limits_of(config(), body=1 << 20)
+    answers = []
+    for number in range(plainrequest.MAX_HEADS + 10):
+        head = API_SERVER_HEAD.replace(b"kube-apiserver-admission", b"client-%d" % number)
+        data = head + b"\r\n" + BODY
+        answers.append(plain_request(data, body_start=len(head) + 2, end=len(data), limits=limits))
+
+    assert len(plainrequest._heads) <= plainrequest.MAX_HEADS
+    assert answers[-1] is not None
+    assert ("USER-AGENT", f"client-{plainrequest.MAX_HEADS + 9}") in answers[-1].headers

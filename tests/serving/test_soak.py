@@ -25,7 +25,8 @@ from tests.builders import INVENTORY, RULES, pod, review
 from tests.rulesets import quota
 from tests.running import Server, footprint, mount, post, wait_until
 from webhook.files.certs import DEV_HOSTS, generate, write
-from webhook.serving.worker import CLOSE_LINGER_SECONDS, READ_TIMEOUT_SECONDS
+from webhook.serving.worker.finishing import CLOSE_LINGER_SECONDS
+from webhook.serving.worker.reading import READ_TIMEOUT_SECONDS
 
 # Serial: it asserts answers within ANSWER_WITHIN while it loads the machine itself.
 pytestmark = [pytest.mark.slow, pytest.mark.serial]

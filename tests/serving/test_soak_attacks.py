@@ -48,7 +48,7 @@ from tests.serving.test_attacks import (
 )
 from tests.serving.test_soak import FD_MARGIN, MASTER_RSS_MARGIN, QUIET, WORKER_RSS_MARGIN
 from webhook.files.certs import DEV_HOSTS, generate, write
-from webhook.serving.worker import ANSWER_SECONDS
+from webhook.serving.worker.reading import ANSWER_SECONDS
 
 # Serial: it asserts answers within ANSWER_WITHIN while it loads the machine itself.
 pytestmark = [pytest.mark.slow, pytest.mark.serial]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import socket
 import ssl
 import struct
@@ -19,9 +20,17 @@ from gunicorn.glogging import Logger
 from tests.builders import INVENTORY, RULES, pod, review
 from tests.running import Server, post, wait_until, workers_of
 from webhook.files.certs import DEV_HOSTS, generate, write
-from webhook.serving import worker
 from webhook.serving.server import WORKER_TIMEOUT_SECONDS
-from webhook.serving.worker import FREE, BalancedThreadWorker, ConnectionTable
+from webhook.serving.worker import (
+    FREE,
+    BalancedThreadWorker,
+    ConnectionTable,
+    answers,
+    balanced,
+    framing,
+    reading,
+    threads,
+)
 
 
 def test_a_slot_is_one_no_live_worker_holds():
@@ -140,7 +149,7 @@ def test_the_heartbeat_is_touched_once_per_interval_not_on_every_turn_of_the_loo
     one.notify()
 
     assert len(touches) == 2
-    assert worker.NOTIFY_SECONDS * 4 <= WORKER_TIMEOUT_SECONDS  # the master's, well within
+    assert reading.NOTIFY_SECONDS * 4 <= WORKER_TIMEOUT_SECONDS  # the master's, well within
 
 
 @pytest.mark.parametrize(
@@ -167,13 +176,13 @@ def test_a_connection_nobody_else_takes_is_accepted_after_the_longest_wait(make_
     start = 100.0
     waits = []
     now = start
-    while now - start < 2 * worker.MAX_DEFER_SECONDS:
+    while now - start < 2 * balanced.MAX_DEFER_SECONDS:
         waits.append(busy._should_defer(now))
-        now += worker.RECHECK_SECONDS
+        now += balanced.RECHECK_SECONDS
 
     assert waits[0] is True
     assert waits[-1] is False
-    steps = worker.MAX_DEFER_SECONDS / worker.RECHECK_SECONDS
+    steps = balanced.MAX_DEFER_SECONDS / balanced.RECHECK_SECONDS
     assert sum(waits) == pytest.approx(steps, abs=1)
 
 
@@ -184,7 +193,7 @@ def test_a_new_wait_long_after_the_last_one_starts_its_own_clock(make_worker):
     busy = make_worker(table, 0, 5)
     busy._should_defer(100.0)
 
-    assert busy._should_defer(100.0 + 10 * worker.MAX_DEFER_SECONDS) is True
+    assert busy._should_defer(100.0 + 10 * balanced.MAX_DEFER_SECONDS) is True
 
 
 def _established_by_process(port: int, pids: list[int]) -> dict[int, int]:
@@ -339,14 +348,14 @@ HEAD = b"POST /mutate HTTP/1.1\r\nHost: x\r\n"
             HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", len(HEAD) + 32, id="chunks-broken"
         ),
         pytest.param(
-            b"x" * (worker.MAX_HEAD_BYTES + 1), worker.MAX_HEAD_BYTES + 1, id="head-too-long"
+            b"x" * (framing.MAX_HEAD_BYTES + 1), framing.MAX_HEAD_BYTES + 1, id="head-too-long"
         ),
     ],
 )
 def test_a_request_is_handed_to_a_thread_only_once_it_is_all_there(data, end):
-    head = worker.request_head(data)
+    head = framing.request_head(data)
 
-    assert (None if head is None else worker.request_end(data, head)) == end
+    assert (None if head is None else framing.request_end(data, head)) == end
 
 
 class RecordingSocket:
@@ -374,7 +383,7 @@ class RecordingSocket:
 )
 def test_an_answer_leaves_in_one_write_with_its_headers(writes, sent):
     real = RecordingSocket()
-    coalescing = worker._Coalescing(real)
+    coalescing = answers.Coalescing(real)
 
     for data in writes:
         coalescing.sendall(data)
@@ -385,7 +394,7 @@ def test_an_answer_leaves_in_one_write_with_its_headers(writes, sent):
 
 def test_what_is_held_is_sent_before_anyone_writes_to_the_descriptor_itself():
     real = RecordingSocket()
-    coalescing = worker._Coalescing(real)
+    coalescing = answers.Coalescing(real)
     coalescing.sendall(b"HEAD")
 
     assert coalescing.fileno() == 7
@@ -420,8 +429,8 @@ class FillingSocket:
 
 
 def test_an_answer_the_socket_cannot_take_is_kept_and_sent_whole_in_order_later():
-    sock = FillingSocket(room=worker.SEND_BYTES + 10)
-    outbox = worker._Outbox(sock)
+    sock = FillingSocket(room=answers.SEND_BYTES + 10)
+    outbox = answers.Outbox(sock)
     parts = [b"H" * 100, bytes(range(256)) * 4000, b"tail"]
 
     for part in parts:
@@ -438,9 +447,77 @@ def test_an_answer_the_socket_cannot_take_is_kept_and_sent_whole_in_order_later(
 
 def test_an_answer_the_socket_takes_at_once_leaves_nothing_for_the_main_loop():
     sock = FillingSocket(room=1 << 20)
-    outbox = worker._Outbox(sock)
+    outbox = answers.Outbox(sock)
 
     outbox.sendall(b"HTTP/1.1 200 OK\r\n\r\n{}")
 
     assert outbox.unsent == 0
     assert sock.received == b"HTTP/1.1 200 OK\r\n\r\n{}"
+
+
+def _callbacks_run(queue: threads.WakingQueue) -> int:
+    """Run what the queue holds as the main loop does when its pipe is readable; how
+    many bytes woke it."""
+    with selectors.DefaultSelector() as poller:
+        poller.register(queue.fileno(), selectors.EVENT_READ)
+        woken = poller.select(timeout=0)
+    if not woken:
+        return 0
+    queue.run_callbacks()
+    return 1
+
+
+def test_callbacks_left_for_the_main_loop_wake_it_once_until_it_runs_them():
+    queue = threads.WakingQueue()
+    queue.init()
+    ran: list[int] = []
+    try:
+        for number in range(3):
+            queue.defer(ran.append, number)
+        pipe = os.read(queue.fileno(), 100)
+        os.write(queue._write_fd, pipe)  # put back what the main loop will read
+        wakes = _callbacks_run(queue)
+        after = _callbacks_run(queue)
+    finally:
+        queue.close()
+
+    assert (pipe, wakes, after, ran) == (b"\x00", 1, 0, [0, 1, 2])
+
+
+def test_no_callback_from_many_threads_is_left_behind():
+    queue = threads.WakingQueue()
+    queue.init()
+    ran: list[int] = []
+    senders = [
+        threading.Thread(target=lambda: [queue.defer(ran.append, n) for n in range(2000)])
+        for _ in range(4)
+    ]
+    try:
+        with selectors.DefaultSelector() as poller:
+            poller.register(queue.fileno(), selectors.EVENT_READ)
+            for sender in senders:
+                sender.start()
+            while len(ran) < 8000 and poller.select(timeout=5):  # a lost wake-up ends it
+                queue.run_callbacks()
+        for sender in senders:
+            sender.join()
+    finally:
+        queue.close()
+
+    assert len(ran) == 8000
+
+
+def test_a_turn_runs_a_bounded_number_of_callbacks_and_wakes_the_loop_for_the_rest():
+    queue = threads.WakingQueue()
+    queue.init()
+    ran: list[int] = []
+    try:
+        for number in range(threads.WakingQueue.MAX_CALLBACKS + 5):
+            queue.defer(ran.append, number)
+        first = (_callbacks_run(queue), len(ran))
+        second = (_callbacks_run(queue), len(ran))
+    finally:
+        queue.close()
+
+    assert first == (1, threads.WakingQueue.MAX_CALLBACKS)
+    assert second == (1, threads.WakingQueue.MAX_CALLBACKS + 5)

@@ -63,6 +63,10 @@ class PlainRequest:
     close: bool  # the client asked for ``Connection: close``
 
 
+# A plain head's path, query (with its "?"), headers, declared length and Connection: close.
+_Head = tuple[str, str, tuple[tuple[str, str], ...], int, bool]
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """gunicorn's own limits for a head (``limit_request_*``) and the body cap."""
@@ -89,6 +93,34 @@ def plain_request(
 ) -> PlainRequest | None:
     """The request that fills ``data[:end]`` (its head ends at ``body_start``), if plain."""
     text = bytes(data[: body_start - 4]).decode("latin-1")  # the patterns take ASCII only
+    key = (text, limits)
+    head = _heads.get(key, _UNSEEN)
+    if head is _UNSEEN:
+        head = _plain_head(text, limits)
+        if len(_heads) >= MAX_HEADS:
+            _heads.clear()
+        _heads[key] = head
+    if head is None:
+        return None
+    path, query, headers, length, close = head
+    if body_start + length != end:
+        return None
+    return PlainRequest(
+        path, query[1:], path + query, list(headers), bytes(data[body_start:end]), close
+    )
+
+
+# Heads already judged, by their text (and the limits they were judged by): the API
+# server sends the same head again and again, bar the body's length, and matching one
+# costs several times what looking it up does. Bounded: a client sending heads of its own
+# empties it, and the next ones are matched again.
+MAX_HEADS = 256
+_heads: dict[tuple[str, Limits], _Head | None] = {}
+_UNSEEN: Any = object()
+
+
+def _plain_head(text: str, limits: Limits) -> _Head | None:
+    """The parts of a plain request's head ``text``; None if it is not plain."""
     head = _HEAD.fullmatch(text)
     if head is None or head.start(3) > limits.line:
         return None
@@ -120,10 +152,9 @@ def plain_request(
             if token not in ("close", "keep-alive"):
                 return None
             close = close or token == "close"
-    if length is None or length > limits.body or body_start + length != end:
+    if length is None or length > limits.body:
         return None
-    path, query = head[1], head[2] or ""
-    return PlainRequest(path, query[1:], path + query, headers, bytes(data[body_start:end]), close)
+    return head[1], head[2] or "", tuple(headers), length, close
 
 
 def base_of(cfg: Any, *, scheme: str) -> dict[str, Any]:

@@ -10,7 +10,11 @@
 //     Content-Type and Accept application/json.
 //
 // -concurrency goroutines (20) send back to back (closed loop) for -seconds, from -start
-// (Unix seconds) on. Each review is one of the -templates (a JSON list of {"path", "body"})
+// (Unix seconds) on; with -rate, the goroutines together send that many requests per
+// second instead, each on its own even schedule (a call that is late goes at once, and is
+// counted in "late": then the server, not the schedule, set the pace). Calls sent in the
+// first -warmup seconds are not counted: the API server keeps its connections open for
+// minutes, so its calls do not pay a TLS handshake. Each review is one of the -templates (a JSON list of {"path", "body"})
 // with its placeholders filled in: every call has its own request uid, every pod its own
 // name and uid, and with -unique its own spec (a label value), so no answer can be
 // remembered. Prints one JSON object: requests, errors, dials, p50_ms, p99_ms, seconds.
@@ -50,6 +54,7 @@ type result struct {
 	P50ms    float64 `json:"p50_ms"`
 	P99ms    float64 `json:"p99_ms"`
 	Seconds  float64 `json:"seconds"`
+	Late     int     `json:"late"`
 	First    string  `json:"first_error,omitempty"`
 }
 
@@ -91,6 +96,8 @@ func main() {
 	seconds := flag.Float64("seconds", 4, "how long to send")
 	start := flag.Float64("start", 0, "when to begin, in Unix seconds (default: now)")
 	unique := flag.Bool("unique", false, "every pod its own spec")
+	rate := flag.Float64("rate", 0, "requests per second in all (default 0: back to back)")
+	warmup := flag.Float64("warmup", 0, "seconds of calls first, not counted (connections open)")
 	flag.Parse()
 
 	pem, err := os.ReadFile(*caFile)
@@ -126,10 +133,11 @@ func main() {
 		time.Sleep(time.Until(time.UnixMilli(int64(*start * 1000))))
 	}
 	began := time.Now()
-	end := began.Add(time.Duration(*seconds * float64(time.Second)))
+	measured := began.Add(time.Duration(*warmup * float64(time.Second)))
+	end := measured.Add(time.Duration(*seconds * float64(time.Second)))
 	var mu sync.Mutex
 	var latencies []time.Duration
-	var errors int
+	var errors, late int
 	var first string
 	var wg sync.WaitGroup
 	for worker := 0; worker < *concurrency; worker++ {
@@ -137,9 +145,25 @@ func main() {
 		go func(worker int) {
 			defer wg.Done()
 			var own []time.Duration
-			failed := 0
+			failed, behind := 0, 0
 			firstErr := ""
+			var interval, offset time.Duration
+			if *rate > 0 {
+				interval = time.Duration(float64(*concurrency) / *rate * float64(time.Second))
+				offset = interval * time.Duration(worker) / time.Duration(*concurrency)
+			}
 			for count := 0; time.Now().Before(end); count++ {
+				if interval > 0 {
+					due := began.Add(offset + interval*time.Duration(count))
+					if !due.Before(end) {
+						break
+					}
+					if wait := time.Until(due); wait > 0 {
+						time.Sleep(wait)
+					} else if -wait > interval && !due.Before(measured) {
+						behind++
+					}
+				}
 				t := work[count%len(work)]
 				req, _ := http.NewRequest("POST", *base+t.Path+"?timeout=10s", bytes.NewReader(body(t, nonce, worker, count, *unique)))
 				req.Header.Set("Content-Type", "application/json")
@@ -160,11 +184,14 @@ func main() {
 					}
 					continue
 				}
-				own = append(own, time.Since(sent))
+				if !sent.Before(measured) {
+					own = append(own, time.Since(sent))
+				}
 			}
 			mu.Lock()
 			latencies = append(latencies, own...)
 			errors += failed
+			late += behind
 			if first == "" {
 				first = firstErr
 			}
@@ -172,9 +199,9 @@ func main() {
 		}(worker)
 	}
 	wg.Wait()
-	took := time.Since(began).Seconds()
+	took := time.Since(measured).Seconds()
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
-	out := result{Requests: len(latencies), Errors: errors, Dials: dials.Load(), Seconds: took, First: first}
+	out := result{Requests: len(latencies), Errors: errors, Dials: dials.Load(), Seconds: took, First: first, Late: late}
 	if n := len(latencies); n > 0 {
 		out.P50ms = float64(latencies[n/2]) / 1e6
 		out.P99ms = float64(latencies[max(0, n*99/100-1)]) / 1e6
