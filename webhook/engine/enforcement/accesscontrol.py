@@ -337,6 +337,42 @@ def _accesses(
     return found
 
 
+def access_checks(
+    editor: Editor,
+    template: Template,
+    rules: Sequence[Rule],
+    *,
+    settings: Settings,
+    reach: PodReach,
+    policy_rules: Sequence[Rule],
+    nvidia_classes: frozenset[str],
+    live: bool,
+    runtime_classes: frozenset[str] | None,
+) -> list[Finding]:
+    """The last stage of a pod template's evaluation (``evaluation.pipeline``): containers
+    that reach GPUs without asking (``access_findings``), a pod that asks for none on GPU
+    nodes (``node_findings``), a RuntimeClass the cluster lacks (``runtime_class_findings``,
+    with a live list of classes only). ``rules``: those matching the pod; ``policy_rules``:
+    all of them; ``live``: a node inventory backs ``reach``."""
+    found = access_findings(
+        editor,
+        template,
+        settings=settings,
+        reach=reach,
+        rules=policy_rules,
+        nvidia_classes=nvidia_classes,
+    )
+    if not template.asks:
+        found.extend(node_findings(editor, template, settings=settings, pod_reach=reach, live=live))
+    if runtime_classes is not None:
+        found.extend(
+            runtime_class_findings(
+                editor, template, rules, settings=settings, known=runtime_classes
+            )
+        )
+    return found
+
+
 def access_findings(
     editor: Editor,
     template: Template,

@@ -1,6 +1,7 @@
-"""The fit stage: where a pod template's whole request fits in the snapshot (kept off the
-nodes whose device plugin would refuse it, where the object may be patched), and the
-built-in checks of its GPU quantities, capacity, units and CUDA driver.
+"""Two stages. ``where_it_fits``: where a pod template's whole request fits in the snapshot
+(kept off the nodes whose device plugin would refuse it, where the object may be patched).
+``gpu_checks``, once the pod is patched: the built-in checks of its GPU quantities,
+capacity, units and CUDA driver.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from webhook.engine.enforcement.checks import (
 )
 from webhook.engine.enforcement.cudadrivers import (
     cuda_findings,
+    cuda_notices,
+    drivers_known,
     gpu_needs,
 )
 from webhook.engine.enforcement.mutators import keep_off_refusing_nodes
+from webhook.engine.evaluation.request import Asked, Review
 from webhook.engine.kube.patch import Editor
 from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.policy.decision import Finding
@@ -41,6 +45,70 @@ from webhook.engine.scheduling.wholepod import (
 )
 
 NO_GPU_FACTS = GPUFacts()  # a node's cpu and memory alone: no GPU resource is asked
+
+
+def where_it_fits(
+    review: Review, asked: Asked
+) -> tuple[Placement, FitAnswer | None, Finding | None]:
+    """The third stage: where the pod can land as the rules placed it, and which nodes there
+    take its whole request (``pod_fit``); none is asked without a snapshot or a GPU. The
+    container mutations and the hiding after it leave the placement as it is."""
+    editor, spec_path, pod = review.editor, asked.spec_path, asked.pod
+    spec = editor.get(spec_path)
+    placement = Placement.of(spec)
+    snapshot = review.snapshot
+    if snapshot is None or not pod.total:
+        return placement, None, None
+    return pod_fit(
+        editor,
+        spec_path,
+        pod,
+        spec=spec,
+        placement=placement,
+        snapshot=snapshot,
+        settings=review.settings,
+        mutated_by=review.mutated_by,
+        mutate=review.mutate,
+        claims=asked.claims,
+        devices=review.devices,
+    )
+
+
+def gpu_checks(
+    review: Review,
+    asked: Asked,
+    access: Template,
+    placement: Placement,
+    fit: FitAnswer | None,
+    *,
+    refused: Finding | None,
+) -> Scope:
+    """The fifth stage, on the pod as the webhook leaves it: the built-in checks of its GPU
+    quantities, capacity and units, the fit's refusal, the CUDA driver. Returns the pod as
+    the later checks read it."""
+    editor, spec_path, pod, claims = review.editor, asked.spec_path, asked.pod, asked.claims
+    settings, findings = review.settings, review.findings
+    # Built by position, on every review: a keyword call costs twice as much.
+    scope = Scope(
+        where_of(spec_path),
+        editor.get(spec_path),
+        asked.template.labels,
+        pod,
+        placement,
+        settings,
+        fit,
+        review.kind,
+        review.devices,
+        bool(claims.gpu_classes),
+        claims if claims.held else None,
+    )
+    findings.extend(gpu_findings(scope, review.snapshot))
+    if refused is not None:
+        findings.append(refused)
+    if fit is not None and fit.fitting and drivers_known(fit):
+        findings.extend(cuda_check(editor, scope, access, review.mutated_by, mutate=review.mutate))
+        review.template_notices.extend(cuda_notices(pod, settings, fit))
+    return scope
 
 
 def whole_fits(

@@ -1,7 +1,9 @@
-"""The place-and-mutate stage: each matching rule's tolerations and node affinity (a required
-affinity on GPU labels judged first on the DRA nodes, issue 31), the placement for device
-access, repaired requests-only GPUs and the rules' container mutations, in that order;
-each patch credited to the rule that made it (for the log line).
+"""The two stages that patch the pod. ``place_and_mutate``: each matching rule's tolerations
+and node affinity (a required affinity on GPU labels judged first on the DRA nodes, issue
+31), the placement for device access, repaired requests-only GPUs and the rules' container
+mutations, in that order. ``hide``, once the fit is known: GPUs hidden from the containers
+that asked for none, where the pod can land on a GPU node. Each patch is credited to the
+rule that made it (for the log line).
 """
 
 from __future__ import annotations
@@ -10,10 +12,16 @@ import copy
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
 from webhook.engine.demand.gpus import PodGPUs
 from webhook.engine.enforcement.accesscontrol import (
+    NO_EXEMPTIONS,
+    PodReach,
     Template,
+    exemptions,
+    hide_on_gpu_nodes,
     place,
+    unhidden_findings,
     without_exempt,
 )
 from webhook.engine.enforcement.mutators import (
@@ -30,6 +38,7 @@ from webhook.engine.evaluation.capacity import (
     NO_GPU_FACTS,
     whole_fits,
 )
+from webhook.engine.evaluation.request import Asked, Review
 from webhook.engine.kube.patch import Editor, lookup
 from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.policy.decision import Finding
@@ -55,6 +64,78 @@ from webhook.engine.scheduling.dra import (
 )
 
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def place_and_mutate(review: Review, asked: Asked) -> tuple[Template, list[Rule]]:
+    """The second stage: the rules' placements (unless the object is judged as it is), then
+    placement for access, repaired requests and container mutations. Returns the template
+    as access control sees it, and the rules that hide GPUs on GPU nodes (``hide``)."""
+    editor, spec_path, rules = review.editor, asked.spec_path, asked.rules
+    pod, claims, mutate = asked.pod, asked.claims, review.mutate
+    places_access, hiding, exempting = rule_placements(
+        editor,
+        spec_path,
+        rules,
+        pod=pod,
+        claims=claims,
+        snapshot=review.snapshot,
+        devices=review.devices,
+        settings=review.settings,
+        mutated_by=review.mutated_by,
+        findings=review.findings,
+        mutate=mutate,
+    )
+    # Built by position, on every review: a keyword call costs twice as much.
+    access = Template(
+        spec_path,
+        asked.template,
+        pod,
+        exemptions(rules) if exempting else NO_EXEMPTIONS,
+        review.daemon,
+        pod_asks_for_gpu(pod),
+    )
+    if mutate:
+        apply_mutations(
+            editor,
+            access,
+            rules,
+            claims,
+            places_access=places_access,
+            snapshot=review.snapshot,
+            mutated_by=review.mutated_by,
+            settings=review.settings,
+            findings=review.findings,
+            devices=review.devices,
+        )
+    return access, hiding
+
+
+def hide(
+    review: Review, asked: Asked, access: Template, placement: Placement, hiding: list[Rule]
+) -> PodReach:
+    """The fourth stage, after the fit: the ``hiding`` rules' GPUs hidden from containers that
+    asked for none, where the pod can land on a GPU node; judged instead where the object
+    is judged as it is (an update cannot change a container's env). Returns where the pod
+    can land, worked out on first use, for the access checks."""
+    editor, settings = review.editor, review.settings
+    spec = editor.get(asked.spec_path)
+    reach = PodReach(spec, placement, settings, review.snapshot, review.devices)
+    if hiding and not review.mutate:
+        review.findings.extend(
+            unhidden_findings(
+                editor,
+                access,
+                asked.rules,
+                settings=settings,
+                reach=reach,
+                claim_holders=asked.claims.holders,
+            )
+        )
+    elif hiding:
+        before = len(editor.ops)
+        hide_on_gpu_nodes(editor, access, reach=reach)
+        credit(editor, before, review.mutated_by, hiding)
+    return reach
 
 
 def strip_spec(spec: dict[str, Any], wanted: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 may use. Kept apart from ``evaluate`` so that every evaluator (pods and workloads there,
 DRA claim objects in ``claimobjects``) takes the same inputs without importing each other.
 
-The first stage of the pipeline reads here too: the snapshot with its node pools
-(``inventory_of``), what a pod template asks of GPUs (``template_asks``) and the rules
-that match it (``matching_rules``).
+The records the stages pass on (``pipeline``) are here: ``Review``, what the templates of
+one object share, and ``Asked``, one template as the first stage reads it. So is that first
+stage (``demand``): the snapshot with its node pools (``inventory_of``), what a pod template
+asks of GPUs (``template_asks``) and the rules that match it (``matching_rules``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.demand.gpus import PodGPUs, pod_gpus
-from webhook.engine.kube.workloads import PodTemplate
+from webhook.engine.kube.patch import Editor
+from webhook.engine.kube.workloads import Path, PodTemplate
+from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import Policy, Rule, Settings
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory
@@ -238,3 +241,53 @@ def template_asks(
     )
     pod, claims = extended_resource_claims(pod, claims, devices=view.devices)
     return with_claim_gpus(pod, claims), claims
+
+
+@dataclass(slots=True)  # built once per object on every review: by position
+class Review:
+    """What the templates of one object share on their way through the stages: the
+    request, the policy and the inventory as read once, and what the stages write into:
+    the patch (``editor``), the findings, the rules credited with a mutation, and what the
+    checks could not see, for the decision (``pipeline.evaluate_object``)."""
+
+    request: Request
+    policy: Policy
+    settings: Settings
+    view: InventoryView
+    snapshot: Inventory | None  # the snapshot with its node pools (``inventory_of``)
+    devices: DeviceInventory | None  # ``view.usable_devices``
+    editor: Editor
+    kind: str
+    daemon: bool  # a DaemonSet: its pods run on every node they target
+    mutate: bool  # False: judged as it is (a Pod's UPDATE)
+    findings: list[Finding]
+    mutated_by: dict[str, None]
+    notices: list[str]  # the object's: said first
+    template_notices: list[str]  # what a template's checks could not see: said after
+    warnings: list[str]  # beside the findings' (an inventory that is not there)
+
+
+@dataclass(slots=True)  # built per template on every review: by position
+class Asked:
+    """One template as the first stage reads it: what it asks of GPUs, the rules that match
+    it; ``typed`` False where its spec is no map (the API server's schema check rejects
+    it, and no stage after the first reads it)."""
+
+    template: PodTemplate
+    spec_path: Path
+    pod: PodGPUs
+    claims: PodClaims
+    rules: list[Rule]
+    typed: bool
+
+
+def demand(review: Review, template: PodTemplate) -> Asked:
+    """The first stage: what the template asks of GPUs (resources and DRA claims), and the
+    rules that match it."""
+    request, policy = review.request, review.policy
+    pod, claims = template_asks(request, template, settings=review.settings, view=review.view)
+    spec_path = template.spec_path
+    if not isinstance(review.editor.get(spec_path), dict):
+        return Asked(template, spec_path, pod, claims, [], False)
+    rules = matching_rules(request, template, pod, policy, claims) if policy.rules else []
+    return Asked(template, spec_path, pod, claims, rules, True)
