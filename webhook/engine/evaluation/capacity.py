@@ -6,10 +6,6 @@ capacity, units and CUDA driver.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from webhook.engine.demand.gpus import PodGPUs
 from webhook.engine.enforcement.accesscontrol import Template
 from webhook.engine.enforcement.checks import (
     Scope,
@@ -51,27 +47,41 @@ def where_it_fits(
     review: Review, asked: Asked
 ) -> tuple[Placement, FitAnswer | None, Finding | None]:
     """The third stage: where the pod can land as the rules placed it, and which nodes there
-    take its whole request (``pod_fit``); none is asked without a snapshot or a GPU. The
-    container mutations and the hiding after it leave the placement as it is."""
+    take its whole request; none is asked without a snapshot or a GPU. When some nodes it
+    can land on would fail it at the device plugin and others would not, it is first kept
+    off the former (issue 21), unless the object may not be patched (a Pod UPDATE); where a
+    device class serves its GPUs, with the warning that it may still land on such nodes
+    (``_served_fit``). The container mutations and the hiding after this stage leave the
+    placement as it is."""
     editor, spec_path, pod = review.editor, asked.spec_path, asked.pod
     spec = editor.get(spec_path)
     placement = Placement.of(spec)
     snapshot = review.snapshot
     if snapshot is None or not pod.total:
         return placement, None, None
-    return pod_fit(
-        editor,
-        spec_path,
-        pod,
-        spec=spec,
-        placement=placement,
-        snapshot=snapshot,
-        settings=review.settings,
-        mutated_by=review.mutated_by,
-        mutate=review.mutate,
-        claims=asked.claims,
-        devices=review.devices,
-    )
+    settings, claims = review.settings, asked.claims
+    demand = demand_of(spec, pod.vector, pod.per_container, pod.containers)
+    fit = snapshot.fit(placement, demand, settings.device_plugin)
+    if claims.served:
+        return _served_fit(
+            editor,
+            spec_path,
+            claims,
+            fit,
+            snapshot=snapshot,
+            devices=review.devices,
+            settings=settings,
+            mutated_by=review.mutated_by,
+            mutate=review.mutate,
+        )
+    if review.mutate and fit.fitting and fit.refused and settings.keep_off_refusing_nodes:
+        before = len(editor.ops)
+        keep_off_refusing_nodes(editor, spec_path, fit)
+        if len(editor.ops) > before:
+            review.mutated_by["builtin/keepOffRefusingNodes"] = None
+            placement = Placement.of(editor.get(spec_path))
+            fit = snapshot.fit(placement, demand, settings.device_plugin)
+    return placement, fit, None
 
 
 def gpu_checks(
@@ -174,48 +184,6 @@ def cuda_check(
     if len(editor.ops) > before:
         mutated_by["builtin/cudaAffinity"] = None
     return found
-
-
-def pod_fit(
-    editor: Editor,
-    spec_path: WorkloadPath,
-    pod: PodGPUs,
-    *,
-    spec: Mapping[str, Any],
-    placement: Placement,
-    snapshot: Inventory,
-    settings: Settings,
-    mutated_by: dict[str, None],
-    mutate: bool,
-    claims: PodClaims,
-    devices: DeviceInventory | None,
-) -> tuple[Placement, FitAnswer, Finding | None]:
-    """Where the pod's whole request fits; when some nodes it can land on would fail it at
-    the device plugin and others would not, it is first kept off the former (issue 21), unless
-    the object may not be patched (a Pod UPDATE). With the warning that it may still land on
-    such nodes, where a device class serves its GPUs (``_served_fit``)."""
-    demand = demand_of(spec, pod.vector, pod.per_container, pod.containers)
-    fit = snapshot.fit(placement, demand, settings.device_plugin)
-    if claims.served:
-        return _served_fit(
-            editor,
-            spec_path,
-            claims,
-            fit,
-            snapshot=snapshot,
-            devices=devices,
-            settings=settings,
-            mutated_by=mutated_by,
-            mutate=mutate,
-        )
-    if mutate and fit.fitting and fit.refused and settings.keep_off_refusing_nodes:
-        before = len(editor.ops)
-        keep_off_refusing_nodes(editor, spec_path, fit)
-        if len(editor.ops) > before:
-            mutated_by["builtin/keepOffRefusingNodes"] = None
-            placement = Placement.of(editor.get(spec_path))
-            fit = snapshot.fit(placement, demand, settings.device_plugin)
-    return placement, fit, None
 
 
 def _served_fit(

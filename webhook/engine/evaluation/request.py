@@ -192,14 +192,45 @@ def request_as_created(request: Request, obj: Mapping[str, Any]) -> Request:
     )
 
 
+# The rules that match a template, per policy (one rules generation): where no rule reads
+# pod or namespace labels, the answer depends on the namespace, the GPU resources and count
+# and the GPU device classes only, which pods of a cluster repeat.
+_matched: tuple[Policy, bool, dict[tuple[object, ...], tuple[Rule, ...]]] | None = None
+
+
 def matching_rules(
     request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy, claims: PodClaims
+) -> list[Rule]:
+    global _matched  # noqa: PLW0603 - a memo; the answer stays a function of its inputs
+    memo = _matched
+    if memo is None or memo[0] is not policy:
+        by_labels = any(r.match.pod_selector or r.match.namespace_selector for r in policy.rules)
+        memo = _matched = (policy, not by_labels, {})
+    if memo[1]:
+        device_classes = claims.gpu_classes
+        key = (request.effective_namespace, tuple(pod.resources), pod.total, device_classes)
+        known = memo[2].get(key)
+        if known is None:
+            known = tuple(_matching(request, template, pod, policy, device_classes=device_classes))
+            if len(memo[2]) >= 4096:
+                memo[2].clear()
+            memo[2][key] = known
+        return list(known)
+    return _matching(request, template, pod, policy, device_classes=claims.gpu_classes)
+
+
+def _matching(
+    request: Request,
+    template: PodTemplate,
+    pod: PodGPUs,
+    policy: Policy,
+    *,
+    device_classes: tuple[str, ...],
 ) -> list[Rule]:
     namespace = request.effective_namespace
     labels = template.labels
     resources = pod.resources
     total = pod.total
-    device_classes = claims.gpu_classes
     return [
         rule
         for rule in policy.rules
@@ -223,11 +254,14 @@ def template_asks(
 ) -> tuple[PodGPUs, PodClaims]:
     """What the template asks of GPUs: resources per container, and DRA claims."""
     devices = view.devices
+    spec = template.spec
+    if devices is None and not spec.get("resourceClaims"):
+        # Most pods: no DRA inventory to add names or serve resources, and no claim.
+        return pod_gpus(spec, settings.gpu_resources, template.singles), NO_CLAIMS
     # With the names and classes that serve GPUs (KEP-5004).
     gpus, is_gpu_class = gpu_names(
         settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
     )
-    spec = template.spec
     pod = pod_gpus(spec, gpus, template.singles)
     claims = (
         pod_claims(
