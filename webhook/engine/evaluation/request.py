@@ -11,7 +11,7 @@ asks of GPUs (``template_asks``) and the rules that match it (``matching_rules``
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,7 +200,9 @@ _matched: tuple[Policy, bool, dict[tuple[object, ...], tuple[Rule, ...]]] | None
 
 def matching_rules(
     request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy, claims: PodClaims
-) -> list[Rule]:
+) -> Sequence[Rule]:
+    """The policy's rules that match the template, in the policy's order (not to be changed:
+    the answer may be remembered)."""
     global _matched  # noqa: PLW0603 - a memo; the answer stays a function of its inputs
     memo = _matched
     if memo is None or memo[0] is not policy:
@@ -215,7 +217,7 @@ def matching_rules(
             if len(memo[2]) >= 4096:
                 memo[2].clear()
             memo[2][key] = known
-        return list(known)
+        return known
     return _matching(request, template, pod, policy, device_classes=claims.gpu_classes)
 
 
@@ -311,7 +313,7 @@ class Asked:
     spec_path: Path
     pod: PodGPUs
     claims: PodClaims
-    rules: list[Rule]
+    rules: Sequence[Rule]
     typed: bool
 
 
@@ -322,6 +324,6 @@ def demand(review: Review, template: PodTemplate) -> Asked:
     pod, claims = template_asks(request, template, settings=review.settings, view=review.view)
     spec_path = template.spec_path
     if not isinstance(review.editor.get(spec_path), dict):
-        return Asked(template, spec_path, pod, claims, [], False)
-    rules = matching_rules(request, template, pod, policy, claims) if policy.rules else []
+        return Asked(template, spec_path, pod, claims, (), False)
+    rules = matching_rules(request, template, pod, policy, claims) if policy.rules else ()
     return Asked(template, spec_path, pod, claims, rules, True)
