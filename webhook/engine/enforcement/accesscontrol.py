@@ -420,7 +420,10 @@ def _has_host_paths(spec: Mapping[str, Any]) -> bool:
     volumes = spec.get("volumes")
     if not isinstance(volumes, list):
         return False
-    return any(isinstance(v, dict) and "hostPath" in v for v in volumes)
+    for v in volumes:  # noqa: SIM110 - a loop, not any() over a generator: every GPU pod
+        if isinstance(v, dict) and "hostPath" in v:
+            return True
+    return False
 
 
 def _access_finding(

@@ -26,7 +26,7 @@ from webhook.engine.enforcement.cudadrivers import (
 )
 from webhook.engine.enforcement.mutators import keep_off_refusing_nodes
 from webhook.engine.evaluation.request import Asked, Review
-from webhook.engine.kube.patch import Editor
+from webhook.engine.kube.patch import Editor, lookup
 from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import Settings
@@ -54,7 +54,7 @@ def where_it_fits(
     (``_served_fit``). The container mutations and the hiding after this stage leave the
     placement as it is."""
     editor, spec_path, pod = review.editor, asked.spec_path, asked.pod
-    spec = editor.get(spec_path)
+    spec = lookup(editor.doc, spec_path)
     placement = Placement.of(spec)
     snapshot = review.snapshot
     if snapshot is None or not pod.total:
@@ -101,7 +101,7 @@ def gpu_checks(
     # Built by position, on every review: a keyword call costs twice as much.
     scope = Scope(
         where_of(spec_path),
-        editor.get(spec_path),
+        lookup(editor.doc, spec_path),
         asked.template.labels,
         pod,
         placement,
@@ -109,7 +109,7 @@ def gpu_checks(
         fit,
         review.kind,
         review.devices,
-        bool(claims.gpu_classes),
+        bool(claims.claims) and bool(claims.gpu_classes),  # a property: most have none
         claims if claims.held else None,
     )
     findings.extend(gpu_findings(scope, review.snapshot))

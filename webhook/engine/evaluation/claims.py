@@ -47,7 +47,7 @@ from webhook.engine.scheduling.wholepod import (
 def claim_checks(review: Review, asked: Asked, access: Template, scope: Scope) -> None:
     """The sixth stage: what the pod's DRA claims, and the GPU classes it asks for, meet."""
     claims = asked.claims
-    if claims.claims or claims.gpu_classes:
+    if claims.claims:  # a pod without claims asks for no GPU class either
         review.findings.extend(
             claims_findings(
                 claims,

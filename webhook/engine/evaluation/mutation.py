@@ -133,7 +133,7 @@ def hide(
     is judged as it is (an update cannot change a container's env). Returns where the pod
     can land, worked out on first use, for the access checks."""
     editor, settings = review.editor, review.settings
-    spec = editor.get(asked.spec_path)
+    spec = lookup(editor.doc, asked.spec_path)
     reach = PodReach(spec, placement, settings, review.snapshot, review.devices)
     if hiding and not review.mutate:
         review.findings.extend(

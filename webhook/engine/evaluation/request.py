@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.demand.gpus import PodGPUs, pod_gpus
-from webhook.engine.kube.patch import Editor
+from webhook.engine.kube.patch import Editor, lookup
 from webhook.engine.kube.workloads import Path, PodTemplate
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import Policy, Rule, Settings
@@ -209,7 +209,7 @@ def matching_rules(
         by_labels = any(r.match.pod_selector or r.match.namespace_selector for r in policy.rules)
         memo = _matched = (policy, not by_labels, {})
     if memo[1]:
-        device_classes = claims.gpu_classes
+        device_classes = claims.gpu_classes if claims.claims else ()  # a property: most have none
         key = (request.effective_namespace, tuple(pod.resources), pod.total, device_classes)
         known = memo[2].get(key)
         if known is None:
@@ -323,7 +323,7 @@ def demand(review: Review, template: PodTemplate) -> Asked:
     request, policy = review.request, review.policy
     pod, claims = template_asks(request, template, settings=review.settings, view=review.view)
     spec_path = template.spec_path
-    if not isinstance(review.editor.get(spec_path), dict):
+    if not isinstance(lookup(review.editor.doc, spec_path), dict):
         return Asked(template, spec_path, pod, claims, (), False)
     rules = matching_rules(request, template, pod, policy, claims) if policy.rules else ()
     return Asked(template, spec_path, pod, claims, rules, True)

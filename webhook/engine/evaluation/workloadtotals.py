@@ -67,9 +67,9 @@ def workload_totals(
     workload: bool,
 ) -> None:
     """The object's first stage after its templates: what the judged templates' claims could
-        not be checked against, and what all pods of a workload ask together. ``counted``: on a
-        workload UPDATE (``floor``, the old object's totals), every template's ask, unchanged
-        ones too, for the totals that replicas and parallelism change; ``workload``: the object
+    not be checked against, and what all pods of a workload ask together. ``counted``: on a
+    workload UPDATE (``floor``, the old object's totals), every template's ask, unchanged
+    ones too, for the totals that replicas and parallelism change; ``workload``: the object
     is no Pod."""
     view, policy, findings = review.view, review.policy, review.findings
     snapshot, request = review.snapshot, review.request
@@ -80,6 +80,8 @@ def workload_totals(
                 review.notices.append(
                     "DRA claims not checked: no DRA inventory (classes and slices)"
                 )
+    if not workload and snapshot is not None and not view.problem:
+        return  # a Pod judged on an inventory: no totals (the most common review)
     if _asks_anything(judged):
         if view.problem:
             _inventory_unavailable(view.problem, policy, findings, review.warnings)
