@@ -11,8 +11,8 @@ judged after admission, then the decision; ``_evaluate_template`` lists one temp
 5. ``gpu_checks`` (``capacity``): the built-in GPU checks and the CUDA driver;
 6. ``claim_checks`` (``claims``): what the DRA claims meet;
 7. ``rule_checks`` (``claims``): the rules' checks, on the pod and on its claims' devices;
-8. ``access_checks`` (``enforcement.accesscontrol``): device access, GPU nodes for non-GPU
-   pods, runtime classes.
+8. ``access_checks`` (``enforcement.accesscontrol``, through ``_access_checks``): device
+   access, GPU nodes for non-GPU pods, runtime classes.
 
 Each stage is a function of plain records: the ``Review`` every template of the object
 shares (the request, policy and inventory in; the patch, findings and notices out), the
@@ -22,11 +22,12 @@ one after the other, not through a chain of stage objects: this path runs on eve
 
 from __future__ import annotations
 
-from webhook.engine.enforcement.accesscontrol import access_checks
+from webhook.engine.enforcement.accesscontrol import PodReach, Template, access_checks
 from webhook.engine.evaluation.capacity import gpu_checks, where_it_fits
 from webhook.engine.evaluation.claims import claim_checks, rule_checks
 from webhook.engine.evaluation.mutation import hide, place_and_mutate
 from webhook.engine.evaluation.request import (
+    Asked,
     InventoryView,
     Request,
     Review,
@@ -91,6 +92,12 @@ def _evaluate_template(review: Review, template: PodTemplate) -> Judged:
     scope = gpu_checks(review, asked, access, placement, fit, refused=refused)
     claim_checks(review, asked, access, scope)
     rule_checks(review, asked, scope)
+    _access_checks(review, asked, access, reach)
+    return template, asked.pod, asked.claims, fit
+
+
+def _access_checks(review: Review, asked: Asked, access: Template, reach: PodReach) -> None:
+    """The last stage, ``accesscontrol.access_checks``, given what it reads of the review."""
     view = review.view
     review.findings.extend(
         access_checks(
@@ -105,7 +112,6 @@ def _evaluate_template(review: Review, template: PodTemplate) -> Judged:
             runtime_classes=view.runtime_classes,
         )
     )
-    return template, asked.pod, asked.claims, fit
 
 
 def _review(
