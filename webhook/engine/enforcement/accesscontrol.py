@@ -397,7 +397,7 @@ def access_findings(
     candidates = []
     host_volumes: bool | None = None  # whether the pod has hostPath volumes, read once
     for c in template.pod.containers:
-        if not asks_for_gpu(c):
+        if not (c.gpus or asks_for_gpu(c)):  # a GPU container, without a call: every review
             if runtime_class is not None or may_reach(c.body):
                 candidates.append(c)
         elif c.body.get("volumeMounts"):

@@ -230,7 +230,12 @@ def hide_gpus(
     A CUDA_VISIBLE_DEVICES it sets is kept, and hides nothing from the runtime. A container
     that holds a DRA GPU claim keeps its GPUs: the DRA driver gives them to it."""
     for container in pod.containers:
-        if asks_for_gpu(container) or (claim_holders and container.path in claim_holders):
+        # container.gpus first: the GPU container of every GPU pod, without a call.
+        if (
+            container.gpus
+            or asks_for_gpu(container)
+            or (claim_holders and container.path in claim_holders)
+        ):
             continue
         path = (*spec_path, *container.path, "env")
         env = lookup(editor.doc, path)

@@ -100,7 +100,7 @@ def place_and_mutate(review: Review, asked: Asked) -> tuple[Template, list[Rule]
         pod,
         exemptions(rules) if exempting else NO_EXEMPTIONS,
         review.daemon,
-        pod_asks_for_gpu(pod),
+        bool(pod.total) or pod_asks_for_gpu(pod),  # a GPU pod, without a call
     )
     if not mutate:
         return access, hiding
