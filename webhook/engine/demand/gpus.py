@@ -128,7 +128,7 @@ class PodGPUs:
             containers,
             effective,
             sum(effective.values()),  # total
-            [r for r, _ in vector],  # resources
+            [vector[0][0]] if len(vector) == 1 else [r for r, _ in vector],  # resources
             problems,
             tuple(vector),
             tuple(sorted(most.items())) if len(most) > 1 else tuple(most.items()),
@@ -141,14 +141,9 @@ class PodGPUs:
 _NO_MAP: Mapping[str, Any] = {}
 
 
-def _section(resources: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = resources.get(key)
-    return value if isinstance(value, dict) else _NO_MAP
-
-
-def _container(
-    body: Mapping[str, Any], *, section: str, index: int, gpus: GPUResources
-) -> Container:
+def _container(body: Mapping[str, Any], section: str, index: int, gpus: GPUResources) -> Container:
+    """One container's GPU asks, cpu and memory (called by position: once per container of
+    every review)."""
     name = body.get("name", "")
     container = Container(
         section,
@@ -156,11 +151,19 @@ def _container(
         name if type(name) is str else str(name),
         body,
         section == "initContainers" and body.get("restartPolicy") == "Always",
+        {},  # a literal, not the fields' factories: cheaper, per container of every review
+        [],
     )
     resources = body.get("resources")
     if not resources or not isinstance(resources, dict):
         return container
-    requests, limits = _section(resources, "requests"), _section(resources, "limits")
+    # Read in line, not through a helper: this runs for every container of every review.
+    requests = resources.get("requests")
+    if not isinstance(requests, dict):
+        requests = _NO_MAP
+    limits = resources.get("limits")
+    if not isinstance(limits, dict):
+        limits = _NO_MAP
     if not requests and not limits:
         return container
     container.cpu, container.memory = requests_of(requests, limits)
@@ -290,11 +293,11 @@ def pod_gpus(spec: Mapping[str, Any], gpus: GPUResources, singles: tuple[str, ..
         if isinstance(items, list):
             for i, body in enumerate(items):
                 if isinstance(body, dict):
-                    containers.append(_container(body, section=section, index=i, gpus=gpus))
+                    containers.append(_container(body, section, i, gpus))
     for key in singles:
         body = spec.get(key)
         if isinstance(body, dict):
-            single = _container(body, section=key, index=-1, gpus=gpus)
+            single = _container(body, key, -1, gpus)
             # KServe names the container it makes from the model or framework form this way.
             single.name = single.name or "kserve-container"
             containers.append(single)

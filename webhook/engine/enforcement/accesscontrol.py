@@ -337,6 +337,42 @@ def _accesses(
     return found
 
 
+def access_checks(
+    editor: Editor,
+    template: Template,
+    rules: Sequence[Rule],
+    *,
+    settings: Settings,
+    reach: PodReach,
+    policy_rules: Sequence[Rule],
+    nvidia_classes: frozenset[str],
+    live: bool,
+    runtime_classes: frozenset[str] | None,
+) -> list[Finding]:
+    """The last stage of a pod template's evaluation (``evaluation.pipeline``): containers
+    that reach GPUs without asking (``access_findings``), a pod that asks for none on GPU
+    nodes (``node_findings``), a RuntimeClass the cluster lacks (``runtime_class_findings``,
+    with a live list of classes only). ``rules``: those matching the pod; ``policy_rules``:
+    all of them; ``live``: a node inventory backs ``reach``."""
+    found = access_findings(
+        editor,
+        template,
+        settings=settings,
+        reach=reach,
+        rules=policy_rules,
+        nvidia_classes=nvidia_classes,
+    )
+    if not template.asks:
+        found.extend(node_findings(editor, template, settings=settings, pod_reach=reach, live=live))
+    if runtime_classes is not None:
+        found.extend(
+            runtime_class_findings(
+                editor, template, rules, settings=settings, known=runtime_classes
+            )
+        )
+    return found
+
+
 def access_findings(
     editor: Editor,
     template: Template,
@@ -361,7 +397,7 @@ def access_findings(
     candidates = []
     host_volumes: bool | None = None  # whether the pod has hostPath volumes, read once
     for c in template.pod.containers:
-        if not asks_for_gpu(c):
+        if not (c.gpus or asks_for_gpu(c)):  # a GPU container, without a call: every review
             if runtime_class is not None or may_reach(c.body):
                 candidates.append(c)
         elif c.body.get("volumeMounts"):
@@ -384,7 +420,10 @@ def _has_host_paths(spec: Mapping[str, Any]) -> bool:
     volumes = spec.get("volumes")
     if not isinstance(volumes, list):
         return False
-    return any(isinstance(v, dict) and "hostPath" in v for v in volumes)
+    for v in volumes:  # noqa: SIM110 - a loop, not any() over a generator: every GPU pod
+        if isinstance(v, dict) and "hostPath" in v:
+            return True
+    return False
 
 
 def _access_finding(

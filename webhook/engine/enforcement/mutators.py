@@ -13,7 +13,7 @@ from typing import Any
 
 from webhook.engine.demand.gpuaccess import VISIBLE_DEVICES, asks_for_gpu, pod_asks_for_gpu
 from webhook.engine.demand.gpus import Container, PodGPUs
-from webhook.engine.kube.patch import Editor
+from webhook.engine.kube.patch import Editor, lookup
 from webhook.engine.kube.quantity import QuantityError, format_bytes, parse_quantity
 from webhook.engine.kube.selectors import toleration_covers
 from webhook.engine.kube.workloads import Path
@@ -60,7 +60,7 @@ def _map(value: object) -> Mapping[str, Any]:
 def add_tolerations(editor: Editor, spec_path: Path, wanted: Sequence[Mapping[str, Any]]) -> None:
     path = (*spec_path, "tolerations")
     for toleration in wanted:
-        existing = editor.get(path)
+        existing = lookup(editor.doc, path)  # editor.get, a call level less: every GPU pod
         if not existing or not isinstance(existing, list):
             editor.add(path, [dict(toleration)])
         elif not any(isinstance(t, dict) and toleration_covers(t, toleration) for t in existing):
@@ -230,13 +230,25 @@ def hide_gpus(
     A CUDA_VISIBLE_DEVICES it sets is kept, and hides nothing from the runtime. A container
     that holds a DRA GPU claim keeps its GPUs: the DRA driver gives them to it."""
     for container in pod.containers:
-        if asks_for_gpu(container) or (claim_holders and container.path in claim_holders):
+        # container.gpus first: the GPU container of every GPU pod, without a call.
+        if (
+            container.gpus
+            or asks_for_gpu(container)
+            or (claim_holders and container.path in claim_holders)
+        ):
             continue
         path = (*spec_path, *container.path, "env")
-        env = editor.get(path)
+        env = lookup(editor.doc, path)
         if not env or not isinstance(env, list):
-            # One operation for a container without env.
-            editor.add(path, [{"name": name, "value": value} for name, value in HIDE_GPUS])
+            # One operation for a container without env: HIDE_GPUS, as new maps written out
+            # (no comprehension: a sidecar of nearly every GPU pod passes here).
+            editor.add(
+                path,
+                [
+                    {"name": VISIBLE_DEVICES, "value": "void"},
+                    {"name": "CUDA_VISIBLE_DEVICES", "value": ""},
+                ],
+            )
             continue
         names = {str(e.get("name")) for e in env if isinstance(e, dict)}
         if VISIBLE_DEVICES in names:

@@ -6,13 +6,15 @@ time:
 - ``evaluate``: the entry, and which path an object takes (scale, claim object, Pod
   UPDATE, object);
 - ``pipeline``: the stages in order, for one object and for each of its templates;
-- ``request``: what the engine is asked, and the first stage: what a template asks, the
-  rules that match it, the snapshot with its node pools;
+- ``request``: what the engine is asked, the records the stages pass on (``Review``,
+  ``Asked``), and the first stage: what a template asks, the rules that match it, the
+  snapshot with its node pools;
 - ``mutation``: rule placements, placement for access, repaired requests, container
-  mutations;
-- ``capacity``: where the pod fits, the built-in GPU checks, the CUDA driver;
-- ``claims``: what the pod's DRA claims meet, unit checks and device policy on devices;
-- ``workloadtotals``: all pods of a workload together, gangs and quota;
+  mutations; then, after the fit, GPUs hidden from containers that asked for none;
+- ``capacity``: where the pod fits; the built-in GPU checks, the CUDA driver;
+- ``claims``: what the pod's DRA claims meet; the rules' checks, their unit checks and
+  device policy on devices;
+- ``workloadtotals``: all pods of a workload together; after admission, gangs and quota;
 - ``updates`` (with ``pods/resize`` and ephemeral containers), ``scale``: UPDATEs judged
   on what they change;
 - ``claimobjects``, ``references``: ResourceClaim objects and claims not yet seen;

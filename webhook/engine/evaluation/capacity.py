@@ -1,14 +1,11 @@
-"""The fit stage: where a pod template's whole request fits in the snapshot (kept off the
-nodes whose device plugin would refuse it, where the object may be patched), and the
-built-in checks of its GPU quantities, capacity, units and CUDA driver.
+"""Two stages. ``where_it_fits``: where a pod template's whole request fits in the snapshot
+(kept off the nodes whose device plugin would refuse it, where the object may be patched).
+``gpu_checks``, once the pod is patched: the built-in checks of its GPU quantities,
+capacity, units and CUDA driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from webhook.engine.demand.gpus import PodGPUs
 from webhook.engine.enforcement.accesscontrol import Template
 from webhook.engine.enforcement.checks import (
     Scope,
@@ -23,10 +20,13 @@ from webhook.engine.enforcement.checks import (
 )
 from webhook.engine.enforcement.cudadrivers import (
     cuda_findings,
+    cuda_notices,
+    drivers_known,
     gpu_needs,
 )
 from webhook.engine.enforcement.mutators import keep_off_refusing_nodes
-from webhook.engine.kube.patch import Editor
+from webhook.engine.evaluation.request import Asked, Review
+from webhook.engine.kube.patch import Editor, lookup
 from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import Settings
@@ -41,6 +41,84 @@ from webhook.engine.scheduling.wholepod import (
 )
 
 NO_GPU_FACTS = GPUFacts()  # a node's cpu and memory alone: no GPU resource is asked
+
+
+def where_it_fits(
+    review: Review, asked: Asked
+) -> tuple[Placement, FitAnswer | None, Finding | None]:
+    """The third stage: where the pod can land as the rules placed it, and which nodes there
+    take its whole request; none is asked without a snapshot or a GPU. When some nodes it
+    can land on would fail it at the device plugin and others would not, it is first kept
+    off the former (issue 21), unless the object may not be patched (a Pod UPDATE); where a
+    device class serves its GPUs, with the warning that it may still land on such nodes
+    (``_served_fit``). The container mutations and the hiding after this stage leave the
+    placement as it is."""
+    editor, spec_path, pod = review.editor, asked.spec_path, asked.pod
+    spec = lookup(editor.doc, spec_path)
+    placement = Placement.of(spec)
+    snapshot = review.snapshot
+    if snapshot is None or not pod.total:
+        return placement, None, None
+    settings, claims = review.settings, asked.claims
+    demand = demand_of(spec, pod.vector, pod.per_container, pod.containers)
+    fit = snapshot.fit(placement, demand, settings.device_plugin)
+    if claims.served:
+        return _served_fit(
+            editor,
+            spec_path,
+            claims,
+            fit,
+            snapshot=snapshot,
+            devices=review.devices,
+            settings=settings,
+            mutated_by=review.mutated_by,
+            mutate=review.mutate,
+        )
+    if review.mutate and fit.fitting and fit.refused and settings.keep_off_refusing_nodes:
+        before = len(editor.ops)
+        keep_off_refusing_nodes(editor, spec_path, fit)
+        if len(editor.ops) > before:
+            review.mutated_by["builtin/keepOffRefusingNodes"] = None
+            placement = Placement.of(editor.get(spec_path))
+            fit = snapshot.fit(placement, demand, settings.device_plugin)
+    return placement, fit, None
+
+
+def gpu_checks(
+    review: Review,
+    asked: Asked,
+    access: Template,
+    placement: Placement,
+    fit: FitAnswer | None,
+    *,
+    refused: Finding | None,
+) -> Scope:
+    """The fifth stage, on the pod as the webhook leaves it: the built-in checks of its GPU
+    quantities, capacity and units, the fit's refusal, the CUDA driver. Returns the pod as
+    the later checks read it."""
+    editor, spec_path, pod, claims = review.editor, asked.spec_path, asked.pod, asked.claims
+    settings, findings = review.settings, review.findings
+    # Built by position, on every review: a keyword call costs twice as much.
+    scope = Scope(
+        where_of(spec_path),
+        lookup(editor.doc, spec_path),
+        asked.template.labels,
+        pod,
+        placement,
+        settings,
+        fit,
+        review.kind,
+        review.devices,
+        bool(claims.claims) and bool(claims.gpu_classes),  # a property: most have none
+        claims if claims.held else None,
+    )
+    findings.extend(gpu_findings(scope, review.snapshot))
+    if refused is not None:
+        findings.append(refused)
+    if fit is not None and fit.fitting and drivers_known(fit):
+        findings.extend(cuda_check(editor, scope, access, review.mutated_by, mutate=review.mutate))
+        review.template_notices.extend(cuda_notices(pod, settings, fit))
+    return scope
 
 
 def whole_fits(
@@ -106,48 +184,6 @@ def cuda_check(
     if len(editor.ops) > before:
         mutated_by["builtin/cudaAffinity"] = None
     return found
-
-
-def pod_fit(
-    editor: Editor,
-    spec_path: WorkloadPath,
-    pod: PodGPUs,
-    *,
-    spec: Mapping[str, Any],
-    placement: Placement,
-    snapshot: Inventory,
-    settings: Settings,
-    mutated_by: dict[str, None],
-    mutate: bool,
-    claims: PodClaims,
-    devices: DeviceInventory | None,
-) -> tuple[Placement, FitAnswer, Finding | None]:
-    """Where the pod's whole request fits; when some nodes it can land on would fail it at
-    the device plugin and others would not, it is first kept off the former (issue 21), unless
-    the object may not be patched (a Pod UPDATE). With the warning that it may still land on
-    such nodes, where a device class serves its GPUs (``_served_fit``)."""
-    demand = demand_of(spec, pod.vector, pod.per_container, pod.containers)
-    fit = snapshot.fit(placement, demand, settings.device_plugin)
-    if claims.served:
-        return _served_fit(
-            editor,
-            spec_path,
-            claims,
-            fit,
-            snapshot=snapshot,
-            devices=devices,
-            settings=settings,
-            mutated_by=mutated_by,
-            mutate=mutate,
-        )
-    if mutate and fit.fitting and fit.refused and settings.keep_off_refusing_nodes:
-        before = len(editor.ops)
-        keep_off_refusing_nodes(editor, spec_path, fit)
-        if len(editor.ops) > before:
-            mutated_by["builtin/keepOffRefusingNodes"] = None
-            placement = Placement.of(editor.get(spec_path))
-            fit = snapshot.fit(placement, demand, settings.device_plugin)
-    return placement, fit, None
 
 
 def _served_fit(

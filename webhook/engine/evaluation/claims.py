@@ -1,8 +1,8 @@
-"""The claims stage: what a pod template's DRA claims meet (the devices, on the nodes as they
-are once healed; the CUDA driver of the devices; the whole pod on one node where its GPU
-resources and claims must meet there), the rules' unit checks and device policy held on
-the devices the claims may get. (A ResourceClaim object itself is judged in
-``claimobjects``.)
+"""Two stages of checks. ``claim_checks``: what a pod template's DRA claims meet (the
+devices, on the nodes as they are once healed; the CUDA driver of the devices; the whole
+pod on one node where its GPU resources and claims must meet there). ``rule_checks``: the
+rules' checks, on the pod, then their unit checks and device policy held on the devices
+the claims may get. (A ResourceClaim object itself is judged in ``claimobjects``.)
 """
 
 from __future__ import annotations
@@ -13,14 +13,17 @@ from webhook.engine.enforcement.accesscontrol import Template
 from webhook.engine.enforcement.checks import (
     Scope,
     claim_unit_findings,
+    rule_findings,
 )
 from webhook.engine.enforcement.cudadrivers import (
     dra_cuda_findings,
     gpu_needs,
 )
 from webhook.engine.evaluation.request import (
+    Asked,
     InventoryView,
     Request,
+    Review,
 )
 from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import Rule
@@ -39,6 +42,46 @@ from webhook.engine.scheduling.wholepod import (
     needs_whole_pod,
     whole_pod_findings,
 )
+
+
+def claim_checks(review: Review, asked: Asked, access: Template, scope: Scope) -> None:
+    """The sixth stage: what the pod's DRA claims, and the GPU classes it asks for, meet."""
+    claims = asked.claims
+    if claims.claims:  # a pod without claims asks for no GPU class either
+        review.findings.extend(
+            claims_findings(
+                claims,
+                scope,
+                access,
+                snapshot=review.snapshot,
+                view=review.view,
+                daemon=review.daemon,
+                notices=review.template_notices,
+            )
+        )
+
+
+def rule_checks(review: Review, asked: Asked, scope: Scope) -> None:
+    """The seventh stage: each matching rule's checks on the pod, then on the devices its
+    claims may get: the unit checks (a check the pod broke by name already is said once)
+    and the device policy."""
+    rules, claims, findings = asked.rules, asked.claims, review.findings
+    snapshot = review.snapshot
+    for rule in rules:
+        if rule.checks:
+            findings.extend(rule_findings(scope, rule, inventory=snapshot))
+    if claims.claims:  # both steps read claims' devices: none, nothing to judge
+        view = review.view
+        units = unit_findings(
+            claims, rules, scope=scope, snapshot=snapshot, view=view, found=findings
+        )
+        if rules:
+            findings.extend(
+                device_policy(
+                    review.request, claims, rules, scope=scope, snapshot=snapshot, view=view
+                )
+            )
+        findings.extend(units)
 
 
 def device_policy(

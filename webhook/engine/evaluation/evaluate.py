@@ -98,7 +98,14 @@ def policy_findings(
 
 def evaluate(request: Request, *, policy: Policy, inventory: InventoryView) -> Decision:
     """The decision for one review, its CEL selectors within one budget
-    (``celbudget.review_budget``): past it they are reported as not evaluated."""
+    (``celbudget.review_budget``): past it they are reported as not evaluated. CEL is only
+    ever evaluated on a DRA inventory's devices (``scheduling.dra``, ``devicepolicy``):
+    without one no budget is opened (a context variable set and reset on every review)."""
+    if inventory.devices is None:
+        decision = _evaluate(request, policy=policy, inventory=inventory)
+        if policy.exceptions and decision.findings:
+            return _with_exceptions(decision, request, policy)
+        return decision
     token = open_review()
     try:
         decision = _evaluate(request, policy=policy, inventory=inventory)

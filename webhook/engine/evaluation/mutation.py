@@ -1,7 +1,9 @@
-"""The place-and-mutate stage: each matching rule's tolerations and node affinity (a required
-affinity on GPU labels judged first on the DRA nodes, issue 31), the placement for device
-access, repaired requests-only GPUs and the rules' container mutations, in that order;
-each patch credited to the rule that made it (for the log line).
+"""The two stages that patch the pod. ``place_and_mutate``: each matching rule's tolerations
+and node affinity (a required affinity on GPU labels judged first on the DRA nodes, issue
+31), the placement for device access, repaired requests-only GPUs and the rules' container
+mutations, in that order. ``hide``, once the fit is known: GPUs hidden from the containers
+that asked for none, where the pod can land on a GPU node. Each patch is credited to the
+rule that made it (for the log line).
 """
 
 from __future__ import annotations
@@ -10,10 +12,16 @@ import copy
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from webhook.engine.demand.gpuaccess import pod_asks_for_gpu
 from webhook.engine.demand.gpus import PodGPUs
 from webhook.engine.enforcement.accesscontrol import (
+    NO_EXEMPTIONS,
+    PodReach,
     Template,
+    exemptions,
+    hide_on_gpu_nodes,
     place,
+    unhidden_findings,
     without_exempt,
 )
 from webhook.engine.enforcement.mutators import (
@@ -30,6 +38,7 @@ from webhook.engine.evaluation.capacity import (
     NO_GPU_FACTS,
     whole_fits,
 )
+from webhook.engine.evaluation.request import Asked, Review
 from webhook.engine.kube.patch import Editor, lookup
 from webhook.engine.kube.workloads import Path as WorkloadPath
 from webhook.engine.policy.decision import Finding
@@ -55,6 +64,93 @@ from webhook.engine.scheduling.dra import (
 )
 
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def place_and_mutate(review: Review, asked: Asked) -> tuple[Template, list[Rule]]:
+    """The second stage: each matching rule's tolerations and node affinity (unless the object
+    is judged as it is), then placement for access, repaired requests and container
+    mutations, in that order. Returns the template as access control sees it, and the
+    rules that hide GPUs on GPU nodes (``hide``). One pass over the rules tells which of
+    the later steps any rule asks for: most pods skip them."""
+    editor, spec_path, rules = review.editor, asked.spec_path, asked.rules
+    pod, mutate, mutated_by = asked.pod, review.mutate, review.mutated_by
+    places_access = exempting = containers = False
+    hiding: list[Rule] = []
+    for rule in rules:
+        mutations = rule.mutations
+        if mutate and mutations.places:
+            if not mutations.required_affinity:
+                # The common case, as _place_rule starts: no affinity to judge on DRA nodes.
+                before = len(editor.ops)
+                apply_placement(editor, spec_path, mutations)
+                if len(editor.ops) > before:
+                    mutated_by[f"{rule.name}/mutate"] = None
+            else:
+                review.findings.extend(_place_rule(review, asked, rule))
+        if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
+            places_access = True
+        if mutations.hide_gpus == "gpuNodes":
+            hiding.append(rule)
+        exempting = exempting or bool(rule.exempt)
+        containers = containers or mutations.changes_containers
+    # Built by position, on every review: a keyword call costs twice as much.
+    access = Template(
+        spec_path,
+        asked.template,
+        pod,
+        exemptions(rules) if exempting else NO_EXEMPTIONS,
+        review.daemon,
+        bool(pod.total) or pod_asks_for_gpu(pod),  # a GPU pod, without a call
+    )
+    if not mutate:
+        return access, hiding
+    settings, findings = review.settings, review.findings
+    if places_access:
+        before = len(editor.ops)
+        findings.extend(
+            place(
+                editor,
+                access,
+                rules,
+                settings=settings,
+                inventory=review.snapshot,
+                devices=review.devices,
+            )
+        )
+        credit(editor, before, mutated_by, (r for r in rules if _places_access(r.mutations)))
+    if pod.problems and settings.actions.get("requestsWithoutLimits") == "repair":
+        findings.extend(_repair_requests_only(editor, spec_path, pod))
+    if containers:
+        findings.extend(_mutate_containers(review, asked, access))
+    return access, hiding
+
+
+def hide(
+    review: Review, asked: Asked, access: Template, placement: Placement, hiding: list[Rule]
+) -> PodReach:
+    """The fourth stage, after the fit: the ``hiding`` rules' GPUs hidden from containers that
+    asked for none, where the pod can land on a GPU node; judged instead where the object
+    is judged as it is (an update cannot change a container's env). Returns where the pod
+    can land, worked out on first use, for the access checks."""
+    editor, settings = review.editor, review.settings
+    spec = lookup(editor.doc, asked.spec_path)
+    reach = PodReach(spec, placement, settings, review.snapshot, review.devices)
+    if hiding and not review.mutate:
+        review.findings.extend(
+            unhidden_findings(
+                editor,
+                access,
+                asked.rules,
+                settings=settings,
+                reach=reach,
+                claim_holders=asked.claims.holders,
+            )
+        )
+    elif hiding:
+        before = len(editor.ops)
+        hide_on_gpu_nodes(editor, access, reach=reach)
+        credit(editor, before, review.mutated_by, hiding)
+    return reach
 
 
 def strip_spec(spec: dict[str, Any], wanted: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -119,22 +215,18 @@ def credit(editor: Editor, before: int, mutated_by: dict[str, None], rules: Iter
             mutated_by[f"{rule.name}/mutate"] = None
 
 
-def _mutate_containers(
-    editor: Editor,
-    access: Template,
-    rules: Sequence[Rule],
-    claims: PodClaims,
-    *,
-    snapshot: Inventory | None,
-    mutated_by: dict[str, None],
-    settings: Settings,
-    devices: DeviceInventory | None = None,
-) -> list[Finding]:
+def _mutate_containers(review: Review, asked: Asked, access: Template) -> list[Finding]:
     """Each matching rule's container mutations, less what the pod is exempt from."""
     findings: list[Finding] = []
+    editor, claims, settings, snapshot = (
+        review.editor,
+        asked.claims,
+        review.settings,
+        review.snapshot,
+    )
     exempt = access.exempt
-    fits = _claims_fit(claims, snapshot=snapshot, devices=devices, settings=settings)
-    for rule in rules:
+    fits = _claims_fit(claims, snapshot=snapshot, devices=review.devices, settings=settings)
+    for rule in asked.rules:
         if not rule.mutations.changes_containers:
             continue
         mutations = without_exempt(rule.mutations, exempt) if exempt else rule.mutations
@@ -153,7 +245,7 @@ def _mutate_containers(
                 claims_fit=fits,
             )
         )
-        credit(editor, before, mutated_by, (rule,))
+        credit(editor, before, review.mutated_by, (rule,))
     return findings
 
 
@@ -183,106 +275,13 @@ def _claims_fit(
     return fits
 
 
-def apply_mutations(
-    editor: Editor,
-    access: Template,
-    rules: Sequence[Rule],
-    claims: PodClaims,
-    *,
-    places_access: bool,
-    snapshot: Inventory | None,
-    mutated_by: dict[str, None],
-    settings: Settings,
-    findings: list[Finding],
-    devices: DeviceInventory | None = None,
-) -> None:
-    """Placement for access, repaired requests and container mutations, in that order."""
-    if places_access:
-        before = len(editor.ops)
-        findings.extend(
-            place(editor, access, rules, settings=settings, inventory=snapshot, devices=devices)
-        )
-        credit(editor, before, mutated_by, (r for r in rules if _places_access(r.mutations)))
-    if settings.actions.get("requestsWithoutLimits") == "repair":
-        findings.extend(_repair_requests_only(editor, access.spec_path, access.pod))
-    findings.extend(
-        _mutate_containers(
-            editor,
-            access,
-            rules,
-            claims,
-            snapshot=snapshot,
-            mutated_by=mutated_by,
-            settings=settings,
-            devices=devices,
-        )
-    )
-
-
-def rule_placements(
-    editor: Editor,
-    spec_path: WorkloadPath,
-    rules: Sequence[Rule],
-    *,
-    pod: PodGPUs,
-    claims: PodClaims,
-    snapshot: Inventory | None,
-    devices: DeviceInventory | None,
-    settings: Settings,
-    mutated_by: dict[str, None],
-    findings: list[Finding],
-    mutate: bool,
-) -> tuple[bool, list[Rule], bool]:
-    """Each rule's tolerations and node affinity (unless the object is judged as it is);
-    and whether some rule places the pod for access, the rules that hide GPUs on GPU nodes,
-    and whether some rule exempts."""
-    places_access = exempting = False
-    hiding: list[Rule] = []
-    for rule in rules:
-        mutations = rule.mutations
-        if mutate and mutations.places:
-            if not mutations.required_affinity:
-                # The common case, as _place_rule starts: no affinity to judge on DRA nodes.
-                before = len(editor.ops)
-                apply_placement(editor, spec_path, mutations)
-                credit(editor, before, mutated_by, (rule,))
-            else:
-                findings.extend(
-                    _place_rule(
-                        editor,
-                        spec_path,
-                        rule,
-                        pod=pod,
-                        claims=claims,
-                        snapshot=snapshot,
-                        devices=devices,
-                        settings=settings,
-                        mutated_by=mutated_by,
-                    )
-                )
-        if mutations.runtime_class is not None or mutations.avoid_gpu_nodes is not None:
-            places_access = True
-        if mutations.hide_gpus == "gpuNodes":
-            hiding.append(rule)
-        exempting = exempting or bool(rule.exempt)
-    return places_access, hiding, exempting
-
-
-def _place_rule(
-    editor: Editor,
-    spec_path: WorkloadPath,
-    rule: Rule,
-    *,
-    pod: PodGPUs,
-    claims: PodClaims,
-    snapshot: Inventory | None,
-    devices: DeviceInventory | None,
-    settings: Settings,
-    mutated_by: dict[str, None],
-) -> list[Finding]:
+def _place_rule(review: Review, asked: Asked, rule: Rule) -> list[Finding]:
     """The rule's tolerations and node affinity; a required affinity on GPU labels is first
     judged with and without it (``devicepolicy.affinity_plan``): the webhook never adds an
     affinity that only shuts out DRA nodes, whose GPUs no label describes (issue 31)."""
+    editor, spec_path, pod, claims = review.editor, asked.spec_path, asked.pod, asked.claims
+    snapshot, devices, settings = review.snapshot, review.devices, review.settings
+    mutated_by = review.mutated_by
     before = len(editor.ops)
     mutations = rule.mutations
     keyed = [r for r in mutations.required_affinity if is_device_label(str(r.get("key")))]
@@ -314,14 +313,14 @@ def _place_rule(
     absent = [{"key": r["key"], "operator": "DoesNotExist"} for r in keyed]
     bare = Placement.of(strip_spec(copy.deepcopy(editor.get(spec_path)), [*keyed, *absent]))
     served_classes = [c for _, c in claims.served]
-    asked = asked_gpus(pod.vector, claims)
+    gpus_asked = asked_gpus(pod.vector, claims)
     # Where the pod could land and fit with the rule aside: its GPUs there, and its cpu and
     # memory as the pod asks them now (container rules may raise them later, never lower).
     cpu, memory = pod_requests(editor.get(spec_path), pod.containers)
 
     def planned() -> AffinityPlan:  # on a miss of the plan's memo only
         on_devices = device_rules([rule])
-        unrestricted = holds_gpus(devices, served_classes, asked, dra_node=dra_node)
+        unrestricted = holds_gpus(devices, served_classes, gpus_asked, dra_node=dra_node)
 
         def lands(node: Node) -> bool:
             return unrestricted(node) and not shortfalls(
@@ -337,13 +336,23 @@ def _place_rule(
             refused_on=refuses_devices(devices, served_classes, on_devices, lands=lands)
             if claims.served and not explicit
             else None,
-            holds=holds_gpus(devices, served_classes, asked, dra_node=dra_node, rules=on_devices),
+            holds=holds_gpus(
+                devices, served_classes, gpus_asked, dra_node=dra_node, rules=on_devices
+            ),
         )
 
     plan = remembered_plan(
         devices,
         snapshot,
-        (bare.key(), explicit, asked, tuple(sorted(wanted)), tuple(served_classes), cpu, memory),
+        (
+            bare.key(),
+            explicit,
+            gpus_asked,
+            tuple(sorted(wanted)),
+            tuple(served_classes),
+            cpu,
+            memory,
+        ),
         rule,
         planned,
     )

@@ -2,20 +2,23 @@
 may use. Kept apart from ``evaluate`` so that every evaluator (pods and workloads there,
 DRA claim objects in ``claimobjects``) takes the same inputs without importing each other.
 
-The first stage of the pipeline reads here too: the snapshot with its node pools
-(``inventory_of``), what a pod template asks of GPUs (``template_asks``) and the rules
-that match it (``matching_rules``).
+The records the stages pass on (``pipeline``) are here: ``Review``, what the templates of
+one object share, and ``Asked``, one template as the first stage reads it. So is that first
+stage (``demand``): the snapshot with its node pools (``inventory_of``), what a pod template
+asks of GPUs (``template_asks``) and the rules that match it (``matching_rules``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.demand.gpus import PodGPUs, pod_gpus
-from webhook.engine.kube.workloads import PodTemplate
+from webhook.engine.kube.patch import Editor, lookup
+from webhook.engine.kube.workloads import Path, PodTemplate
+from webhook.engine.policy.decision import Finding
 from webhook.engine.policy.ruleset import Policy, Rule, Settings
 from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import Inventory
@@ -189,14 +192,47 @@ def request_as_created(request: Request, obj: Mapping[str, Any]) -> Request:
     )
 
 
+# The rules that match a template, per policy (one rules generation): where no rule reads
+# pod or namespace labels, the answer depends on the namespace, the GPU resources and count
+# and the GPU device classes only, which pods of a cluster repeat.
+_matched: tuple[Policy, bool, dict[tuple[object, ...], tuple[Rule, ...]]] | None = None
+
+
 def matching_rules(
     request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy, claims: PodClaims
+) -> Sequence[Rule]:
+    """The policy's rules that match the template, in the policy's order (not to be changed:
+    the answer may be remembered)."""
+    global _matched  # noqa: PLW0603 - a memo; the answer stays a function of its inputs
+    memo = _matched
+    if memo is None or memo[0] is not policy:
+        by_labels = any(r.match.pod_selector or r.match.namespace_selector for r in policy.rules)
+        memo = _matched = (policy, not by_labels, {})
+    if memo[1]:
+        device_classes = claims.gpu_classes if claims.claims else ()  # a property: most have none
+        key = (request.effective_namespace, tuple(pod.resources), pod.total, device_classes)
+        known = memo[2].get(key)
+        if known is None:
+            known = tuple(_matching(request, template, pod, policy, device_classes=device_classes))
+            if len(memo[2]) >= 4096:
+                memo[2].clear()
+            memo[2][key] = known
+        return known
+    return _matching(request, template, pod, policy, device_classes=claims.gpu_classes)
+
+
+def _matching(
+    request: Request,
+    template: PodTemplate,
+    pod: PodGPUs,
+    policy: Policy,
+    *,
+    device_classes: tuple[str, ...],
 ) -> list[Rule]:
     namespace = request.effective_namespace
     labels = template.labels
     resources = pod.resources
     total = pod.total
-    device_classes = claims.gpu_classes
     return [
         rule
         for rule in policy.rules
@@ -220,11 +256,14 @@ def template_asks(
 ) -> tuple[PodGPUs, PodClaims]:
     """What the template asks of GPUs: resources per container, and DRA claims."""
     devices = view.devices
+    spec = template.spec
+    if devices is None and not spec.get("resourceClaims"):
+        # Most pods: no DRA inventory to add names or serve resources, and no claim.
+        return pod_gpus(spec, settings.gpu_resources, template.singles), NO_CLAIMS
     # With the names and classes that serve GPUs (KEP-5004).
     gpus, is_gpu_class = gpu_names(
         settings.gpu_resources, is_gpu_class=settings.gpu_device_classes, devices=devices
     )
-    spec = template.spec
     pod = pod_gpus(spec, gpus, template.singles)
     claims = (
         pod_claims(
@@ -238,3 +277,53 @@ def template_asks(
     )
     pod, claims = extended_resource_claims(pod, claims, devices=view.devices)
     return with_claim_gpus(pod, claims), claims
+
+
+@dataclass(slots=True)  # built once per object on every review: by position
+class Review:
+    """What the templates of one object share on their way through the stages: the
+    request, the policy and the inventory as read once, and what the stages write into:
+    the patch (``editor``), the findings, the rules credited with a mutation, and what the
+    checks could not see, for the decision (``pipeline.evaluate_object``)."""
+
+    request: Request
+    policy: Policy
+    settings: Settings
+    view: InventoryView
+    snapshot: Inventory | None  # the snapshot with its node pools (``inventory_of``)
+    devices: DeviceInventory | None  # ``view.usable_devices``
+    editor: Editor
+    kind: str
+    daemon: bool  # a DaemonSet: its pods run on every node they target
+    mutate: bool  # False: judged as it is (a Pod's UPDATE)
+    findings: list[Finding]
+    mutated_by: dict[str, None]
+    notices: list[str]  # the object's: said first
+    template_notices: list[str]  # what a template's checks could not see: said after
+    warnings: list[str]  # beside the findings' (an inventory that is not there)
+
+
+@dataclass(slots=True)  # built per template on every review: by position
+class Asked:
+    """One template as the first stage reads it: what it asks of GPUs, the rules that match
+    it; ``typed`` False where its spec is no map (the API server's schema check rejects
+    it, and no stage after the first reads it)."""
+
+    template: PodTemplate
+    spec_path: Path
+    pod: PodGPUs
+    claims: PodClaims
+    rules: Sequence[Rule]
+    typed: bool
+
+
+def demand(review: Review, template: PodTemplate) -> Asked:
+    """The first stage: what the template asks of GPUs (resources and DRA claims), and the
+    rules that match it."""
+    request, policy = review.request, review.policy
+    pod, claims = template_asks(request, template, settings=review.settings, view=review.view)
+    spec_path = template.spec_path
+    if not isinstance(lookup(review.editor.doc, spec_path), dict):
+        return Asked(template, spec_path, pod, claims, (), False)
+    rules = matching_rules(request, template, pod, policy, claims) if policy.rules else ()
+    return Asked(template, spec_path, pod, claims, rules, True)

@@ -1,7 +1,7 @@
-"""The workload stage, after every template was judged: what all pods of an object ask
-together (replicas times GPUs per pod, against the cluster's capacity and
-``maxGPUsPerWorkload``; on an UPDATE only the totals it raises), then what admission cannot
-see pod by pod: gangs that cannot all run at once, and GPU quota (issue 26).
+"""The object's stages, after every template was judged. ``workload_totals``: what all pods
+of an object ask together (replicas times GPUs per pod, against the cluster's capacity and
+``maxGPUsPerWorkload``; on an UPDATE only the totals it raises). ``after_admission``: what
+admission cannot see pod by pod: gangs that cannot all run at once, and GPU quota (issue 26).
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from webhook.engine.enforcement.checks import (
 )
 from webhook.engine.enforcement.quotas import pod_quota_notices, workload_quota_findings
 from webhook.engine.evaluation.request import (
+    NO_INVENTORY_NOTICE,
     InventoryView,
     Request,
+    Review,
     request_as_created,
     template_asks,
 )
@@ -26,7 +28,6 @@ from webhook.engine.evaluation.scale import most_words
 from webhook.engine.kube.workloads import PodTemplate
 from webhook.engine.policy.decision import Finding, action_of
 from webhook.engine.policy.ruleset import Policy, Settings
-from webhook.engine.resources.devices import DeviceInventory
 from webhook.engine.resources.inventory import FitAnswer, Inventory
 from webhook.engine.resources.quotas import Quotas
 from webhook.engine.scheduling.dra import PodClaims
@@ -53,18 +54,89 @@ def _gang_unsure(
     return ""
 
 
-def after_admission(
-    request: Request,
-    judged: list[tuple[PodTemplate, PodGPUs, PodClaims, FitAnswer | None]],
+# One judged template: what it asks (resources, claims) and where it fits, if that was asked.
+Judged = tuple[PodTemplate, PodGPUs, PodClaims, FitAnswer | None]
+
+
+def workload_totals(
+    review: Review,
+    judged: list[Judged],
+    counted: list[Judged],
     *,
-    snapshot: Inventory | None,
-    quotas: Quotas | None,
-    devices: DeviceInventory | None,
-    policy: Policy,
-    findings: list[Finding],
-    notices: list[str],
+    floor: Totals | None,
+    workload: bool,
 ) -> None:
-    """Issue 26: gangs that cannot run at once, and GPU quota."""
+    """The object's first stage after its templates: what the judged templates' claims could
+    not be checked against, and what all pods of a workload ask together. ``counted``: on a
+    workload UPDATE (``floor``, the old object's totals), every template's ask, unchanged
+    ones too, for the totals that replicas and parallelism change; ``workload``: the object
+    is no Pod."""
+    view, policy, findings = review.view, review.policy, review.findings
+    snapshot, request = review.snapshot, review.request
+    if not view.problem:
+        for _, _, claims, _ in judged:
+            devices = view.devices
+            if claims.claims and (devices is None or not devices.complete):
+                review.notices.append(
+                    "DRA claims not checked: no DRA inventory (classes and slices)"
+                )
+    if not workload and snapshot is not None and not view.problem:
+        return  # a Pod judged on an inventory: no totals (the most common review)
+    if _asks_anything(judged):
+        if view.problem:
+            _inventory_unavailable(view.problem, policy, findings, review.warnings)
+        elif snapshot is None:
+            review.notices.append(NO_INVENTORY_NOTICE)
+        elif workload and floor is None:
+            per_pod = [(t, pod) for t, pod, _, _ in judged]
+            asked = [claims for _, _, claims, _ in judged]
+            findings.extend(workload_findings(per_pod, asked, snapshot, policy, view))
+    if floor is not None:
+        # An UPDATE is judged on the totals it raises: a Deployment scaled from 1 to 100
+        # replicas, a Job's parallelism; a total it leaves or lowers was judged before.
+        pods = [(t, pod) for t, pod, _, _ in counted]
+        asks = [claims for _, _, claims, _ in counted]
+        if snapshot is not None and any(p.total for _, p in pods):
+            findings.extend(workload_findings(pods, asks, snapshot, policy, view, floor=floor))
+        findings.extend(workload_rule_findings(request, pods, policy, asks, floor=floor))
+    elif workload:
+        per_pod = [(t, pod) for t, pod, _, _ in judged]
+        asked = [claims for _, _, claims, _ in judged]
+        findings.extend(workload_rule_findings(request, per_pod, policy, asked))
+
+
+def _asks_anything(judged: list[Judged]) -> bool:
+    """Some template asks for GPUs or has a quantity problem (a loop: runs every review)."""
+    for _, pod, _, _ in judged:  # noqa: SIM110 - a generator costs more
+        if pod.total or pod.problems:
+            return True
+    return False
+
+
+def _inventory_unavailable(
+    problem: str, policy: Policy, findings: list[Finding], warnings: list[str]
+) -> None:
+    if policy.settings.inventory_failure_mode == "deny":
+        findings.append(
+            Finding(
+                "builtin",
+                "capacity",
+                "deny",
+                f"GPU capacity cannot be checked: {problem}. Retry when the webhook's node "
+                "inventory is back, or ask an admin to set inventoryFailureMode: allow.",
+                f"GPU capacity not checked: {problem}",
+            )
+        )
+    else:
+        warnings.append(f"GPU capacity not checked: {problem}")
+
+
+def after_admission(review: Review, judged: list[Judged]) -> None:
+    """The object's last stage, on a create whose every template was judged: gangs that
+    cannot run at once, and GPU quota (issue 26)."""
+    request, policy, snapshot = review.request, review.policy, review.snapshot
+    findings = review.findings
+    devices = review.devices
     fits = [(t, fit) for t, _, _, fit in judged if fit is not None]
     if fits and snapshot is not None and may_be_gang(request.object, fits):
         # Templates whose GPUs come from DRA claims: their gang is counted from the devices.
@@ -78,6 +150,7 @@ def after_admission(
         findings.extend(
             gang_findings(request.object, fits, action=action, devices=by_devices, unsure=unsure)
         )
+    quotas = review.view.quotas
     if quotas is not None:
         asked = [(t, pod, claims) for t, pod, claims, _ in judged]
         workload = bool(asked) and bool(asked[0][0].path)
@@ -87,7 +160,7 @@ def after_admission(
             quotas,
             policy=policy,
             findings=findings,
-            notices=notices,
+            notices=review.notices,
             workload=workload,
         )
 
