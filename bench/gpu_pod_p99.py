@@ -40,7 +40,6 @@ import argparse
 import http.client
 import json
 import os
-import signal
 import ssl
 import statistics
 import subprocess
@@ -50,18 +49,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from admission import POD_NAME, POD_UID, REQUEST_UID, SPEC_LABEL, start, templates
-from admission_floor import (
-    CONCURRENCY,
-    build,
-    failures,
-    in_scratch,
-    start_go,
-    verdict,
-    wait_ready,
-)
-
-from webhook.files.certs import ensure_dev
+from admission import POD_NAME, POD_UID, REQUEST_UID, SPEC_LABEL, templates
+from admission_floor import CONCURRENCY, failures, in_scratch, paired, verdict
 
 TARGET = 1.10
 DEFAULT_RATE = 400.0
@@ -121,34 +110,21 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace, tmp: Path) -> int:
-    programs = build(tmp)
-    certs = ensure_dev(tmp / "certs")
     reviews = gpu_pod_reviews()
-    work = tmp / "templates.json"
-    work.write_text(json.dumps([{"path": p, "body": b.decode()} for p, b in reviews]))
-    servers = {
-        "go": start_go(programs["noopwebhook"], certs, tmp / "go.log"),
-        "webhook": start("webhook", certs, tmp / "webhook.log"),
-    }
-    client = programs["apiserverclient"]
     rounds: list[dict[str, dict[str, Any]]] = []
-    try:
-        if not all(patched(servers["webhook"][1], certs, body) for _, body in reviews):
+    with paired(tmp, reviews) as pair:
+        client, certs, work = pair.client, pair.certs, pair.work
+        if not all(patched(pair.servers["webhook"][1], certs, body) for _, body in reviews):
             raise SystemExit("the webhook answered a GPU pod without a patch: not this bench")
-        for _, port in servers.values():
-            wait_ready(client, port, certs, work)
+        for _, port in pair.servers.values():
             phase(client, port, certs, work, seconds=1.0, rate=args.rate)  # warm
         for _ in range(args.rounds):
             rounds.append(
                 {
                     which: phase(client, port, certs, work, seconds=args.seconds, rate=args.rate)
-                    for which, (_, port) in servers.items()
+                    for which, (_, port) in pair.servers.items()
                 }
             )
-    finally:
-        for process, _ in servers.values():
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=30)
     return report(rounds, args)
 
 
