@@ -6,7 +6,8 @@ next one. gunicorn loads it by the path ``webhook.serving.worker.BalancedThreadW
 
 Its parts, each a module with the why in its docstring:
 - ``reading``: the main loop (``ReadingWorker``): TLS handshake and whole requests read
-  without blocking, hand-off to a thread, failures, ``Expect``, deadlines;
+  without blocking, hand-off to a thread (or a small review answered on the loop when
+  nothing else waits), failures, ``Expect``, deadlines;
 - ``framing``: where a request's head and body end in the bytes read so far;
 - ``answers``: writing an answer without waiting (the rest to the main loop) and the head of
   a plain request's answer;

@@ -23,10 +23,19 @@ MiB limit; one at a time, to about 372 MiB). A thread's own reads time out after
 Serving. A request the API server sends (``webhook.serving.plainrequest``: POST, HTTP/1.1,
 a declared length, ordinary headers) is answered without gunicorn's parser and response,
 which cost more than the engine's review of a unique pod; anything else goes through
-gunicorn as in gthread. Every request is still answered by a thread: answering small
-plain reviews on the main loop saved the hand-off (a fifth of a worker's time on unique
-pods) but a review then waited behind every review before it on that loop, and with the
-two soaks side by side valid reviews took 2 to 4 s where threads keep them under 0.3 s.
+gunicorn as in gthread. A request is answered by a thread, except a small plain review
+that nothing else waits for (see "Inline" below).
+
+Inline. Answering every small plain review on the main loop saved the hand-off (a fifth of
+a worker's time on unique pods) but a review then waited behind every review before it on
+that loop, and with the two soaks side by side valid reviews took 2 to 4 s where threads
+keep them under 0.3 s. So the main loop answers a review itself only when the poller woke
+for that one connection alone, no thread holds a request of this worker, nothing was
+pipelined behind it, its body is at most ``INLINE_BODY_BYTES`` and it cannot read from the
+API server (``may_read_cluster``: the lookups of ``webhook.admission.lookups`` are bounded
+by a second, which the loop must not spend). Under load the poller wakes for several
+connections at once and every review goes to a thread as before; an idle worker saves the
+two hand-offs (the queue to a thread and the pipe back), each a wake-up of another thread.
 
 Failures. Whatever goes wrong on one connection costs that connection only. Wrapping a
 socket in TLS reads it when the client is already gone (``ssl.py`` raises "Closed before TLS
@@ -89,6 +98,8 @@ ANSWER_SECONDS = 10.0  # the API server's default timeoutSeconds: it waits no lo
 # The heartbeat gunicorn's master reads (a file's mtime): ``timeout`` is 8 s, and touching
 # it on every turn of a busy loop was a system call per review.
 NOTIFY_SECONDS = 1.0
+INLINE_BODY_BYTES = 16 * 1024
+INLINE_PATHS = frozenset({"/mutate", "/validate"})
 
 
 class ReadingWorker(Finishing, ThreadWorker):  # type: ignore[misc]
@@ -115,6 +126,8 @@ class ReadingWorker(Finishing, ThreadWorker):  # type: ignore[misc]
         self._plain_limits = limits_of(self.cfg, body=MAX_BODY_BYTES)
         self._plain = not script_name_set() and not hooked(self.cfg)
         self._plain_base = base_of(self.cfg, scheme="https" if self.cfg.is_ssl else "http")
+        self._in_threads: set[TConn] = set()  # handed to a thread, not yet finished
+        self._alone = False  # the poller's last turn woke for one connection only
 
     def get_thread_pool(self) -> ServingThreads:
         """gthread's ``init_process`` calls this after the fork (see ``ServingThreads``)."""
@@ -321,13 +334,37 @@ class ReadingWorker(Finishing, ThreadWorker):  # type: ignore[misc]
         if plain is not None:
             conn.plain = plain
             conn.rest = bytes(conn.pending[end:])
+            if self._inline(conn, plain):
+                return
         else:
             conn.parser.unreader.unread(bytes(conn.pending))
             self._unpoll(conn)  # gunicorn's path may close the socket in the thread
             conn.sock.settimeout(IO_TIMEOUT_SECONDS)  # its parser reads in the thread
         conn.serving = True
         conn.pending = bytearray()
+        self._in_threads.add(conn)
         self.enqueue_req(conn)
+
+    def _inline(self, conn: TConn, plain: PlainRequest) -> bool:
+        """Serve ``plain`` here on the main loop when nothing else waits for it (see
+        "Inline" in the module docstring); False leaves it to a thread."""
+        if not (
+            self._alone
+            and not self._in_threads
+            and not conn.rest
+            and len(plain.body) <= INLINE_BODY_BYTES
+            and plain.path in INLINE_PATHS
+            and not may_read_cluster(plain.body)
+        ):
+            return False
+        conn.serving = True
+        conn.pending = bytearray()
+        try:
+            keep = self.handle(conn)
+        except Exception:  # as in a thread (``ServingThreads``): the connection closes;
+            keep = False  # gunicorn's SIGQUIT ``sys.exit`` still ends the worker, as in gthread
+        self._finished(conn, keep)
+        return True
 
     def _drop(self, conn: TConn) -> None:
         self._unwatch(conn)
@@ -437,6 +474,7 @@ class ReadingWorker(Finishing, ThreadWorker):  # type: ignore[misc]
 
     def _finished(self, conn: TConn, keep: bool) -> None:
         """On the main loop, after a thread served a request."""
+        self._in_threads.discard(conn)
         conn.serving = False
         self._release_large(conn)
         outbox, conn.outbox = conn.outbox, None
@@ -477,7 +515,9 @@ class ReadingWorker(Finishing, ThreadWorker):  # type: ignore[misc]
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
         """gthread's, except that a connection's callback that raises costs that
         connection only (see "Failures" in the module docstring)."""
-        for key, _ in self.poller.select(min(timeout, SWEEP_SECONDS)):
+        events = self.poller.select(min(timeout, SWEEP_SECONDS))
+        self._alone = len(events) == 1
+        for key, _ in events:
             callback = key.data
             try:
                 callback(key.fileobj)
@@ -530,6 +570,14 @@ class ReadingWorker(Finishing, ThreadWorker):  # type: ignore[misc]
         super().run()
         for conn in [*self._reading, *self._lingering, *self._parked, *self._writing]:
             conn.close()
+
+
+def may_read_cluster(body: bytes) -> bool:
+    """Whether a review could read from the API server (``webhook.admission.lookups``):
+    one that names a claim, claim template or device class, or a scale. Of JSON's escapes
+    only ``\\u`` spells a letter (``\\"`` is common: kubectl's last-applied annotation), so
+    a body with one counts as naming either."""
+    return b"esourceClaim" in body or b"scale" in body or b"\\u" in body
 
 
 def connection_of(callback: Any) -> TConn | None:
