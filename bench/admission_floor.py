@@ -95,6 +95,9 @@ def send(client: Path, port: int, cert_dir: Path, work: Path, **options: Any) ->
     argv += ["-seconds", str(options["seconds"])]
     if options.get("unique"):
         argv.append("-unique")
+    for flag in ("rate", "warmup"):  # a paced schedule, and connections opened uncounted
+        if options.get(flag) is not None:
+            argv += [f"-{flag}", str(options[flag])]
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
     figures: dict[str, Any] = json.loads(done.stdout)
     if not figures["requests"]:

@@ -42,7 +42,6 @@ import json
 import os
 import ssl
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from admission import POD_NAME, POD_UID, REQUEST_UID, SPEC_LABEL, templates
-from admission_floor import CONCURRENCY, failures, in_scratch, paired, verdict
+from admission_floor import CONCURRENCY, failures, in_scratch, paired, send, verdict
 
 TARGET = 1.10
 DEFAULT_RATE = 400.0
@@ -81,17 +80,13 @@ def patched(port: int, cert_dir: Path, body: bytes) -> bool:
     return bool(response.get("allowed")) and bool(response.get("patch"))
 
 
-def phase(client: Path, port: int, cert_dir: Path, work: Path, *, seconds: float, rate: float):
-    """One phase of the API server's client against ``port``: its figures."""
-    argv = [str(client), "-url", f"https://localhost:{port}", "-ca", str(cert_dir / "ca.crt")]
-    argv += ["-templates", str(work), "-concurrency", str(CONCURRENCY), "-unique"]
-    argv += ["-seconds", str(seconds), "-rate", str(rate), "-warmup", str(WARMUP_SECONDS)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    figures: dict[str, Any] = json.loads(done.stdout)
-    if not figures["requests"]:
-        raise SystemExit(f"port {port}: nothing answered: {figures}")
-    figures["throughput"] = figures["requests"] / figures["seconds"]
-    return figures
+def phase(
+    client: Path, port: int, cert_dir: Path, work: Path, *, seconds: float, rate: float
+) -> dict[str, Any]:
+    """One paced phase of unique GPU pods against ``port``: its figures."""
+    return send(
+        client, port, cert_dir, work, seconds=seconds, unique=True, rate=rate, warmup=WARMUP_SECONDS
+    )
 
 
 def main() -> int:
