@@ -192,33 +192,29 @@ def request_as_created(request: Request, obj: Mapping[str, Any]) -> Request:
     )
 
 
-# The rules that match a template, per policy (one rules generation): where no rule reads
-# pod or namespace labels, the answer depends on the namespace, the GPU resources and count
-# and the GPU device classes only, which pods of a cluster repeat.
-_matched: tuple[Policy, bool, dict[tuple[object, ...], tuple[Rule, ...]]] | None = None
-
-
 def matching_rules(
     request: Request, template: PodTemplate, pod: PodGPUs, policy: Policy, claims: PodClaims
 ) -> Sequence[Rule]:
     """The policy's rules that match the template, in the policy's order (not to be changed:
-    the answer may be remembered)."""
-    global _matched  # noqa: PLW0603 - a memo; the answer stays a function of its inputs
-    memo = _matched
-    if memo is None or memo[0] is not policy:
+    the answer may be remembered). Remembered on the policy (one rules generation) where no
+    rule reads pod or namespace labels: the answer then depends on the namespace, the GPU
+    resources and count and the GPU device classes only, which pods of a cluster repeat."""
+    memo: dict[tuple[object, ...], tuple[Rule, ...]] | bool | None
+    memo = policy._memo.get("matching_rules")
+    if memo is None:
         by_labels = any(r.match.pod_selector or r.match.namespace_selector for r in policy.rules)
-        memo = _matched = (policy, not by_labels, {})
-    if memo[1]:
-        device_classes = claims.gpu_classes if claims.claims else ()  # a property: most have none
-        key = (request.effective_namespace, tuple(pod.resources), pod.total, device_classes)
-        known = memo[2].get(key)
-        if known is None:
-            known = tuple(_matching(request, template, pod, policy, device_classes=device_classes))
-            if len(memo[2]) >= 4096:
-                memo[2].clear()
-            memo[2][key] = known
-        return known
-    return _matching(request, template, pod, policy, device_classes=claims.gpu_classes)
+        memo = policy._memo["matching_rules"] = False if by_labels else {}
+    if not isinstance(memo, dict):  # a rule reads labels: nothing to remember
+        return _matching(request, template, pod, policy, device_classes=claims.gpu_classes)
+    device_classes = claims.gpu_classes if claims.claims else ()  # a property: most have none
+    key = (request.effective_namespace, tuple(pod.resources), pod.total, device_classes)
+    known = memo.get(key)
+    if known is None:
+        known = tuple(_matching(request, template, pod, policy, device_classes=device_classes))
+        if len(memo) >= 4096:
+            memo.clear()
+        memo[key] = known
+    return known
 
 
 def _matching(

@@ -361,6 +361,9 @@ class Policy:
     catalogue: Catalogue = field(default_factory=Catalogue)
     # GPUPolicyExceptions in namespaces the settings allow (issue 44).
     exceptions: tuple[PolicyException, ...] = ()
+    # What the engine remembers of this policy (as ``DeviceInventory._memo``); not an
+    # argument, so ``dataclasses.replace`` starts a policy with other settings afresh.
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def rule_names(self) -> tuple[str, ...]:
