@@ -3,13 +3,15 @@ review names and the view lacks, within one budget, and nothing for a static inv
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from webhook.admission.lookups import LOOKUP_BUDGET_SECONDS, looked_up, worth_a_read
+from tests import builders
+from webhook.admission.lookups import LOOKUP_BUDGET_SECONDS, looked_up, may_read, worth_a_read
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.references import Reference
 from webhook.engine.evaluation.request import NO_INVENTORY, Request, Resource
@@ -184,3 +186,31 @@ def test_a_review_reads_the_api_server_only_on_a_miss_or_for_a_new_claim(
     decision = evaluate(request, policy=policy, inventory=VIEW)
 
     assert worth_a_read(request, decision, policy=policy) is worth
+
+
+@pytest.mark.parametrize(
+    ("body", "reads"),
+    [
+        pytest.param(json.dumps(builders.review(builders.pod())).encode(), False, id="a-plain-pod"),
+        pytest.param(
+            b'{"metadata":{"annotations":{"last-applied":"{\\"kind\\":\\"Pod\\"}"}}}',
+            False,
+            id="kubectl-s-escaped-last-applied-annotation",
+        ),
+        pytest.param(
+            b'{"spec":{"resourceClaims":[{"name":"gpu"}]}}', True, id="a-pod-naming-claims"
+        ),
+        pytest.param(b'{"kind":"ResourceClaim"}', True, id="a-claim"),
+        pytest.param(b'{"kind":"ResourceClaimTemplate"}', True, id="a-claim-template"),
+        pytest.param(b'{"request":{"subResource":"scale"}}', True, id="a-scale"),
+        pytest.param(
+            b'{"spec":{"r\\u0065sourceClaims":[{"name":"gpu"}]}}',
+            True,
+            id="a-name-spelled-by-escapes",
+        ),
+    ],
+)
+def test_a_review_that_may_read_the_api_server_is_told_from_its_body_unparsed(
+    body: bytes, reads: bool
+) -> None:
+    assert may_read(body) is reads

@@ -521,31 +521,3 @@ def test_a_turn_runs_a_bounded_number_of_callbacks_and_wakes_the_loop_for_the_re
 
     assert first == (1, threads.WakingQueue.MAX_CALLBACKS)
     assert second == (1, threads.WakingQueue.MAX_CALLBACKS + 5)
-
-
-@pytest.mark.parametrize(
-    ("body", "reads"),
-    [
-        pytest.param(json.dumps(review(pod())).encode(), False, id="a-plain-pod"),
-        pytest.param(
-            b'{"metadata":{"annotations":{"last-applied":"{\\"kind\\":\\"Pod\\"}"}}}',
-            False,
-            id="kubectl-s-escaped-last-applied-annotation",
-        ),
-        pytest.param(
-            b'{"spec":{"resourceClaims":[{"name":"gpu"}]}}', True, id="a-pod-naming-claims"
-        ),
-        pytest.param(b'{"kind":"ResourceClaim"}', True, id="a-claim"),
-        pytest.param(b'{"kind":"ResourceClaimTemplate"}', True, id="a-claim-template"),
-        pytest.param(b'{"request":{"subResource":"scale"}}', True, id="a-scale"),
-        pytest.param(
-            b'{"spec":{"r\\u0065sourceClaims":[{"name":"gpu"}]}}',
-            True,
-            id="a-name-spelled-by-escapes",
-        ),
-    ],
-)
-def test_a_review_that_may_read_the_api_server_is_never_answered_on_the_main_loop(
-    body: bytes, reads: bool
-):
-    assert reading.may_read_cluster(body) is reads

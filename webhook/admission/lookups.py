@@ -51,6 +51,15 @@ class ClusterReader(Protocol):
         in a few words, why it could not be read."""
 
 
+def may_read(body: bytes) -> bool:
+    """Whether a review's body, unparsed, could lead to a read here: it names a claim or a
+    claim template (which name device classes), or it is a scale. The serving worker
+    answers a review on its main loop only when not, since a read may take the whole
+    budget. Of JSON's escapes only ``\\u`` spells a letter (``\\"`` is common: kubectl's
+    last-applied annotation), so a body with one counts as naming either."""
+    return b"esourceClaim" in body or b"scale" in body or b"\\u" in body
+
+
 # Findings that say the view lacks an object the review names.
 MISSES = frozenset({"missingClaim", "unknownDeviceClass"})
 

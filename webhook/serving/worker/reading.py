@@ -32,7 +32,7 @@ that loop, and with the two soaks side by side valid reviews took 2 to 4 s where
 keep them under 0.3 s. So the main loop answers a review itself only when the poller woke
 for that one connection alone, no thread holds a request of this worker, nothing was
 pipelined behind it, its body is at most ``INLINE_BODY_BYTES`` and it cannot read from the
-API server (``may_read_cluster``: the lookups of ``webhook.admission.lookups`` are bounded
+API server (``lookups.may_read``: the lookups of ``webhook.admission.lookups`` are bounded
 by a second, which the loop must not spend). Under load the poller wakes for several
 connections at once and every review goes to a thread as before; an idle worker saves the
 two hand-offs (the queue to a thread and the pipe back), each a wake-up of another thread.
@@ -69,6 +69,7 @@ from gunicorn import http
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from webhook.admission.lookups import may_read
 from webhook.admission.review import MAX_BODY_BYTES
 from webhook.serving.plainrequest import (
     PlainRequest,
@@ -354,7 +355,7 @@ class ReadingWorker(Finishing, ThreadWorker):  # type: ignore[misc]
             and not conn.rest
             and len(plain.body) <= INLINE_BODY_BYTES
             and plain.path in INLINE_PATHS
-            and not may_read_cluster(plain.body)
+            and not may_read(plain.body)
         ):
             return False
         conn.serving = True
@@ -570,14 +571,6 @@ class ReadingWorker(Finishing, ThreadWorker):  # type: ignore[misc]
         super().run()
         for conn in [*self._reading, *self._lingering, *self._parked, *self._writing]:
             conn.close()
-
-
-def may_read_cluster(body: bytes) -> bool:
-    """Whether a review could read from the API server (``webhook.admission.lookups``):
-    one that names a claim, claim template or device class, or a scale. Of JSON's escapes
-    only ``\\u`` spells a letter (``\\"`` is common: kubectl's last-applied annotation), so
-    a body with one counts as naming either."""
-    return b"esourceClaim" in body or b"scale" in body or b"\\u" in body
 
 
 def connection_of(callback: Any) -> TConn | None:
