@@ -30,6 +30,21 @@ spec:
       fixed: {fixed}
 """
 
+# A rule that acts on pods asking for no GPU, in one namespace: the match conditions must
+# call that namespace's plain pods, and only those.
+TEAM_SHM = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata:
+  name: team-shm
+spec:
+  match:
+    gpuCount: {min: 0}
+    namespaces: [team-a]
+  mutate:
+    shm: {sizeLimit: 1Gi}
+"""
+
 
 def rules_dir(tmp: Path, *extra: str) -> Path:
     """A copy of the shipped rules in ``tmp/rules`` with ``extra`` documents added."""

@@ -4,12 +4,12 @@ set into a webhook configuration file; unusable input in one line."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.rulesets import TEAM_SHM, rules_dir
 from webhook.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,21 +44,8 @@ def test_it_sets_them_into_a_webhook_configuration_file(
 def test_a_rule_that_acts_on_pods_asking_for_no_gpu_calls_its_namespaces(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shutil.copytree(ROOT / "rules", tmp_path, dirs_exist_ok=True)
-    (tmp_path / "50-team.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "gpu-webhook.io/v1alpha1",
-                "kind": "GPUPolicy",
-                "metadata": {"name": "team-shm"},
-                "spec": {
-                    "match": {"gpuCount": {"min": 0}, "namespaces": ["team-a"]},
-                    "mutate": {"shm": {"sizeLimit": "1Gi"}},
-                },
-            }
-        )
-    )
-    argv = ["rules", "match-conditions", "--rules", str(tmp_path), "--tainted-gpu-nodes"]
+    rules = rules_dir(tmp_path, TEAM_SHM)
+    argv = ["rules", "match-conditions", "--rules", str(rules), "--tainted-gpu-nodes"]
     assert main([*argv, "-o", "json"]) == 0
     docs = json.loads(capsys.readouterr().out)
     for doc in docs:

@@ -30,6 +30,8 @@ from tests.engine.evaluation.test_cases import (
     load_request,
     rules_dir,
 )
+from tests.rulesets import TEAM_SHM
+from tests.rulesets import rules_dir as shipped_rules_with
 from webhook.engine.evaluation.evaluate import evaluate
 from webhook.engine.evaluation.matchconditions import (
     BUDGET,
@@ -404,16 +406,7 @@ def _policy_with(tmp_path: Path, extra: dict[str, Any], name: str) -> Policy:
 
 
 def test_a_rule_acting_on_plain_pods_is_called_in_its_namespace_only(tmp_path: Path) -> None:
-    rule = {
-        "apiVersion": "gpu-webhook.io/v1alpha1",
-        "kind": "GPUPolicy",
-        "metadata": {"name": "team-shm"},
-        "spec": {
-            "match": {"gpuCount": {"min": 0}, "namespaces": ["team-a"]},
-            "mutate": {"shm": {"sizeLimit": "1Gi"}},
-        },
-    }
-    policy = _policy_with(tmp_path, rule, "50-team.yaml")
+    policy = load_policy(str(shipped_rules_with(tmp_path, TEAM_SHM)))
     for namespace, called in (("team-a", True), ("default", False)):
         request = Request(PLAIN, namespace=namespace, operation="CREATE")
         assert conditions_hold(policy, MUTATING, request, tainted=True) is called
