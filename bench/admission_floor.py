@@ -27,6 +27,11 @@ CPU time (its processes' user and system time in ``/proc``) and reports it per r
 on a loaded machine the throughput depends on how much CPU the neighbours leave each
 server, the CPU a review costs much less. Results: printed, and written to
 bench/results/admission_floor.json.
+
+``--serving`` adds a third server to each round: the webhook's own worker serving a
+do-nothing app (``bench/serve_app.py``'s ``floor``, which does what ``noopwebhook`` does), so
+the report splits the gap into the serving path and the webhook's work (docs/server.md,
+"Where the rest of the gap is").
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from webhook.files.certs import ensure_dev
 TARGET = 0.50
 CONCURRENCY = 20  # requests in flight from the API server
 GO_PROGRAMS = ("noopwebhook", "apiserverclient")
+SERVING = "serving"  # the webhook's worker with a do-nothing app (``--serving``)
 
 
 def go_binary() -> str:
@@ -172,6 +178,12 @@ def main() -> int:
         choices=("/mutate", "/validate"),
         help="send reviews to this endpoint only (default: both, in turn)",
     )
+    parser.add_argument(
+        "--serving",
+        action="store_true",
+        help="also measure the webhook's worker serving a do-nothing app, to split the gap "
+        "into serving and the webhook's work (default: off)",
+    )
     args = parser.parse_args()
     unique = not args.repeated
     return in_scratch("gpu-webhook-floor-", lambda tmp: run(args, tmp, unique=unique))
@@ -204,8 +216,10 @@ class Pair:
 
 
 @contextmanager
-def paired(tmp: Path, reviews: list[tuple[str, bytes]]) -> Iterator[Pair]:
-    """Both servers started and ready, stopped on the way out whatever happened."""
+def paired(tmp: Path, reviews: list[tuple[str, bytes]], *, serving: bool = False) -> Iterator[Pair]:
+    """Both servers started and ready, stopped on the way out whatever happened; with
+    ``serving``, also the webhook's worker serving ``serve_app.py``'s do-nothing ``floor``
+    app (``SERVING``): what the serving path costs without the webhook's work."""
     programs = build(tmp)
     certs = ensure_dev(tmp / "certs")
     work = tmp / "templates.json"
@@ -214,6 +228,8 @@ def paired(tmp: Path, reviews: list[tuple[str, bytes]]) -> Iterator[Pair]:
         "go": start_go(programs["noopwebhook"], certs, tmp / "go.log"),
         "webhook": start("webhook", certs, tmp / "webhook.log"),
     }
+    if serving:
+        servers[SERVING] = start("floor", certs, tmp / "serving.log")
     client = programs["apiserverclient"]
     try:
         for _, port in servers.values():
@@ -228,7 +244,7 @@ def paired(tmp: Path, reviews: list[tuple[str, bytes]]) -> Iterator[Pair]:
 def run(args: argparse.Namespace, tmp: Path, *, unique: bool) -> int:
     reviews = [(p, b) for p, b in templates() if args.path in (None, p)]
     rounds: list[dict[str, dict[str, Any]]] = []
-    with paired(tmp, reviews) as pair:
+    with paired(tmp, reviews, serving=args.serving) as pair:
         client, certs, work = pair.client, pair.certs, pair.work
         for _, port in pair.servers.values():
             send(client, port, certs, work, seconds=1.0, unique=unique)  # warm: caches, JIT-less
@@ -272,6 +288,13 @@ def report(
             costs.append(go_cpu / webhook_cpu)
         print(f"round {number} webhook/go: {ratio:.2f}")
     median = statistics.median(ratios)
+    serving = serving_ratios(rounds, "throughput")
+    if serving:
+        print(
+            f"median of {len(serving)} rounds, serving/go reviews per second: "
+            f"{statistics.median(serving):.2f} (the webhook's worker with a do-nothing app: "
+            "the rest of the gap is the webhook's work)"
+        )
     if costs:
         print(
             f"median of {len(costs)} rounds, webhook/go reviews per CPU second: "
@@ -293,10 +316,17 @@ def report(
             "ratios": ratios,
             "median": median,
             "cpu_ratios": costs,
+            "serving_ratios": serving,
         },
         met=met,
         failed=failed,
     )
+
+
+def serving_ratios(rounds: list[dict[str, dict[str, Any]]], figure: str) -> list[float]:
+    """Per round, ``figure`` of the do-nothing app on the webhook's worker over the Go
+    floor's; empty without ``--serving``."""
+    return [r[SERVING][figure] / r["go"][figure] for r in rounds if SERVING in r]
 
 
 def failures(figures: dict[str, Any]) -> str:

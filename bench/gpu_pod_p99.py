@@ -32,6 +32,10 @@ then queueing. ``--rate 0`` sends back to back instead, which measures saturatio
 API server's pods. Rounds alternate the two servers and the verdict is the median of the
 per-round p99 ratios (target <= 1.10). Results: printed, and written to
 bench/results/gpu_pod_p99.json.
+
+``--serving`` adds the webhook's own worker serving a do-nothing app (``bench/serve_app.py``'s
+``floor``) to each round, and its p99 over the Go floor's (docs/server.md, "Where the rest of
+the gap is").
 """
 
 from __future__ import annotations
@@ -49,7 +53,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from admission import POD_NAME, POD_UID, REQUEST_UID, SPEC_LABEL, templates
-from admission_floor import CONCURRENCY, failures, in_scratch, paired, send, verdict
+from admission_floor import (
+    CONCURRENCY,
+    failures,
+    in_scratch,
+    paired,
+    send,
+    serving_ratios,
+    verdict,
+)
 
 TARGET = 1.10
 DEFAULT_RATE = 400.0
@@ -100,6 +112,12 @@ def main() -> int:
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="per phase (default: 10)")
     parser.add_argument("--rounds", type=int, default=5, help="alternations (default: 5)")
+    parser.add_argument(
+        "--serving",
+        action="store_true",
+        help="also measure the webhook's worker serving a do-nothing app, to split the gap "
+        "into serving and the webhook's work (default: off)",
+    )
     args = parser.parse_args()
     return in_scratch("gpu-webhook-p99-", lambda tmp: run(args, tmp))
 
@@ -107,7 +125,7 @@ def main() -> int:
 def run(args: argparse.Namespace, tmp: Path) -> int:
     reviews = gpu_pod_reviews()
     rounds: list[dict[str, dict[str, Any]]] = []
-    with paired(tmp, reviews) as pair:
+    with paired(tmp, reviews, serving=args.serving) as pair:
         client, certs, work = pair.client, pair.certs, pair.work
         if not all(patched(pair.servers["webhook"][1], certs, body) for _, body in reviews):
             raise SystemExit("the webhook answered a GPU pod without a patch: not this bench")
@@ -160,6 +178,12 @@ def report(rounds: list[dict[str, dict[str, Any]]], args: argparse.Namespace) ->
         f"median of {len(rounds)} rounds, webhook/go p99: {median:.2f} (target <= {TARGET:.2f});"
         f" best round {min(ratios):.2f}, worst {max(ratios):.2f}"
     )
+    serving = serving_ratios(rounds, "p99_ms")
+    if serving:
+        print(
+            f"median of {len(serving)} rounds, serving/go p99: {statistics.median(serving):.2f}"
+            " (the webhook's worker with a do-nothing app: the rest is the webhook's work)"
+        )
     if late:
         print(f"{late} calls went late (a server or the client could not keep the pace)")
     return verdict(
@@ -169,6 +193,7 @@ def report(rounds: list[dict[str, dict[str, Any]]], args: argparse.Namespace) ->
             "rounds": rounds,
             "p99_ratios": ratios,
             "median": median,
+            "serving_p99_ratios": serving,
             "p99_added_ms": added,
         },
         met=met,

@@ -1,7 +1,8 @@
-"""Serve the webhook or a do-nothing Flask app with the *same* gunicorn configuration.
+"""Serve the webhook, a do-nothing Flask app or a do-nothing WSGI app with the *same*
+gunicorn configuration.
 
-Used by ``bench/admission.py``; run from the repository root:
-``python bench/serve_app.py {webhook,noop} PORT CERT_DIR``.
+Used by ``bench/admission.py`` (``noop``) and ``bench/admission_floor.py`` (``floor``); run
+from the repository root: ``python bench/serve_app.py {webhook,noop,floor} PORT CERT_DIR``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from webhook.serving.config import Settings
 NOOP_ANSWER = json.dumps(
     {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"allowed": True}}
 )
+JSON_HEADERS = [("Content-Type", "application/json")]
 
 
 def noop_app(settings: Settings) -> tuple[Any, Any]:  # noqa: ARG001
@@ -32,6 +34,23 @@ def noop_app(settings: Settings) -> tuple[Any, Any]:  # noqa: ARG001
     def answer() -> Response:
         request.get_data()
         return Response(NOOP_ANSWER, mimetype="application/json")
+
+    return app, lambda: None
+
+
+def floor_app(settings: Settings) -> tuple[Any, Any]:  # noqa: ARG001
+    """What ``bench/go/noopwebhook`` does, as a WSGI app: decode the review for its uid and
+    allow it. Served by the webhook's own worker, it is the floor of that serving path."""
+    import orjson
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        review = orjson.loads(environ["wsgi.input"].read())
+        uid = (review.get("request") or {}).get("uid", "")
+        response = {"uid": uid, "allowed": True}
+        head = {"apiVersion": review.get("apiVersion"), "kind": review.get("kind")}
+        answer = orjson.dumps({**head, "response": response})
+        start_response("200 OK", [*JSON_HEADERS, ("Content-Length", str(len(answer)))])
+        return [answer]
 
     return app, lambda: None
 
@@ -51,7 +70,7 @@ def main() -> None:
         workers=2,
         log_level="info",
     )
-    factory = webhook_app if which == "webhook" else noop_app
+    factory = {"webhook": webhook_app, "noop": noop_app, "floor": floor_app}[which]
     WebhookServer(settings, app_factory=factory).run()
 
 
