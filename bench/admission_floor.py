@@ -178,15 +178,20 @@ def main() -> int:
         choices=("/mutate", "/validate"),
         help="send reviews to this endpoint only (default: both, in turn)",
     )
+    add_serving_option(parser)
+    args = parser.parse_args()
+    unique = not args.repeated
+    return in_scratch("gpu-webhook-floor-", lambda tmp: run(args, tmp, unique=unique))
+
+
+def add_serving_option(parser: argparse.ArgumentParser) -> None:
+    """``--serving``: both Go-floor benches take it (see ``paired``)."""
     parser.add_argument(
         "--serving",
         action="store_true",
         help="also measure the webhook's worker serving a do-nothing app, to split the gap "
         "into serving and the webhook's work (default: off)",
     )
-    args = parser.parse_args()
-    unique = not args.repeated
-    return in_scratch("gpu-webhook-floor-", lambda tmp: run(args, tmp, unique=unique))
 
 
 def in_scratch(prefix: str, run: Callable[[Path], int]) -> int:

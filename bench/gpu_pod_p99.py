@@ -55,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from admission import POD_NAME, POD_UID, REQUEST_UID, SPEC_LABEL, templates
 from admission_floor import (
     CONCURRENCY,
+    add_serving_option,
     failures,
     in_scratch,
     paired,
@@ -112,12 +113,7 @@ def main() -> int:
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="per phase (default: 10)")
     parser.add_argument("--rounds", type=int, default=5, help="alternations (default: 5)")
-    parser.add_argument(
-        "--serving",
-        action="store_true",
-        help="also measure the webhook's worker serving a do-nothing app, to split the gap "
-        "into serving and the webhook's work (default: off)",
-    )
+    add_serving_option(parser)
     args = parser.parse_args()
     return in_scratch("gpu-webhook-p99-", lambda tmp: run(args, tmp))
 
