@@ -21,7 +21,6 @@ from webhook.serving.config import Settings
 NOOP_ANSWER = json.dumps(
     {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"allowed": True}}
 )
-JSON_HEADERS = [("Content-Type", "application/json")]
 
 
 def noop_app(settings: Settings) -> tuple[Any, Any]:  # noqa: ARG001
@@ -49,7 +48,8 @@ def floor_app(settings: Settings) -> tuple[Any, Any]:  # noqa: ARG001
         response = {"uid": uid, "allowed": True}
         head = {"apiVersion": review.get("apiVersion"), "kind": review.get("kind")}
         answer = orjson.dumps({**head, "response": response})
-        start_response("200 OK", [*JSON_HEADERS, ("Content-Length", str(len(answer)))])
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(answer)))]
+        start_response("200 OK", headers)
         return [answer]
 
     return app, lambda: None
